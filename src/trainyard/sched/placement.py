@@ -1,0 +1,194 @@
+"""Gang placement: all of a job's GPUs at once, or nothing, with topology and memory in mind.
+
+Rules, in the order they are applied:
+1. Memory: a GPU is usable for a job only if its free memory covers the job's `gpu_mem`; a job
+   without `gpu_mem` needs whole, untouched GPUs. Shared requests prefer GPUs already in use
+   (best fit), so whole GPUs stay whole for jobs that need them.
+2. Packing: a single-node job goes to the node whose free GPUs fit it most tightly (best fit),
+   which keeps large holes free for large jobs.
+3. Topology: a multi-node job is put inside one block (and one rack) when any can hold it,
+   choosing the tightest such domain; otherwise it spans as few blocks as possible.
+
+`place` returns the placement, or None with the reason it failed (capacity, topology or memory).
+It never modifies the state; callers `allocate` what they decide to keep.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from trainyard.sched.cluster import ClusterState, Placement, gb_to_mib
+from trainyard.sched.types import JobRequest, Reason
+
+
+def place(state: ClusterState, req: JobRequest, n_nodes: int | None = None) -> tuple[Placement | None, Reason | None]:
+    """Find a placement for `req` (at `n_nodes` nodes for a node-shaped, possibly elastic job)."""
+    pool = req.pool
+    max_node = state.max_gpus.get(pool, 0)
+    mem = None if req.gpu_mem is None else gb_to_mib(req.gpu_mem)
+    if req.gpus_per_node is not None:
+        gpn = req.gpus_per_node
+        n = n_nodes if n_nodes is not None else req.min_nodes
+        if gpn > max_node:
+            return None, Reason.TOPOLOGY
+        need = gpn * n
+    else:
+        need = req.gpus
+        gpn = None
+        n = -(-need // max_node) if max_node else 1
+    if max_node == 0:
+        return None, Reason.CAPACITY
+    if mem is not None and not _any_gpu_big_enough(state, pool, mem):
+        return None, Reason.MEMORY
+    if mem is None and state.free_gpus(pool) < need:
+        return None, Reason.CAPACITY
+
+    if n == 1:
+        k = need
+        node = _best_single_node(state, pool, k, mem)
+        if node is None:
+            return None, _why_not(state, pool, need, mem)
+        return _take(state, [(node, k)], mem), None
+
+    candidates = _usable_nodes(state, pool, mem)
+    if gpn is not None:
+        eligible = [(i, c) for i, c in candidates if c >= gpn]
+        chosen = _choose_gang(state, eligible, n, gpn)
+        if chosen is None:
+            return None, _why_not(state, pool, need, mem)
+        return _take(state, [(i, gpn) for i in chosen], mem), None
+    chosen_counts = _choose_spread(state, candidates, n, need)
+    if chosen_counts is None:
+        return None, _why_not(state, pool, need, mem)
+    return _take(state, chosen_counts, mem), None
+
+
+def _any_gpu_big_enough(state: ClusterState, pool: str, mem: int) -> bool:
+    return any(n.pool == pool and n.healthy and c >= mem for n, c in zip(state.nodes, state.cap_mib))
+
+
+def _why_not(state: ClusterState, pool: str, need: int, mem: int | None) -> Reason:
+    if mem is None:
+        return Reason.TOPOLOGY if state.free_gpus(pool) >= need else Reason.CAPACITY
+    usable = sum(c for _, c in _usable_nodes(state, pool, mem))
+    if usable >= need:
+        return Reason.TOPOLOGY
+    return Reason.MEMORY if state.free_gpus(pool) >= need else Reason.CAPACITY
+
+
+def _best_single_node(state: ClusterState, pool: str, k: int, mem: int | None) -> int | None:
+    if mem is None:
+        buckets = state.buckets[pool]
+        for free in range(k, len(buckets)):
+            b = buckets[free]
+            if b:
+                return min(b)
+        return None
+    best, best_key = None, None
+    for i, node in enumerate(state.nodes):
+        if node.pool != pool or not node.healthy:
+            continue
+        c = state.usable_on_node(i, mem)
+        if c >= k:
+            # Tightest fit: fewest usable GPUs left over, then least free memory left over.
+            key = (c - k, sum(state.free_mib[i]), i)
+            if best_key is None or key < best_key:
+                best, best_key = i, key
+    return best
+
+
+def _usable_nodes(state: ClusterState, pool: str, mem: int | None) -> list[tuple[int, int]]:
+    if mem is None:
+        out = []
+        for free, nodes in enumerate(state.buckets[pool]):
+            if free:
+                out.extend((i, free) for i in nodes)
+        out.sort()
+        return out
+    out = []
+    for i, node in enumerate(state.nodes):
+        if node.pool == pool and node.healthy:
+            c = state.usable_on_node(i, mem)
+            if c:
+                out.append((i, c))
+    return out
+
+
+def _domains(state: ClusterState, eligible: list[tuple[int, int]], label: str) -> dict[str, list[tuple[int, int]]]:
+    groups: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for i, c in eligible:
+        groups[getattr(state.nodes[i], label)].append((i, c))
+    return groups
+
+
+def _choose_gang(state: ClusterState, eligible: list[tuple[int, int]], n: int, gpn: int) -> list[int] | None:
+    """n nodes with >= gpn usable GPUs each, in as few blocks, then racks, as possible."""
+    if len(eligible) < n:
+        return None
+    blocks = _domains(state, eligible, "block")
+    fitting = [(len(v), b) for b, v in blocks.items() if len(v) >= n]
+    if fitting:
+        _, b = min(fitting)
+        return _choose_in_block(state, blocks[b], n)
+    chosen: list[int] = []
+    for _, b in sorted(((-len(v), b) for b, v in blocks.items())):
+        chosen.extend(_choose_in_block(state, blocks[b], min(n - len(chosen), len(blocks[b]))))
+        if len(chosen) == n:
+            return chosen
+    return None
+
+
+def _choose_in_block(state: ClusterState, members: list[tuple[int, int]], n: int) -> list[int]:
+    racks = _domains(state, members, "rack")
+    fitting = [(len(v), r) for r, v in racks.items() if len(v) >= n]
+    order = [min(fitting)[1]] if fitting else [r for _, r in sorted((-len(v), r) for r, v in racks.items())]
+    chosen: list[int] = []
+    for r in order:
+        # Tightest nodes first, so nodes with many free GPUs stay whole.
+        for i, _ in sorted(racks[r], key=lambda ic: (ic[1], ic[0])):
+            chosen.append(i)
+            if len(chosen) == n:
+                return chosen
+    return chosen
+
+
+def _choose_spread(state: ClusterState, candidates: list[tuple[int, int]], n: int, need: int) -> list[tuple[int, int]] | None:
+    """`need` GPUs on at most n nodes (the fewest the job could use), inside one block if possible."""
+    blocks = _domains(state, candidates, "block")
+    best: tuple[tuple[int, int, str], list[tuple[int, int]]] | None = None
+    for b, members in blocks.items():
+        top = sorted(members, key=lambda ic: (-ic[1], ic[0]))[:n]
+        total = sum(c for _, c in top)
+        if total >= need:
+            key = (len(top), total - need, b)
+            if best is None or key < best[0]:
+                best = (key, top)
+    if best is not None:
+        top = best[1]
+    else:
+        top = sorted(candidates, key=lambda ic: (-ic[1], ic[0]))[:n]
+        if sum(c for _, c in top) < need:
+            return None
+    out, left = [], need
+    for i, c in top:
+        take = min(c, left)
+        if take:
+            out.append((i, take))
+            left -= take
+    return out
+
+
+def _take(state: ClusterState, counts: list[tuple[int, int]], mem: int | None) -> Placement:
+    nodes, mems = [], []
+    for i, k in counts:
+        cap = state.cap_mib[i]
+        free = state.free_mib[i]
+        if mem is None:
+            gis = [g for g, f in enumerate(free) if f == cap][:k]
+            mems.append(cap)
+        else:
+            # Best fit per GPU: the fullest GPUs that still fit, so whole GPUs stay whole.
+            gis = sorted((g for g, f in enumerate(free) if f >= mem), key=lambda g: (free[g], g))[:k]
+            mems.append(mem)
+        nodes.append((i, tuple(sorted(gis))))
+    return Placement(nodes=tuple(nodes), mem_mib=tuple(mems))

@@ -1,0 +1,295 @@
+"""The user-facing configuration: cluster, teams and quotas, job classes, jobs (pydantic v2).
+
+Loaded from YAML by `load_config`/`load_jobs`; every error names the file, the line and the field
+(`ConfigError`). Durations accept seconds or strings like `90s`, `30m`, `2h`, `1d`, `1-12:00:00`
+(Slurm's D-HH:MM:SS). The scheduler never sees these models: `to_sched()` converts them once into
+the slotted dataclasses of `trainyard.sched.types`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from trainyard.sched.cluster import Node
+from trainyard.sched.types import JobClass, JobRequest, Quota, Team
+
+
+class ConfigError(ValueError):
+    """Bad configuration or input: says which file, line and field, and why."""
+
+    def __init__(self, message: str, file: str | None = None, line: int | None = None, field: str | None = None):
+        self.file, self.line, self.field, self.message = file, line, field, message
+        where = ":".join(str(x) for x in (file, line) if x is not None)
+        parts = [p for p in (where, f"field '{field}'" if field else None) if p]
+        super().__init__(f"{', '.join(parts)}: {message}" if parts else message)
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(value: Any) -> float | None:
+    """Seconds from a number, `30m`-style string, or Slurm's `[D-]HH:MM[:SS]` / `MM` forms."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ValueError("a duration must be a number of seconds or a string such as '30m'")
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError("a duration cannot be negative")
+        return float(value)
+    s = str(value).strip().lower()
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhdw]?)", s)
+    if m:
+        return float(m.group(1)) * _UNITS[m.group(2) or "s"]
+    m = re.fullmatch(r"(?:(\d+)-)?(\d+):(\d{1,2})(?::(\d{1,2}))?", s)
+    if m:
+        d, a, b, c = (int(x) if x else 0 for x in m.groups())
+        return float(d * 86400 + (a * 3600 + b * 60 + c if m.group(4) else a * 3600 + b * 60))
+    raise ValueError(f"cannot read {value!r} as a duration (examples: 90, '30m', '2h', '1-12:00:00')")
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+OptDuration = Annotated[float | None, BeforeValidator(parse_duration)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class NodeSpec(_Model):
+    """A node, or `count` identical nodes named `name-0`, `name-1`, …"""
+
+    name: str
+    count: int = Field(1, ge=1)
+    gpus: int = Field(ge=1, le=64)
+    gpu_model: str = "gpu"
+    gpu_mem_gb: float = Field(80.0, gt=0)
+    pool: str = "default"
+    block: str = ""
+    rack: str = ""
+
+
+class ClusterSpec(_Model):
+    name: str = "cluster"
+    nodes: list[NodeSpec] = Field(min_length=1)
+
+    def expand(self) -> list[Node]:
+        out: list[Node] = []
+        for ns in self.nodes:
+            names = [ns.name] if ns.count == 1 else [f"{ns.name}-{i}" for i in range(ns.count)]
+            out += [Node(nm, ns.gpus, ns.gpu_mem_gb, ns.pool, ns.gpu_model, ns.block, ns.rack) for nm in names]
+        return out
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> "ClusterSpec":
+        seen: set[str] = set()
+        for n in self.expand():
+            if n.name in seen:
+                raise ValueError(f"node name {n.name!r} appears twice")
+            seen.add(n.name)
+        return self
+
+
+class QuotaSpec(_Model):
+    nominal: int = Field(ge=0)
+    borrowing_limit: int | None = Field(None, ge=0)
+    lending_limit: int | None = Field(None, ge=0)
+
+
+class TeamSpec(_Model):
+    name: str
+    cohort: str | None = None
+    quotas: dict[str, QuotaSpec] = Field(default_factory=dict)
+
+
+class JobClassSpec(_Model):
+    name: str
+    priority: int
+    preemptible: bool = True
+    max_wait: Duration = 86400.0
+    min_run_time: Duration = 0.0
+    max_run_time: OptDuration = None
+    grace_period: Duration = 60.0
+    description: str = ""
+
+
+class ConfigSpec(_Model):
+    """A whole cluster configuration: the file `yard up --config` and `yard sim --config` read."""
+
+    cluster: ClusterSpec
+    teams: list[TeamSpec] = Field(min_length=1)
+    classes: list[JobClassSpec] = Field(min_length=1)
+    default_class: str = "training"
+
+    @model_validator(mode="after")
+    def _references(self) -> "ConfigSpec":
+        pools = {n.pool for n in self.cluster.nodes}
+        for i, t in enumerate(self.teams):
+            for pool in t.quotas:
+                if pool not in pools:
+                    raise ValueError(f"teams[{i}] ({t.name}): quota for unknown pool {pool!r}; pools are {sorted(pools)}")
+        names = [c.name for c in self.classes]
+        if self.default_class not in names:
+            raise ValueError(f"default_class {self.default_class!r} is not one of the classes {names}")
+        for kind, items in (("team", [t.name for t in self.teams]), ("class", names)):
+            dup = {x for x in items if items.count(x) > 1}
+            if dup:
+                raise ValueError(f"{kind} names must be unique; repeated: {sorted(dup)}")
+        return self
+
+    def to_sched(self) -> tuple[list[Node], dict[str, Team], dict[str, JobClass]]:
+        nodes = self.cluster.expand()
+        teams = {
+            t.name: Team(t.name, t.cohort, {p: Quota(q.nominal, q.borrowing_limit, q.lending_limit) for p, q in t.quotas.items()})
+            for t in self.teams
+        }
+        classes = {
+            c.name: JobClass(c.name, c.priority, c.preemptible, c.max_wait, c.min_run_time, c.max_run_time, c.grace_period)
+            for c in self.classes
+        }
+        return nodes, teams, classes
+
+
+def parse_node_range(value: Any) -> tuple[int, int]:
+    """`2` or `"2-4"` (Slurm's `-N MIN-MAX`) → (min, max)."""
+    if isinstance(value, bool):
+        raise ValueError("nodes must be a number or a range such as '2-4'")
+    if isinstance(value, int):
+        lo = hi = value
+    else:
+        m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", str(value))
+        if not m:
+            raise ValueError(f"cannot read {value!r} as a node count or range (examples: 2, '2-4')")
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) else lo
+    if lo < 1:
+        raise ValueError("nodes must be at least 1")
+    if hi < lo:
+        raise ValueError(f"node range {value!r} has its maximum below its minimum")
+    return lo, hi
+
+
+class JobSpec(_Model):
+    """A job as submitted. Give either `nodes` (+ `gpus_per_node`) or a total `gpus` count."""
+
+    name: str = ""
+    team: str
+    job_class: str = Field("training", alias="class")
+    nodes: int | str | None = None
+    gpus_per_node: int | None = Field(None, ge=1)
+    gpus: int | None = Field(None, ge=1)
+    gpu_mem_gb: float | None = Field(None, gt=0)
+    runtime_estimate: OptDuration = None
+    checkpoint_interval: OptDuration = None
+    submit_time: float = Field(0.0, ge=0)
+    pool: str = "default"
+
+    @field_validator("nodes")
+    @classmethod
+    def _nodes(cls, v: Any) -> Any:
+        if v is not None:
+            parse_node_range(v)
+        return v
+
+    @model_validator(mode="after")
+    def _shape(self) -> "JobSpec":
+        if self.nodes is None and self.gpus is None:
+            raise ValueError("give either gpus, or nodes with gpus_per_node")
+        if self.nodes is not None and self.gpus is not None and self.gpus_per_node is not None:
+            raise ValueError("give gpus or gpus_per_node with nodes, not both")
+        return self
+
+    def to_request(self, job_id: str) -> JobRequest:
+        if self.nodes is None:
+            return JobRequest(job_id, self.team, self.job_class, self.submit_time, gpus=int(self.gpus or 1),
+                              gpu_mem=self.gpu_mem_gb, est_runtime_s=self.runtime_estimate,
+                              checkpoint_interval_s=self.checkpoint_interval, pool=self.pool)
+        lo, hi = parse_node_range(self.nodes)
+        gpn = self.gpus_per_node
+        if gpn is None:
+            total = self.gpus or lo
+            if total % lo:
+                raise ConfigError(f"gpus={total} does not divide evenly over {lo} nodes", field="gpus")
+            gpn = total // lo
+        return JobRequest(job_id, self.team, self.job_class, self.submit_time, gpus=gpn * lo, gpus_per_node=gpn,
+                          min_nodes=lo, max_nodes=hi, gpu_mem=self.gpu_mem_gb, est_runtime_s=self.runtime_estimate,
+                          checkpoint_interval_s=self.checkpoint_interval, pool=self.pool)
+
+
+# -- loading with errors that point at the line -------------------------------------------------
+
+
+def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
+    """Follow a pydantic error location through the YAML node tree to a 1-based line number."""
+    line = None if node is None else node.start_mark.line + 1
+    for key in loc:
+        if isinstance(node, yaml.MappingNode):
+            nxt = None
+            for k, v in node.value:
+                if k.value == key or (key == "job_class" and k.value == "class"):
+                    nxt = v
+                    line = k.start_mark.line + 1
+                    break
+            node = nxt
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            node = node.value[key]
+            line = node.start_mark.line + 1
+        else:
+            break
+        if node is None:
+            break
+    return line
+
+
+def _read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read: {e.strerror or e}", file=str(path)) from None
+    try:
+        return yaml.safe_load(text), yaml.compose(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        raise ConfigError(f"not valid YAML: {getattr(e, 'problem', e)}", file=str(path),
+                          line=mark.line + 1 if mark else None) from None
+
+
+def validate(model: type[BaseModel], data: Any, file: str | None = None, node: yaml.Node | None = None,
+             loc_prefix: tuple[Any, ...] = ()) -> Any:
+    """`model.model_validate(data)`, turning the first error into a `ConfigError` with file/line/field."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = loc_prefix + tuple(err["loc"])
+        field = ".".join(str(x) for x in loc) or None
+        msg = err["msg"].removeprefix("Value error, ")
+        raise ConfigError(msg, file=file, line=_line_of(node, loc), field=field) from None
+
+
+def load_config(path: str | Path) -> ConfigSpec:
+    path = Path(path)
+    data, node = _read_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError("expected a mapping with cluster, teams and classes", file=str(path), line=1)
+    return validate(ConfigSpec, data, str(path), node)
+
+
+def load_jobs(path: str | Path) -> list[JobSpec]:
+    """A YAML list of jobs (or a mapping with a `jobs:` list)."""
+    path = Path(path)
+    data, node = _read_yaml(path)
+    prefix: tuple[Any, ...] = ()
+    if isinstance(data, dict) and "jobs" in data:
+        data, prefix = data["jobs"], ("jobs",)
+    if not isinstance(data, list):
+        raise ConfigError("expected a list of jobs", file=str(path), line=1)
+    return [validate(JobSpec, item, str(path), node, prefix + (i,)) for i, item in enumerate(data)]
+
+
+EXAMPLE_CONFIG = Path(__file__).parent / "examples" / "cluster.yaml"
