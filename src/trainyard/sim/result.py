@@ -1,0 +1,122 @@
+"""What a simulation run records, and the report metrics computed from it.
+
+Definitions (also in docs/simulator.md):
+- `jobs`: jobs submitted inside the measurement window (after the warm-up).
+- `utilization`: allocated GPU-seconds inside the window / (GPUs × window length).
+- `goodput`: like utilization, but counting only useful work: GPU-seconds later thrown away by a
+  preemption or failure (work since the last checkpoint) and restart overheads are left out.
+- `avg_jct_s`, `p50_jct_s`, `p99_jct_s`: job completion time, completion − submission.
+- `avg_wait_s`, `p99_wait_s`: total time a job spends pending: from submission to its first start
+  plus every stretch spent requeued after a preemption or a failure.
+- `first_wait_p99_s`: p99 of submission → first start only (Slurm's "wait"), for reference.
+- `avg_bounded_slowdown`: mean of max(1, JCT / max(run time, 10 s)), run time being the job's
+  true run time at its requested size.
+- `makespan_s`: first submission → last completion among measured jobs.
+- `preemptions`: preemptions suffered by measured jobs.
+- `lost_gpu_hours`: GPU-hours of measured jobs' work thrown away (work since the last checkpoint
+  at each preemption or failure, plus restart overheads).
+- `jain_fairness`: Jain's index over teams of 1 / (the team's mean bounded slowdown): 1.0 when
+  every team's jobs are slowed down alike.
+- `quota_violations`: episodes in which a team had a pending job that fits inside its unused
+  nominal quota for longer than its borrowers' grace period plus min run time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class JobRecord:
+    id: str
+    team: str
+    job_class: str
+    gpus: int
+    submit: float
+    duration_s: float  # true run time at its requested size
+    first_start: float | None = None
+    end: float | None = None
+    wait_s: float = 0.0  # total pending time
+    preemptions: int = 0
+    failures: int = 0
+    lost_gpu_s: float = 0.0
+    measured: bool = True
+
+
+@dataclass(slots=True)
+class SimResult:
+    policy: str
+    total_gpus: int
+    measure_from: float
+    measure_to: float
+    jobs: list[JobRecord]
+    # (time, allocated GPUs) whenever the allocation changes; a step function
+    util_series: list[tuple[float, int]] = field(default_factory=list)
+    # team -> (time, allocated GPUs) sampled at every change of that team's allocation
+    team_series: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    nominal: dict[str, int] = field(default_factory=dict)
+    busy_gpu_s_in_window: float = 0.0
+    lost_gpu_s_in_window: float = 0.0
+    quota_violations: int = 0
+    quota_violation_s: float = 0.0
+    cycles: int = 0
+    wall_s: float = 0.0
+    end_time: float = 0.0
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    s = sorted(values)
+    k = (len(s) - 1) * q
+    lo, hi = math.floor(k), math.ceil(k)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def jain(xs: list[float]) -> float:
+    if not xs or not any(xs):
+        return 1.0
+    return sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs))
+
+
+def bounded_slowdown(r: JobRecord, tau: float = 10.0) -> float:
+    assert r.end is not None
+    return max(1.0, (r.end - r.submit) / max(r.duration_s, tau))
+
+
+def metrics(res: SimResult) -> dict[str, float | int]:
+    jobs = [r for r in res.jobs if r.measured]
+    done = [r for r in jobs if r.end is not None]
+    jct = [r.end - r.submit for r in done]  # type: ignore[operator]
+    waits = [r.wait_s for r in jobs]
+    first = [r.first_start - r.submit for r in jobs if r.first_start is not None]  # type: ignore[operator]
+    bsd = [bounded_slowdown(r) for r in done]
+    window = max(1e-9, res.measure_to - res.measure_from)
+    cap = res.total_gpus * window
+    by_team: dict[str, list[float]] = {}
+    for r in done:
+        by_team.setdefault(r.team, []).append(bounded_slowdown(r))
+    team_inv = [1.0 / (sum(v) / len(v)) for v in by_team.values()]
+    ends = [r.end for r in done]
+    return {
+        "jobs": len(jobs),
+        "completed": len(done),
+        "utilization": round(res.busy_gpu_s_in_window / cap, 4),
+        "goodput": round(max(0.0, res.busy_gpu_s_in_window - res.lost_gpu_s_in_window) / cap, 4),
+        "avg_jct_s": round(sum(jct) / len(jct), 1) if jct else 0.0,
+        "p50_jct_s": round(_pct(jct, 0.5), 1),
+        "p99_jct_s": round(_pct(jct, 0.99), 1),
+        "avg_wait_s": round(sum(waits) / len(waits), 1) if waits else 0.0,
+        "p99_wait_s": round(_pct(waits, 0.99), 1),
+        "first_wait_p99_s": round(_pct(first, 0.99), 1),
+        "avg_bounded_slowdown": round(sum(bsd) / len(bsd), 3) if bsd else 0.0,
+        "makespan_s": round(max(ends) - min(r.submit for r in jobs), 1) if ends else 0.0,
+        "preemptions": sum(r.preemptions for r in jobs),
+        "failures": sum(r.failures for r in jobs),
+        "lost_gpu_hours": round(sum(r.lost_gpu_s for r in jobs) / 3600, 2),
+        "jain_fairness": round(jain(team_inv), 4),
+        "quota_violations": res.quota_violations,
+        "cycles": res.cycles,
+        "sim_wall_s": round(res.wall_s, 2),
+    }
