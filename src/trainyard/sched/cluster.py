@@ -132,6 +132,13 @@ class ClusterState:
                     whole += 1
             self._set_whole(i, whole)
 
+    def take_gpu(self, i: int, g: int) -> None:
+        """Make one GPU unusable for the rest of a cycle (reserved for another job's placement)."""
+        free = self.free_mib[i]
+        if free[g] == self.cap_mib[i]:
+            self._set_whole(i, self.free_whole[i] - 1)
+        free[g] = 0
+
     def set_health(self, i: int, healthy: bool) -> None:
         """Mark a node (un)healthy: an unhealthy node takes no new work and counts as no capacity."""
         node = self.nodes[i]

@@ -126,6 +126,26 @@ class RunningJob:
     def nodes(self) -> int:
         return len(self.placement.nodes)
 
+    def saved_at(self, now: float) -> float:
+        """The newest moment whose work is safe in a checkpoint, as far as the scheduler can tell.
+
+        `last_checkpoint` is the newest checkpoint reported (or the moment the attempt began
+        making progress); when the job declares a checkpoint interval, the checkpoints it has
+        made since are projected forward from there. Before that moment (a restart still
+        loading), nothing of this attempt is at risk but the time spent, so `start_time`.
+        """
+        a = self.last_checkpoint
+        if now < a:
+            return self.start_time
+        step = self.req.checkpoint_interval_s
+        if step:
+            return a + ((now - a) // step) * step
+        return a
+
+    def lost_if_stopped(self, now: float) -> float:
+        """GPU-seconds of work an interruption now would throw away."""
+        return (now - max(self.start_time, self.saved_at(now))) * self.placement.gpus
+
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:

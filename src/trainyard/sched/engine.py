@@ -1,0 +1,322 @@
+"""The trainyard policy: one pure scheduling cycle, written as numbered steps (after Kueue's).
+
+    TrainyardPolicy().cycle(snapshot) -> CycleResult
+
+1. Ledger and views. Quota usage per team from the running jobs; a working copy of the free
+   capacity (`now`), and a lazily built `future` view where jobs already leaving (preempting) have
+   left, so their GPUs can be claimed by the job they were preempted for.
+2. Order. Pending jobs sorted by `ordering.sort_key`: priority, urgency (aging toward max wait),
+   in-quota before borrowing, then shortest estimated remaining GPU-time with fair share.
+3. Admit. For each job in order: quota check (nominal + cohort borrowing, `QuotaLedger.fits`),
+   then an all-or-nothing placement (`placement.place`), at the largest size an elastic job can
+   take. A job that would run past a reservation's shadow time may only use GPUs the reservation
+   does not need (EASY backfill: a backfilled job never delays a reservation).
+4. Claim. A job that does not fit now but fits once the jobs already leaving have left claims
+   those GPUs and waits (reason `preempting`); nothing new is preempted for it.
+5. Preempt. Otherwise, a job within its team's nominal quota may reclaim GPUs from teams that
+   borrow; a job may displace jobs of lower priority (of its own team, or of teams borrowing).
+   Victims must be preemptible and past their min run time; among them, the set that loses the
+   least work since its last checkpoint is chosen (`preemption.find_victims`). The job claims the
+   freed GPUs and starts when the victims have left, in a later cycle.
+6. Reserve. An urgent job (waited `reserve_at` of its max wait) that still does not fit gets a
+   reservation: the earliest time, by the running jobs' estimated ends, when its placement frees
+   up; those GPUs are kept from jobs that would still run then.
+7. Explain. With `snapshot.explain`, every job left pending gets a reason and an estimated start.
+
+No ping-pong: a victim must have run its class's min run time in its current attempt, victims are
+only ever of lower priority or borrowing beyond quota (so the preemptor can never qualify as a
+victim of its victim), and a job waiting on leaving victims never triggers more preemption.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from trainyard.sched.cluster import ClusterState, Placement
+from trainyard.sched.estimate import estimate_starts, expected_end
+from trainyard.sched.ordering import OrderingParams, fairshare_factors, is_urgent, sort_key
+from trainyard.sched.placement import place
+from trainyard.sched.policy import register
+from trainyard.sched.preemption import find_victims
+from trainyard.sched.quota import QuotaLedger
+from trainyard.sched.types import (
+    CycleResult, PendingInfo, PendingJob, Preempt, Reason, Reservation, RunningJob, Snapshot, Start,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineParams:
+    ordering: OrderingParams = field(default_factory=OrderingParams)
+    max_reservations: int = 4  # urgent jobs that may hold a reservation at once (per cycle)
+    max_preemption_searches: int = 16  # victim searches per cycle (each scans candidate nodes)
+
+
+class TrainyardPolicy:
+    name = "trainyard"
+
+    def __init__(self, params: EngineParams | None = None):
+        self.params = params or EngineParams()
+
+    def cycle(self, snap: Snapshot) -> CycleResult:
+        return _Cycle(snap, self.params).run()
+
+
+register("trainyard")(TrainyardPolicy)
+
+
+class _Cycle:
+    """The state of one cycle; thrown away at its end."""
+
+    def __init__(self, snap: Snapshot, params: EngineParams):
+        self.snap, self.p, self.now = snap, params, snap.now
+        self.res = CycleResult()
+        # Step 1: ledger and views.
+        self.ledger = QuotaLedger(snap.teams, ((r.req.team, r.req.pool, r.gpus) for r in snap.running))
+        self.state: ClusterState | None = None  # copy-on-write of snap.cluster
+        self.future: ClusterState | None = None  # state, with leaving jobs gone
+        self.long_state: ClusterState | None = None  # state, with reserved GPUs taken away
+        self.shadow = math.inf  # earliest shadow time among reservations made
+        self.leaving = [r for r in snap.running if r.preempting]
+        self.stopping: set[str] = set()  # victims chosen in this cycle
+        self.on_node: dict[int, list[RunningJob]] | None = None
+        self.searches = 0
+        self._ends: list[tuple[float, str, Placement]] | None = None
+
+    # -- views ----------------------------------------------------------------------------------
+
+    def cur(self) -> ClusterState:
+        if self.state is None:
+            self.state = self.snap.cluster.copy()
+        return self.state
+
+    def fut(self) -> ClusterState:
+        if self.future is None:
+            self.future = self.cur().copy()
+            for r in self.leaving:
+                self.future.release(r.placement)
+        return self.future
+
+    def commit(self, placement: Placement) -> None:
+        """A start: allocate in every view that exists."""
+        self.cur().allocate(placement)
+        for view in (self.future, self.long_state):
+            if view is not None:
+                _take_where_free(view, placement)
+
+    def claim(self, placement: Placement) -> None:
+        """A future start (waiting for leaving victims): keep its GPUs from everyone else."""
+        self.fut().allocate(placement)
+        for view in (self.state, self.long_state):
+            if view is not None:
+                _take_where_free(view, placement, whole=True)
+
+    # -- the cycle ------------------------------------------------------------------------------
+
+    def run(self) -> CycleResult:
+        snap = self.snap
+        order = self.order()
+        for key, pj in order:
+            cls = snap.classes[pj.req.job_class]
+            if pj.held:
+                self.pend(pj, Reason.HELD)
+                continue
+            reason = self.admit(pj, key)
+            if reason is None:
+                continue
+            if reason in (Reason.QUOTA,):
+                self.pend(pj, reason)
+                continue
+            # Step 4: room that leaving jobs will free.
+            if self.leaving or self.stopping:
+                pl, _ = place(self.fut(), pj.req, pj.req.min_nodes)
+                if pl is not None:
+                    self.claim(pl)
+                    self.ledger.add(pj.req.team, pj.req.pool, pj.req.min_gpus)
+                    self.pend(pj, Reason.PREEMPTING)
+                    continue
+            # Step 5: preemption.
+            if self.try_preempt(pj, cls.priority):
+                self.pend(pj, Reason.PREEMPTING)
+                continue
+            # Step 6: reservation for urgent jobs.
+            if is_urgent(key) and len(self.res.reservations) < self.p.max_reservations and reason != Reason.MEMORY:
+                if self.reserve(pj):
+                    self.pend(pj, Reason.RESERVATION)
+                    continue
+            self.pend(pj, reason)
+        if snap.explain and self.res.pending:
+            est = estimate_starts(snap, [pj for _, pj in order if pj.req.id in self.res.pending],
+                                  self.res.starts, self.res.reservations)
+            self.res.pending = {j: PendingInfo(info.reason, est.get(j)) for j, info in self.res.pending.items()}
+        return self.res
+
+    def pend(self, pj: PendingJob, reason: Reason) -> None:
+        if self.snap.explain:
+            self.res.pending[pj.req.id] = PendingInfo(reason, None)
+
+    # Step 2.
+    def order(self) -> list[tuple[tuple, PendingJob]]:
+        snap, op = self.snap, self.p.ordering
+        pools = {pj.req.pool for pj in snap.pending}
+        fs = {pool: fairshare_factors(snap.teams, snap.usage, pool, op.fairshare_weight) for pool in pools}
+        keyed = []
+        for pj in snap.pending:
+            r = pj.req
+            in_quota = self.ledger.used(r.team, r.pool) + r.min_gpus <= self.ledger.nominal(r.team, r.pool)
+            keyed.append((sort_key(pj, snap.classes[r.job_class], self.now, in_quota, fs[r.pool].get(r.team, 1.0), op), pj))
+        keyed.sort(key=lambda kp: kp[0])
+        return keyed
+
+    # Step 3.
+    def admit(self, pj: PendingJob, key: tuple) -> Reason | None:
+        req = pj.req
+        if not self.ledger.fits(req.team, req.pool, req.min_gpus):
+            return Reason.QUOTA
+        state = self.cur()
+        if state.free_gpus(req.pool) < req.min_gpus and req.gpu_mem is None:
+            return Reason.CAPACITY
+        sizes: Iterable[int | None]
+        if req.gpus_per_node is None:
+            sizes = (None,)
+        else:
+            sizes = range(req.max_nodes, req.min_nodes - 1, -1)
+        reason = Reason.CAPACITY
+        for n in sizes:
+            gpus = req.gpus if n is None else req.gpus_per_node * n  # type: ignore[operator]
+            if not self.ledger.fits(req.team, req.pool, gpus):
+                reason = Reason.QUOTA
+                continue
+            view = state
+            if self.long_state is not None and not self.ends_before_shadow(pj, gpus):
+                view = self.long_state
+            pl, why = place(view, req, n)
+            if pl is None:
+                if view is not state and place(state, req, n)[0] is not None:
+                    why = Reason.RESERVATION
+                reason = why or reason
+                continue
+            self.commit(pl)
+            self.ledger.add(req.team, req.pool, pl.gpus)
+            self.res.starts.append(Start(req.id, pl))
+            return None
+        return reason
+
+    def ends_before_shadow(self, pj: PendingJob, gpus: int) -> bool:
+        est = pj.req.est_runtime_s
+        if est is None:
+            return False
+        rate = gpus / pj.req.max_gpus
+        return self.now + max(0.0, est - pj.progress_s) / rate <= self.shadow
+
+    # Step 5.
+    def _victim_budget(self, pj: PendingJob, prio: int) -> tuple[list[RunningJob], dict[str, float]]:
+        """Running jobs that may be stopped for `pj`, and how many GPUs each team may lose."""
+        snap, req = self.snap, pj.req
+        in_quota = self.ledger.used(req.team, req.pool) + req.min_gpus <= self.ledger.nominal(req.team, req.pool)
+        cands: list[RunningJob] = []
+        budget: dict[str, float] = {}
+        for r in snap.running:
+            if r.preempting or r.req.id in self.stopping or r.req.pool != req.pool:
+                continue
+            vcls = snap.classes[r.req.job_class]
+            if not vcls.preemptible or self.now - r.start_time < vcls.min_run_s:
+                continue
+            borrowing = self.ledger.borrowed(r.req.team, r.req.pool) > 0
+            lower = vcls.priority < prio
+            if r.req.team == req.team:
+                if lower:
+                    cands.append(r)
+                    budget[r.req.team] = math.inf
+            elif borrowing and (in_quota or lower):
+                cands.append(r)
+                budget.setdefault(r.req.team, self.ledger.borrowed(r.req.team, r.req.pool))
+        return cands, budget
+
+    def try_preempt(self, pj: PendingJob, prio: int) -> bool:
+        if self.searches >= self.p.max_preemption_searches:
+            return False
+        req = pj.req
+        if not self.ledger.fits(req.team, req.pool, req.min_gpus):
+            return False
+        cands, budget = self._victim_budget(pj, prio)
+        if not cands:
+            return False
+        self.searches += 1
+        on_node: dict[int, list[RunningJob]] = {}
+        for r in cands:
+            for n in r.placement.node_indices:
+                on_node.setdefault(n, []).append(r)
+        state = self.fut()
+        max_node = state.max_gpus.get(req.pool, 0)
+        if req.gpus_per_node is not None:
+            n, per = req.min_nodes, req.gpus_per_node
+        elif req.gpus <= max_node:
+            n, per = 1, req.gpus
+        else:
+            n, per = -(-req.gpus // max_node), max_node
+        victims = find_victims(state, req, n, per, on_node, self.now, budget)
+        if not victims:
+            return False
+        for v in victims:
+            self.stopping.add(v.req.id)
+            self.fut().release(v.placement)
+            self.ledger.add(v.req.team, v.req.pool, -v.gpus)
+            kind = "priority" if self.snap.classes[v.req.job_class].priority < prio else "reclaim"
+            self.res.preemptions.append(Preempt(v.req.id, kind, req.id))
+        pl, _ = place(self.fut(), req, req.min_nodes)
+        if pl is not None:
+            self.claim(pl)
+        # The preemptor's quota is held for it while its victims leave.
+        self.ledger.add(req.team, req.pool, req.min_gpus)
+        return True
+
+    # Step 6.
+    def ends(self) -> list[tuple[float, str, Placement]]:
+        if self._ends is None:
+            ends = []
+            for r in self.snap.running:
+                cls = self.snap.classes[r.req.job_class]
+                e = self.now + cls.grace_s if (r.preempting or r.req.id in self.stopping) else expected_end(r, cls, self.now)
+                if e != math.inf:
+                    ends.append((e, r.req.id, r.placement))
+            ends.sort(key=lambda x: (x[0], x[1]))
+            self._ends = ends
+        return self._ends
+
+    def reserve(self, pj: PendingJob) -> bool:
+        req = pj.req
+        view = (self.long_state or self.cur()).copy()
+        need = req.min_gpus
+        step = max(1, need // 4)
+        since_try = need
+        for end, _, pl in self.ends():
+            view.release(pl)
+            since_try += pl.gpus
+            if view.free_gpus(req.pool) < need or since_try < step:
+                continue
+            since_try = 0
+            got, _ = place(view, req, req.min_nodes)
+            if got is not None:
+                self.res.reservations.append(Reservation(req.id, max(end, self.now), got.node_indices))
+                if self.long_state is None:
+                    self.long_state = self.cur().copy()
+                for (i, gis), _m in zip(got.nodes, got.mem_mib):
+                    for g in gis:
+                        self.long_state.take_gpu(i, g)
+                self.shadow = min(self.shadow, max(end, self.now))
+                return True
+        return False
+
+
+def _take_where_free(view: ClusterState, placement: Placement, whole: bool = False) -> None:
+    """Mark a placement's GPUs used in another view, where they are still free there."""
+    for (i, gis), mem in zip(placement.nodes, placement.mem_mib):
+        free = view.free_mib[i]
+        for g in gis:
+            if whole or free[g] < mem:
+                if free[g] > 0:
+                    view.take_gpu(i, g)
+            else:
+                view.allocate(Placement(((i, (g,)),), (mem,)))

@@ -1,0 +1,67 @@
+"""In what order trainyard considers pending jobs.
+
+The key, most significant first:
+1. class priority (interactive before training before batch);
+2. urgency: a job that has waited `reserve_at` of its class's max wait is urgent; urgent jobs come
+   first, oldest first, and get a reservation when they do not fit (aging toward max wait);
+3. tier: a job that fits inside its team's unused nominal quota comes before a job that would
+   borrow (nominal quota is a guarantee, borrowing is a favour);
+4. score: the estimated remaining GPU-time of the job (shortest first, the order that minimises
+   mean completion time), scaled by the team's fair-share factor (decayed usage relative to its
+   quota share: a team that used more than its share waits a little longer) and discounted by
+   how long the job has waited relative to its max wait (aging);
+5. submit time, then id (determinism).
+
+Jobs without an estimate are scored by their class's max run time or, lacking that,
+`unknown_runtime_s`: they neither jump the queue nor starve behind it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping
+
+from trainyard.sched.types import JobClass, PendingJob, Team
+
+
+@dataclass(frozen=True, slots=True)
+class OrderingParams:
+    reserve_at: float = 0.5  # fraction of max wait after which a job is urgent
+    aging_weight: float = 4.0  # e-folds of score removed per max-wait waited
+    fairshare_weight: float = 1.0  # exponent on (usage share / quota share)
+    unknown_runtime_s: float = 4 * 3600.0
+
+
+def fairshare_factors(teams: Mapping[str, Team], usage: Mapping[str, float], pool: str, weight: float) -> dict[str, float]:
+    """Per team: (usage share / quota share) ** weight, clamped to [1/8, 8]. 1.0 is 'on share'."""
+    nominal = {t: team.quota(pool).nominal for t, team in teams.items()}
+    total_nom = sum(nominal.values())
+    total_use = sum(usage.get(t, 0.0) for t in teams)
+    out = {}
+    for t in teams:
+        if total_use <= 0 or total_nom <= 0 or weight == 0:
+            out[t] = 1.0
+            continue
+        q = max(nominal[t], 1) / total_nom
+        u = usage.get(t, 0.0) / total_use
+        out[t] = min(8.0, max(0.125, (max(u, 1e-6) / q) ** weight))
+    return out
+
+
+def sort_key(pj: PendingJob, cls: JobClass, now: float, in_quota: bool, fs: float, p: OrderingParams) -> tuple:
+    req = pj.req
+    waited = now - req.submit_time
+    max_wait = max(cls.max_wait_s, 1.0)
+    frac = waited / max_wait
+    urgent = frac >= p.reserve_at
+    est = req.est_runtime_s if req.est_runtime_s is not None else (cls.max_run_s or p.unknown_runtime_s)
+    remaining = max(est - pj.progress_s, 60.0)
+    score = math.log(remaining * req.min_gpus * fs) - p.aging_weight * frac
+    if urgent:
+        return (-cls.priority, 0, 0, -frac, req.submit_time, req.id)
+    return (-cls.priority, 1, 0 if in_quota else 1, score, req.submit_time, req.id)
+
+
+def is_urgent(key: tuple) -> bool:
+    return key[1] == 0
