@@ -83,6 +83,7 @@ class _Cycle:
         self.on_node: dict[int, list[RunningJob]] | None = None
         self.searches = 0
         self._ends: list[tuple[float, str, Placement]] | None = None
+        self._budget: dict[str, float] = {}
 
     # -- views ----------------------------------------------------------------------------------
 
@@ -125,8 +126,12 @@ class _Cycle:
             reason = self.admit(pj, key)
             if reason is None:
                 continue
-            if reason in (Reason.QUOTA,):
-                self.pend(pj, reason)
+            if reason == Reason.QUOTA:
+                # Only the team's own lower-priority jobs can give quota back to it.
+                if self.try_preempt(pj, cls.priority, own_team_only=True):
+                    self.pend(pj, Reason.PREEMPTING)
+                else:
+                    self.pend(pj, reason)
                 continue
             # Step 4: room that leaving jobs will free.
             if self.leaving or self.stopping:
@@ -234,30 +239,33 @@ class _Cycle:
                 budget.setdefault(r.req.team, self.ledger.borrowed(r.req.team, r.req.pool))
         return cands, budget
 
-    def try_preempt(self, pj: PendingJob, prio: int) -> bool:
+    def try_preempt(self, pj: PendingJob, prio: int, own_team_only: bool = False) -> bool:
         if self.searches >= self.p.max_preemption_searches:
             return False
         req = pj.req
-        if not self.ledger.fits(req.team, req.pool, req.min_gpus):
-            return False
         cands, budget = self._victim_budget(pj, prio)
+        self._budget = budget
+        if own_team_only:
+            cands = [r for r in cands if r.req.team == req.team]
         if not cands:
             return False
         self.searches += 1
-        on_node: dict[int, list[RunningJob]] = {}
-        for r in cands:
-            for n in r.placement.node_indices:
-                on_node.setdefault(n, []).append(r)
-        state = self.fut()
-        max_node = state.max_gpus.get(req.pool, 0)
-        if req.gpus_per_node is not None:
-            n, per = req.min_nodes, req.gpus_per_node
-        elif req.gpus <= max_node:
-            n, per = 1, req.gpus
-        else:
-            n, per = -(-req.gpus // max_node), max_node
-        victims = find_victims(state, req, n, per, on_node, self.now, budget)
-        if not victims:
+        # Quota first: stop the team's own lower-priority jobs, least lost work first, until the
+        # job fits its team's quota again.
+        quota_victims: list[RunningJob] = []
+        ledger = self.ledger.copy()
+        if not ledger.fits(req.team, req.pool, req.min_gpus):
+            own = sorted((r for r in cands if r.req.team == req.team),
+                         key=lambda r: (r.lost_if_stopped(self.now) / r.gpus, r.req.id))
+            for r in own:
+                quota_victims.append(r)
+                ledger.add(r.req.team, r.req.pool, -r.gpus)
+                if ledger.fits(req.team, req.pool, req.min_gpus):
+                    break
+            else:
+                return False
+        victims = self._place_victims(req, cands, quota_victims)
+        if victims is None:
             return False
         for v in victims:
             self.stopping.add(v.req.id)
@@ -271,6 +279,36 @@ class _Cycle:
         # The preemptor's quota is held for it while its victims leave.
         self.ledger.add(req.team, req.pool, req.min_gpus)
         return True
+
+    def _place_victims(self, req, cands: list[RunningJob], chosen: list[RunningJob]) -> list[RunningJob] | None:
+        """`chosen` plus whatever more must go for `req` to fit; None if it cannot."""
+        state = self.fut()
+        if chosen:
+            state = state.copy()
+            for v in chosen:
+                state.release(v.placement)
+            if place(state, req, req.min_nodes)[0] is not None:
+                return chosen
+        taken = {v.req.id for v in chosen}
+        on_node: dict[int, list[RunningJob]] = {}
+        for r in cands:
+            if r.req.id not in taken:
+                for n in r.placement.node_indices:
+                    on_node.setdefault(n, []).append(r)
+        max_node = state.max_gpus.get(req.pool, 0)
+        if req.gpus_per_node is not None:
+            n, per = req.min_nodes, req.gpus_per_node
+        elif req.gpus <= max_node:
+            n, per = 1, req.gpus
+        else:
+            n, per = -(-req.gpus // max_node), max_node
+        budget = dict(self._budget)
+        for v in chosen:
+            budget[v.req.team] = budget.get(v.req.team, math.inf) - v.gpus
+        more = find_victims(state, req, n, per, on_node, self.now, budget)
+        if not more:
+            return None
+        return chosen + more
 
     # Step 6.
     def ends(self) -> list[tuple[float, str, Placement]]:

@@ -71,9 +71,7 @@ def _why_not(state: ClusterState, pool: str, need: int, mem: int | None) -> Reas
     if mem is None:
         return Reason.TOPOLOGY if state.free_gpus(pool) >= need else Reason.CAPACITY
     usable = sum(c for _, c in _usable_nodes(state, pool, mem))
-    if usable >= need:
-        return Reason.TOPOLOGY
-    return Reason.MEMORY if state.free_gpus(pool) >= need else Reason.CAPACITY
+    return Reason.TOPOLOGY if usable >= need else Reason.MEMORY
 
 
 def _best_single_node(state: ClusterState, pool: str, k: int, mem: int | None) -> int | None:

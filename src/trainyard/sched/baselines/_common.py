@@ -1,0 +1,228 @@
+"""Helpers the baseline policies share: shape choice, a failure-caching placer, time estimates.
+
+Nothing here is a policy. Everything is pure (no clock, no I/O) and iterates in a fixed order.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterable
+
+from trainyard.sched.cluster import ClusterState, Placement
+from trainyard.sched.placement import place
+from trainyard.sched.types import JobClass, JobRequest, Reason, RunningJob, Snapshot
+
+# A preempted job leaves min(grace, ~30 s) after its notice (the simulator's stop delay).
+STOP_DELAY_S = 30.0
+INF = math.inf
+
+
+def shapes(req: JobRequest) -> tuple[int | None, ...]:
+    """Node counts to try, largest first: an elastic job at max_nodes, else min_nodes."""
+    if req.gpus_per_node is None:
+        return (None,)
+    if req.elastic:
+        return (req.max_nodes, req.min_nodes)
+    return (req.min_nodes,)
+
+
+def shape_gpus(req: JobRequest, n: int | None) -> int:
+    return req.gpus if n is None else req.gpus_per_node * n  # type: ignore[operator]
+
+
+class Fitter:
+    """`place` on one working state, remembering which request shapes already failed.
+
+    Within a cycle the working state only loses capacity (`take`), and placement failure is
+    monotone under allocation, so a shape that failed once keeps failing: thousands of waiting
+    jobs of a few shapes cost a few `place` calls, not thousands.
+    """
+
+    __slots__ = ("state", "_failed")
+
+    def __init__(self, state: ClusterState):
+        self.state = state
+        self._failed: dict[tuple, Reason] = {}
+
+    def fit(
+        self, req: JobRequest, allow: Callable[[int], bool] | None = None, elastic: bool = True
+    ) -> tuple[Placement | None, Reason]:
+        """The largest allowed shape that fits now; else None and why (QUOTA if `allow` said no)."""
+        reason = Reason.QUOTA
+        for n in shapes(req) if elastic else (shapes(req)[-1],):
+            g = shape_gpus(req, n)
+            if allow is not None and not allow(g):
+                continue
+            key = (req.pool, req.gpus_per_node, n, g, req.gpu_mem)
+            cached = self._failed.get(key)
+            if cached is not None:
+                reason = cached
+                if reason is Reason.TOPOLOGY and req.gpu_mem is None and self.state.free_gpus(req.pool) < g:
+                    reason = Reason.CAPACITY
+                continue
+            p, why = place(self.state, req, n)
+            if p is not None:
+                return p, Reason.CAPACITY
+            self._failed[key] = reason = why or Reason.CAPACITY
+        return None, reason
+
+    def take(self, p: Placement) -> None:
+        self.state.allocate(p)
+
+    def take_free_part(self, p: Placement) -> None:
+        allocate_free_part(self.state, p)
+
+    def forget(self) -> None:
+        """Call after releasing capacity on the state (failures may no longer hold)."""
+        self._failed.clear()
+
+
+def allocate_free_part(state: ClusterState, p: Placement) -> None:
+    """Allocate the part of `p` that is free in `state` (the rest is held by someone else)."""
+    nodes, mems = [], []
+    for (i, gis), mem in zip(p.nodes, p.mem_mib):
+        free = state.free_mib[i]
+        keep = tuple(g for g in gis if free[g] >= mem)
+        if keep:
+            nodes.append((i, keep))
+            mems.append(mem)
+    if nodes:
+        state.allocate(Placement(nodes=tuple(nodes), mem_mib=tuple(mems)))
+
+
+def class_of(snap: Snapshot, name: str) -> JobClass:
+    c = snap.classes.get(name)
+    return c if c is not None else JobClass(name=name, priority=0)
+
+
+def remaining_s(req: JobRequest, progress_s: float, cls: JobClass) -> float:
+    """Expected run time of the next/current attempt: the estimate, else the class limit, else inf."""
+    if req.est_runtime_s is not None:
+        return max(0.0, req.est_runtime_s - progress_s)
+    if cls.max_run_s is not None:
+        return cls.max_run_s
+    return INF
+
+
+def expected_end(snap: Snapshot, r: RunningJob) -> float:
+    if r.preempting:
+        return snap.now + STOP_DELAY_S
+    end = r.start_time + remaining_s(r.req, r.progress_s, class_of(snap, r.req.job_class))
+    return max(end, snap.now)
+
+
+def may_preempt(snap: Snapshot, r: RunningJob) -> bool:
+    """Preemptible class, past its min run time in this attempt, and not already leaving."""
+    if r.preempting:
+        return False
+    cls = class_of(snap, r.req.job_class)
+    return cls.preemptible and snap.now - r.start_time >= cls.min_run_s
+
+
+def pools_of(state: ClusterState) -> list[str]:
+    return sorted(state.max_gpus)
+
+
+def fifo_key(req: JobRequest) -> tuple[float, str]:
+    return (req.submit_time, req.id)
+
+
+def released(state: ClusterState, placements: Iterable[Placement]) -> ClusterState:
+    out = state.copy()
+    for p in placements:
+        out.release(p)
+    return out
+
+
+class Outlook:
+    """The cluster as it will be once every job under notice has left: where preemptors wait.
+
+    A policy that preempts must not start the preemptor in the same cycle (the victims keep their
+    GPUs for their grace period). It *claims* the GPUs instead: the claim is allocated here, and
+    the part of it that is free right now is also taken out of the live working state, so that
+    lower-ranked jobs cannot grab it in the meantime. Next cycle the claim is simply recomputed
+    from the snapshot; a preemptor whose victims are still leaving finds that it fits here without
+    new victims, so nobody is preempted twice for the same job.
+
+    Invariant: whatever is free in the live state is free here too.
+    """
+
+    __slots__ = ("state", "ledger", "victims", "_teams")
+
+    def __init__(self, snap: Snapshot, with_quota: bool):
+        from trainyard.sched.quota import QuotaLedger
+
+        self.state = snap.cluster.copy()
+        for r in snap.running:
+            if r.preempting:
+                self.state.release(r.placement)
+        self.ledger = (
+            QuotaLedger(snap.teams, [(r.req.team, r.req.pool, r.gpus) for r in snap.running if not r.preempting])
+            if with_quota
+            else None
+        )
+        self.victims: dict[str, RunningJob] = {}
+
+    def note_start(self, req: JobRequest, p: Placement) -> None:
+        self.state.allocate(p)
+        if self.ledger is not None:
+            self.ledger.add(req.team, req.pool, p.gpus)
+
+    def claim(
+        self,
+        req: JobRequest,
+        candidates: Iterable[RunningJob],
+        check: Callable[[ClusterState, object], Placement | None],
+        accept: Callable[[RunningJob, object], bool] | None = None,
+    ) -> tuple[list[RunningJob], Placement] | None:
+        """Victims (possibly none) whose leaving lets `req` fit, and where it would go.
+
+        Candidates are taken greedily in the given order until `check(state, ledger)` finds a
+        placement; then, as Kueue does, each chosen victim but the last is put back (latest chosen
+        first) if the job still fits without it. Does not commit anything.
+        """
+        p = check(self.state, self.ledger)
+        if p is not None:
+            return [], p
+        candidates = [c for c in candidates if c.req.id not in self.victims]
+        if not candidates:
+            return None
+        trial = self.state.copy()
+        tl = self.ledger.copy() if self.ledger is not None else None
+        chosen: list[RunningJob] = []
+        for c in candidates:
+            if c.req.id in self.victims:
+                continue
+            if accept is not None and not accept(c, tl):
+                continue
+            trial.release(c.placement)
+            if tl is not None:
+                tl.add(c.req.team, c.req.pool, -c.gpus)
+            chosen.append(c)
+            p = check(trial, tl)
+            if p is not None:
+                break
+        if p is None:
+            return None
+        for c in reversed(chosen[:-1]):
+            trial.allocate(c.placement)
+            if tl is not None:
+                tl.add(c.req.team, c.req.pool, c.gpus)
+            q = check(trial, tl)
+            if q is not None:
+                p = q
+                chosen.remove(c)
+            else:
+                trial.release(c.placement)
+                if tl is not None:
+                    tl.add(c.req.team, c.req.pool, -c.gpus)
+        return chosen, p
+
+    def commit(self, req: JobRequest, victims: list[RunningJob], p: Placement, live: ClusterState) -> None:
+        for v in victims:
+            self.state.release(v.placement)
+            if self.ledger is not None:
+                self.ledger.add(v.req.team, v.req.pool, -v.gpus)
+            self.victims[v.req.id] = v
+        self.note_start(req, p)
+        allocate_free_part(live, p)

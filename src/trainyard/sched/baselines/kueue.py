@@ -1,0 +1,131 @@
+"""Kueue: ClusterQueues with cohort borrowing, BestEffortFIFO, and two preemption rules.
+
+What it models (field names from Kueue's ClusterQueue API):
+- One ClusterQueue per team, its `nominalQuota`, `borrowingLimit` and `lendingLimit` per pool as
+  `Quota`; teams with the same `cohort` lend each other unused nominal quota (`QuotaLedger`).
+- `queueingStrategy: BestEffortFIFO`: workloads are tried in one global order, class priority
+  (the WorkloadPriorityClass) descending, then submit time (creation timestamp), then id; a
+  workload that does not fit (quota, or no placement on the nodes) is skipped and does not
+  block the ones behind it.
+- `preemption.withinClusterQueue: LowerPriority`: a team's blocked workload may preempt its own
+  team's running workloads of strictly lower priority.
+- `preemption.reclaimWithinCohort: Any`: a team whose usage plus the workload stays within its
+  nominal quota may take back lent quota by preempting workloads of any priority from teams of
+  its cohort that are borrowing; a team is a candidate only while it is still borrowing, so it
+  is left at or just under (by part of one workload) its nominal quota, as in Kueue.
+  Candidates are ordered as Kueue's `candidatesOrdering` does: other teams' workloads first, then
+  lowest priority, then most recently started; they are taken until the workload fits (quota and
+  placement), then every victim not needed is given back (Kueue's fill-back). The preemptor
+  starts in a later cycle, when its victims have left; meanwhile it waits for them and preempts
+  no more. Victims must be preemptible and past their class `min_run_s` (our addition).
+
+What it leaves out: Kueue admits one head workload per ClusterQueue per scheduling cycle; here
+every workload that fits is admitted in one cycle (the same outcome as many fast cycles), and at
+most one preemption search per team and pool per cycle (as only a queue's head can preempt).
+Real Kueue checks quota only and lets kube-scheduler place pods (pods may then sit Pending);
+here admission also needs a gang placement now (as with Topology Aware Scheduling). No
+`borrowWithinCohort`, no fair sharing (`fairSharing` weights), no `waitForPodsReady`, no
+resource flavors or flavor fungibility, no hierarchical cohorts. It uses no run-time
+estimates and never considers checkpoints: victims lose their work since their last
+checkpoint. `est_start` is always None (Kueue does not estimate).
+"""
+
+from __future__ import annotations
+
+from trainyard.sched.baselines._common import STOP_DELAY_S, Fitter, Outlook, class_of, may_preempt, shape_gpus, shapes
+from trainyard.sched.cluster import ClusterState
+from trainyard.sched.placement import place
+from trainyard.sched.policy import register
+from trainyard.sched.quota import QuotaLedger
+from trainyard.sched.types import CycleResult, PendingInfo, Preempt, Reason, RunningJob, Snapshot, Start
+
+
+@register("kueue")
+class Kueue:
+    name = "kueue"
+
+    def cycle(self, snap: Snapshot) -> CycleResult:
+        res = CycleResult()
+        now, explain = snap.now, snap.explain
+
+        def prio(name: str) -> int:
+            return class_of(snap, name).priority
+
+        order = sorted(snap.pending, key=lambda j: (-prio(j.req.job_class), j.req.submit_time, j.req.id))
+        state = snap.cluster.copy()
+        fitter = Fitter(state)
+        ledger = QuotaLedger(snap.teams, [(r.req.team, r.req.pool, r.gpus) for r in snap.running])
+        outlook = Outlook(snap, with_quota=True)
+        preemptible = sorted((r for r in snap.running if may_preempt(snap, r)), key=lambda r: r.req.id)
+        searched: set[tuple[str, str]] = set()
+
+        for job in order:
+            req = job.req
+            team, pool = req.team, req.pool
+            if job.held:
+                if explain:
+                    res.pending[req.id] = PendingInfo(Reason.HELD, None)
+                continue
+            if not ledger.fits(team, pool, shape_gpus(req, shapes(req)[-1])):
+                p, why = None, Reason.QUOTA
+            elif req.gpu_mem is None and state.free_gpus(pool) < shape_gpus(req, shapes(req)[-1]):
+                p, why = None, Reason.CAPACITY
+            else:
+                p, why = fitter.fit(req, allow=lambda g: ledger.fits(team, pool, g))
+            if p is not None:
+                fitter.take(p)
+                ledger.add(team, pool, p.gpus)
+                outlook.note_start(req, p)
+                res.starts.append(Start(req.id, p))
+                continue
+
+            if (team, pool) not in searched:
+                searched.add((team, pool))
+                got = self._preempt_for(snap, job.req, outlook, preemptible, prio)
+                if got is not None:
+                    chosen, p = got
+                    outlook.commit(req, chosen, p, state)
+                    ledger.add(team, pool, p.gpus)  # hold its quota too (conservative for one cycle)
+                    for v in chosen:
+                        why_p = "priority" if v.req.team == team else "reclaim"
+                        res.preemptions.append(Preempt(v.req.id, why_p, req.id))
+                    if explain:
+                        res.pending[req.id] = PendingInfo(Reason.PREEMPTING, now + STOP_DELAY_S)
+                    continue
+            if explain:
+                res.pending[req.id] = PendingInfo(why, None)
+        return res
+
+    @staticmethod
+    def _preempt_for(snap, req, outlook: Outlook, preemptible: list[RunningJob], prio):
+        team, pool = req.team, req.pool
+        n = shapes(req)[-1]
+        need = shape_gpus(req, n)
+        my_prio = prio(req.job_class)
+        t = snap.teams.get(team)
+        if t is None:
+            return None
+        ol: QuotaLedger = outlook.ledger  # type: ignore[assignment]
+        reclaim = ol.used(team, pool) + need <= ol.nominal(team, pool)
+        cands = []
+        for r in preemptible:
+            if r.req.pool != pool:
+                continue
+            if r.req.team == team:
+                if prio(r.req.job_class) < my_prio:
+                    cands.append((1, prio(r.req.job_class), -r.start_time, r.req.id, r))
+            elif reclaim and t.cohort and snap.teams.get(r.req.team) and snap.teams[r.req.team].cohort == t.cohort:
+                cands.append((0, prio(r.req.job_class), -r.start_time, r.req.id, r))
+        cands.sort(key=lambda c: c[:4])
+
+        def check(state: ClusterState, ledger) -> object:
+            if not ledger.fits(team, pool, need):
+                return None
+            if req.gpu_mem is None and state.free_gpus(pool) < need:
+                return None
+            return place(state, req, n)[0]
+
+        def accept(r: RunningJob, ledger) -> bool:
+            return r.req.team == team or ledger.borrowed(r.req.team, pool) > 0
+
+        return outlook.claim(req, [c[-1] for c in cands], check, accept)

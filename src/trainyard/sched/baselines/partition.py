@@ -1,0 +1,76 @@
+"""Static partitions: each team owns its nominal quota and nothing more (Philly-style VCs).
+
+What it models: the static split of a shared cluster into per-team virtual clusters, as Microsoft's
+Philly ran it (Jeon et al., ATC'19) and as Slurm does with one partition per team and a
+`GrpTRES=gres/gpu=N` limit. A team may hold at most `team.quota(pool).nominal` GPUs of a pool;
+idle GPUs of other teams are never lent (no cohort, no `borrowing_limit`). Within a team the
+queue is FIFO by `submit_time` (then id) and strict: a team's head job that does not fit (its cap
+or the free GPUs) blocks that team only. Placement is still on the shared node set: the cap is the
+partition, no nodes are pinned to a team.
+
+What it leaves out: Philly's opportunistic use of other VCs' idle GPUs and its preemption of such
+jobs, any priority or class ordering inside a team, preemption, backfill, and run-time estimates
+(`est_start` is always None). A job larger than its team's whole nominal quota could never run;
+rather than block its team forever it is skipped (reason QUOTA), as a real partition would reject
+it at submission. Teams missing from `snap.teams` have no quota and run nothing.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from trainyard.sched.baselines._common import Fitter, fifo_key, shape_gpus, shapes
+from trainyard.sched.policy import register
+from trainyard.sched.types import CycleResult, PendingInfo, Reason, Snapshot, Start
+
+
+@register("partition")
+class Partition:
+    name = "partition"
+
+    def cycle(self, snap: Snapshot) -> CycleResult:
+        res = CycleResult()
+        explain = snap.explain
+        state = snap.cluster.copy()
+        fitter = Fitter(state)
+        used: dict[tuple[str, str], int] = defaultdict(int)
+        for r in snap.running:
+            used[(r.req.team, r.req.pool)] += r.gpus
+        blocked: set[tuple[str, str]] = set()
+
+        def cap(team: str, pool: str) -> int:
+            t = snap.teams.get(team)
+            return t.quota(pool).nominal if t is not None else 0
+
+        for job in sorted(snap.pending, key=lambda j: fifo_key(j.req)):
+            req = job.req
+            key = (req.team, req.pool)
+            if job.held:
+                if explain:
+                    res.pending[req.id] = PendingInfo(Reason.HELD, None)
+                continue
+            if key in blocked:
+                if explain:
+                    res.pending[req.id] = PendingInfo(Reason.PRIORITY, None)
+                continue
+            limit = cap(req.team, req.pool)
+            if shape_gpus(req, shapes(req)[-1]) > limit:
+                if explain:
+                    res.pending[req.id] = PendingInfo(Reason.QUOTA, None)
+                continue  # can never run in this partition: skipped, does not block
+            room = limit - used[key]
+            if shape_gpus(req, shapes(req)[-1]) > room:
+                p, why = None, Reason.QUOTA
+            elif state.free_gpus(req.pool) == 0 and req.gpu_mem is None:
+                p, why = None, Reason.CAPACITY
+            else:
+                p, why = fitter.fit(req, allow=lambda g: g <= room)
+            if p is not None:
+                fitter.take(p)
+                used[key] += p.gpus
+                res.starts.append(Start(req.id, p))
+                continue
+            blocked.add(key)
+            if explain:
+                res.pending[req.id] = PendingInfo(why, None)
+        return res

@@ -1,0 +1,124 @@
+"""Tiresias: Discretized Two-Dimensional Least-Attained-Service (Gu et al., NSDI'19).
+
+What it models:
+- Attained service in two dimensions, GPUs x time: a job's GPU-seconds so far
+  (`attained_gpu_s`, plus gpus x (now - start) for a running attempt). No run-time estimates.
+- K = 2 priority queues split at `thresholds` = (3200 GPU-s,): a job whose attained service is
+  below 3200 GPU-s is in queue 0 (about 53 min on one GPU, 7 min on eight), otherwise queue 1.
+  The paper tunes K and the thresholds per cluster and finds K = 2 enough; 3200 is our choice.
+- Within a queue, FIFO by when the job entered it: a pending job's `queued_since`; a running job
+  that crossed a threshold during this attempt, the moment it crossed; otherwise its start.
+- Each cycle, per pool: the desired set is built by walking all jobs (running and pending) in
+  priority order (queue, then FIFO) and admitting greedily by GPU count up to the pool's healthy
+  capacity (jobs that do not fit are skipped, not blocking). Running jobs outside it are
+  preempted; pending jobs inside it start as soon as they can be placed.
+- The starvation guard (the paper's PROMOTE knob): a pending job that has waited longer than
+  `starve_limit` (4) times its executed time goes back to queue 0. Executed time is
+  approximated as attained GPU-seconds / its GPUs (the snapshot has no "last run time").
+
+What it leaves out: Tiresias' placement profiler and consolidation for skewed models (placement
+here is the shared gang placement), the Gittins-index variant (it needs a job-size distribution),
+team quotas and job-class priorities (ignored, except that non-preemptible classes and jobs
+younger than their class `min_run_s` are never preempted and keep their GPUs off the desired
+count). The desired set counts GPUs, not shapes, so a job that is desired but cannot be placed
+(topology) may cause preemptions that do not let it start at once. Elastic jobs run at their
+minimum size. Jobs under a preemption notice count as leaving (their GPUs are counted as coming
+free), so no one is preempted twice for the same gap. Our simulator drops work since the last
+checkpoint on preemption; the paper's prototype checkpoints on preemption: Tiresias pays here
+for every preemption, as a real cluster without on-notice checkpoints would. `est_start` is
+always None.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from trainyard.sched.baselines._common import Fitter, may_preempt, shape_gpus, shapes
+from trainyard.sched.policy import register
+from trainyard.sched.types import CycleResult, PendingInfo, PendingJob, Preempt, Reason, RunningJob, Snapshot, Start
+
+
+@register("tiresias")
+class Tiresias:
+    name = "tiresias"
+
+    def __init__(self, thresholds: tuple[float, ...] = (3200.0,), starve_limit: float = 4.0):
+        self.thresholds = tuple(sorted(thresholds))
+        self.starve_limit = starve_limit
+
+    def queue(self, attained: float) -> int:
+        for k, t in enumerate(self.thresholds):
+            if attained < t:
+                return k
+        return len(self.thresholds)
+
+    def cycle(self, snap: Snapshot) -> CycleResult:
+        res = CycleResult()
+        now, explain = snap.now, snap.explain
+        state = snap.cluster.copy()
+        fitter = Fitter(state)
+
+        # Step 1: every job's queue and FIFO key; pinned (unpreemptible now) jobs keep their GPUs.
+        pinned: dict[str, int] = defaultdict(int)
+        entries: dict[str, list[tuple[int, float, str, int, RunningJob | PendingJob]]] = defaultdict(list)
+        for r in snap.running:
+            if r.preempting:
+                continue  # leaving: its GPUs are counted as coming free
+            if not may_preempt(snap, r):
+                pinned[r.req.pool] += r.gpus
+                continue
+            a0 = r.attained_gpu_s
+            q = self.queue(a0 + r.gpus * (now - r.start_time))
+            since = r.start_time
+            if q > 0 and r.gpus > 0 and a0 < self.thresholds[q - 1]:
+                since = r.start_time + (self.thresholds[q - 1] - a0) / r.gpus
+            entries[r.req.pool].append((q, since, r.req.id, r.gpus, r))
+        for j in snap.pending:
+            if j.held:
+                if explain:
+                    res.pending[j.req.id] = PendingInfo(Reason.HELD, None)
+                continue
+            q = self.queue(j.attained_gpu_s)
+            gpus = shape_gpus(j.req, shapes(j.req)[-1])
+            if q > 0 and gpus > 0:
+                executed = j.attained_gpu_s / gpus
+                if now - j.queued_since > self.starve_limit * executed:
+                    q = 0  # PROMOTE: starved jobs go back to the top queue
+            entries[j.req.pool].append((q, j.queued_since, j.req.id, gpus, j))
+
+        # Step 2: per pool, the desired set by GPU count; starts and preemptions follow from it.
+        for pool in sorted(entries):
+            cap = state.total_gpus(pool) - pinned[pool]
+            out: list[RunningJob] = []
+            waiting: list[str] = []
+            for _, _, jid, gpus, job in sorted(entries[pool], key=lambda e: e[:3]):
+                desired = gpus <= cap
+                if desired:
+                    cap -= gpus
+                if isinstance(job, RunningJob):
+                    if not desired:
+                        out.append(job)
+                    continue
+                if not desired:
+                    if explain:
+                        res.pending[jid] = PendingInfo(Reason.PRIORITY, None)
+                    continue
+                req = job.req
+                if req.gpu_mem is None and state.free_gpus(pool) < gpus:
+                    p, why = None, Reason.CAPACITY
+                else:
+                    p, why = fitter.fit(req, elastic=False)
+                if p is not None:
+                    fitter.take(p)
+                    res.starts.append(Start(jid, p))
+                    continue
+                waiting.append(jid)
+                if explain:
+                    res.pending[jid] = PendingInfo(why, None)
+            if out and waiting:
+                for r in out:
+                    res.preemptions.append(Preempt(r.req.id, "priority", waiting[0]))
+                if explain:
+                    for jid in waiting:
+                        res.pending[jid] = PendingInfo(Reason.PREEMPTING, None)
+        return res

@@ -1,0 +1,224 @@
+"""Each rule of the trainyard engine, on small hand-built snapshots."""
+
+from trainyard.sched.cluster import ClusterState, Node
+from trainyard.sched.engine import TrainyardPolicy
+from trainyard.sched.types import Reason
+
+from tests.sched.builders import nodes, pending, req, running, snapshot, teams
+
+ENGINE = TrainyardPolicy()
+
+
+def full_node_of(team_jobs, state, start=0.0, ckpts=None):
+    out = []
+    for k, (jid, team) in enumerate(team_jobs):
+        ck = None if ckpts is None else ckpts[k]
+        out.append(running(state, req(jid, team, est_runtime_s=10_000, checkpoint_interval_s=None), start=start, ckpt=ck))
+    return out
+
+
+def test_reclaim_takes_back_borrowed_gpus_choosing_least_lost_work():
+    ns = nodes(1)
+    state = ClusterState(ns)
+    # b borrows 4 of a's GPUs; its jobs checkpointed at different times.
+    run = full_node_of([(f"b{i}", "b") for i in range(8)], state, start=0.0, ckpts=[100, 900, 200, 300, 950, 400, 500, 600])
+    tm = teams(a=4, b=4)
+    res = ENGINE.cycle(snapshot(ns, tm, run, [pending(req("a1", "a", submit=990))], now=1000.0))
+    assert [p.job_id for p in res.preemptions] == ["b4"]  # newest checkpoint: least work lost
+    assert res.preemptions[0].reason == "reclaim" and res.preemptions[0].for_job == "a1"
+    assert res.starts == []  # it starts once the victim has left
+    assert res.pending["a1"].reason == Reason.PREEMPTING
+
+
+def test_no_reclaim_from_a_team_within_its_nominal_quota():
+    ns = nodes(1)
+    state = ClusterState(ns)
+    run = full_node_of([(f"b{i}", "b") for i in range(4)] + [(f"a{i}", "a") for i in range(4)], state)
+    tm = teams(a=4, b=4)
+    # a is at its nominal; its new job would borrow, so nobody is preempted for it.
+    res = ENGINE.cycle(snapshot(ns, tm, run, [pending(req("a9", "a"))], now=5000.0))
+    assert res.preemptions == [] and res.starts == []
+    assert res.pending["a9"].reason == Reason.QUOTA
+
+
+def test_waiting_for_leaving_victims_does_not_preempt_again():
+    ns = nodes(1)
+    state = ClusterState(ns)
+    run = full_node_of([(f"b{i}", "b") for i in range(8)], state)
+    from dataclasses import replace
+    run[0] = replace(run[0], preempting=True)
+    tm = teams(a=4, b=4)
+    res = ENGINE.cycle(snapshot(ns, tm, run, [pending(req("a1", "a"))], now=5000.0))
+    assert res.preemptions == []
+    assert res.pending["a1"].reason == Reason.PREEMPTING
+
+
+def test_min_run_time_protects_young_victims():
+    ns = nodes(1)
+    state = ClusterState(ns)
+    run = full_node_of([(f"b{i}", "b") for i in range(8)], state, start=1000.0)
+    tm = teams(a=4, b=4)
+    young = ENGINE.cycle(snapshot(ns, tm, run, [pending(req("a1", "a"))], now=1000.0 + 599))
+    assert young.preemptions == []
+    old = ENGINE.cycle(snapshot(ns, tm, run, [pending(req("a1", "a"))], now=1000.0 + 601))
+    assert len(old.preemptions) == 1
+
+
+def test_non_preemptible_jobs_are_never_victims():
+    ns = nodes(1)
+    state = ClusterState(ns)
+    run = [running(state, req(f"b{i}", "b", cls="interactive")) for i in range(8)]
+    tm = teams(a=4, b=4)
+    res = ENGINE.cycle(snapshot(ns, tm, run, [pending(req("a1", "a", cls="interactive"))], now=9000.0))
+    assert res.preemptions == []
+
+
+def test_priority_preempts_own_lower_priority_job_but_not_another_teams_in_quota_job():
+    ns = nodes(1)
+    state = ClusterState(ns)
+    run = [running(state, req(f"a{i}", "a", cls="batch")) for i in range(4)]
+    run += [running(state, req(f"b{i}", "b", cls="batch")) for i in range(4)]
+    tm = teams(a=4, b=4)
+    res = ENGINE.cycle(snapshot(ns, tm, run, [pending(req("ai", "a", cls="interactive"))], now=100.0))
+    assert len(res.preemptions) == 1
+    assert res.preemptions[0].job_id.startswith("a") and res.preemptions[0].reason == "priority"
+
+
+def test_borrowing_limit_caps_a_team():
+    ns = nodes(1)
+    tm = teams(a=(4, 2, None), b=4)
+    pend = [pending(req(f"a{i}", "a", submit=i)) for i in range(8)]
+    res = ENGINE.cycle(snapshot(ns, tm, [], pend))
+    assert len(res.starts) == 6
+    assert all(res.pending[f"a{i}"].reason == Reason.QUOTA for i in range(8) if f"a{i}" not in {s.job_id for s in res.starts})
+
+
+def test_lending_limit_caps_what_others_borrow():
+    ns = nodes(1)
+    tm = teams(a=4, b=(4, None, 1))
+    pend = [pending(req(f"a{i}", "a", submit=i)) for i in range(8)]
+    res = ENGINE.cycle(snapshot(ns, tm, [], pend))
+    assert len(res.starts) == 5
+
+
+def test_team_without_cohort_never_borrows():
+    from trainyard.sched.types import Quota, Team
+    ns = nodes(1)
+    tm = {"a": Team("a", None, {"default": Quota(2)}), "b": Team("b", None, {"default": Quota(6)})}
+    res = ENGINE.cycle(snapshot(ns, tm, [], [pending(req(f"a{i}", "a", submit=i)) for i in range(4)]))
+    assert len(res.starts) == 2
+
+
+def test_gang_is_all_or_nothing():
+    ns = nodes(2)
+    state = ClusterState(ns)
+    run = [running(state, req("x", "b", gpus=4))]
+    tm = teams(a=16, b=16)
+    gang = req("g", "a", gpus=16, gpus_per_node=8, min_nodes=2, max_nodes=2)
+    res = ENGINE.cycle(snapshot(ns, tm, run, [pending(gang)]))
+    assert res.starts == []
+    assert res.pending["g"].reason in (Reason.CAPACITY, Reason.TOPOLOGY)
+
+
+def test_elastic_job_starts_at_the_size_that_fits_and_larger_when_room():
+    ns = nodes(2)
+    state = ClusterState(ns)
+    run = [running(state, req("x", "b", gpus=8))]
+    tm = teams(a=16, b=16)
+    el = req("e", "a", gpus=8, gpus_per_node=8, min_nodes=1, max_nodes=2)
+    res = ENGINE.cycle(snapshot(ns, tm, run, [pending(el)]))
+    assert [s.placement.gpus for s in res.starts] == [8]
+    res2 = ENGINE.cycle(snapshot(ns, tm, [], [pending(el)]))
+    assert [s.placement.gpus for s in res2.starts] == [16]
+
+
+def test_memory_fit_and_sharing():
+    ns = [Node("small", 1, 40.0), Node("big", 1, 80.0)]
+    tm = teams(a=2)
+    res = ENGINE.cycle(snapshot(ns, tm, [], [pending(req("m60", "a", gpu_mem=60.0))]))
+    assert res.starts[0].placement.node_indices == (1,)
+    res = ENGINE.cycle(snapshot(ns, tm, [], [pending(req("m100", "a", gpu_mem=100.0))]))
+    assert res.starts == [] and res.pending["m100"].reason == Reason.MEMORY
+    # Three 30 GB jobs on one 80 GB GPU: two share it, the third waits for memory.
+    one = [Node("big", 1, 80.0)]
+    pend = [pending(req(f"s{i}", "a", gpu_mem=30.0, submit=i)) for i in range(3)]
+    res = ENGINE.cycle(snapshot(one, teams(a=3), [], pend))  # each job counts one GPU of quota
+    assert len(res.starts) == 2
+    assert res.pending["s2"].reason == Reason.MEMORY
+
+
+def test_multi_node_job_stays_inside_one_block_and_rack_when_it_can():
+    ns = nodes(8, per_rack=2, per_block=4)  # b0: n0..n3 (r0, r1); b1: n4..n7 (r2, r3)
+    state = ClusterState(ns)
+    run = [running(state, req("x0", "b", gpus=1), at=((0, (0,)),)), running(state, req("x5", "b", gpus=1), at=((5, (0,)),))]
+    tm = teams(a=64, b=64)
+    gang = req("g", "a", gpus=16, gpus_per_node=8, min_nodes=2, max_nodes=2)
+    res = ENGINE.cycle(snapshot(ns, tm, run, [pending(gang)]))
+    chosen = set(res.starts[0].placement.node_indices)
+    racks = {ns[i].rack for i in chosen}
+    assert len(racks) == 1  # one rack, a whole one left free: r1 (n2, n3) or r3 (n6, n7)
+    three = req("g3", "a", gpus=24, gpus_per_node=8, min_nodes=3, max_nodes=3)
+    res = ENGINE.cycle(snapshot(ns, tm, run, [pending(three)]))
+    assert len({ns[i].block for i in res.starts[0].placement.node_indices}) == 1
+
+
+def test_backfill_never_delays_a_reservation():
+    ns = nodes(1)
+    state = ClusterState(ns)
+    run = [running(state, req("r1", "b", gpus=4, est_runtime_s=1000.0), start=0.0)]
+    tm = teams(a=8, b=8)
+    now = 100.0
+    # Urgent: waited 13 h of a 24 h max wait.
+    urgent = pending(req("u", "a", gpus=8, submit=now - 13 * 3600, est_runtime_s=3600.0))
+    short = pending(req("s", "a", gpus=2, submit=now, est_runtime_s=500.0))
+    long = pending(req("l", "a", gpus=2, submit=now, est_runtime_s=50_000.0))
+    res = ENGINE.cycle(snapshot(ns, tm, run, [urgent, long, short], now=now))
+    assert [r.job_id for r in res.reservations] == ["u"]
+    assert res.reservations[0].start_at == 1000.0
+    assert [s.job_id for s in res.starts] == ["s"]  # ends at 600, before the shadow time
+    assert res.pending["l"].reason == Reason.RESERVATION
+
+
+def test_aging_puts_a_long_waiting_job_first():
+    ns = nodes(1)
+    state = ClusterState(ns)
+    run = [running(state, req("r", "b", gpus=7, est_runtime_s=1e6))]
+    tm = teams(a=8, b=8)
+    now = 50 * 3600.0
+    old_long = pending(req("old", "a", submit=now - 13 * 3600, est_runtime_s=1e5))
+    new_short = pending(req("new", "a", submit=now - 60, est_runtime_s=600))
+    res = ENGINE.cycle(snapshot(ns, tm, run, [new_short, old_long], now=now))
+    assert [s.job_id for s in res.starts] == ["old"]
+    # Without the wait, shortest first.
+    young_long = pending(req("old", "a", submit=now - 3600, est_runtime_s=1e5))
+    res = ENGINE.cycle(snapshot(ns, tm, run, [new_short, young_long], now=now))
+    assert [s.job_id for s in res.starts] == ["new"]
+
+
+def test_priority_orders_before_size():
+    ns = nodes(1)
+    state = ClusterState(ns)
+    run = [running(state, req("r", "a", gpus=7, cls="interactive"))]
+    tm = teams(a=8)
+    pend = [pending(req("batch", "a", cls="batch", est_runtime_s=60)), pending(req("train", "a", est_runtime_s=1e5))]
+    res = ENGINE.cycle(snapshot(ns, tm, run, pend))
+    assert [s.job_id for s in res.starts] == ["train"]
+
+
+def test_every_pending_job_gets_a_reason_and_an_estimate():
+    ns = nodes(1)
+    state = ClusterState(ns)
+    run = [running(state, req("r", "a", gpus=8, est_runtime_s=1000.0))]
+    tm = teams(a=8)
+    pend = [pending(req(f"p{i}", "a", gpus=4, est_runtime_s=500.0, submit=i)) for i in range(3)]
+    res = ENGINE.cycle(snapshot(ns, tm, run, pend, now=10.0))
+    assert set(res.pending) == {"p0", "p1", "p2"}
+    starts = sorted(res.pending[j].est_start for j in res.pending)
+    assert starts == [1000.0, 1000.0, 1500.0]
+    assert all(info.reason in (Reason.CAPACITY, Reason.QUOTA) for info in res.pending.values())
+
+
+def test_held_jobs_never_start():
+    ns = nodes(1)
+    res = ENGINE.cycle(snapshot(ns, teams(a=8), [], [pending(req("h", "a"), held=True)]))
+    assert res.starts == [] and res.pending["h"].reason == Reason.HELD
