@@ -69,23 +69,29 @@ class Fitter:
     def take(self, p: Placement) -> None:
         self.state.allocate(p)
 
-    def take_free_part(self, p: Placement) -> None:
-        allocate_free_part(self.state, p)
+    def clip_to(self, ref: ClusterState, p: Placement) -> None:
+        clip_to(self.state, ref, p)
 
     def forget(self) -> None:
         """Call after releasing capacity on the state (failures may no longer hold)."""
         self._failed.clear()
 
 
-def allocate_free_part(state: ClusterState, p: Placement) -> None:
-    """Allocate the part of `p` that is free in `state` (the rest is held by someone else)."""
+def clip_to(state: ClusterState, ref: ClusterState, p: Placement) -> None:
+    """On the GPUs of `p`, allocate in `state` whatever it has free beyond what `ref` has free.
+
+    Keeps the invariant "free in `state` implies free in `ref`" after `p` was allocated in `ref`
+    (or in a state `ref` is kept below): used for claims, which are taken in full in the outlook
+    but only as far as they are free in the live state, and for reservation masks.
+    """
     nodes, mems = [], []
-    for (i, gis), mem in zip(p.nodes, p.mem_mib):
-        free = state.free_mib[i]
-        keep = tuple(g for g in gis if free[g] >= mem)
-        if keep:
-            nodes.append((i, keep))
-            mems.append(mem)
+    for i, gis in p.nodes:
+        free, rfree = state.free_mib[i], ref.free_mib[i]
+        for g in gis:
+            amt = free[g] - rfree[g]
+            if amt > 0:
+                nodes.append((i, (g,)))
+                mems.append(amt)
     if nodes:
         state.allocate(Placement(nodes=tuple(nodes), mem_mib=tuple(mems)))
 
@@ -225,4 +231,4 @@ class Outlook:
                 self.ledger.add(v.req.team, v.req.pool, -v.gpus)
             self.victims[v.req.id] = v
         self.note_start(req, p)
-        allocate_free_part(live, p)
+        clip_to(live, self.state, p)

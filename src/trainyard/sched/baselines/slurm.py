@@ -156,7 +156,7 @@ class Slurm:
             fitter.take(p)
             rsv = held.get(job.req.pool)
             if rsv is not None:
-                rsv.masked.take_free_part(p)
+                rsv.masked.clip_to(state, p)
             outlook.note_start(job.req, p)
             ends[job.req.pool].append((now + dur, job.req.id, p))
             res.starts.append(Start(job.req.id, p))
@@ -199,7 +199,7 @@ class Slurm:
                     chosen, p = got
                     outlook.commit(req, chosen, p, state)
                     if rsv is not None:
-                        rsv.masked.take_free_part(p)
+                        rsv.masked.clip_to(state, p)
                     ends[req.pool].append((now + STOP_DELAY_S + dur, req.id, p))
                     for v in chosen:
                         res.preemptions.append(Preempt(v.req.id, "priority", req.id))

@@ -1,0 +1,415 @@
+"""Behaviour tests for the baseline policies on small hand-built snapshots (real objects, no mocks)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from trainyard.sched.baselines import Fifo, Kueue, Partition, Slurm, Tiresias
+from trainyard.sched.cluster import ClusterState, Node
+from trainyard.sched.placement import place
+from trainyard.sched.policy import _REGISTRY
+from trainyard.sched.types import (
+    JobClass,
+    JobRequest,
+    PendingJob,
+    Quota,
+    Reason,
+    RunningJob,
+    Snapshot,
+    Team,
+)
+
+CLASSES = {
+    "low": JobClass("low", priority=1),
+    "mid": JobClass("mid", priority=5),
+    "high": JobClass("high", priority=10, preemptible=False),
+    "sticky": JobClass("sticky", priority=1, min_run_s=3600.0),
+}
+POLICIES = [Fifo, Partition, Slurm, Kueue, Tiresias]
+
+
+def nodes(n: int, gpus: int = 8, pool: str = "default", blocks: int = 1) -> list[Node]:
+    return [Node(f"n{i}", gpus, pool=pool, block=f"b{i % blocks}") for i in range(n)]
+
+
+def req(jid: str, gpus: int = 1, team: str = "a", cls: str = "low", t: float = 0.0, **kw) -> JobRequest:
+    return JobRequest(id=jid, team=team, job_class=cls, submit_time=t, gpus=gpus, **kw)
+
+
+def pend(r: JobRequest, **kw) -> PendingJob:
+    kw.setdefault("queued_since", r.submit_time)
+    return PendingJob(req=r, **kw)
+
+
+class Builder:
+    """Start running jobs on nodes one by one (via real placement), then take a snapshot."""
+
+    def __init__(self, ns: list[Node]):
+        self.nodes = ns
+        self.state = ClusterState(ns)
+        self.running: list[RunningJob] = []
+
+    def run(self, r: JobRequest, start: float, on: int | None = None, **kw) -> RunningJob:
+        if on is not None:  # pin to one node: place on a view where only that node is free
+            view = self.state.copy()
+            for i in range(len(self.nodes)):
+                if i != on:
+                    view.set_health(i, False)
+            p, why = place(view, r)
+        else:
+            p, why = place(self.state, r)
+        assert p is not None, why
+        self.state.allocate(p)
+        job = RunningJob(req=r, placement=p, start_time=start, last_checkpoint=start, **kw)
+        self.running.append(job)
+        return job
+
+    def snap(self, pending, now: float = 1000.0, teams=None, usage=None, explain=True) -> Snapshot:
+        state = ClusterState.build(self.nodes, [r.placement for r in self.running])
+        teams = teams or {"a": Team("a", quotas={"default": Quota(64)}), "b": Team("b", quotas={"default": Quota(64)})}
+        return Snapshot(
+            now=now,
+            cluster=state,
+            teams=teams,
+            classes=CLASSES,
+            running=tuple(self.running),
+            pending=tuple(pending),
+            usage=usage or {},
+            explain=explain,
+        )
+
+
+def started(res) -> list[str]:
+    return [s.job_id for s in res.starts]
+
+
+def preempted(res) -> list[str]:
+    return sorted(p.job_id for p in res.preemptions)
+
+
+# -- registry ------------------------------------------------------------------------------------
+
+
+def test_registered_names():
+    for name in ["fifo", "partition", "slurm", "kueue", "tiresias"]:
+        assert _REGISTRY[name]().name == name
+
+
+# -- fifo ----------------------------------------------------------------------------------------
+
+
+def test_fifo_head_of_line_blocking():
+    b = Builder(nodes(1))
+    b.run(req("r", 4), start=0)
+    big = pend(req("big", 8, t=1.0), queued_since=900.0)  # requeued: keeps its submit-time place
+    small = pend(req("small", 2, t=2.0), queued_since=5.0)
+    res = Fifo().cycle(b.snap([small, big]))
+    assert started(res) == []
+    assert res.pending["big"].reason is Reason.CAPACITY
+    assert res.pending["small"].reason is Reason.PRIORITY
+    # Without the blocker, both start in order.
+    res = Fifo().cycle(Builder(nodes(1)).snap([small, big]))
+    assert started(res) == ["big"]  # 8 GPUs fill the node; small is then blocked
+    held = pend(req("h", 8, t=0.0), held=True)
+    res = Fifo().cycle(Builder(nodes(1)).snap([held, small]))
+    assert started(res) == ["small"] and res.pending["h"].reason is Reason.HELD
+
+
+# -- partition -----------------------------------------------------------------------------------
+
+
+def test_partition_caps_team_at_nominal_and_blocks_only_that_team():
+    teams = {"a": Team("a", quotas={"default": Quota(8)}), "b": Team("b", quotas={"default": Quota(8)})}
+    b = Builder(nodes(3))
+    b.run(req("a-run", 4, team="a"), start=0)
+    jobs = [
+        pend(req("a-huge", 16, team="a", t=0.5)),  # larger than the partition: skipped, never blocks
+        pend(req("a-big", 8, team="a", t=1)),  # 4 + 8 > 8: blocked by its quota
+        pend(req("a-small", 2, team="a", t=2)),  # would fit, but FIFO within the team
+        pend(req("b-1", 8, team="b", t=3)),
+        pend(req("b-2", 1, team="b", t=4)),  # b is at its nominal 8: no borrowing
+    ]
+    res = Partition().cycle(b.snap(jobs, teams=teams))
+    assert started(res) == ["b-1"]
+    assert res.pending["a-huge"].reason is Reason.QUOTA
+    assert res.pending["a-big"].reason is Reason.QUOTA
+    assert res.pending["a-small"].reason is Reason.PRIORITY
+    assert res.pending["b-2"].reason is Reason.QUOTA
+    # 16 GPUs idle remain: the partition never lends them.
+    assert sum(s.placement.gpus for s in res.starts) == 8
+
+
+# -- slurm ---------------------------------------------------------------------------------------
+
+
+def _backfill_setup(with_third_node: bool):
+    b = Builder(nodes(3 if with_third_node else 2))
+    b.run(req("r0", 8, est_runtime_s=1100.0), start=0, on=0)  # ends at 1100
+    b.run(req("r1", 4, est_runtime_s=2000.0), start=0, on=1)  # ends at 2000
+    if with_third_node:
+        b.run(req("r2", 4, est_runtime_s=9000.0), start=0, on=2)  # ends at 9000
+    big = pend(req("big", gpus_per_node=8, min_nodes=2, max_nodes=2, t=0.0, est_runtime_s=500.0))
+    long = pend(req("long", 4, t=10.0, est_runtime_s=5000.0))  # tried first (older), ends after
+    short = pend(req("short", 4, t=20.0, est_runtime_s=500.0))  # ends at 1500 < shadow 2000
+    return b, [long, short, big]
+
+
+def test_slurm_easy_backfill_respects_reservation():
+    b, jobs = _backfill_setup(with_third_node=False)
+    snap = b.snap(jobs)
+    res = Slurm().cycle(snap)
+    assert [(r.job_id, r.start_at, r.nodes) for r in res.reservations] == [("big", 2000.0, (0, 1))]
+    assert res.pending["big"].est_start == 2000.0
+    assert started(res) == ["short"]  # ends before the shadow time
+    assert res.pending["long"].reason is Reason.RESERVATION  # would hold node 1 past the shadow
+    assert res.preemptions == []
+
+    # The reservation is not delayed: with the backfilled job running, the shadow time is the same.
+    s = res.starts[0]
+    short = next(j for j in jobs if j.req.id == "short")
+    b.running.append(RunningJob(req=short.req, placement=s.placement, start_time=1000.0, last_checkpoint=1000.0))
+    res2 = Slurm().cycle(b.snap([j for j in jobs if j is not short]))
+    assert [(r.job_id, r.start_at) for r in res2.reservations] == [("big", 2000.0)]
+    assert started(res2) == []
+
+
+def test_slurm_backfills_long_job_on_gpus_the_reservation_does_not_need():
+    b, jobs = _backfill_setup(with_third_node=True)
+    res = Slurm().cycle(b.snap(jobs))
+    assert [(r.job_id, r.start_at, r.nodes) for r in res.reservations] == [("big", 2000.0, (0, 1))]
+    # Both fit now; 'long' can only go to node 2, whose GPUs the reservation does not need.
+    assert sorted(started(res)) == ["long", "short"]
+    where = {s.job_id: s.placement.node_indices for s in res.starts}
+    assert where["long"] == (2,)
+
+
+def test_slurm_priority_weighs_fairshare_and_qos():
+    b = Builder(nodes(1))
+    b.run(req("r", 8), start=0)
+    jobs = [pend(req("a1", 8, team="a", t=0)), pend(req("b1", 8, team="b", t=5)), pend(req("b2", 8, team="b", cls="mid", t=9))]
+    pol = Slurm()
+    prio = pol.priorities(b.snap(jobs, usage={"a": 900.0, "b": 100.0}))
+    assert prio["b2"] > prio["b1"] > prio["a1"]  # qos first, then b's lower usage
+
+
+def test_slurm_qos_preemption_picks_youngest_and_waits():
+    b = Builder(nodes(1))
+    b.run(req("old", 4), start=0)
+    b.run(req("mid-age", 2), start=50)
+    b.run(req("young", 2), start=100)
+    urgent = pend(req("urgent", 4, cls="mid", t=500))
+    res = Slurm().cycle(b.snap([urgent]))
+    assert preempted(res) == ["mid-age", "young"]
+    assert all(p.for_job == "urgent" for p in res.preemptions)
+    assert started(res) == [] and res.pending["urgent"].reason is Reason.PREEMPTING
+    # Next cycle the victims are still leaving: no new preemption, still waiting.
+    b.running = [
+        RunningJob(r.req, r.placement, r.start_time, r.last_checkpoint, preempting=r.req.id in ("mid-age", "young"))
+        for r in b.running
+    ]
+    res = Slurm().cycle(b.snap([urgent]))
+    assert res.preemptions == [] and started(res) == []
+    assert res.pending["urgent"].reason is Reason.PREEMPTING
+
+
+def test_slurm_never_preempts_unpreemptible_or_too_young():
+    b = Builder(nodes(1))
+    b.run(req("nope", 4, cls="high"), start=0)
+    b.run(req("fresh", 4, cls="sticky"), start=900)  # min_run_s 3600 not reached at now=1000
+    top = pend(req("top", 8, cls="high", t=0))
+    res = Slurm().cycle(b.snap([top]))
+    assert res.preemptions == [] and started(res) == []
+
+
+# -- kueue ---------------------------------------------------------------------------------------
+
+
+def _cohort(a: Quota, b: Quota) -> dict[str, Team]:
+    return {"a": Team("a", cohort="c", quotas={"default": a}), "b": Team("b", cohort="c", quotas={"default": b})}
+
+
+def test_kueue_reclaims_borrowed_quota():
+    teams = _cohort(Quota(8), Quota(8))
+    b = Builder(nodes(2))
+    b.run(req("b-old", 8, team="b"), start=0)
+    b.run(req("b-new", 8, team="b"), start=100)  # b borrows 8 of a's idle nominal
+    a1 = pend(req("a1", 8, team="a", t=500))
+    res = Kueue().cycle(b.snap([a1], teams=teams))
+    assert preempted(res) == ["b-new"]  # most recently started of the borrower; b stays at nominal
+    assert res.preemptions[0].reason == "reclaim" and res.preemptions[0].for_job == "a1"
+    assert started(res) == [] and res.pending["a1"].reason is Reason.PREEMPTING
+
+
+def test_kueue_does_not_preempt_team_at_its_nominal():
+    teams = _cohort(Quota(8), Quota(8))  # nominal sums to 16 on an 8-GPU cluster
+    b = Builder(nodes(1))
+    b.run(req("b-run", 8, team="b"), start=0)
+    res = Kueue().cycle(b.snap([pend(req("a1", 8, team="a"))], teams=teams))
+    assert res.preemptions == [] and started(res) == []
+
+
+def test_kueue_borrowing_limit_and_best_effort():
+    teams = _cohort(Quota(8), Quota(8, borrowing_limit=4))
+    b = Builder(nodes(2))
+    b.run(req("b-run", 8, team="b"), start=0)
+    jobs = [
+        pend(req("b-big", 8, team="b", t=1)),  # would borrow 8 > limit 4
+        pend(req("b-small", 4, team="b", t=2)),  # borrows 4: fine, and not blocked by b-big
+        pend(req("b-more", 1, team="b", t=3)),  # would borrow 5
+    ]
+    res = Kueue().cycle(b.snap(jobs, teams=teams))
+    assert started(res) == ["b-small"]
+    assert res.pending["b-big"].reason is Reason.QUOTA and res.pending["b-more"].reason is Reason.QUOTA
+
+
+def test_kueue_preempts_lower_priority_within_team():
+    teams = _cohort(Quota(8), Quota(8))
+    b = Builder(nodes(1))
+    b.run(req("a-low", 8, team="a", cls="low"), start=0)
+    res = Kueue().cycle(b.snap([pend(req("a-mid", 8, team="a", cls="mid"))], teams=teams))
+    assert preempted(res) == ["a-low"] and res.preemptions[0].reason == "priority"
+    # Equal priority does not preempt.
+    res = Kueue().cycle(b.snap([pend(req("a-low2", 8, team="a", cls="low"))], teams=teams))
+    assert res.preemptions == []
+
+
+# -- tiresias ------------------------------------------------------------------------------------
+
+
+def test_tiresias_preempts_most_attained_for_new_job():
+    b = Builder(nodes(1))
+    b.run(req("veteran", 4), start=0, attained_gpu_s=50_000.0)  # queue 1
+    b.run(req("newish", 4), start=900)  # 400 GPU-s at now=1000: queue 0
+    new = pend(req("new", 4, t=990))
+    res = Tiresias().cycle(b.snap([new]))
+    assert preempted(res) == ["veteran"] and res.preemptions[0].for_job == "new"
+    assert started(res) == [] and res.pending["new"].reason is Reason.PREEMPTING
+
+
+def test_tiresias_respects_min_run_and_starts_when_free():
+    b = Builder(nodes(1))
+    b.run(req("veteran", 4, cls="sticky"), start=0, attained_gpu_s=50_000.0)  # too young to preempt
+    res = Tiresias().cycle(b.snap([pend(req("new", 8, t=990))]))
+    assert res.preemptions == [] and started(res) == []
+    res = Tiresias().cycle(b.snap([pend(req("new", 4, t=990))]))
+    assert started(res) == ["new"]
+
+
+def test_tiresias_promotes_starved_job():
+    b = Builder(nodes(1))
+    b.run(req("r", 8), start=900, attained_gpu_s=0.0)  # queue 0, 800 GPU-s
+    starved = pend(req("s", 8, t=0), queued_since=100.0, attained_gpu_s=8 * 500.0)  # queue 1, ran 500 s
+    pol = Tiresias(starve_limit=1.0)  # waited 900 s > 1 x 500 s: back to queue 0, and older
+    res = pol.cycle(b.snap([starved]))
+    assert preempted(res) == ["r"]
+    res = Tiresias(starve_limit=4.0).cycle(b.snap([starved]))
+    assert res.preemptions == []
+
+
+# -- all policies --------------------------------------------------------------------------------
+
+
+def random_snapshot(seed: int, explain: bool = True) -> Snapshot:
+    rng = random.Random(seed)
+    ns = [Node(f"n{i}", 8, gpu_mem=80.0, block=f"b{i % 3}", rack=f"r{i % 6}") for i in range(12)]
+    teams = {
+        "a": Team("a", cohort="c", quotas={"default": Quota(32, borrowing_limit=16)}),
+        "b": Team("b", cohort="c", quotas={"default": Quota(40)}),
+        "c": Team("c", quotas={"default": Quota(24)}),
+    }
+    b = Builder(ns)
+
+    def rand_req(jid: str) -> JobRequest:
+        kind = rng.random()
+        common = dict(
+            id=jid,
+            team=rng.choice("abc"),
+            job_class=rng.choice(list(CLASSES)),
+            submit_time=float(rng.randrange(0, 900)),
+            est_runtime_s=rng.choice([None, 300.0, 3000.0, 30000.0]),
+        )
+        if kind < 0.4:
+            return JobRequest(gpus=rng.choice([1, 2, 4, 8, 12]), **common)
+        if kind < 0.7:
+            lo = rng.randint(1, 3)
+            return JobRequest(gpus_per_node=rng.choice([4, 8]), min_nodes=lo, max_nodes=lo + rng.choice([0, 2]), **common)
+        return JobRequest(gpus=rng.choice([1, 2]), gpu_mem=rng.choice([10.0, 20.0, 40.0]), **common)
+
+    k = 0
+    for _ in range(40):
+        r = rand_req(f"r{k:03d}")
+        k += 1
+        p, _ = place(b.state, r, r.min_nodes if r.gpus_per_node else None)
+        if p is None:
+            continue
+        b.state.allocate(p)
+        start = float(rng.randrange(0, 990))
+        b.running.append(
+            RunningJob(
+                r, p, start, start, attained_gpu_s=rng.choice([0.0, 5000.0]), preempting=rng.random() < 0.1
+            )
+        )
+    pending = []
+    for _ in range(60):
+        r = rand_req(f"p{k:03d}")
+        k += 1
+        pending.append(
+            PendingJob(r, queued_since=r.submit_time + rng.choice([0.0, 50.0]), attained_gpu_s=rng.choice([0.0, 9000.0]), held=rng.random() < 0.05)
+        )
+    return b.snap(pending, teams=teams, usage={"a": 5e5, "b": 1e5}, explain=explain)
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=lambda p: p.name)
+def test_deterministic(policy):
+    for seed in range(3):
+        r1 = policy().cycle(random_snapshot(seed))
+        r2 = policy().cycle(random_snapshot(seed))
+        assert r1 == r2
+        quiet = policy().cycle(random_snapshot(seed, explain=False))
+        assert quiet.pending == {}
+        assert (quiet.starts, quiet.preemptions) == (r1.starts, r1.preemptions)
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=lambda p: p.name)
+def test_never_over_allocates_or_breaks_rules(policy):
+    for seed in range(8):
+        snap = random_snapshot(seed)
+        before = ([list(f) for f in snap.cluster.free_mib], list(snap.cluster.free_whole))
+        res = policy().cycle(snap)
+        assert ([list(f) for f in snap.cluster.free_mib], list(snap.cluster.free_whole)) == before  # untouched
+        state = snap.cluster.copy()
+        for s in res.starts:
+            state.allocate(s.placement)  # raises on over-allocation
+        pend = {j.req.id: j for j in snap.pending}
+        run = {r.req.id: r for r in snap.running}
+        ids = started(res)
+        assert len(ids) == len(set(ids))
+        for jid in ids:
+            assert jid in pend and not pend[jid].held
+            r = pend[jid].req
+            assert [s.placement for s in res.starts if s.job_id == jid][0].gpus in (r.min_gpus, r.max_gpus)
+        for p in res.preemptions:
+            v = run[p.job_id]
+            cls = CLASSES[v.req.job_class]
+            assert not v.preempting and cls.preemptible and snap.now - v.start_time >= cls.min_run_s
+            assert p.for_job not in ids  # the preemptor waits for its victims
+        assert len(res.preemptions) == len({p.job_id for p in res.preemptions})
+        for jid in pend:
+            if jid not in ids:
+                assert jid in res.pending
+
+
+def test_quota_policies_respect_quota_on_random_snapshots():
+    from trainyard.sched.quota import QuotaLedger
+
+    for seed in range(8):
+        snap = random_snapshot(seed)
+        res = Kueue().cycle(snap)
+        ledger = QuotaLedger(snap.teams, [(r.req.team, r.req.pool, r.gpus) for r in snap.running])
+        pend = {j.req.id: j.req for j in snap.pending}
+        for s in res.starts:
+            r = pend[s.job_id]
+            assert ledger.fits(r.team, r.pool, s.placement.gpus)
+            ledger.add(r.team, r.pool, s.placement.gpus)
