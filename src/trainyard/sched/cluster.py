@@ -12,7 +12,7 @@ whole free GPUs), so a best-fit single-node placement is found without scanning 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 
@@ -44,10 +44,10 @@ class Placement:
 
     nodes: tuple[tuple[int, tuple[int, ...]], ...]
     mem_mib: tuple[int, ...]  # per node entry (nodes of one pool may differ in GPU size)
+    gpus: int = field(init=False, compare=False, repr=False)
 
-    @property
-    def gpus(self) -> int:
-        return sum(len(g) for _, g in self.nodes)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpus", sum(len(g) for _, g in self.nodes))
 
     @property
     def node_indices(self) -> tuple[int, ...]:

@@ -84,6 +84,8 @@ class _Cycle:
         self.searches = 0
         self._ends: list[tuple[float, str, Placement]] | None = None
         self._budget: dict[str, float] = {}
+        self._eligible: dict[str, list[tuple[int, RunningJob]]] | None = None
+        self._min_prio = math.inf
 
     # -- views ----------------------------------------------------------------------------------
 
@@ -216,27 +218,46 @@ class _Cycle:
         return self.now + max(0.0, est - pj.progress_s) / rate <= self.shadow
 
     # Step 5.
+    def _eligible_by_team(self) -> dict[str, list[tuple[int, RunningJob]]]:
+        """Running jobs that may be preempted at all this cycle, by team (built once)."""
+        if self._eligible is None:
+            self._eligible = {}
+            classes = self.snap.classes
+            for r in self.snap.running:
+                vcls = classes[r.req.job_class]
+                if r.preempting or not vcls.preemptible or self.now - r.start_time < vcls.min_run_s:
+                    continue
+                self._eligible.setdefault(r.req.team, []).append((vcls.priority, r))
+                self._min_prio = min(self._min_prio, vcls.priority)
+        return self._eligible
+
     def _victim_budget(self, pj: PendingJob, prio: int) -> tuple[list[RunningJob], dict[str, float]]:
-        """Running jobs that may be stopped for `pj`, and how many GPUs each team may lose."""
-        snap, req = self.snap, pj.req
+        """Running jobs that may be stopped for `pj`, and how many GPUs each team may lose.
+
+        Of its own team: lower priority. Of another team: only while that team borrows, and then
+        if `pj` fits in its own team's nominal quota (reclaim) or is of higher priority.
+        """
+        req = pj.req
         in_quota = self.ledger.used(req.team, req.pool) + req.min_gpus <= self.ledger.nominal(req.team, req.pool)
         cands: list[RunningJob] = []
         budget: dict[str, float] = {}
-        for r in snap.running:
-            if r.preempting or r.req.id in self.stopping or r.req.pool != req.pool:
+        eligible = self._eligible_by_team()
+        if not in_quota and prio <= self._min_prio:
+            return cands, budget
+        for team, jobs in eligible.items():
+            if team == req.team:
+                own = [r for p, r in jobs if p < prio and r.req.id not in self.stopping and r.req.pool == req.pool]
+                if own:
+                    cands += own
+                    budget[team] = math.inf
                 continue
-            vcls = snap.classes[r.req.job_class]
-            if not vcls.preemptible or self.now - r.start_time < vcls.min_run_s:
+            borrowed = self.ledger.borrowed(team, req.pool)
+            if borrowed <= 0:
                 continue
-            borrowing = self.ledger.borrowed(r.req.team, r.req.pool) > 0
-            lower = vcls.priority < prio
-            if r.req.team == req.team:
-                if lower:
-                    cands.append(r)
-                    budget[r.req.team] = math.inf
-            elif borrowing and (in_quota or lower):
-                cands.append(r)
-                budget.setdefault(r.req.team, self.ledger.borrowed(r.req.team, r.req.pool))
+            theirs = [r for p, r in jobs if (in_quota or p < prio) and r.req.id not in self.stopping and r.req.pool == req.pool]
+            if theirs:
+                cands += theirs
+                budget[team] = borrowed
         return cands, budget
 
     def try_preempt(self, pj: PendingJob, prio: int, own_team_only: bool = False) -> bool:

@@ -18,13 +18,15 @@ from trainyard.sched.types import Team
 
 
 class QuotaLedger:
-    __slots__ = ("teams", "usage", "_cohort_of", "_members")
+    __slots__ = ("teams", "usage", "_cohort_of", "_members", "_nominal", "_slack")
 
     def __init__(self, teams: Mapping[str, Team], usage: Iterable[tuple[str, str, int]] = ()):
         self.teams = teams
         self.usage: dict[tuple[str, str], int] = defaultdict(int)
         self._cohort_of = {name: t.cohort for name, t in teams.items()}
         self._members: dict[str, list[str]] = defaultdict(list)
+        self._nominal: dict[tuple[str, str], int] = {}
+        self._slack: dict[tuple[str, str, str | None], int] = {}  # cleared on every change
         for name, t in teams.items():
             if t.cohort:
                 self._members[t.cohort].append(name)
@@ -37,20 +39,28 @@ class QuotaLedger:
         new.usage = defaultdict(int, self.usage)
         new._cohort_of = self._cohort_of
         new._members = self._members
+        new._nominal = self._nominal
+        new._slack = {}
         return new
 
     def add(self, team: str, pool: str, gpus: int) -> None:
         self.usage[(team, pool)] += gpus
+        self._slack.clear()
 
     def nominal(self, team: str, pool: str) -> int:
-        t = self.teams.get(team)
-        return t.quota(pool).nominal if t else 0
+        key = (team, pool)
+        n = self._nominal.get(key)
+        if n is None:
+            t = self.teams.get(team)
+            n = self._nominal[key] = t.quota(pool).nominal if t else 0
+        return n
 
     def used(self, team: str, pool: str) -> int:
         return self.usage.get((team, pool), 0)
 
     def borrowed(self, team: str, pool: str) -> int:
-        return max(0, self.used(team, pool) - self.nominal(team, pool))
+        b = self.usage.get((team, pool), 0) - self.nominal(team, pool)
+        return b if b > 0 else 0
 
     def headroom_in_nominal(self, team: str, pool: str) -> int:
         return max(0, self.nominal(team, pool) - self.used(team, pool))
@@ -62,12 +72,17 @@ class QuotaLedger:
 
     def cohort_slack(self, cohort: str, pool: str, exclude: str | None = None) -> int:
         """GPUs the cohort can still lend: lendable nominal minus what members already borrow."""
+        key = (cohort, pool, exclude)
+        cached = self._slack.get(key)
+        if cached is not None:
+            return cached
         lend = borrow = 0
         for m in self._members.get(cohort, ()):
             if m == exclude:
                 continue
             lend += self._lendable(m, pool)
             borrow += self.borrowed(m, pool)
+        self._slack[key] = lend - borrow
         return lend - borrow
 
     def fits(self, team: str, pool: str, gpus: int) -> bool:

@@ -1,0 +1,147 @@
+"""Invariants of every cycle, on random snapshots (hypothesis).
+
+- no GPU and no GPU memory over-allocated (ClusterState.allocate raises if it would be);
+- no team beyond nominal + borrowing limit, nor beyond what its cohort can lend;
+- victims are preemptible, past their min run time, and of lower priority or borrowing;
+- a backfilled start never delays a reservation: recomputing after the starts gives a shadow
+  time no later than the one promised;
+- the same snapshot gives the same result.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from trainyard.sched.cluster import ClusterState, Node
+from trainyard.sched.engine import TrainyardPolicy
+from trainyard.sched.placement import place
+from trainyard.sched.quota import QuotaLedger
+from trainyard.sched.types import JobRequest, PendingJob, Quota, RunningJob, Snapshot, Team
+
+from tests.sched.builders import CLASSES
+
+ENGINE = TrainyardPolicy()
+
+
+@st.composite
+def snapshots(draw) -> Snapshot:
+    n_nodes = draw(st.integers(1, 5))
+    gpus = draw(st.sampled_from([2, 4, 8]))
+    nodes = [Node(f"n{i}", gpus, draw(st.sampled_from([40.0, 80.0])), block=f"b{i // 2}", rack=f"r{i}")
+             for i in range(n_nodes)]
+    total = n_nodes * gpus
+    names = ["a", "b", "c"][: draw(st.integers(1, 3))]
+    teams = {}
+    for t in names:
+        nominal = draw(st.integers(0, total))
+        bl = draw(st.one_of(st.none(), st.integers(0, total)))
+        ll = draw(st.one_of(st.none(), st.integers(0, total)))
+        teams[t] = Team(t, draw(st.sampled_from(["lab", None])), {"default": Quota(nominal, bl, ll)})
+    classes = list(CLASSES)
+    now = 100_000.0
+    state = ClusterState(nodes)
+    ledger = QuotaLedger(teams)
+    running: list[RunningJob] = []
+    for k in range(draw(st.integers(0, 10))):
+        r = _request(draw, f"r{k}", names, classes, gpus, now)
+        if not ledger.fits(r.team, r.pool, r.min_gpus):
+            continue
+        pl, _ = place(state, r, r.min_nodes)
+        if pl is None:
+            continue
+        state.allocate(pl)
+        ledger.add(r.team, r.pool, pl.gpus)
+        start = now - draw(st.floats(0, 5000))
+        running.append(RunningJob(r, pl, start, start + draw(st.floats(0, 1000)),
+                                  preempting=draw(st.booleans()) and CLASSES[r.job_class].preemptible))
+    pending = [PendingJob(_request(draw, f"p{k}", names, classes, gpus, now), queued_since=now - 10,
+                          held=draw(st.integers(0, 9)) == 0)
+               for k in range(draw(st.integers(0, 10)))]
+    return Snapshot(now, state, teams, CLASSES, running, pending, explain=draw(st.booleans()))
+
+
+def _request(draw, jid, names, classes, gpus, now) -> JobRequest:
+    team = draw(st.sampled_from(names))
+    cls = draw(st.sampled_from(classes))
+    submit = now - draw(st.floats(0, 3 * 86400))
+    est = draw(st.one_of(st.none(), st.floats(60, 86400)))
+    mem = draw(st.sampled_from([None, None, 20.0, 50.0]))
+    if draw(st.booleans()):
+        return JobRequest(jid, team, cls, submit, gpus=draw(st.integers(1, gpus * 2)), gpu_mem=mem, est_runtime_s=est,
+                          checkpoint_interval_s=draw(st.sampled_from([None, 600.0])))
+    lo = draw(st.integers(1, 2))
+    return JobRequest(jid, team, cls, submit, gpus=gpus * lo, gpus_per_node=draw(st.integers(1, gpus)),
+                      min_nodes=lo, max_nodes=lo + draw(st.integers(0, 1)), gpu_mem=mem, est_runtime_s=est)
+
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@SETTINGS
+@given(snapshots())
+def test_no_overallocation_and_quotas_hold(snap: Snapshot):
+    res = ENGINE.cycle(snap)
+    state = snap.cluster.copy()
+    ledger = QuotaLedger(snap.teams, ((r.req.team, r.req.pool, r.gpus) for r in snap.running))
+    pending = {pj.req.id: pj for pj in snap.pending}
+    for s in res.starts:
+        pj = pending.pop(s.job_id)  # each pending job starts at most once
+        assert not pj.held
+        assert ledger.fits(pj.req.team, pj.req.pool, s.placement.gpus), "quota broken"
+        state.allocate(s.placement)  # raises on GPU or memory over-allocation
+        ledger.add(pj.req.team, pj.req.pool, s.placement.gpus)
+        assert pj.req.min_gpus <= s.placement.gpus <= pj.req.max_gpus
+        if pj.req.gpu_mem is not None:
+            assert all(snap.cluster.cap_mib[i] >= pj.req.gpu_mem * 1024 for i, _ in s.placement.nodes)
+
+
+@SETTINGS
+@given(snapshots())
+def test_victims_follow_the_rules(snap: Snapshot):
+    res = ENGINE.cycle(snap)
+    running = {r.req.id: r for r in snap.running}
+    pending = {pj.req.id: pj for pj in snap.pending}
+    ledger = QuotaLedger(snap.teams, ((r.req.team, r.req.pool, r.gpus) for r in snap.running))
+    for p in res.preemptions:
+        v = running[p.job_id]
+        cls = snap.classes[v.req.job_class]
+        assert cls.preemptible and not v.preempting
+        assert snap.now - v.start_time >= cls.min_run_s
+        preemptor = pending[p.for_job]
+        lower = cls.priority < snap.classes[preemptor.req.job_class].priority
+        assert lower or ledger.borrowed(v.req.team, v.req.pool) > 0
+
+
+@SETTINGS
+@given(snapshots())
+def test_same_input_same_output(snap: Snapshot):
+    assert repr(ENGINE.cycle(snap)) == repr(ENGINE.cycle(snap))
+
+
+@SETTINGS
+@given(snapshots())
+def test_backfill_never_delays_a_reservation(snap: Snapshot):
+    res = ENGINE.cycle(snap)
+    if not res.reservations:
+        return
+    # Apply the starts as running jobs, then ask for the reservations again.
+    pending = {pj.req.id: pj for pj in snap.pending}
+    state = snap.cluster.copy()
+    running = list(snap.running)
+    for s in res.starts:
+        state.allocate(s.placement)
+        running.append(RunningJob(pending[s.job_id].req, s.placement, snap.now, snap.now))
+    stopping = {p.job_id for p in res.preemptions}
+    running = [r if r.req.id not in stopping else _leaving(r) for r in running]
+    reserved = {r.job_id for r in res.reservations}
+    again = ENGINE.cycle(Snapshot(snap.now, state, snap.teams, snap.classes, running,
+                                  [pending[j] for j in reserved], snap.usage, explain=False))
+    promised = {r.job_id: r.start_at for r in res.reservations}
+    for r in again.reservations:
+        assert r.start_at <= promised[r.job_id] + 1e-6
+
+
+def _leaving(r: RunningJob) -> RunningJob:
+    from dataclasses import replace
+    return replace(r, preempting=True)
