@@ -50,7 +50,7 @@ from trainyard.sched.types import (
 class EngineParams:
     ordering: OrderingParams = field(default_factory=OrderingParams)
     max_reservations: int = 4  # urgent jobs that may hold a reservation at once (per cycle)
-    max_preemption_searches: int = 16  # victim searches per cycle (each scans candidate nodes)
+    max_preemption_searches: int = 4  # victim searches per cycle; more preemptors wait a cycle
 
 
 class TrainyardPolicy:
@@ -86,6 +86,13 @@ class _Cycle:
         self._budget: dict[str, float] = {}
         self._eligible: dict[str, list[tuple[int, RunningJob]]] | None = None
         self._min_prio = math.inf
+        # Within a cycle, free capacity in a view only shrinks (starts and claims), except in
+        # `future` when victims are chosen; so a shape that did not fit stays unfit until then.
+        self._nofit: dict[tuple, Reason] = {}
+        self._no_victims: set[tuple] = set()
+        self._lost: dict[str, float] = {}
+        self._by_node: dict[int, list[RunningJob]] | None = None
+        self._sorted_team: dict[str, list[RunningJob]] = {}
 
     # -- views ----------------------------------------------------------------------------------
 
@@ -100,6 +107,22 @@ class _Cycle:
             for r in self.leaving:
                 self.future.release(r.placement)
         return self.future
+
+    def place_in(self, view: ClusterState, req, n: int | None) -> tuple[Placement | None, Reason | None]:
+        key = (id(view), req.pool, req.gpus, req.gpus_per_node, n, req.gpu_mem)
+        why = self._nofit.get(key)
+        if why is not None:
+            return None, why
+        pl, why = place(view, req, n)
+        if pl is None:
+            self._nofit[key] = why or Reason.CAPACITY
+        return pl, why
+
+    def lost(self, r: RunningJob) -> float:
+        v = self._lost.get(r.req.id)
+        if v is None:
+            v = self._lost[r.req.id] = r.lost_if_stopped(self.now)
+        return v
 
     def commit(self, placement: Placement) -> None:
         """A start: allocate in every view that exists."""
@@ -137,7 +160,7 @@ class _Cycle:
                 continue
             # Step 4: room that leaving jobs will free.
             if self.leaving or self.stopping:
-                pl, _ = place(self.fut(), pj.req, pj.req.min_nodes)
+                pl, _ = self.place_in(self.fut(), pj.req, pj.req.min_nodes)
                 if pl is not None:
                     self.claim(pl)
                     self.ledger.add(pj.req.team, pj.req.pool, pj.req.min_gpus)
@@ -198,9 +221,9 @@ class _Cycle:
             view = state
             if self.long_state is not None and not self.ends_before_shadow(pj, gpus):
                 view = self.long_state
-            pl, why = place(view, req, n)
+            pl, why = self.place_in(view, req, n)
             if pl is None:
-                if view is not state and place(state, req, n)[0] is not None:
+                if view is not state and self.place_in(state, req, n)[0] is not None:
                     why = Reason.RESERVATION
                 reason = why or reason
                 continue
@@ -231,63 +254,77 @@ class _Cycle:
                 self._min_prio = min(self._min_prio, vcls.priority)
         return self._eligible
 
-    def _victim_budget(self, pj: PendingJob, prio: int) -> tuple[list[RunningJob], dict[str, float]]:
-        """Running jobs that may be stopped for `pj`, and how many GPUs each team may lose.
+    def _node_jobs(self) -> dict[int, list[RunningJob]]:
+        """Preemptible running jobs by node they occupy (built once per cycle)."""
+        if self._by_node is None:
+            self._by_node = {}
+            for jobs in self._eligible_by_team().values():
+                for _, r in jobs:
+                    for n in r.placement.node_indices:
+                        self._by_node.setdefault(n, []).append(r)
+        return self._by_node
+
+    def _victim_rules(self, pj: PendingJob, prio: int, own_team_only: bool):
+        """Who may be stopped for `pj` (a predicate) and how many GPUs each team may lose.
 
         Of its own team: lower priority. Of another team: only while that team borrows, and then
-        if `pj` fits in its own team's nominal quota (reclaim) or is of higher priority.
+        if `pj` fits in its own team's nominal quota (reclaim) or is of higher priority; never
+        so many that the team falls below its nominal quota.
         """
         req = pj.req
         in_quota = self.ledger.used(req.team, req.pool) + req.min_gpus <= self.ledger.nominal(req.team, req.pool)
-        cands: list[RunningJob] = []
-        budget: dict[str, float] = {}
-        eligible = self._eligible_by_team()
-        if not in_quota and prio <= self._min_prio:
-            return cands, budget
-        for team, jobs in eligible.items():
-            if team == req.team:
-                own = [r for p, r in jobs if p < prio and r.req.id not in self.stopping and r.req.pool == req.pool]
-                if own:
-                    cands += own
-                    budget[team] = math.inf
-                continue
-            borrowed = self.ledger.borrowed(team, req.pool)
-            if borrowed <= 0:
-                continue
-            theirs = [r for p, r in jobs if (in_quota or p < prio) and r.req.id not in self.stopping and r.req.pool == req.pool]
-            if theirs:
-                cands += theirs
-                budget[team] = borrowed
-        return cands, budget
+        budget: dict[str, float] = {req.team: math.inf}
+        if not own_team_only:
+            for team in self._eligible_by_team():
+                if team != req.team:
+                    b = self.ledger.borrowed(team, req.pool)
+                    if b > 0:
+                        budget[team] = b
+        classes, stopping, pool = self.snap.classes, self.stopping, req.pool
+
+        def ok(r: RunningJob) -> bool:
+            t = r.req.team
+            if t not in budget or r.req.id in stopping or r.req.pool != pool:
+                return False
+            lower = classes[r.req.job_class].priority < prio
+            return lower if t == req.team else (in_quota or lower)
+
+        return ok, budget
 
     def try_preempt(self, pj: PendingJob, prio: int, own_team_only: bool = False) -> bool:
         if self.searches >= self.p.max_preemption_searches:
             return False
         req = pj.req
-        cands, budget = self._victim_budget(pj, prio)
-        self._budget = budget
-        if own_team_only:
-            cands = [r for r in cands if r.req.team == req.team]
-        if not cands:
+        in_quota = self.ledger.used(req.team, req.pool) + req.min_gpus <= self.ledger.nominal(req.team, req.pool)
+        if not in_quota and prio <= self._min_prio_now():
+            return False  # nothing of lower priority runs, and it may not reclaim
+        memo = (req.team, prio, in_quota, own_team_only, req.pool, req.gpus, req.gpus_per_node, req.min_nodes, req.gpu_mem)
+        if memo in self._no_victims:
             return False
+        ok, budget = self._victim_rules(pj, prio, own_team_only)
         self.searches += 1
         # Quota first: stop the team's own lower-priority jobs, least lost work first, until the
         # job fits its team's quota again.
         quota_victims: list[RunningJob] = []
         ledger = self.ledger.copy()
         if not ledger.fits(req.team, req.pool, req.min_gpus):
-            own = sorted((r for r in cands if r.req.team == req.team),
-                         key=lambda r: (r.lost_if_stopped(self.now) / r.gpus, r.req.id))
-            for r in own:
+            for r in self._cheapest_first(req.team):
+                if not ok(r):
+                    continue
                 quota_victims.append(r)
                 ledger.add(r.req.team, r.req.pool, -r.gpus)
                 if ledger.fits(req.team, req.pool, req.min_gpus):
                     break
             else:
+                self._no_victims.add(memo)
                 return False
-        victims = self._place_victims(req, cands, quota_victims)
+        victims = self._place_victims(req, ok, budget, quota_victims)
         if victims is None:
+            self._no_victims.add(memo)
             return False
+        self._no_victims.clear()
+        fut_id = id(self.fut())
+        self._nofit = {k: v for k, v in self._nofit.items() if k[0] != fut_id}
         for v in victims:
             self.stopping.add(v.req.id)
             self.fut().release(v.placement)
@@ -301,7 +338,19 @@ class _Cycle:
         self.ledger.add(req.team, req.pool, req.min_gpus)
         return True
 
-    def _place_victims(self, req, cands: list[RunningJob], chosen: list[RunningJob]) -> list[RunningJob] | None:
+    def _cheapest_first(self, team: str) -> list[RunningJob]:
+        """A team's preemptible jobs, least lost work per GPU first (sorted once per cycle)."""
+        got = self._sorted_team.get(team)
+        if got is None:
+            got = self._sorted_team[team] = sorted(
+                (r for _, r in self._eligible_by_team().get(team, ())), key=lambda r: (self.lost(r) / r.gpus, r.req.id))
+        return got
+
+    def _min_prio_now(self) -> float:
+        self._eligible_by_team()
+        return self._min_prio
+
+    def _place_victims(self, req, ok, budget: dict[str, float], chosen: list[RunningJob]) -> list[RunningJob] | None:
         """`chosen` plus whatever more must go for `req` to fit; None if it cannot."""
         state = self.fut()
         if chosen:
@@ -311,11 +360,9 @@ class _Cycle:
             if place(state, req, req.min_nodes)[0] is not None:
                 return chosen
         taken = {v.req.id for v in chosen}
-        on_node: dict[int, list[RunningJob]] = {}
-        for r in cands:
-            if r.req.id not in taken:
-                for n in r.placement.node_indices:
-                    on_node.setdefault(n, []).append(r)
+        budget = dict(budget)
+        for v in chosen:
+            budget[v.req.team] = budget.get(v.req.team, math.inf) - v.gpus
         max_node = state.max_gpus.get(req.pool, 0)
         if req.gpus_per_node is not None:
             n, per = req.min_nodes, req.gpus_per_node
@@ -323,10 +370,8 @@ class _Cycle:
             n, per = 1, req.gpus
         else:
             n, per = -(-req.gpus // max_node), max_node
-        budget = dict(self._budget)
-        for v in chosen:
-            budget[v.req.team] = budget.get(v.req.team, math.inf) - v.gpus
-        more = find_victims(state, req, n, per, on_node, self.now, budget)
+        more = find_victims(state, req, n, per, self._node_jobs(), lambda r: r.req.id not in taken and ok(r),
+                            self.lost, budget)
         if not more:
             return None
         return chosen + more

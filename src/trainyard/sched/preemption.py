@@ -14,14 +14,14 @@ pushed below their nominal quota when the victim was chosen for borrowing (`budg
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from typing import Callable, Mapping
 
 from trainyard.sched.cluster import ClusterState, gb_to_mib
 from trainyard.sched.types import JobRequest, RunningJob
 
 
-def _node_option(state: ClusterState, i: int, need: int, mem: int | None, cands: list[RunningJob], now: float,
-                 budget: Mapping[str, float]) -> tuple[float, list[RunningJob]] | None:
+def _node_option(state: ClusterState, i: int, need: int, mem: int | None, cands: list[RunningJob],
+                 lost: Callable[[RunningJob], float], budget: Mapping[str, float]) -> tuple[float, list[RunningJob]] | None:
     free = list(state.free_mib[i])
     cap = state.cap_mib[i]
     want = cap if mem is None else mem
@@ -34,14 +34,14 @@ def _node_option(state: ClusterState, i: int, need: int, mem: int | None, cands:
     spent: dict[str, float] = {}
     chosen: list[RunningJob] = []
     cost = 0.0
-    ordered = sorted(cands, key=lambda r: (r.lost_if_stopped(now) / max(1, r.gpus), r.req.id))
+    ordered = sorted(cands, key=lambda r: (lost(r) / max(1, r.gpus), r.req.id))
     for r in ordered:
         team = r.req.team
         if spent.get(team, 0) + r.gpus > budget.get(team, math.inf):
             continue
         spent[team] = spent.get(team, 0) + r.gpus
         chosen.append(r)
-        cost += r.lost_if_stopped(now)
+        cost += lost(r)
         for (n, gis), m in zip(r.placement.nodes, r.placement.mem_mib):
             if n == i:
                 for g in gis:
@@ -52,30 +52,40 @@ def _node_option(state: ClusterState, i: int, need: int, mem: int | None, cands:
 
 
 def find_victims(state: ClusterState, req: JobRequest, n_nodes: int, per_node: int,
-                 on_node: Mapping[int, list[RunningJob]], now: float,
-                 budget: Mapping[str, float]) -> list[RunningJob] | None:
-    """Victims whose leaving lets `req` fit on `n_nodes` nodes with `per_node` GPUs each, or None."""
+                 node_jobs: Mapping[int, list[RunningJob]], ok: Callable[[RunningJob], bool],
+                 lost: Callable[[RunningJob], float], budget: Mapping[str, float],
+                 max_options: int = 64) -> list[RunningJob] | None:
+    """Victims whose leaving lets `req` fit on `n_nodes` nodes with `per_node` GPUs each, or None.
+
+    `node_jobs` lists the running jobs on each node, `ok(job)` says who may be a victim, and
+    `lost(job)` the GPU-seconds it would lose if stopped now. Nodes are examined most-free first
+    and the search stops once `max_options` (at least 4 per node wanted) viable nodes are found:
+    the cheapest victims among those, not a global optimum, to keep a cycle within milliseconds.
+    """
     mem = None if req.gpu_mem is None else gb_to_mib(req.gpu_mem)
     options: list[tuple[float, int, int, list[RunningJob]]] = []
-    # Only nodes holding a candidate can change; for a gang, nodes that already fit count too.
-    nodes = set(on_node)
-    if n_nodes > 1:
-        if mem is None:
-            for k, members in enumerate(state.buckets.get(req.pool, ())):
-                if k >= per_node:
-                    nodes.update(members)
-        else:
-            nodes.update(i for i in range(len(state.nodes)) if state.usable_on_node(i, mem) >= per_node)
-    for i in sorted(nodes):
+    want = max(max_options, 4 * n_nodes)
+    if mem is None:
+        order = [i for free, members in reversed(list(enumerate(state.buckets.get(req.pool, ()))))
+                 for i in sorted(members)]
+    else:
+        order = sorted((i for i, nd in enumerate(state.nodes) if nd.pool == req.pool and nd.healthy),
+                       key=lambda i: (-state.usable_on_node(i, mem), i))
+    for i in order:
         node = state.nodes[i]
-        if node.pool != req.pool or not node.healthy or node.gpus < per_node:
+        if node.gpus < per_node or (mem is not None and state.cap_mib[i] < mem):
             continue
-        if mem is not None and state.cap_mib[i] < mem:
-            continue
-        cands = on_node.get(i)
-        opt = _node_option(state, i, per_node, mem, cands or [], now, budget)
+        usable = state.usable_on_node(i, mem)
+        cands = [r for r in node_jobs.get(i, ()) if ok(r)] if usable < per_node else []
+        if usable < per_node:
+            on_here = sum(len(g) for r in cands for n, g in r.placement.nodes if n == i)
+            if usable + on_here < per_node:
+                continue
+        opt = _node_option(state, i, per_node, mem, cands, lost, budget)
         if opt is not None:
             options.append((opt[0], len(opt[1]), i, opt[1]))
+            if len(options) >= want:
+                break
     if len(options) < n_nodes:
         return None
     options.sort(key=lambda o: (o[0], o[1], o[2]))
