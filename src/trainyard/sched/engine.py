@@ -73,7 +73,10 @@ class _Cycle:
         self.snap, self.p, self.now = snap, params, snap.now
         self.res = CycleResult()
         # Step 1: ledger and views.
-        self.ledger = QuotaLedger(snap.teams, ((r.req.team, r.req.pool, r.gpus) for r in snap.running))
+        if snap.allocated is not None:
+            self.ledger = QuotaLedger(snap.teams, ((t, p, g) for (t, p), g in snap.allocated.items()))
+        else:
+            self.ledger = QuotaLedger(snap.teams, ((r.req.team, r.req.pool, r.gpus) for r in snap.running))
         self.state: ClusterState | None = None  # copy-on-write of snap.cluster
         self.future: ClusterState | None = None  # state, with leaving jobs gone
         self.long_state: ClusterState | None = None  # state, with reserved GPUs taken away
@@ -86,6 +89,7 @@ class _Cycle:
         self._budget: dict[str, float] = {}
         self._eligible: dict[str, list[tuple[int, RunningJob]]] | None = None
         self._min_prio = math.inf
+        self._lowest_preemptible = min((c.priority for c in snap.classes.values() if c.preemptible), default=math.inf)
         # Within a cycle, free capacity in a view only shrinks (starts and claims), except in
         # `future` when victims are chosen; so a shape that did not fit stays unfit until then.
         self._nofit: dict[tuple, Reason] = {}
@@ -296,7 +300,7 @@ class _Cycle:
             return False
         req = pj.req
         in_quota = self.ledger.used(req.team, req.pool) + req.min_gpus <= self.ledger.nominal(req.team, req.pool)
-        if not in_quota and prio <= self._min_prio_now():
+        if not in_quota and (prio <= self._lowest_preemptible or prio <= self._min_prio_now()):
             return False  # nothing of lower priority runs, and it may not reclaim
         memo = (req.team, prio, in_quota, own_team_only, req.pool, req.gpus, req.gpus_per_node, req.min_nodes, req.gpu_mem)
         if memo in self._no_victims:

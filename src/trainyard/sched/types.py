@@ -166,6 +166,9 @@ class Snapshot:
     pending: Sequence[PendingJob]
     usage: Mapping[str, float] = field(default_factory=dict)
     explain: bool = True
+    # GPUs held per (team, pool), as the running jobs add up. Optional: a caller that keeps it
+    # incrementally (the simulator) saves every cycle a pass over the running jobs.
+    allocated: Mapping[tuple[str, str], int] | None = None
 
 
 class Reason(str, enum.Enum):

@@ -224,7 +224,8 @@ class _Sim:
         self.decay_usage()
         snap = Snapshot(now=self.now, cluster=self.cluster, teams=self.wl.teams, classes=self.wl.classes,
                         running=list(self.running.values()), pending=list(self.pending.values()),
-                        usage=self.usage, explain=False)
+                        usage=self.usage, explain=False,
+                        allocated={(t, "default"): g for t, g in self.team_alloc.items()})
         res: CycleResult = self.policy.cycle(snap)
         self.cycles += 1
         for pre in res.preemptions:

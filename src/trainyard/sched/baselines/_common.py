@@ -8,7 +8,9 @@ from __future__ import annotations
 import math
 from typing import Callable, Iterable
 
-from trainyard.sched.cluster import ClusterState, Placement
+from collections import defaultdict
+
+from trainyard.sched.cluster import ClusterState, Placement, gb_to_mib
 from trainyard.sched.placement import place
 from trainyard.sched.types import JobClass, JobRequest, Reason, RunningJob, Snapshot
 
@@ -96,6 +98,20 @@ def clip_to(state: ClusterState, ref: ClusterState, p: Placement) -> None:
         state.allocate(Placement(nodes=tuple(nodes), mem_mib=tuple(mems)))
 
 
+def fit_min(state: ClusterState, req: JobRequest) -> Placement | None:
+    """`place` at the job's smallest shape, after cheap count checks that rule most cases out."""
+    n = shapes(req)[-1]
+    if req.gpu_mem is None:
+        pool = req.pool
+        if state.free_gpus(pool) < shape_gpus(req, n):
+            return None
+        if n is not None and n > 1:
+            buckets = state.buckets.get(pool)
+            if buckets is None or sum(len(b) for b in buckets[req.gpus_per_node :]) < n:
+                return None
+    return place(state, req, n)[0]
+
+
 def class_of(snap: Snapshot, name: str) -> JobClass:
     c = snap.classes.get(name)
     return c if c is not None else JobClass(name=name, priority=0)
@@ -153,7 +169,7 @@ class Outlook:
     Invariant: whatever is free in the live state is free here too.
     """
 
-    __slots__ = ("state", "ledger", "victims", "_teams")
+    __slots__ = ("state", "fitter", "ledger", "victims")
 
     def __init__(self, snap: Snapshot, with_quota: bool):
         from trainyard.sched.quota import QuotaLedger
@@ -162,6 +178,7 @@ class Outlook:
         for r in snap.running:
             if r.preempting:
                 self.state.release(r.placement)
+        self.fitter = Fitter(self.state)
         self.ledger = (
             QuotaLedger(snap.teams, [(r.req.team, r.req.pool, r.gpus) for r in snap.running if not r.preempting])
             if with_quota
@@ -170,9 +187,21 @@ class Outlook:
         self.victims: dict[str, RunningJob] = {}
 
     def note_start(self, req: JobRequest, p: Placement) -> None:
-        self.state.allocate(p)
+        self.fitter.take(p)
         if self.ledger is not None:
             self.ledger.add(req.team, req.pool, p.gpus)
+
+    def _release(self, victims: list[RunningJob], ledger: object = None) -> None:
+        for v in victims:
+            self.state.release(v.placement)
+            if ledger is not None:
+                ledger.add(v.req.team, v.req.pool, -v.gpus)  # type: ignore[attr-defined]
+
+    def _restore(self, victims: list[RunningJob], ledger: object = None) -> None:
+        for v in reversed(victims):
+            self.state.allocate(v.placement)
+            if ledger is not None:
+                ledger.add(v.req.team, v.req.pool, v.gpus)  # type: ignore[attr-defined]
 
     def claim(
         self,
@@ -185,7 +214,7 @@ class Outlook:
 
         Candidates are taken greedily in the given order until `check(state, ledger)` finds a
         placement; then, as Kueue does, each chosen victim but the last is put back (latest chosen
-        first) if the job still fits without it. Does not commit anything.
+        first) if the job still fits without it. Commits nothing (the state is restored).
         """
         p = check(self.state, self.ledger)
         if p is not None:
@@ -193,42 +222,96 @@ class Outlook:
         candidates = [c for c in candidates if c.req.id not in self.victims]
         if not candidates:
             return None
-        trial = self.state.copy()
-        tl = self.ledger.copy() if self.ledger is not None else None
+        ledger = self.ledger
         chosen: list[RunningJob] = []
         for c in candidates:
-            if c.req.id in self.victims:
+            if accept is not None and not accept(c, ledger):
                 continue
-            if accept is not None and not accept(c, tl):
-                continue
-            trial.release(c.placement)
-            if tl is not None:
-                tl.add(c.req.team, c.req.pool, -c.gpus)
+            self._release([c], ledger)
             chosen.append(c)
-            p = check(trial, tl)
+            p = check(self.state, ledger)
             if p is not None:
                 break
-        if p is None:
+        if p is not None:
+            for c in reversed(chosen[:-1]):
+                self._restore([c], ledger)
+                q = check(self.state, ledger)
+                if q is not None:
+                    p = q
+                    chosen.remove(c)
+                else:
+                    self._release([c], ledger)
+        self._restore(chosen, ledger)
+        return None if p is None else (chosen, p)
+
+    def claim_on_nodes(self, req: JobRequest, candidates: list[RunningJob]) -> tuple[list[RunningJob], Placement] | None:
+        """Slurm-style victim choice: sweep the candidates in the given order (youngest first),
+        counting what each would free on its nodes, until the job's number of nodes have room;
+        only the victims on those nodes are taken. Verified with a real placement; commits
+        nothing; ignores quota.
+        """
+        p = self.fit_min(req)
+        if p is not None:
+            return [], p
+        if not candidates:
             return None
-        for c in reversed(chosen[:-1]):
-            trial.allocate(c.placement)
-            if tl is not None:
-                tl.add(c.req.team, c.req.pool, c.gpus)
-            q = check(trial, tl)
-            if q is not None:
-                p = q
-                chosen.remove(c)
-            else:
-                trial.release(c.placement)
-                if tl is not None:
-                    tl.add(c.req.team, c.req.pool, -c.gpus)
-        return chosen, p
+        taken = self.victims
+        st = self.state
+        pool = req.pool
+        n = shapes(req)[-1]
+        need = shape_gpus(req, n)
+        max_node = st.max_gpus.get(pool, 0)
+        if max_node == 0:
+            return None
+        k = -(-need // max_node) if n is None else n
+        per = -(-need // k) if n is None else req.gpus_per_node
+        mem = None if req.gpu_mem is None else gb_to_mib(req.gpu_mem)
+        done: list[int] = []
+        if mem is None and k > 1:
+            done = sorted(i for b in st.buckets[pool][per:] for i in b)[: k - 1]
+        done_set = set(done)
+        have: dict[int, int] = {}
+        acc: dict[int, list[RunningJob]] = defaultdict(list)
+        nodes = st.nodes
+        for c in candidates:
+            if c.req.id in taken:
+                continue
+            for i, gis in c.placement.nodes:
+                if i in done_set or nodes[i].pool != pool or not nodes[i].healthy:
+                    continue
+                h = have.get(i)
+                if h is None:
+                    h = st.free_whole[i] if mem is None else st.usable_on_node(i, mem)
+                h += len(gis)
+                have[i] = h
+                acc[i].append(c)
+                if h >= per:
+                    done.append(i)
+                    done_set.add(i)
+            if len(done) >= k:
+                break
+        if len(done) < k:
+            return None
+        victims: list[RunningJob] = []
+        seen: set[str] = set()
+        for i in done[:k]:
+            for v in acc.get(i, ()):
+                if v.req.id not in seen:
+                    seen.add(v.req.id)
+                    victims.append(v)
+        self._release(victims)
+        p = fit_min(st, req)
+        self._restore(victims)
+        return None if p is None else (victims, p)
+
+    def fit_min(self, req: JobRequest) -> Placement | None:
+        return self.fitter.fit(req, elastic=False)[0]
 
     def commit(self, req: JobRequest, victims: list[RunningJob], p: Placement, live: ClusterState) -> None:
+        self._release(victims, self.ledger)
         for v in victims:
-            self.state.release(v.placement)
-            if self.ledger is not None:
-                self.ledger.add(v.req.team, v.req.pool, -v.gpus)
             self.victims[v.req.id] = v
+        if victims:
+            self.fitter.forget()  # capacity came back: cached failures may no longer hold
         self.note_start(req, p)
         clip_to(live, self.state, p)

@@ -44,6 +44,7 @@ from trainyard.sched.baselines._common import (
     STOP_DELAY_S,
     Fitter,
     Outlook,
+    fit_min,
     class_of,
     expected_end,
     may_preempt,
@@ -78,13 +79,6 @@ class _Held:
     shadow: float
     nodes: tuple[int, ...]
     masked: Fitter  # the live state minus what the reservation needs at the shadow time
-
-
-def _min_fit(state: ClusterState, req: JobRequest) -> Placement | None:
-    n = shapes(req)[-1]
-    if req.gpu_mem is None and state.free_gpus(req.pool) < shape_gpus(req, n):
-        return None
-    return place(state, req, n)[0]
 
 
 @register("slurm")
@@ -151,6 +145,7 @@ class Slurm:
         ends: dict[str, list[tuple[float, str, Placement]]] = defaultdict(list)  # starts and claims
         held: dict[str, _Held] = {}
         no_preempt: set[tuple] = set()
+        cand_lists: dict[tuple[str, int], list[RunningJob]] = {}
 
         def start(job: PendingJob, p: Placement, dur: float) -> None:
             fitter.take(p)
@@ -191,8 +186,12 @@ class Slurm:
                 key = (req.pool, cls.priority, req.gpus_per_node, shapes(req)[-1], req.gpus, req.gpu_mem)
                 got = None
                 if key not in no_preempt:
-                    cands = [r for r in victims[req.pool] if class_of(snap, r.req.job_class).priority < cls.priority]
-                    got = outlook.claim(req, cands, lambda s, _l: _min_fit(s, req))
+                    ck = (req.pool, cls.priority)
+                    if ck not in cand_lists:
+                        cand_lists[ck] = [
+                            r for r in victims[req.pool] if class_of(snap, r.req.job_class).priority < cls.priority
+                        ]
+                    got = outlook.claim_on_nodes(req, cand_lists[ck])
                     if got is None:
                         no_preempt.add(key)
                 if got is not None:
@@ -240,14 +239,14 @@ class Slurm:
         events.extend(started)
         events.sort(key=lambda e: (e[0], e[1]))
         shadow = now + STOP_DELAY_S
-        p = _min_fit(fut, req)
+        p = fit_min(fut, req)
         k = 0
         while p is None and k < len(events):
             shadow = events[k][0]
             while k < len(events) and events[k][0] == shadow:
                 fut.release(events[k][2])
                 k += 1
-            p = _min_fit(fut, req)
+            p = fit_min(fut, req)
         if p is None:
             return None
         # Mask, GPU by GPU, what a job running past the shadow time must leave free now.
