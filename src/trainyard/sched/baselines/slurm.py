@@ -19,9 +19,11 @@ What it models (knob names from slurm.conf):
   when the shadow time is finite.
 - `PreemptType=preempt/qos`, `PreemptMode=REQUEUE`: a blocked job whose class has a higher
   priority than some running job's class preempts preemptible jobs of strictly lower class
-  priority (past their `min_run_s`), youngest (most recently started) first, then gives back
-  any victim not needed for one placement. It starts in a later cycle, once the victims have
-  left; while they leave it waits for their GPUs instead of preempting more.
+  priority (past their `min_run_s`): candidates are swept youngest (most recently started)
+  first, counting the GPUs each would free on its nodes, until as many nodes as the job needs
+  have room; only the victims on those nodes are preempted. The preemptor starts in a later
+  cycle, once the victims have left; while they leave it waits for their GPUs (its claim is
+  held back from backfill) instead of preempting more.
 
 What it leaves out: Slurm's backfill plans reservations for many jobs (`bf_max_job_test`,
 `bf_window`, `bf_resolution`); here only one per pool (EASY). No association limits (`GrpTRES`,
@@ -53,7 +55,6 @@ from trainyard.sched.baselines._common import (
     shapes,
 )
 from trainyard.sched.cluster import ClusterState, Placement
-from trainyard.sched.placement import place
 from trainyard.sched.policy import register
 from trainyard.sched.types import (
     CycleResult,
