@@ -23,7 +23,7 @@ def test_reclaim_takes_back_borrowed_gpus_choosing_least_lost_work():
     # b borrows 4 of a's GPUs; its jobs checkpointed at different times.
     run = full_node_of([(f"b{i}", "b") for i in range(8)], state, start=0.0, ckpts=[100, 900, 200, 300, 950, 400, 500, 600])
     tm = teams(a=4, b=4)
-    res = ENGINE.cycle(snapshot(ns, tm, run, [pending(req("a1", "a", submit=990))], now=1000.0))
+    res = ENGINE.cycle(snapshot(ns, tm, run, [pending(req("a1", "a", submit=600))], now=1000.0))
     assert [p.job_id for p in res.preemptions] == ["b4"]  # newest checkpoint: least work lost
     assert res.preemptions[0].reason == "reclaim" and res.preemptions[0].for_job == "a1"
     assert res.starts == []  # it starts once the victim has left
@@ -222,3 +222,15 @@ def test_held_jobs_never_start():
     ns = nodes(1)
     res = ENGINE.cycle(snapshot(ns, teams(a=8), [], [pending(req("h", "a"), held=True)]))
     assert res.starts == [] and res.pending["h"].reason == Reason.HELD
+
+
+def test_reclaim_waits_for_natural_turnover_first():
+    ns = nodes(1)
+    state = ClusterState(ns)
+    run = full_node_of([(f"b{i}", "b") for i in range(8)], state)
+    tm = teams(a=4, b=4)
+    fresh = ENGINE.cycle(snapshot(ns, tm, run, [pending(req("a1", "a", submit=5000 - 60))], now=5000.0))
+    assert fresh.preemptions == []
+    assert fresh.pending["a1"].reason == Reason.CAPACITY
+    patient = ENGINE.cycle(snapshot(ns, tm, run, [pending(req("a1", "a", submit=5000 - 301))], now=5000.0))
+    assert len(patient.preemptions) == 1

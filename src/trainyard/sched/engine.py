@@ -51,6 +51,10 @@ class EngineParams:
     ordering: OrderingParams = field(default_factory=OrderingParams)
     max_reservations: int = 4  # urgent jobs that may hold a reservation at once (per cycle)
     max_preemption_searches: int = 4  # victim searches per cycle; more preemptors wait a cycle
+    # A job inside its team's nominal quota first waits this long for GPUs to free up by
+    # themselves before it reclaims them by preemption: on a busy cluster jobs end every few
+    # seconds, and each avoided preemption saves the victim's work since its last checkpoint.
+    reclaim_after_s: float = 300.0
 
 
 class TrainyardPolicy:
@@ -277,6 +281,7 @@ class _Cycle:
         """
         req = pj.req
         in_quota = self.ledger.used(req.team, req.pool) + req.min_gpus <= self.ledger.nominal(req.team, req.pool)
+        in_quota = in_quota and self.now - pj.queued_since >= self.p.reclaim_after_s
         budget: dict[str, float] = {req.team: math.inf}
         if not own_team_only:
             for team in self._eligible_by_team():
@@ -300,6 +305,7 @@ class _Cycle:
             return False
         req = pj.req
         in_quota = self.ledger.used(req.team, req.pool) + req.min_gpus <= self.ledger.nominal(req.team, req.pool)
+        in_quota = in_quota and self.now - pj.queued_since >= self.p.reclaim_after_s
         if not in_quota and (prio <= self._lowest_preemptible or prio <= self._min_prio_now()):
             return False  # nothing of lower priority runs, and it may not reclaim
         memo = (req.team, prio, in_quota, own_team_only, req.pool, req.gpus, req.gpus_per_node, req.min_nodes, req.gpu_mem)
