@@ -2,10 +2,12 @@
 
 The key, most significant first:
 1. class priority (interactive before training before batch);
-2. urgency: a job that has waited `reserve_at` of its class's max wait is urgent; urgent jobs come
-   first, oldest first, and get a reservation when they do not fit (aging toward max wait);
-3. tier: a job that fits inside its team's unused nominal quota comes before a job that would
-   borrow (nominal quota is a guarantee, borrowing is a favour);
+2. tier: a job that fits inside its team's unused nominal quota comes before a job that would
+   borrow (nominal quota is a guarantee, borrowing is a favour). Aging never lifts a borrowing
+   job above a job its team is owed: that would hand reclaimed GPUs straight back to borrowers
+   and make reclaim preempt again (ping-pong);
+3. urgency: a job that has waited `reserve_at` of its class's max wait is urgent; urgent jobs come
+   first within their tier, oldest first, and get a reservation when they do not fit;
 4. score: the estimated remaining GPU-time of the job (shortest first, the order that minimises
    mean completion time), scaled by the team's fair-share factor (decayed usage relative to its
    quota share: a team that used more than its share waits a little longer) and discounted by
@@ -58,10 +60,11 @@ def sort_key(pj: PendingJob, cls: JobClass, now: float, in_quota: bool, fs: floa
     est = req.est_runtime_s if req.est_runtime_s is not None else (cls.max_run_s or p.unknown_runtime_s)
     remaining = max(est - pj.progress_s, 60.0)
     score = math.log(remaining * req.min_gpus * fs) - p.aging_weight * frac
+    tier = 0 if in_quota else 1
     if urgent:
-        return (-cls.priority, 0, 0, -frac, req.submit_time, req.id)
-    return (-cls.priority, 1, 0 if in_quota else 1, score, req.submit_time, req.id)
+        return (-cls.priority, tier, 0, -frac, req.submit_time, req.id)
+    return (-cls.priority, tier, 1, score, req.submit_time, req.id)
 
 
 def is_urgent(key: tuple) -> bool:
-    return key[1] == 0
+    return key[2] == 0
