@@ -1,0 +1,34 @@
+"""Run every benchmark in this folder and print its figures (see bench/README.md).
+
+    .venv/bin/python bench/run_all.py
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BIN = Path(sys.executable).parent
+
+BENCHES = [
+    ("scheduling cycle, trainyard (1,250 x 8 GPUs, 5,000 pending, 8,000 running)",
+     [str(BIN / "yard"), "bench", "sched", "--nodes", "1250", "--gpus-per-node", "8", "--pending", "5000",
+      "--running", "8000", "--json"]),
+    ("full Philly replay, trainyard, 352 x 8 GPUs", [sys.executable, str(HERE / "replay_philly.py")]),
+]
+
+
+def main() -> int:
+    status = 0
+    for title, cmd in BENCHES:
+        print(f"## {title}\n$ {' '.join(Path(c).name if i == 0 else c for i, c in enumerate(cmd))}", flush=True)
+        done = subprocess.run(cmd, text=True, capture_output=True)
+        print(done.stdout.strip() or done.stderr.strip(), flush=True)
+        status |= done.returncode
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
