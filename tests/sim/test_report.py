@@ -57,7 +57,7 @@ def test_tables():
     md = markdown_table(results)
     assert md.count("\n") == 2 and "(" in md  # durations in s and human-readable
     table = format_table(results)
-    assert table.row_count == 1 and len(table.columns) == len(COLUMNS) + 1
+    assert table.row_count == len(COLUMNS) and len(table.columns) == 2
 
 
 def test_hourly_means_is_time_weighted():

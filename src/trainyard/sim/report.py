@@ -73,18 +73,17 @@ def markdown_table(results: dict[str, SimResult] | dict[str, dict[str, Any]]) ->
 
 
 def format_table(results: dict[str, SimResult] | dict[str, dict[str, Any]], title: str | None = None):
-    """The same table as a `rich.table.Table` for the terminal (durations human-readable only)."""
+    """The same figures as a `rich.table.Table` for the terminal: one row per metric, one column
+    per policy (14 metric columns do not fit a terminal; 6 policies do), durations human-readable."""
     from rich.table import Table
 
     ms = {k: (metrics(v) if isinstance(v, SimResult) else v) for k, v in results.items()}
-    short = {"avg_bounded_slowdown": "avg_bsld", "quota_violations": "quota_viol", "lost_gpu_hours": "lost_gpu_h",
-             "jain_fairness": "jain", "preemptions": "preempt"}
-    table = Table(title=title, show_lines=False)
-    table.add_column("policy", style="bold")
+    table = Table(title=title)
+    table.add_column("metric", style="bold", no_wrap=True)
+    for name in ms:
+        table.add_column(name, justify="right", no_wrap=True)
     for c in COLUMNS:
-        table.add_column(short.get(c, c.removesuffix("_s")), justify="right")
-    for name, m in ms.items():
-        table.add_row(name, *(format_value(c, m.get(c), with_seconds=False) for c in COLUMNS))
+        table.add_row(c, *(format_value(c, m.get(c), with_seconds=False) for m in ms.values()))
     return table
 
 

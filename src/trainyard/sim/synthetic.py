@@ -20,7 +20,7 @@
     bursts starting 18:00–23:00; one in four asks for 40 GB per GPU; checkpoint every 15 min.
 - **Arrivals** of each class are a Poisson process whose rate follows the class's hours (drawn as
   i.i.d. times from that rate profile, which is the Poisson process conditioned on its count).
-  The time span is sized so the offered load (GPU-seconds asked / cluster GPU-seconds) is 100%;
+  The time span is sized so the offered load (GPU-seconds asked / cluster GPU-seconds) is 90%;
   `days` fixes the span instead (the resulting load is in the notes).
 - **Warm-up**: the first 10% of the span is not measured.
 
@@ -42,7 +42,7 @@ ORIGIN = datetime(2024, 1, 1)  # a Monday
 GPU_MEM_GB = 80.0
 COHORT = "lab"
 POOL = "default"
-TARGET_LOAD = 1.0
+TARGET_LOAD = 0.9
 WARMUP_FRACTION = 0.1
 MIX = (("interactive", 0.25), ("training", 0.25), ("batch", 0.50))
 BATCH_BURST = 20

@@ -1,0 +1,1 @@
+"""The `yard` command: `main.app` wires the command groups, one module each."""

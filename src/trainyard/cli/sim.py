@@ -1,0 +1,100 @@
+"""`yard sim`: replay a workload through each policy and write a side-by-side report.
+
+Order of work, so that bad input never leaves anything behind: check every argument, load the
+workload (the trace is validated row by row), resolve the policies; only then simulate, writing
+the report into a temporary folder next to `--out` that is renamed into place at the end.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from trainyard.cli.common import (BadInput, check_choice, command_line, load_workload, parse_seconds,
+                                  resolve_policies, run_guarded)
+
+
+def _prepare(trace, fmt, date_from, date_to, warmup_days, cluster, policies, estimates, seed, jobs, teams, node_mtbf):
+    from trainyard.sim.estimates import MODES, apply_estimates
+
+    check_choice(estimates, MODES, "--estimates")
+    mtbf = parse_seconds(node_mtbf, "--node-mtbf")
+    if mtbf is not None and mtbf <= 0:
+        raise BadInput("--node-mtbf: must be positive")
+    if jobs < 1:
+        raise BadInput("--jobs: must be at least 1")
+    if warmup_days < 0:
+        raise BadInput("--warmup-days: cannot be negative")
+    w = load_workload(fmt, trace, date_from=date_from, date_to=date_to, warmup_days=warmup_days,
+                      cluster=cluster, seed=seed, jobs=jobs, teams=teams)
+    names = resolve_policies(policies)
+    w.jobs = apply_estimates(w.jobs, estimates, seed)
+    return w, names, mtbf
+
+
+def _install(tmp: Path, out: Path) -> None:
+    """Move the finished report into `out` (replacing files of the same name there)."""
+    if not out.exists():
+        tmp.rename(out)
+        return
+    if not out.is_dir():
+        raise BadInput(f"--out: {out} exists and is not a folder")
+    for f in tmp.iterdir():
+        f.replace(out / f.name)
+    tmp.rmdir()
+
+
+def sim(
+    trace: Optional[Path] = typer.Option(None, "--trace", help="Trace file (for --format philly)."),
+    fmt: str = typer.Option("philly", "--format", help="philly | synthetic"),
+    date_from: Optional[str] = typer.Option(None, "--from", help="First day loaded, YYYY-MM-DD (philly)."),
+    date_to: Optional[str] = typer.Option(None, "--to", help="Day after the last day loaded (exclusive)."),
+    warmup_days: float = typer.Option(2.0, "--warmup-days", help="Days from --from not measured (philly)."),
+    cluster: str = typer.Option("80x8", "--cluster", help="NODESxGPUS, e.g. 80x8."),
+    policies: str = typer.Option("all", "--policies", help="'all' or a comma-separated list."),
+    estimates: str = typer.Option("user", "--estimates", help="none | user | oracle"),
+    seed: int = typer.Option(1, "--seed"),
+    out: Path = typer.Option(..., "--out", help="Folder for report.json, report.md and the plots."),
+    jobs: int = typer.Option(400, "--jobs", help="Number of jobs (synthetic)."),
+    teams: int = typer.Option(3, "--teams", help="Number of teams (synthetic)."),
+    node_mtbf: Optional[str] = typer.Option(None, "--node-mtbf", help="Mean time between node failures, e.g. 30d."),
+) -> None:
+    """Simulate a workload under each policy and write a report comparing them."""
+    w, names, mtbf = run_guarded(_prepare, trace, fmt, date_from, date_to, warmup_days, cluster, policies,
+                                 estimates, seed, jobs, teams, node_mtbf)
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from trainyard.sched.policy import get_policy
+    from trainyard.sim.report import format_table, write_report
+    from trainyard.sim.simulator import SimParams, simulate
+
+    params = SimParams(node_mtbf_s=mtbf, seed=seed)
+    err = Console(stderr=True)
+    results = {}
+    with Progress(TextColumn("{task.description:<10}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
+                  TimeElapsedColumn(), console=err, transient=False) as bar:
+        tasks = {n: bar.add_task(n, total=1.0) for n in names}
+        for n in names:
+            task = tasks[n]
+            results[n] = simulate(w, get_policy(n), params,
+                                  progress=lambda f, task=task: bar.update(task, completed=min(1.0, max(0.0, f))))
+            bar.update(task, completed=1.0)
+    Console().print(format_table(results, title=w.name))
+    meta = {"command": command_line(), "format": fmt, "trace": str(trace) if trace else None, "from": date_from,
+            "to": date_to, "warmup_days": warmup_days, "cluster": cluster, "policies": names,
+            "estimates": estimates, "seed": seed, "jobs": jobs if fmt == "synthetic" else None,
+            "node_mtbf_s": mtbf}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        write_report(tmp, results, w, meta)
+        run_guarded(_install, tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    typer.echo(f"report written to {out}/report.md", err=True)
