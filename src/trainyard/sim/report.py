@@ -39,9 +39,9 @@ BIN_S = 3600.0
 def _human_s(s: float) -> str:
     if s < 60:
         return f"{s:.0f}s"
-    if s < 3600:
+    if round(s / 60, 1) < 60:
         return f"{s / 60:.1f}m"
-    if s < 86400:
+    if round(s / 3600, 2) < 24:
         return f"{s / 3600:.2f}h"
     return f"{s / 86400:.2f}d"
 
@@ -190,7 +190,7 @@ def _plot_team_share(path: Path, results: dict[str, SimResult], workload: Worklo
 
     panels = _share_policies(results)
     fig, axes = plt.subplots(len(panels), 1, figsize=(10, 3.6 * max(1, len(panels))), squeeze=False, sharex=True)
-    cmap = plt.get_cmap("tab20")
+    cmap = plt.get_cmap("tab10" if len(workload.teams) <= 10 else "tab20")
     for ax, name in zip(axes[:, 0], panels):
         res = results[name]
         nominal = dict(res.nominal) or {t: tm.quota("default").nominal for t, tm in workload.teams.items()}
@@ -202,7 +202,7 @@ def _plot_team_share(path: Path, results: dict[str, SimResult], workload: Worklo
             shown, rest = teams[:MAX_TEAMS - 1], teams[MAX_TEAMS - 1:]
         start, end = _span(res)
         for k, team in enumerate(shown):
-            color = cmap(k % 20)
+            color = cmap(k % cmap.N)
             x, y = hourly_means(res.team_series.get(team, []), start, end)
             ax.step(x / 86400, y, where="post", color=color, linewidth=1, label=team)
             ax.axhline(nominal.get(team, 0), color=color, linestyle="--", linewidth=0.8)
