@@ -117,6 +117,49 @@ def class_of(snap: Snapshot, name: str) -> JobClass:
     return c if c is not None else JobClass(name=name, priority=0)
 
 
+class Classes(dict):
+    """`class_of` for one cycle, memoized by class name (a cycle looks classes up per job)."""
+
+    def __init__(self, snap: Snapshot):
+        super().__init__()
+        self.snap = snap
+        self.prio: dict[str, int] = _Prio(self)
+
+    def __missing__(self, name: str) -> JobClass:
+        c = self[name] = class_of(self.snap, name)
+        return c
+
+    def may_preempt(self, r: RunningJob) -> bool:
+        """`may_preempt`, with the class looked up here."""
+        if r.preempting:
+            return False
+        cls = self[r.req.job_class]
+        return cls.preemptible and self.snap.now - r.start_time >= cls.min_run_s
+
+
+class _Prio(dict):
+    __slots__ = ("classes",)
+
+    def __init__(self, classes: Classes):
+        super().__init__()
+        self.classes = classes
+
+    def __missing__(self, name: str) -> int:
+        p = self[name] = self.classes[name].priority
+        return p
+
+
+def team_usage(running: Iterable[RunningJob], skip_preempting: bool = False) -> list[tuple[str, str, int]]:
+    """GPUs held per (team, pool), summed (in first-seen order): a short input for `QuotaLedger`."""
+    use: dict[tuple[str, str], int] = {}
+    for r in running:
+        if skip_preempting and r.preempting:
+            continue
+        k = (r.req.team, r.req.pool)
+        use[k] = use.get(k, 0) + r.placement.gpus
+    return [(t, p, g) for (t, p), g in use.items()]
+
+
 def remaining_s(req: JobRequest, progress_s: float, cls: JobClass) -> float:
     """Expected run time of the next/current attempt: the estimate, else the class limit, else inf."""
     if req.est_runtime_s is not None:
@@ -171,7 +214,8 @@ class Outlook:
 
     __slots__ = ("state", "fitter", "ledger", "victims")
 
-    def __init__(self, snap: Snapshot, with_quota: bool):
+    def __init__(self, snap: Snapshot, with_quota: bool, usage: list[tuple[str, str, int]] | None = None):
+        """`usage`: `team_usage(snap.running, skip_preempting=True)` if the caller has it."""
         from trainyard.sched.quota import QuotaLedger
 
         self.state = snap.cluster.copy()
@@ -180,7 +224,7 @@ class Outlook:
                 self.state.release(r.placement)
         self.fitter = Fitter(self.state)
         self.ledger = (
-            QuotaLedger(snap.teams, [(r.req.team, r.req.pool, r.gpus) for r in snap.running if not r.preempting])
+            QuotaLedger(snap.teams, usage if usage is not None else team_usage(snap.running, skip_preempting=True))
             if with_quota
             else None
         )

@@ -32,12 +32,24 @@ checkpoint. `est_start` is always None (Kueue does not estimate).
 
 from __future__ import annotations
 
-from trainyard.sched.baselines._common import STOP_DELAY_S, Fitter, Outlook, class_of, may_preempt, shape_gpus, shapes
+from operator import itemgetter
+
+from trainyard.sched.baselines._common import (
+    INF,
+    STOP_DELAY_S,
+    Classes,
+    Fitter,
+    Outlook,
+    shape_gpus,
+    shapes,
+)
 from trainyard.sched.cluster import ClusterState
 from trainyard.sched.placement import place
 from trainyard.sched.policy import register
 from trainyard.sched.quota import QuotaLedger
 from trainyard.sched.types import CycleResult, PendingInfo, Preempt, Reason, RunningJob, Snapshot, Start
+
+_KEY = itemgetter(0)
 
 
 @register("kueue")
@@ -47,17 +59,45 @@ class Kueue:
     def cycle(self, snap: Snapshot) -> CycleResult:
         res = CycleResult()
         now, explain = snap.now, snap.explain
+        classes = Classes(snap)
+        prio = classes.prio
 
-        def prio(name: str) -> int:
-            return class_of(snap, name).priority
-
-        order = sorted(snap.pending, key=lambda j: (-prio(j.req.job_class), j.req.submit_time, j.req.id))
+        order = sorted(snap.pending, key=lambda j: (-prio[j.req.job_class], j.req.submit_time, j.req.id))
         state = snap.cluster.copy()
         fitter = Fitter(state)
-        ledger = QuotaLedger(snap.teams, [(r.req.team, r.req.pool, r.gpus) for r in snap.running])
-        outlook = Outlook(snap, with_quota=True)
-        preemptible = sorted((r for r in snap.running if may_preempt(snap, r)), key=lambda r: r.req.id)
+        # One pass over the running jobs: quota usage (all, and without those leaving) and the
+        # preemptible ones per pool, with their candidate sort key (less its first field).
+        use_all: dict[tuple[str, str], int] = {}
+        use_live: dict[tuple[str, str], int] = {}
+        preemptible: dict[str, list[tuple[int, float, str, str, RunningJob]]] = {}
+        for r in snap.running:
+            rq = r.req
+            k = (rq.team, rq.pool)
+            g = r.placement.gpus
+            use_all[k] = use_all.get(k, 0) + g
+            if r.preempting:
+                continue
+            use_live[k] = use_live.get(k, 0) + g
+            cls = classes[rq.job_class]
+            if cls.preemptible and now - r.start_time >= cls.min_run_s:  # may_preempt
+                preemptible.setdefault(rq.pool, []).append((cls.priority, -r.start_time, rq.id, rq.team, r))
+        ledger = QuotaLedger(snap.teams, [(t, p, g) for (t, p), g in use_all.items()])
+        outlook = Outlook(snap, with_quota=True, usage=[(t, p, g) for (t, p), g in use_live.items()])
+        cohort_of = {name: t.cohort for name, t in snap.teams.items()}
         searched: set[tuple[str, str]] = set()
+
+        # Within a cycle `ledger` only gains usage, so a quota check that failed for g GPUs keeps
+        # failing for g or more: remember the smallest failure per (team, pool).
+        qfail: dict[tuple[str, str], int] = {}
+
+        def fits(team: str, pool: str, g: int) -> bool:
+            key = (team, pool)
+            if g >= qfail.get(key, INF):
+                return False
+            if ledger.fits(team, pool, g):
+                return True
+            qfail[key] = g
+            return False
 
         for job in order:
             req = job.req
@@ -66,12 +106,13 @@ class Kueue:
                 if explain:
                     res.pending[req.id] = PendingInfo(Reason.HELD, None)
                 continue
-            if not ledger.fits(team, pool, shape_gpus(req, shapes(req)[-1])):
+            need = shape_gpus(req, shapes(req)[-1])
+            if not fits(team, pool, need):
                 p, why = None, Reason.QUOTA
-            elif req.gpu_mem is None and state.free_gpus(pool) < shape_gpus(req, shapes(req)[-1]):
+            elif req.gpu_mem is None and state.free_gpus(pool) < need:
                 p, why = None, Reason.CAPACITY
             else:
-                p, why = fitter.fit(req, allow=lambda g: ledger.fits(team, pool, g))
+                p, why = fitter.fit(req, allow=lambda g: fits(team, pool, g))
             if p is not None:
                 fitter.take(p)
                 ledger.add(team, pool, p.gpus)
@@ -81,7 +122,7 @@ class Kueue:
 
             if (team, pool) not in searched:
                 searched.add((team, pool))
-                got = self._preempt_for(snap, job.req, outlook, preemptible, prio)
+                got = self._preempt_for(snap, req, outlook, preemptible.get(pool, ()), prio, cohort_of)
                 if got is not None:
                     chosen, p = got
                     outlook.commit(req, chosen, p, state)
@@ -97,26 +138,25 @@ class Kueue:
         return res
 
     @staticmethod
-    def _preempt_for(snap, req, outlook: Outlook, preemptible: list[RunningJob], prio):
+    def _preempt_for(snap, req, outlook: Outlook, preemptible, prio, cohort_of):
         team, pool = req.team, req.pool
         n = shapes(req)[-1]
         need = shape_gpus(req, n)
-        my_prio = prio(req.job_class)
+        my_prio = prio[req.job_class]
         t = snap.teams.get(team)
         if t is None:
             return None
         ol: QuotaLedger = outlook.ledger  # type: ignore[assignment]
         reclaim = ol.used(team, pool) + need <= ol.nominal(team, pool)
+        cohort = t.cohort if reclaim else None
         cands = []
-        for r in preemptible:
-            if r.req.pool != pool:
-                continue
-            if r.req.team == team:
-                if prio(r.req.job_class) < my_prio:
-                    cands.append((1, prio(r.req.job_class), -r.start_time, r.req.id, r))
-            elif reclaim and t.cohort and snap.teams.get(r.req.team) and snap.teams[r.req.team].cohort == t.cohort:
-                cands.append((0, prio(r.req.job_class), -r.start_time, r.req.id, r))
-        cands.sort(key=lambda c: c[:4])
+        for pr, neg_start, rid, rteam, r in preemptible:
+            if rteam == team:
+                if pr < my_prio:
+                    cands.append(((1, pr, neg_start, rid), r))
+            elif cohort and cohort_of.get(rteam) == cohort:
+                cands.append(((0, pr, neg_start, rid), r))
+        cands.sort(key=_KEY)
 
         def check(state: ClusterState, ledger) -> object:
             if not ledger.fits(team, pool, need):
@@ -128,4 +168,4 @@ class Kueue:
         def accept(r: RunningJob, ledger) -> bool:
             return r.req.team == team or ledger.borrowed(r.req.team, pool) > 0
 
-        return outlook.claim(req, [c[-1] for c in cands], check, accept)
+        return outlook.claim(req, [c[1] for c in cands], check, accept)
