@@ -199,11 +199,16 @@ class _Cycle:
         snap, op = self.snap, self.p.ordering
         pools = {pj.req.pool for pj in snap.pending}
         fs = {pool: fairshare_factors(snap.teams, snap.usage, pool, op.fairshare_weight) for pool in pools}
+        headroom: dict[tuple[str, str], int] = {}
         keyed = []
+        classes, now, ledger = snap.classes, self.now, self.ledger
         for pj in snap.pending:
             r = pj.req
-            in_quota = self.ledger.used(r.team, r.pool) + r.min_gpus <= self.ledger.nominal(r.team, r.pool)
-            keyed.append((sort_key(pj, snap.classes[r.job_class], self.now, in_quota, fs[r.pool].get(r.team, 1.0), op), pj))
+            tp = (r.team, r.pool)
+            room = headroom.get(tp)
+            if room is None:
+                room = headroom[tp] = ledger.nominal(r.team, r.pool) - ledger.used(r.team, r.pool)
+            keyed.append((sort_key(pj, classes[r.job_class], now, r.min_gpus <= room, fs[r.pool].get(r.team, 1.0), op), pj))
         keyed.sort(key=lambda kp: kp[0])
         return keyed
 

@@ -37,21 +37,26 @@ def estimate_starts(snap: Snapshot, pending_in_order: Sequence[PendingJob], star
     pending_by_id = {pj.req.id: pj for pj in snap.pending}
     out: dict[str, float | None] = {}
     pools = sorted({pj.req.pool for pj in pending_in_order})
+    classes = snap.classes
     for pool in pools:
-        heap: list[tuple[float, int]] = []
+        # Returns come from two sources merged in time order: running jobs (sorted once) and the
+        # jobs this walk places (a small heap).
+        ends: list[tuple[float, int]] = []
         for r in snap.running:
             if r.req.pool == pool:
-                e = expected_end(r, snap.classes[r.req.job_class], now)
+                e = expected_end(r, classes[r.req.job_class], now)
                 if e != math.inf:
-                    heap.append((e, r.gpus))
+                    ends.append((e, r.gpus))
         avail = snap.cluster.free_gpus(pool)
         for jid, g in started.items():
             pj = pending_by_id[jid]
             if pj.req.pool == pool:
                 avail -= g
                 if pj.req.est_runtime_s is not None:
-                    heap.append((now + pj.req.est_runtime_s, g))
-        heapq.heapify(heap)
+                    ends.append((now + pj.req.est_runtime_s, g))
+        ends.sort()
+        k, n_ends = 0, len(ends)
+        heap: list[tuple[float, int]] = []
         t = now
         for pj in pending_in_order:
             if pj.req.pool != pool or pj.held:
@@ -59,8 +64,12 @@ def estimate_starts(snap: Snapshot, pending_in_order: Sequence[PendingJob], star
                     out[pj.req.id] = None
                 continue
             g = pj.req.min_gpus
-            while avail < g and heap:
-                t, back = heapq.heappop(heap)
+            while avail < g and (k < n_ends or heap):
+                if heap and (k >= n_ends or heap[0][0] < ends[k][0]):
+                    t, back = heapq.heappop(heap)
+                else:
+                    t, back = ends[k]
+                    k += 1
                 avail += back
             if avail < g:
                 out[pj.req.id] = None
