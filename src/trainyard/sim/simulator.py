@@ -21,7 +21,9 @@ Work model (the same for every policy):
   a conservative model that favours no policy.)
 - Node failures (optional, exponential with mean `node_mtbf_s` per node) kill every job on the
   node at once; the node comes back after `node_repair_s`.
-Max run time is not enforced in the simulator (traces record what did run).
+Max run time is not enforced in the simulator (traces record what did run). A job the policy
+will never start (pending on an idle cluster with nothing more to come) is left unfinished and
+counted as such (`completed` < `jobs` in the metrics).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class SimParams:
     node_repair_s: float = 3600.0
     usage_half_life_s: float = 7 * 86400.0  # fair-share decay (Slurm's PriorityDecayHalfLife)
     tick_s: float = 30.0  # cycle at least this often while jobs wait
+    horizon_s: float = 400 * 86400.0  # give up this long after the last arrival (failed nodes)
     seed: int = 0
 
 
@@ -93,6 +96,7 @@ class _Sim:
         self.violation_limit = max(pre) if pre else 0.0
         self.cycles = 0
         self.done = 0
+        self.arrivals_left = len(wl.jobs)
         self.rng = random.Random(params.seed)
 
     # -- events ---------------------------------------------------------------------------------
@@ -121,6 +125,8 @@ class _Sim:
                 break
             if self.dirty or (self.tick_due is not None and t >= self.tick_due):
                 self.cycle()
+                if self.stuck():
+                    break
             if self.pending and (self.tick_due is None or self.tick_due <= t):
                 self.tick_due = t + self.p.tick_s
                 self.push(self.tick_due, _TICK)
@@ -139,6 +145,13 @@ class _Sim:
             quota_violations=self.violations, quota_violation_s=self.violation_s, cycles=self.cycles,
             wall_s=_time.perf_counter() - wall0, end_time=self.now)
 
+    def stuck(self) -> bool:
+        """Jobs wait on an idle, healthy cluster with nothing more to come: the policy will never
+        start them (say, a job larger than its team's partition). They stay unfinished."""
+        if not self.pending or self.running or self.arrivals_left:
+            return False
+        return all(n.healthy for n in self.cluster.nodes) or self.now > self.last_submit() + self.p.horizon_s
+
     def last_submit(self) -> float:
         return self.wl.jobs[-1].req.submit_time if self.wl.jobs else 0.0
 
@@ -151,6 +164,7 @@ class _Sim:
 
     def apply(self, kind: int, job: str, token: int) -> None:
         if kind == _ARRIVE:
+            self.arrivals_left -= 1
             sj = self.jobs[job]
             r = sj.req
             self.records[job] = JobRecord(job, r.team, r.job_class, r.max_gpus, r.submit_time, sj.duration_s,
