@@ -40,16 +40,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from operator import itemgetter
 
 from trainyard.sched.baselines._common import (
     INF,
     STOP_DELAY_S,
+    Classes,
     Fitter,
     Outlook,
     fit_min,
-    class_of,
-    expected_end,
-    may_preempt,
     remaining_s,
     shape_gpus,
     shapes,
@@ -70,6 +69,7 @@ from trainyard.sched.types import (
 )
 
 MAX_AGE_S = 7 * 24 * 3600.0
+_TIME_ID = itemgetter(0, 1)
 
 
 @dataclass(slots=True)
@@ -111,17 +111,26 @@ class Slurm:
             out[name] = 2.0 ** (-u / s) if s > 0 else 0.0
         return out
 
-    def priorities(self, snap: Snapshot) -> dict[str, float]:
+    def priorities(self, snap: Snapshot, classes: Classes | None = None) -> dict[str, float]:
         fs = self.fairshare(snap)
         cls_prio = [c.priority for c in snap.classes.values()]
         lo, hi = (min(cls_prio), max(cls_prio)) if cls_prio else (0, 0)
+        prio = (classes if classes is not None else Classes(snap)).prio
+        qos_of: dict[str, float] = {}  # per class: w_qos * qos
+        fs_of: dict[str, float] = {}  # per team: w_fairshare * fair share
+        now, w_age, max_age = snap.now, self.w_age, self.max_age_s
         out = {}
         for job in snap.pending:
             req = job.req
-            age = min(1.0, max(0.0, snap.now - job.queued_since) / self.max_age_s)
-            p = class_of(snap, req.job_class).priority
-            qos = (p - lo) / (hi - lo) if hi > lo else 0.0
-            out[req.id] = self.w_age * age + self.w_fairshare * fs.get(req.team, 0.0) + self.w_qos * qos
+            age = min(1.0, max(0.0, now - job.queued_since) / max_age)
+            q = qos_of.get(req.job_class)
+            if q is None:
+                p = prio[req.job_class]
+                q = qos_of[req.job_class] = self.w_qos * ((p - lo) / (hi - lo) if hi > lo else 0.0)
+            f = fs_of.get(req.team)
+            if f is None:
+                f = fs_of[req.team] = self.w_fairshare * fs.get(req.team, 0.0)
+            out[req.id] = w_age * age + f + q
         return out
 
     # -- the cycle -------------------------------------------------------------------------------
@@ -129,7 +138,8 @@ class Slurm:
     def cycle(self, snap: Snapshot) -> CycleResult:
         res = CycleResult()
         now, explain = snap.now, snap.explain
-        prio = self.priorities(snap)
+        classes = Classes(snap)
+        prio = self.priorities(snap, classes)
         order = sorted(snap.pending, key=lambda j: (-prio[j.req.id], j.req.submit_time, j.req.id))
 
         state = snap.cluster.copy()
@@ -137,12 +147,13 @@ class Slurm:
         outlook = Outlook(snap, with_quota=False)
         # Step 2: who could be preempted, youngest first, per pool.
         victims: dict[str, list[RunningJob]] = defaultdict(list)
-        for r in sorted(snap.running, key=lambda r: (-r.start_time, r.req.id)):
-            if may_preempt(snap, r):
-                victims[r.req.pool].append(r)
-        lowest_victim = {
-            pool: min(class_of(snap, r.req.job_class).priority for r in vs) for pool, vs in victims.items()
-        }
+        lowest_victim: dict[str, int] = {}
+        for r in sorted(filter(classes.may_preempt, snap.running), key=lambda r: (-r.start_time, r.req.id)):
+            pool = r.req.pool
+            victims[pool].append(r)
+            cp = classes[r.req.job_class].priority
+            if cp < lowest_victim.get(pool, cp + 1):
+                lowest_victim[pool] = cp
         ends: dict[str, list[tuple[float, str, Placement]]] = defaultdict(list)  # starts and claims
         held: dict[str, _Held] = {}
         no_preempt: set[tuple] = set()
@@ -164,7 +175,7 @@ class Slurm:
                 if explain:
                     res.pending[req.id] = PendingInfo(Reason.HELD, None)
                 continue
-            cls = class_of(snap, req.job_class)
+            cls = classes[req.job_class]
             dur = remaining_s(req, job.progress_s, cls)
             rsv = held.get(req.pool)
             if req.gpu_mem is None and state.free_gpus(req.pool) < shape_gpus(req, shapes(req)[-1]):
@@ -190,7 +201,7 @@ class Slurm:
                     ck = (req.pool, cls.priority)
                     if ck not in cand_lists:
                         cand_lists[ck] = [
-                            r for r in victims[req.pool] if class_of(snap, r.req.job_class).priority < cls.priority
+                            r for r in victims[req.pool] if classes[r.req.job_class].priority < cls.priority
                         ]
                     got = outlook.claim_on_nodes(req, cand_lists[ck])
                     if got is None:
@@ -211,7 +222,7 @@ class Slurm:
             est = None
             if rsv is None:
                 # A job that cannot fit even on an idle pool gets none; the next blocked job does.
-                rsv = self._reserve(snap, req, state, outlook, ends[req.pool])
+                rsv = self._reserve(snap, req, state, outlook, ends[req.pool], classes)
                 if rsv is not None:
                     held[req.pool] = rsv
                     if rsv.shadow < INF:
@@ -228,17 +239,22 @@ class Slurm:
         state: ClusterState,
         outlook: Outlook,
         started: list[tuple[float, str, Placement]],
+        classes: Classes | None = None,
     ) -> _Held | None:
         """The shadow time and reserved GPUs of `req`; None if it cannot fit even on an idle pool."""
         now = snap.now
         fut = outlook.state.copy()  # jobs under notice already gone; claims and starts in
-        events = [
-            (expected_end(snap, r), r.req.id, r.placement)
-            for r in snap.running
-            if r.req.pool == req.pool and not r.preempting and r.req.id not in outlook.victims
-        ]
+        classes = classes if classes is not None else Classes(snap)
+        pool, gone = req.pool, outlook.victims
+        events = []
+        for r in snap.running:
+            rq = r.req
+            if rq.pool == pool and not r.preempting and rq.id not in gone:
+                # expected_end(snap, r), with the class looked up in the cycle's cache
+                end = r.start_time + remaining_s(rq, r.progress_s, classes[rq.job_class])
+                events.append((end if end > now else now, rq.id, r.placement))
         events.extend(started)
-        events.sort(key=lambda e: (e[0], e[1]))
+        events.sort(key=_TIME_ID)
         shadow = now + STOP_DELAY_S
         p = fit_min(fut, req)
         k = 0
