@@ -31,11 +31,15 @@ always None.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
+from operator import itemgetter
 
-from trainyard.sched.baselines._common import Fitter, may_preempt, shape_gpus, shapes
+from trainyard.sched.baselines._common import Classes, Fitter, shape_gpus, shapes
 from trainyard.sched.policy import register
 from trainyard.sched.types import CycleResult, PendingInfo, PendingJob, Preempt, Reason, RunningJob, Snapshot, Start
+
+_RANK = itemgetter(0, 1, 2)
 
 
 @register("tiresias")
@@ -57,47 +61,57 @@ class Tiresias:
         now, explain = snap.now, snap.explain
         state = snap.cluster.copy()
         fitter = Fitter(state)
+        classes = Classes(snap)
+        th = self.thresholds
+        starve = self.starve_limit
 
         # Step 1: every job's queue and FIFO key; pinned (unpreemptible now) jobs keep their GPUs.
+        # (`bisect_right(th, a)` is `self.queue(a)`: the number of thresholds at or below a.)
         pinned: dict[str, int] = defaultdict(int)
-        entries: dict[str, list[tuple[int, float, str, int, RunningJob | PendingJob]]] = defaultdict(list)
+        entries: dict[str, list[tuple[int, float, str, int, RunningJob | PendingJob, bool]]] = defaultdict(list)
         for r in snap.running:
             if r.preempting:
                 continue  # leaving: its GPUs are counted as coming free
-            if not may_preempt(snap, r):
-                pinned[r.req.pool] += r.gpus
+            rq = r.req
+            gpus = r.placement.gpus
+            cls = classes[rq.job_class]
+            if not (cls.preemptible and now - r.start_time >= cls.min_run_s):  # may_preempt
+                pinned[rq.pool] += gpus
                 continue
             a0 = r.attained_gpu_s
-            q = self.queue(a0 + r.gpus * (now - r.start_time))
+            q = bisect_right(th, a0 + gpus * (now - r.start_time))
             since = r.start_time
-            if q > 0 and r.gpus > 0 and a0 < self.thresholds[q - 1]:
-                since = r.start_time + (self.thresholds[q - 1] - a0) / r.gpus
-            entries[r.req.pool].append((q, since, r.req.id, r.gpus, r))
+            if q > 0 and gpus > 0 and a0 < th[q - 1]:
+                since = r.start_time + (th[q - 1] - a0) / gpus
+            entries[rq.pool].append((q, since, rq.id, gpus, r, True))
         for j in snap.pending:
+            req = j.req
             if j.held:
                 if explain:
-                    res.pending[j.req.id] = PendingInfo(Reason.HELD, None)
+                    res.pending[req.id] = PendingInfo(Reason.HELD, None)
                 continue
-            q = self.queue(j.attained_gpu_s)
-            gpus = shape_gpus(j.req, shapes(j.req)[-1])
+            q = bisect_right(th, j.attained_gpu_s)
+            gpus = shape_gpus(req, shapes(req)[-1])
             if q > 0 and gpus > 0:
                 executed = j.attained_gpu_s / gpus
-                if now - j.queued_since > self.starve_limit * executed:
+                if now - j.queued_since > starve * executed:
                     q = 0  # PROMOTE: starved jobs go back to the top queue
-            entries[j.req.pool].append((q, j.queued_since, j.req.id, gpus, j))
+            entries[req.pool].append((q, j.queued_since, req.id, gpus, j, False))
 
         # Step 2: per pool, the desired set by GPU count; starts and preemptions follow from it.
         for pool in sorted(entries):
             cap = state.total_gpus(pool) - pinned[pool]
             out: list[RunningJob] = []
             waiting: list[str] = []
-            for _, _, jid, gpus, job in sorted(entries[pool], key=lambda e: e[:3]):
+            es = entries[pool]
+            es.sort(key=_RANK)
+            for _, _, jid, gpus, job, running in es:
                 desired = gpus <= cap
                 if desired:
                     cap -= gpus
-                if isinstance(job, RunningJob):
+                if running:
                     if not desired:
-                        out.append(job)
+                        out.append(job)  # type: ignore[arg-type]
                     continue
                 if not desired:
                     if explain:
