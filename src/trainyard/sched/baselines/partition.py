@@ -17,11 +17,13 @@ it at submission. Teams missing from `snap.teams` have no quota and run nothing.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from operator import attrgetter
 
-from trainyard.sched.baselines._common import Fitter, fifo_key, shape_gpus, shapes
+from trainyard.sched.baselines._common import Fitter, shape_gpus, shapes
 from trainyard.sched.policy import register
 from trainyard.sched.types import CycleResult, PendingInfo, Reason, Snapshot, Start
+
+_FIFO = attrgetter("req.submit_time", "req.id")  # fifo_key(job.req), in C
 
 
 @register("partition")
@@ -33,33 +35,53 @@ class Partition:
         explain = snap.explain
         state = snap.cluster.copy()
         fitter = Fitter(state)
-        used: dict[tuple[str, str], int] = defaultdict(int)
+        used: dict[tuple[str, str], int] = {}
         for r in snap.running:
-            used[(r.req.team, r.req.pool)] += r.gpus
+            k = (r.req.team, r.req.pool)
+            used[k] = used.get(k, 0) + r.placement.gpus
         blocked: set[tuple[str, str]] = set()
+        limits: dict[tuple[str, str], int] = {}
 
         def cap(team: str, pool: str) -> int:
             t = snap.teams.get(team)
             return t.quota(pool).nominal if t is not None else 0
 
-        for job in sorted(snap.pending, key=lambda j: fifo_key(j.req)):
+        order = sorted(snap.pending, key=_FIFO)
+        # Without explanations, stop once every (team, pool) with jobs still to look at is blocked.
+        left: dict[tuple[str, str], int] = {}
+        if not explain:
+            for job in order:
+                if not job.held:
+                    k = (job.req.team, job.req.pool)
+                    left[k] = left.get(k, 0) + 1
+        active = len(left)
+
+        for job in order:
             req = job.req
-            key = (req.team, req.pool)
             if job.held:
                 if explain:
                     res.pending[req.id] = PendingInfo(Reason.HELD, None)
                 continue
+            key = (req.team, req.pool)
             if key in blocked:
                 if explain:
                     res.pending[req.id] = PendingInfo(Reason.PRIORITY, None)
                 continue
-            limit = cap(req.team, req.pool)
-            if shape_gpus(req, shapes(req)[-1]) > limit:
+            if not explain:
+                n = left[key] - 1
+                left[key] = n
+                if n == 0:
+                    active -= 1  # its last job: whatever happens below, nothing of it is left
+            limit = limits.get(key)
+            if limit is None:
+                limit = limits[key] = cap(req.team, req.pool)
+            need = shape_gpus(req, shapes(req)[-1])
+            if need > limit:
                 if explain:
                     res.pending[req.id] = PendingInfo(Reason.QUOTA, None)
                 continue  # can never run in this partition: skipped, does not block
-            room = limit - used[key]
-            if shape_gpus(req, shapes(req)[-1]) > room:
+            room = limit - used.get(key, 0)
+            if need > room:
                 p, why = None, Reason.QUOTA
             elif state.free_gpus(req.pool) == 0 and req.gpu_mem is None:
                 p, why = None, Reason.CAPACITY
@@ -67,10 +89,14 @@ class Partition:
                 p, why = fitter.fit(req, allow=lambda g: g <= room)
             if p is not None:
                 fitter.take(p)
-                used[key] += p.gpus
+                used[key] = used.get(key, 0) + p.gpus
                 res.starts.append(Start(req.id, p))
                 continue
             blocked.add(key)
             if explain:
                 res.pending[req.id] = PendingInfo(why, None)
+            elif n > 0:
+                active -= 1
+                if active == 0:
+                    break
         return res
