@@ -413,3 +413,27 @@ def test_quota_policies_respect_quota_on_random_snapshots():
             r = pend[s.job_id]
             assert ledger.fits(r.team, r.pool, s.placement.gpus)
             ledger.add(r.team, r.pool, s.placement.gpus)
+
+
+def test_may_fit_agrees_with_place():
+    """The cheap pre-check the baselines use before `place`: never wrong, exact for whole GPUs."""
+    from trainyard.sched.baselines._common import may_fit
+
+    rng = random.Random(7)
+    for seed in range(30):
+        snap = random_snapshot(seed)
+        state = snap.cluster.copy()
+        for i in rng.sample(range(len(state.nodes)), 2):
+            state.set_health(i, False)
+        for k in range(40):
+            if rng.random() < 0.5:
+                r = req(f"x{k}", gpus=rng.choice([1, 2, 3, 4, 6, 8, 9, 12, 16, 24, 40]))
+            else:
+                lo = rng.randint(1, 4)
+                r = req(f"x{k}", gpus_per_node=rng.choice([1, 2, 4, 8, 9]), min_nodes=lo, max_nodes=lo + 1)
+            for n in ((None,) if r.gpus_per_node is None else (r.min_nodes, r.max_nodes)):
+                fits = place(state, r, n)[0] is not None
+                if (r.gpus_per_node or 0) > 8:  # larger than any node: left to `place`
+                    assert not fits
+                else:
+                    assert may_fit(state, r, n) == fits

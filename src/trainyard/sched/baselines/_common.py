@@ -112,6 +112,43 @@ def fit_min(state: ClusterState, req: JobRequest) -> Placement | None:
     return place(state, req, n)[0]
 
 
+def may_fit(state: ClusterState, req: JobRequest, n: int | None) -> bool:
+    """False when `place(state, req, n)` surely fails, from the free-GPU buckets alone.
+
+    For whole-GPU requests this is exact: a gang needs n nodes with `gpus_per_node` free each; a
+    spread request needs its GPUs on its fewest possible nodes (the n fullest-free nodes of the
+    pool must hold them). Shared (gpu_mem) requests are left to `place` (True).
+    """
+    if req.gpu_mem is not None:
+        return True
+    pool = req.pool
+    b = state.buckets.get(pool)
+    if b is None:
+        return True  # let `place` say why
+    if req.gpus_per_node is not None:
+        gpn = req.gpus_per_node
+        k = req.min_nodes if n is None else n
+        if gpn >= len(b):
+            return True  # let `place` say why (topology)
+        if k == 1:
+            return any(b[gpn:])
+        return sum(len(x) for x in b[gpn:]) >= k
+    need = req.gpus
+    if state.pool_free.get(pool, 0) < need:
+        return False
+    left = -(-need // (len(b) - 1)) if len(b) > 1 else 1
+    total = 0
+    for free in range(len(b) - 1, 0, -1):
+        c = len(b[free])
+        if c:
+            take = c if c < left else left
+            total += take * free
+            left -= take
+            if left == 0:
+                break
+    return total >= need
+
+
 def class_of(snap: Snapshot, name: str) -> JobClass:
     c = snap.classes.get(name)
     return c if c is not None else JobClass(name=name, priority=0)

@@ -40,6 +40,7 @@ from trainyard.sched.baselines._common import (
     Classes,
     Fitter,
     Outlook,
+    may_fit,
     shape_gpus,
     shapes,
 )
@@ -49,7 +50,7 @@ from trainyard.sched.policy import register
 from trainyard.sched.quota import QuotaLedger
 from trainyard.sched.types import CycleResult, PendingInfo, Preempt, Reason, RunningJob, Snapshot, Start
 
-_KEY = itemgetter(0)
+_RANK = itemgetter(0, 1, 2)
 
 
 @register("kueue")
@@ -85,6 +86,7 @@ class Kueue:
         outlook = Outlook(snap, with_quota=True, usage=[(t, p, g) for (t, p), g in use_live.items()])
         cohort_of = {name: t.cohort for name, t in snap.teams.items()}
         searched: set[tuple[str, str]] = set()
+        sorted_pools: dict[str, bool] = {}  # preemptible[pool] sorted (on first use)
 
         # Within a cycle `ledger` only gains usage, so a quota check that failed for g GPUs keeps
         # failing for g or more: remember the smallest failure per (team, pool).
@@ -107,7 +109,9 @@ class Kueue:
                     res.pending[req.id] = PendingInfo(Reason.HELD, None)
                 continue
             need = shape_gpus(req, shapes(req)[-1])
-            if not fits(team, pool, need):
+            if not explain and req.gpu_mem is None and state.free_gpus(pool) < need:
+                p, why = None, Reason.CAPACITY  # (the quota check would only change the reason)
+            elif not fits(team, pool, need):
                 p, why = None, Reason.QUOTA
             elif req.gpu_mem is None and state.free_gpus(pool) < need:
                 p, why = None, Reason.CAPACITY
@@ -122,7 +126,11 @@ class Kueue:
 
             if (team, pool) not in searched:
                 searched.add((team, pool))
-                got = self._preempt_for(snap, req, outlook, preemptible.get(pool, ()), prio, cohort_of)
+                cands = preemptible.get(pool)
+                if cands is not None and not sorted_pools.get(pool):
+                    cands.sort(key=_RANK)
+                    sorted_pools[pool] = True
+                got = self._preempt_for(snap, req, outlook, cands or (), prio, cohort_of)
                 if got is not None:
                     chosen, p = got
                     outlook.commit(req, chosen, p, state)
@@ -149,23 +157,27 @@ class Kueue:
         ol: QuotaLedger = outlook.ledger  # type: ignore[assignment]
         reclaim = ol.used(team, pool) + need <= ol.nominal(team, pool)
         cohort = t.cohort if reclaim else None
-        cands = []
-        for pr, neg_start, rid, rteam, r in preemptible:
+        # Kueue's candidatesOrdering, (other team first, priority, newest start, id): `preemptible`
+        # is sorted by the last three, so filtering it keeps each group in order.
+        own = []
+        others = []
+        for pr, _, _, rteam, r in preemptible:
             if rteam == team:
                 if pr < my_prio:
-                    cands.append(((1, pr, neg_start, rid), r))
+                    own.append(r)
             elif cohort and cohort_of.get(rteam) == cohort:
-                cands.append(((0, pr, neg_start, rid), r))
-        cands.sort(key=_KEY)
+                others.append(r)
 
         def check(state: ClusterState, ledger) -> object:
             if not ledger.fits(team, pool, need):
                 return None
             if req.gpu_mem is None and state.free_gpus(pool) < need:
                 return None
+            if not may_fit(state, req, n):
+                return None  # exactly when `place` would fail (whole GPUs), found cheaply
             return place(state, req, n)[0]
 
         def accept(r: RunningJob, ledger) -> bool:
             return r.req.team == team or ledger.borrowed(r.req.team, pool) > 0
 
-        return outlook.claim(req, [c[1] for c in cands], check, accept)
+        return outlook.claim(req, others + own, check, accept)
