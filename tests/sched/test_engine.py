@@ -234,3 +234,18 @@ def test_reclaim_waits_for_natural_turnover_first():
     assert fresh.pending["a1"].reason == Reason.CAPACITY
     patient = ENGINE.cycle(snapshot(ns, tm, run, [pending(req("a1", "a", submit=5000 - 301))], now=5000.0))
     assert len(patient.preemptions) == 1
+
+
+def test_quota_freed_by_leaving_victims_goes_to_the_job_they_leave_for_only():
+    from dataclasses import replace
+    ns = nodes(1)
+    state = ClusterState(ns)
+    run = [running(state, req(f"a{i}", "a", cls="batch")) for i in range(4)]
+    run[0] = replace(run[0], preempting=True)  # chosen last cycle for the interactive job
+    from trainyard.sched.types import Quota, Team
+    tm = {"a": Team("a", None, {"default": Quota(4)})}  # 4 GPUs stay free, but not a's to use
+    pend = [pending(req("ai", "a", cls="interactive")), pending(req("ab", "a", cls="batch", submit=1))]
+    res = ENGINE.cycle(snapshot(ns, tm, run, pend, now=100.0))
+    assert res.preemptions == []  # no second victim for the same job
+    assert res.pending["ai"].reason == Reason.PREEMPTING
+    assert res.starts == []  # the batch job may not use the quota the victim still holds

@@ -101,6 +101,8 @@ class _Cycle:
         self._lost: dict[str, float] = {}
         self._by_node: dict[int, list[RunningJob]] | None = None
         self._sorted_team: dict[str, list[RunningJob]] = {}
+        self._failed: dict[tuple, Reason] = {}
+        self._fledger: QuotaLedger | None = None
 
     # -- views ----------------------------------------------------------------------------------
 
@@ -115,6 +117,17 @@ class _Cycle:
             for r in self.leaving:
                 self.future.release(r.placement)
         return self.future
+
+    def fledger(self) -> QuotaLedger:
+        """Quota as it will be once the leaving jobs (and victims chosen now) have left.
+
+        `self.ledger` still counts them: their GPUs are busy until they go, so only jobs that
+        claim those very GPUs (step 4, step 5) may count on their quota."""
+        if self._fledger is None:
+            self._fledger = self.ledger.copy()
+            for r in self.leaving:
+                self._fledger.add(r.req.team, r.req.pool, -r.gpus)
+        return self._fledger
 
     def place_in(self, view: ClusterState, req, n: int | None) -> tuple[Placement | None, Reason | None]:
         key = (id(view), req.pool, req.gpus, req.gpus_per_node, n, req.gpu_mem)
@@ -151,29 +164,43 @@ class _Cycle:
     def run(self) -> CycleResult:
         snap = self.snap
         order = self.order()
+        patience = self.p.reclaim_after_s
         for key, pj in order:
-            cls = snap.classes[pj.req.job_class]
+            r = pj.req
+            cls = snap.classes[r.job_class]
             if pj.held:
                 self.pend(pj, Reason.HELD)
                 continue
+            # Jobs alike in every way the steps below look at fail alike: capacity and quota only
+            # shrink within a cycle until victims are chosen (which clears this memo), and
+            # reservations make estimates matter (no memo then).
+            alike = (r.team, r.pool, r.job_class, r.gpus, r.gpus_per_node, r.min_nodes, r.max_nodes, r.gpu_mem,
+                     is_urgent(key), self.now - pj.queued_since >= patience)
+            if self.shadow == math.inf:
+                known = self._failed.get(alike)
+                if known is not None:
+                    self.pend(pj, known)
+                    continue
             reason = self.admit(pj, key)
             if reason is None:
                 continue
+            # Step 4: room that leaving jobs will free.
+            if self.leaving or self.stopping:
+                if self.fledger().fits(r.team, r.pool, r.min_gpus):
+                    pl, _ = self.place_in(self.fut(), r, r.min_nodes)
+                    if pl is not None:
+                        self.claim(pl)
+                        self.ledger.add(r.team, r.pool, r.min_gpus)
+                        self.fledger().add(r.team, r.pool, r.min_gpus)
+                        self.pend(pj, Reason.PREEMPTING)
+                        continue
             if reason == Reason.QUOTA:
                 # Only the team's own lower-priority jobs can give quota back to it.
                 if self.try_preempt(pj, cls.priority, own_team_only=True):
                     self.pend(pj, Reason.PREEMPTING)
                 else:
-                    self.pend(pj, reason)
+                    self.fail(pj, alike, reason)
                 continue
-            # Step 4: room that leaving jobs will free.
-            if self.leaving or self.stopping:
-                pl, _ = self.place_in(self.fut(), pj.req, pj.req.min_nodes)
-                if pl is not None:
-                    self.claim(pl)
-                    self.ledger.add(pj.req.team, pj.req.pool, pj.req.min_gpus)
-                    self.pend(pj, Reason.PREEMPTING)
-                    continue
             # Step 5: preemption.
             if self.try_preempt(pj, cls.priority):
                 self.pend(pj, Reason.PREEMPTING)
@@ -183,12 +210,18 @@ class _Cycle:
                 if self.reserve(pj):
                     self.pend(pj, Reason.RESERVATION)
                     continue
-            self.pend(pj, reason)
+            self.fail(pj, alike, reason)
         if snap.explain and self.res.pending:
             est = estimate_starts(snap, [pj for _, pj in order if pj.req.id in self.res.pending],
                                   self.res.starts, self.res.reservations)
             self.res.pending = {j: PendingInfo(info.reason, est.get(j)) for j, info in self.res.pending.items()}
         return self.res
+
+    def fail(self, pj: PendingJob, alike: tuple, reason: Reason) -> None:
+        """Nothing worked for this job; jobs alike will fare the same until victims are chosen."""
+        if self.shadow == math.inf:
+            self._failed[alike] = reason
+        self.pend(pj, reason)
 
     def pend(self, pj: PendingJob, reason: Reason) -> None:
         if self.snap.explain:
@@ -285,13 +318,14 @@ class _Cycle:
         so many that the team falls below its nominal quota.
         """
         req = pj.req
-        in_quota = self.ledger.used(req.team, req.pool) + req.min_gpus <= self.ledger.nominal(req.team, req.pool)
+        fl = self.fledger()
+        in_quota = fl.used(req.team, req.pool) + req.min_gpus <= fl.nominal(req.team, req.pool)
         in_quota = in_quota and self.now - pj.queued_since >= self.p.reclaim_after_s
         budget: dict[str, float] = {req.team: math.inf}
         if not own_team_only:
             for team in self._eligible_by_team():
                 if team != req.team:
-                    b = self.ledger.borrowed(team, req.pool)
+                    b = fl.borrowed(team, req.pool)
                     if b > 0:
                         budget[team] = b
         classes, stopping, pool = self.snap.classes, self.stopping, req.pool
@@ -309,7 +343,8 @@ class _Cycle:
         if self.searches >= self.p.max_preemption_searches:
             return False
         req = pj.req
-        in_quota = self.ledger.used(req.team, req.pool) + req.min_gpus <= self.ledger.nominal(req.team, req.pool)
+        fl = self.fledger()
+        in_quota = fl.used(req.team, req.pool) + req.min_gpus <= fl.nominal(req.team, req.pool)
         in_quota = in_quota and self.now - pj.queued_since >= self.p.reclaim_after_s
         if not in_quota and (prio <= self._lowest_preemptible or prio <= self._min_prio_now()):
             return False  # nothing of lower priority runs, and it may not reclaim
@@ -321,7 +356,7 @@ class _Cycle:
         # Quota first: stop the team's own lower-priority jobs, least lost work first, until the
         # job fits its team's quota again.
         quota_victims: list[RunningJob] = []
-        ledger = self.ledger.copy()
+        ledger = self.fledger().copy()
         if not ledger.fits(req.team, req.pool, req.min_gpus):
             for r in self._cheapest_first(req.team):
                 if not ok(r):
@@ -338,12 +373,13 @@ class _Cycle:
             self._no_victims.add(memo)
             return False
         self._no_victims.clear()
+        self._failed.clear()
         fut_id = id(self.fut())
         self._nofit = {k: v for k, v in self._nofit.items() if k[0] != fut_id}
         for v in victims:
             self.stopping.add(v.req.id)
             self.fut().release(v.placement)
-            self.ledger.add(v.req.team, v.req.pool, -v.gpus)
+            self.fledger().add(v.req.team, v.req.pool, -v.gpus)
             kind = "priority" if self.snap.classes[v.req.job_class].priority < prio else "reclaim"
             self.res.preemptions.append(Preempt(v.req.id, kind, req.id))
         pl, _ = place(self.fut(), req, req.min_nodes)
@@ -351,6 +387,7 @@ class _Cycle:
             self.claim(pl)
         # The preemptor's quota is held for it while its victims leave.
         self.ledger.add(req.team, req.pool, req.min_gpus)
+        self.fledger().add(req.team, req.pool, req.min_gpus)
         return True
 
     def _cheapest_first(self, team: str) -> list[RunningJob]:
