@@ -103,6 +103,7 @@ class _Cycle:
         self._sorted_team: dict[str, list[RunningJob]] = {}
         self._failed: dict[tuple, Reason] = {}
         self._fledger: QuotaLedger | None = None
+        self._reasons: dict[str, Reason] = {}
 
     # -- views ----------------------------------------------------------------------------------
 
@@ -211,10 +212,11 @@ class _Cycle:
                     self.pend(pj, Reason.RESERVATION)
                     continue
             self.fail(pj, alike, reason)
-        if snap.explain and self.res.pending:
-            est = estimate_starts(snap, [pj for _, pj in order if pj.req.id in self.res.pending],
+        if snap.explain and self._reasons:
+            reasons = self._reasons
+            est = estimate_starts(snap, [pj for _, pj in order if pj.req.id in reasons],
                                   self.res.starts, self.res.reservations)
-            self.res.pending = {j: PendingInfo(info.reason, est.get(j)) for j, info in self.res.pending.items()}
+            self.res.pending = {j: PendingInfo(why, est.get(j)) for j, why in reasons.items()}
         return self.res
 
     def fail(self, pj: PendingJob, alike: tuple, reason: Reason) -> None:
@@ -225,7 +227,7 @@ class _Cycle:
 
     def pend(self, pj: PendingJob, reason: Reason) -> None:
         if self.snap.explain:
-            self.res.pending[pj.req.id] = PendingInfo(reason, None)
+            self._reasons[pj.req.id] = reason
 
     # Step 2.
     def order(self) -> list[tuple[tuple, PendingJob]]:
