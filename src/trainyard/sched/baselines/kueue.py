@@ -89,14 +89,20 @@ class Kueue:
         sorted_pools: dict[str, bool] = {}  # preemptible[pool] sorted (on first use)
 
         # Within a cycle `ledger` only gains usage, so a quota check that failed for g GPUs keeps
-        # failing for g or more: remember the smallest failure per (team, pool).
+        # failing for g or more: remember the smallest failure per (team, pool). A success for g
+        # holds for g or less until the ledger next changes: remember the largest (`qok`, cleared
+        # at every `ledger.add`).
         qfail: dict[tuple[str, str], int] = {}
+        qok: dict[tuple[str, str], int] = {}
 
         def fits(team: str, pool: str, g: int) -> bool:
             key = (team, pool)
             if g >= qfail.get(key, INF):
                 return False
+            if g <= qok.get(key, -1):
+                return True
             if ledger.fits(team, pool, g):
+                qok[key] = g
                 return True
             qfail[key] = g
             return False
@@ -120,6 +126,7 @@ class Kueue:
             if p is not None:
                 fitter.take(p)
                 ledger.add(team, pool, p.gpus)
+                qok.clear()
                 outlook.note_start(req, p)
                 res.starts.append(Start(req.id, p))
                 continue
@@ -135,6 +142,7 @@ class Kueue:
                     chosen, p = got
                     outlook.commit(req, chosen, p, state)
                     ledger.add(team, pool, p.gpus)  # hold its quota too (conservative for one cycle)
+                    qok.clear()
                     for v in chosen:
                         why_p = "priority" if v.req.team == team else "reclaim"
                         res.preemptions.append(Preempt(v.req.id, why_p, req.id))
