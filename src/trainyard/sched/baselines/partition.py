@@ -17,13 +17,13 @@ it at submission. Teams missing from `snap.teams` have no quota and run nothing.
 
 from __future__ import annotations
 
-from operator import attrgetter
-
 from trainyard.sched.baselines._common import Fitter, shape_gpus, shapes
 from trainyard.sched.policy import register
-from trainyard.sched.types import CycleResult, PendingInfo, Reason, Snapshot, Start
+from trainyard.sched.types import CycleResult, PendingInfo, PendingJob, Reason, Snapshot, Start
 
-_FIFO = attrgetter("req.submit_time", "req.id")  # fifo_key(job.req), in C
+
+def _fifo(job: PendingJob) -> tuple[float, str]:
+    return (job.req.submit_time, job.req.id)  # fifo_key(job.req)
 
 
 @register("partition")
@@ -46,17 +46,7 @@ class Partition:
             t = snap.teams.get(team)
             return t.quota(pool).nominal if t is not None else 0
 
-        order = sorted(snap.pending, key=_FIFO)
-        # Without explanations, stop once every (team, pool) with jobs still to look at is blocked.
-        left: dict[tuple[str, str], int] = {}
-        if not explain:
-            for job in order:
-                if not job.held:
-                    k = (job.req.team, job.req.pool)
-                    left[k] = left.get(k, 0) + 1
-        active = len(left)
-
-        for job in order:
+        for job in sorted(snap.pending, key=_fifo):
             req = job.req
             if job.held:
                 if explain:
@@ -67,11 +57,6 @@ class Partition:
                 if explain:
                     res.pending[req.id] = PendingInfo(Reason.PRIORITY, None)
                 continue
-            if not explain:
-                n = left[key] - 1
-                left[key] = n
-                if n == 0:
-                    active -= 1  # its last job: whatever happens below, nothing of it is left
             limit = limits.get(key)
             if limit is None:
                 limit = limits[key] = cap(req.team, req.pool)
@@ -95,8 +80,4 @@ class Partition:
             blocked.add(key)
             if explain:
                 res.pending[req.id] = PendingInfo(why, None)
-            elif n > 0:
-                active -= 1
-                if active == 0:
-                    break
         return res
