@@ -54,7 +54,10 @@ class EngineParams:
     # A job inside its team's nominal quota first waits this long for GPUs to free up by
     # themselves before it reclaims them by preemption: on a busy cluster jobs end every few
     # seconds, and each avoided preemption saves the victim's work since its last checkpoint.
+    # The wait is capped per victim at `reclaim_share` of the victim class's grace period plus
+    # min run time, so that the owed team still gets its GPUs within that sum.
     reclaim_after_s: float = 300.0
+    reclaim_share: float = 0.4
 
 
 class TrainyardPolicy:
@@ -93,6 +96,8 @@ class _Cycle:
         self._budget: dict[str, float] = {}
         self._eligible: dict[str, list[tuple[int, RunningJob]]] | None = None
         self._min_prio = math.inf
+        self._min_patience = min((self._patience(c) for c in snap.classes.values() if c.preemptible),
+                                 default=params.reclaim_after_s)
         self._lowest_preemptible = min((c.priority for c in snap.classes.values() if c.preemptible), default=math.inf)
         # Within a cycle, free capacity in a view only shrinks (starts and claims), except in
         # `future` when victims are chosen; so a shape that did not fit stays unfit until then.
@@ -165,7 +170,7 @@ class _Cycle:
     def run(self) -> CycleResult:
         snap = self.snap
         order = self.order()
-        patience = self.p.reclaim_after_s
+        levels = sorted({self._patience(c) for c in snap.classes.values() if c.preemptible})
         for key, pj in order:
             r = pj.req
             cls = snap.classes[r.job_class]
@@ -176,7 +181,7 @@ class _Cycle:
             # shrink within a cycle until victims are chosen (which clears this memo), and
             # reservations make estimates matter (no memo then).
             alike = (r.team, r.pool, r.job_class, r.gpus, r.gpus_per_node, r.min_nodes, r.max_nodes, r.gpu_mem,
-                     is_urgent(key), self.now - pj.queued_since >= patience)
+                     is_urgent(key), sum(self.now - pj.queued_since >= p for p in levels))
             if self.shadow == math.inf:
                 known = self._failed.get(alike)
                 if known is not None:
@@ -322,7 +327,8 @@ class _Cycle:
         req = pj.req
         fl = self.fledger()
         in_quota = fl.used(req.team, req.pool) + req.min_gpus <= fl.nominal(req.team, req.pool)
-        in_quota = in_quota and self.now - pj.queued_since >= self.p.reclaim_after_s
+        waited = self.now - pj.queued_since
+        in_quota = in_quota and waited >= self._min_patience
         budget: dict[str, float] = {req.team: math.inf}
         if not own_team_only:
             for team in self._eligible_by_team():
@@ -336,8 +342,11 @@ class _Cycle:
             t = r.req.team
             if t not in budget or r.req.id in stopping or r.req.pool != pool:
                 return False
-            lower = classes[r.req.job_class].priority < prio
-            return lower if t == req.team else (in_quota or lower)
+            vcls = classes[r.req.job_class]
+            lower = vcls.priority < prio
+            if t == req.team or lower:
+                return lower
+            return in_quota and waited >= self._patience(vcls)
 
         return ok, budget
 
@@ -347,7 +356,7 @@ class _Cycle:
         req = pj.req
         fl = self.fledger()
         in_quota = fl.used(req.team, req.pool) + req.min_gpus <= fl.nominal(req.team, req.pool)
-        in_quota = in_quota and self.now - pj.queued_since >= self.p.reclaim_after_s
+        in_quota = in_quota and self.now - pj.queued_since >= self._min_patience
         if not in_quota and (prio <= self._lowest_preemptible or prio <= self._min_prio_now()):
             return False  # nothing of lower priority runs, and it may not reclaim
         memo = (req.team, prio, in_quota, own_team_only, req.pool, req.gpus, req.gpus_per_node, req.min_nodes, req.gpu_mem)
@@ -399,6 +408,10 @@ class _Cycle:
             got = self._sorted_team[team] = sorted(
                 (r for _, r in self._eligible_by_team().get(team, ())), key=lambda r: (self.lost(r) / r.gpus, r.req.id))
         return got
+
+    def _patience(self, victim_class) -> float:
+        """How long a job owed quota waits for natural turnover before reclaiming from this class."""
+        return min(self.p.reclaim_after_s, self.p.reclaim_share * (victim_class.grace_s + victim_class.min_run_s))
 
     def _min_prio_now(self) -> float:
         self._eligible_by_team()
