@@ -17,6 +17,8 @@ it at submission. Teams missing from `snap.teams` have no quota and run nothing.
 
 from __future__ import annotations
 
+from heapq import heapify, heappop, heappush
+
 from trainyard.sched.baselines._common import Fitter, shape_gpus, shapes
 from trainyard.sched.policy import register
 from trainyard.sched.types import CycleResult, PendingInfo, PendingJob, Reason, Snapshot, Start
@@ -46,17 +48,10 @@ class Partition:
             t = snap.teams.get(team)
             return t.quota(pool).nominal if t is not None else 0
 
-        for job in sorted(snap.pending, key=_fifo):
+        def consider(job: PendingJob) -> bool:
+            """Try one (non-held, non-blocked) job in FIFO order; True if its team is now blocked."""
             req = job.req
-            if job.held:
-                if explain:
-                    res.pending[req.id] = PendingInfo(Reason.HELD, None)
-                continue
             key = (req.team, req.pool)
-            if key in blocked:
-                if explain:
-                    res.pending[req.id] = PendingInfo(Reason.PRIORITY, None)
-                continue
             limit = limits.get(key)
             if limit is None:
                 limit = limits[key] = cap(req.team, req.pool)
@@ -64,7 +59,7 @@ class Partition:
             if need > limit:
                 if explain:
                     res.pending[req.id] = PendingInfo(Reason.QUOTA, None)
-                continue  # can never run in this partition: skipped, does not block
+                return False  # can never run in this partition: skipped, does not block
             room = limit - used.get(key, 0)
             if need > room:
                 p, why = None, Reason.QUOTA
@@ -76,8 +71,45 @@ class Partition:
                 fitter.take(p)
                 used[key] = used.get(key, 0) + p.gpus
                 res.starts.append(Start(req.id, p))
-                continue
+                return False
             blocked.add(key)
             if explain:
                 res.pending[req.id] = PendingInfo(why, None)
+            return True
+
+        if explain:
+            for job in sorted(snap.pending, key=_fifo):
+                req = job.req
+                if job.held:
+                    res.pending[req.id] = PendingInfo(Reason.HELD, None)
+                elif (req.team, req.pool) in blocked:
+                    res.pending[req.id] = PendingInfo(Reason.PRIORITY, None)
+                else:
+                    consider(job)
+            return res
+
+        # Without explanations only the jobs up to each team's first blocked one matter: keep a
+        # FIFO heap per (team, pool) and merge their heads, instead of sorting the whole queue.
+        # The jobs considered, and their order, are exactly those of the loop above.
+        groups: dict[tuple[str, str], list[tuple[float, str, PendingJob]]] = {}
+        for job in snap.pending:
+            if job.held:
+                continue
+            req = job.req
+            k = (req.team, req.pool)
+            g = groups.get(k)
+            if g is None:
+                groups[k] = [(req.submit_time, req.id, job)]
+            else:
+                g.append((req.submit_time, req.id, job))
+        heads = []
+        for k, g in groups.items():
+            heapify(g)
+            heads.append((g[0][0], g[0][1], k))
+        heapify(heads)
+        while heads:
+            k = heappop(heads)[2]
+            g = groups[k]
+            if not consider(heappop(g)[2]) and g:
+                heappush(heads, (g[0][0], g[0][1], k))
         return res
