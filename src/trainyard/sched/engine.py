@@ -50,7 +50,11 @@ from trainyard.sched.types import (
 class EngineParams:
     ordering: OrderingParams = field(default_factory=OrderingParams)
     max_reservations: int = 4  # urgent jobs that may hold a reservation at once (per cycle)
-    max_preemption_searches: int = 4  # victim searches per cycle; more preemptors wait a cycle
+    # Victim searches per cycle (each scans candidate nodes): failed ones and successful ones are
+    # capped apart, so a cycle with many owed jobs is not starved by fruitless searches. More
+    # preemptors wait for the next cycle.
+    max_preemption_searches: int = 4
+    max_preemptions_for: int = 16
     # A job inside its team's nominal quota first waits this long for GPUs to free up by
     # themselves before it reclaims them by preemption: on a busy cluster jobs end every few
     # seconds, and each avoided preemption saves the victim's work since its last checkpoint.
@@ -91,7 +95,8 @@ class _Cycle:
         self.leaving = [r for r in snap.running if r.preempting]
         self.stopping: set[str] = set()  # victims chosen in this cycle
         self.on_node: dict[int, list[RunningJob]] | None = None
-        self.searches = 0
+        self.searches = 0  # fruitless victim searches so far
+        self.successes = 0
         self._ends: list[tuple[float, str, Placement]] | None = None
         self._budget: dict[str, float] = {}
         self._eligible: dict[str, list[tuple[int, RunningJob]]] | None = None
@@ -351,7 +356,7 @@ class _Cycle:
         return ok, budget
 
     def try_preempt(self, pj: PendingJob, prio: int, own_team_only: bool = False) -> bool:
-        if self.searches >= self.p.max_preemption_searches:
+        if self.searches >= self.p.max_preemption_searches or self.successes >= self.p.max_preemptions_for:
             return False
         req = pj.req
         fl = self.fledger()
@@ -363,7 +368,7 @@ class _Cycle:
         if memo in self._no_victims:
             return False
         ok, budget = self._victim_rules(pj, prio, own_team_only)
-        self.searches += 1
+        self.searches += 1  # given back below if it finds victims
         # Quota first: stop the team's own lower-priority jobs, least lost work first, until the
         # job fits its team's quota again.
         quota_victims: list[RunningJob] = []
@@ -383,6 +388,8 @@ class _Cycle:
         if victims is None:
             self._no_victims.add(memo)
             return False
+        self.searches -= 1
+        self.successes += 1
         self._no_victims.clear()
         self._failed.clear()
         fut_id = id(self.fut())
