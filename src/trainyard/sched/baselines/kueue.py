@@ -3,8 +3,10 @@
 What it models (field names from Kueue's ClusterQueue API):
 - One ClusterQueue per team, its `nominalQuota`, `borrowingLimit` and `lendingLimit` per pool as
   `Quota`; teams with the same `cohort` lend each other unused nominal quota (`QuotaLedger`).
-- `queueingStrategy: BestEffortFIFO`: workloads are tried in one global order, class priority
-  (the WorkloadPriorityClass) descending, then submit time (creation timestamp), then id; a
+- `queueingStrategy: BestEffortFIFO`: workloads are tried in one global order, as Kueue's
+  scheduler orders a cycle's entries: those that fit under their team's nominal quota before
+  those that must borrow, then class priority (the WorkloadPriorityClass) descending, then
+  submit time (creation timestamp, which a preempted workload keeps), then id; a
   workload that does not fit (quota, or no placement on the nodes) is skipped and does not
   block the ones behind it.
 - `preemption.withinClusterQueue: LowerPriority`: a team's blocked workload may preempt its own
@@ -48,7 +50,7 @@ from trainyard.sched.cluster import ClusterState
 from trainyard.sched.placement import place
 from trainyard.sched.policy import register
 from trainyard.sched.quota import QuotaLedger
-from trainyard.sched.types import CycleResult, PendingInfo, Preempt, Reason, RunningJob, Snapshot, Start
+from trainyard.sched.types import CycleResult, PendingInfo, PendingJob, Preempt, Reason, RunningJob, Snapshot, Start
 
 _RANK = itemgetter(0, 1, 2)
 
@@ -63,11 +65,25 @@ class Kueue:
         classes = Classes(snap)
         prio = classes.prio
 
-        order = sorted(snap.pending, key=lambda j: (-prio[j.req.job_class], j.req.submit_time, j.req.id))
         state = snap.cluster.copy()
         fitter = Fitter(state)
         # One pass over the running jobs: quota usage (all, and without those leaving) and the
         # preemptible ones per pool, with their candidate sort key (less its first field).
+        # Kueue's scheduler orders a cycle's entries (scheduler.go, entryOrdering): workloads that
+        # fit under their ClusterQueue's nominal quota before those that must borrow, then
+        # priority, then the queue timestamp (creation; preempted workloads keep theirs).
+        used0: dict[tuple[str, str], int] = {}
+        for r in snap.running:
+            k0 = (r.req.team, r.req.pool)
+            used0[k0] = used0.get(k0, 0) + r.placement.gpus
+        teams = snap.teams
+
+        def borrows(j: PendingJob) -> bool:
+            t = teams.get(j.req.team)
+            nominal = t.quota(j.req.pool).nominal if t else 0
+            return used0.get((j.req.team, j.req.pool), 0) + j.req.min_gpus > nominal
+
+        order = sorted(snap.pending, key=lambda j: (borrows(j), -prio[j.req.job_class], j.req.submit_time, j.req.id))
         use_all: dict[tuple[str, str], int] = {}
         use_live: dict[tuple[str, str], int] = {}
         preemptible: dict[str, list[tuple[int, float, str, str, RunningJob]]] = {}
