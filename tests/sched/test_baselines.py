@@ -299,7 +299,7 @@ def test_tiresias_respects_min_run_and_starts_when_free():
 
 def test_tiresias_promotes_starved_job():
     b = Builder(nodes(1))
-    b.run(req("r", 8), start=900, attained_gpu_s=0.0)  # queue 0, 800 GPU-s
+    b.run(req("r", 8, t=850), start=900, attained_gpu_s=0.0)  # queue 0, 800 GPU-s, arrived after s
     starved = pend(req("s", 8, t=0), queued_since=100.0, attained_gpu_s=8 * 500.0)  # queue 1, ran 500 s
     pol = Tiresias(starve_limit=1.0)  # waited 900 s > 1 x 500 s: back to queue 0, and older
     res = pol.cycle(b.snap([starved]))

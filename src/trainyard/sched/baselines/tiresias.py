@@ -6,8 +6,9 @@ What it models:
 - K = 2 priority queues split at `thresholds` = (3200 GPU-s,): a job whose attained service is
   below 3200 GPU-s is in queue 0 (about 53 min on one GPU, 7 min on eight), otherwise queue 1.
   The paper tunes K and the thresholds per cluster and finds K = 2 enough; 3200 is our choice.
-- Within a queue, FIFO by when the job entered it: a pending job's `queued_since`; a running job
-  that crossed a threshold during this attempt, the moment it crossed; otherwise its start.
+- Within a queue, FIFO by arrival (submit time), as in the paper (section 4.2): a job keeps its
+  place when it is preempted, so jobs of one queue do not take turns (which, with checkpoints
+  every 30 minutes and a 10-minute min run time, would stop every job before it saves anything).
 - Each cycle, per pool: the desired set is built by walking all jobs (running and pending) in
   priority order (queue, then FIFO) and admitting greedily by GPU count up to the pool's healthy
   capacity (jobs that do not fit are skipped, not blocking). Running jobs outside it are
@@ -20,8 +21,8 @@ What it leaves out: Tiresias' placement profiler and consolidation for skewed mo
 here is the shared gang placement), the Gittins-index variant (it needs a job-size distribution),
 team quotas and job-class priorities (ignored, except that non-preemptible classes and jobs
 younger than their class `min_run_s` are never preempted and keep their GPUs off the desired
-count). The desired set counts GPUs, not shapes, so a job that is desired but cannot be placed
-(topology) may cause preemptions that do not let it start at once. Elastic jobs run at their
+count). The desired set counts GPUs, not shapes; undesired running jobs are preempted only on
+nodes where a waiting desired job would then fit. Elastic jobs run at their
 minimum size. Jobs under a preemption notice count as leaving (their GPUs are counted as coming
 free), so no one is preempted twice for the same gap. Our simulator drops work since the last
 checkpoint on preemption; the paper's prototype checkpoints on preemption: Tiresias pays here
@@ -36,6 +37,7 @@ from collections import defaultdict
 from operator import itemgetter
 
 from trainyard.sched.baselines._common import Classes, Fitter, shape_gpus, shapes
+from trainyard.sched.placement import place
 from trainyard.sched.policy import register
 from trainyard.sched.types import CycleResult, PendingInfo, PendingJob, Preempt, Reason, RunningJob, Snapshot, Start
 
@@ -80,10 +82,7 @@ class Tiresias:
                 continue
             a0 = r.attained_gpu_s
             q = bisect_right(th, a0 + gpus * (now - r.start_time))
-            since = r.start_time
-            if q > 0 and gpus > 0 and a0 < th[q - 1]:
-                since = r.start_time + (th[q - 1] - a0) / gpus
-            entries[rq.pool].append((q, since, rq.id, gpus, r, True))
+            entries[rq.pool].append((q, rq.submit_time, rq.id, gpus, r, True))
         for j in snap.pending:
             req = j.req
             if j.held:
@@ -96,9 +95,10 @@ class Tiresias:
                 executed = j.attained_gpu_s / gpus
                 if now - j.queued_since > starve * executed:
                     q = 0  # PROMOTE: starved jobs go back to the top queue
-            entries[req.pool].append((q, j.queued_since, req.id, gpus, j, False))
+            entries[req.pool].append((q, req.submit_time, req.id, gpus, j, False))
 
         # Step 2: per pool, the desired set by GPU count; starts and preemptions follow from it.
+        pending_by_id = {j.req.id: j for j in snap.pending}
         for pool in sorted(entries):
             cap = state.total_gpus(pool) - pinned[pool]
             out: list[RunningJob] = []
@@ -130,8 +130,25 @@ class Tiresias:
                 if explain:
                     res.pending[jid] = PendingInfo(why, None)
             if out and waiting:
+                # Placement-aware, as Tiresias' prototype places before it preempts: stop only the
+                # undesired jobs on nodes where a waiting desired job would then be placed. A
+                # preemption that lets nobody start would only throw work away (and on gangs
+                # that need whole nodes, it would do so forever).
+                trial = state.copy()
                 for r in out:
-                    res.preemptions.append(Preempt(r.req.id, "priority", waiting[0]))
+                    trial.release(r.placement)
+                freed_for: dict[int, str] = {}
+                for jid in waiting:
+                    job = pending_by_id[jid]
+                    p, _ = place(trial, job.req, job.req.min_nodes)
+                    if p is not None:
+                        trial.allocate(p)
+                        for n in p.node_indices:
+                            freed_for.setdefault(n, jid)
+                for r in out:
+                    hit = [freed_for[n] for n in r.placement.node_indices if n in freed_for]
+                    if hit:
+                        res.preemptions.append(Preempt(r.req.id, "priority", hit[0]))
                 if explain:
                     for jid in waiting:
                         res.pending[jid] = PendingInfo(Reason.PREEMPTING, None)
