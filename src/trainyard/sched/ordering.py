@@ -6,8 +6,8 @@ The key, most significant first:
    borrow (nominal quota is a guarantee, borrowing is a favour). Aging never lifts a borrowing
    job above a job its team is owed: that would hand reclaimed GPUs straight back to borrowers
    and make reclaim preempt again (ping-pong);
-3. urgency: a job that has waited `reserve_at` of its class's max wait is urgent; urgent jobs come
-   first within their tier, oldest first, and get a reservation when they do not fit;
+3. urgency: a job that has waited `reserve_at` (5%) of its class's max wait is urgent; urgent jobs
+   come first within their tier, most-waited first, and get a reservation when they do not fit;
 4. score: the estimated remaining GPU-time of the job (shortest first, the order that minimises
    mean completion time), scaled by the team's fair-share factor (decayed usage relative to its
    quota share: a team that used more than its share waits a little longer) and discounted by
@@ -29,9 +29,13 @@ from trainyard.sched.types import JobClass, PendingJob, Team
 
 @dataclass(frozen=True, slots=True)
 class OrderingParams:
-    reserve_at: float = 0.5  # fraction of max wait after which a job is urgent
+    # Fraction of its class's max wait after which a job is urgent: served oldest first within
+    # its tier and given a reservation when it does not fit. Early (5%: 72 minutes of a 24-hour
+    # max wait), so that reservations are made long before any job nears its max wait; tuned on
+    # the Philly weeks of 2017-10-06..10-21 (see bench/README.md).
+    reserve_at: float = 0.05
     aging_weight: float = 4.0  # e-folds of score removed per max-wait waited
-    fairshare_weight: float = 1.0  # exponent on (usage share / quota share)
+    fairshare_weight: float = 0.5  # exponent on (usage share / quota share)
     unknown_runtime_s: float = 4 * 3600.0
 
 
