@@ -31,6 +31,7 @@ victim of its victim), and a job waiting on leaving victims never triggers more 
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -50,6 +51,7 @@ from trainyard.sched.types import (
 class EngineParams:
     ordering: OrderingParams = field(default_factory=OrderingParams)
     max_reservations: int = 4  # urgent jobs that may hold a reservation at once (per cycle)
+    max_estimates: int = 1000  # pending jobs, in order, that get an estimated start
     # Victim searches per cycle (each scans candidate nodes): failed ones and successful ones are
     # capped apart, so a cycle with many owed jobs is not starved by fruitless searches. More
     # preemptors wait for the next cycle.
@@ -176,9 +178,10 @@ class _Cycle:
         snap = self.snap
         order = self.order()
         levels = sorted({self._patience(c) for c in snap.classes.values() if c.preemptible})
+        classes, now, failed = snap.classes, self.now, self._failed
+        reasons = self._reasons if snap.explain else None
         for key, pj in order:
             r = pj.req
-            cls = snap.classes[r.job_class]
             if pj.held:
                 self.pend(pj, Reason.HELD)
                 continue
@@ -186,12 +189,14 @@ class _Cycle:
             # shrink within a cycle until victims are chosen (which clears this memo), and
             # reservations make estimates matter (no memo then).
             alike = (r.team, r.pool, r.job_class, r.gpus, r.gpus_per_node, r.min_nodes, r.max_nodes, r.gpu_mem,
-                     is_urgent(key), sum(self.now - pj.queued_since >= p for p in levels))
-            if self.shadow == math.inf:
-                known = self._failed.get(alike)
-                if known is not None:
-                    self.pend(pj, known)
+                     key[2], bisect_right(levels, now - pj.queued_since))
+            if failed:
+                known = failed.get(alike)
+                if known is not None and self.shadow == math.inf:
+                    if reasons is not None:
+                        reasons[r.id] = known
                     continue
+            cls = classes[r.job_class]
             reason = self.admit(pj, key)
             if reason is None:
                 continue
@@ -224,8 +229,10 @@ class _Cycle:
             self.fail(pj, alike, reason)
         if snap.explain and self._reasons:
             reasons = self._reasons
-            est = estimate_starts(snap, [pj for _, pj in order if pj.req.id in reasons],
-                                  self.res.starts, self.res.reservations)
+            # Like Slurm's bf_max_job_test: only the first jobs in order get an estimate; the
+            # ones behind them are too far back for a guess to mean much (None).
+            ahead = [pj for _, pj in order if pj.req.id in reasons][: self.p.max_estimates]
+            est = estimate_starts(snap, ahead, self.res.starts, self.res.reservations)
             self.res.pending = {j: PendingInfo(why, est.get(j)) for j, why in reasons.items()}
         return self.res
 
@@ -254,7 +261,7 @@ class _Cycle:
             if room is None:
                 room = headroom[tp] = ledger.nominal(r.team, r.pool) - ledger.used(r.team, r.pool)
             keyed.append((sort_key(pj, classes[r.job_class], now, r.min_gpus <= room, fs[r.pool].get(r.team, 1.0), op), pj))
-        keyed.sort(key=lambda kp: kp[0])
+        keyed.sort(key=_first)
         return keyed
 
     # Step 3.
@@ -302,14 +309,22 @@ class _Cycle:
     def _eligible_by_team(self) -> dict[str, list[tuple[int, RunningJob]]]:
         """Running jobs that may be preempted at all this cycle, by team (built once)."""
         if self._eligible is None:
-            self._eligible = {}
-            classes = self.snap.classes
+            eligible: dict[str, list[tuple[int, RunningJob]]] = {}
+            # Per class: the latest start that is past its min run time, or None (never a victim).
+            cutoff = {name: (self.now - c.min_run_s, c.priority) if c.preemptible else None
+                      for name, c in self.snap.classes.items()}
             for r in self.snap.running:
-                vcls = classes[r.req.job_class]
-                if r.preempting or not vcls.preemptible or self.now - r.start_time < vcls.min_run_s:
+                req = r.req
+                cut = cutoff[req.job_class]
+                if cut is None or r.preempting or r.start_time > cut[0]:
                     continue
-                self._eligible.setdefault(r.req.team, []).append((vcls.priority, r))
-                self._min_prio = min(self._min_prio, vcls.priority)
+                team_jobs = eligible.get(req.team)
+                if team_jobs is None:
+                    team_jobs = eligible[req.team] = []
+                team_jobs.append((cut[1], r))
+                if cut[1] < self._min_prio:
+                    self._min_prio = cut[1]
+            self._eligible = eligible
         return self._eligible
 
     def _node_jobs(self) -> dict[int, list[RunningJob]]:
@@ -486,6 +501,10 @@ class _Cycle:
                 self.shadow = min(self.shadow, max(end, self.now))
                 return True
         return False
+
+
+def _first(kp: tuple) -> tuple:
+    return kp[0]
 
 
 def _take_where_free(view: ClusterState, placement: Placement, whole: bool = False) -> None:

@@ -57,16 +57,18 @@ def fairshare_factors(teams: Mapping[str, Team], usage: Mapping[str, float], poo
 
 def sort_key(pj: PendingJob, cls: JobClass, now: float, in_quota: bool, fs: float, p: OrderingParams) -> tuple:
     req = pj.req
-    waited = now - req.submit_time
-    max_wait = max(cls.max_wait_s, 1.0)
-    frac = waited / max_wait
-    urgent = frac >= p.reserve_at
-    est = req.est_runtime_s if req.est_runtime_s is not None else (cls.max_run_s or p.unknown_runtime_s)
-    remaining = max(est - pj.progress_s, 60.0)
-    score = math.log(remaining * req.min_gpus * fs) - p.aging_weight * frac
+    mw = cls.max_wait_s
+    frac = (now - req.submit_time) / (mw if mw > 1.0 else 1.0)
     tier = 0 if in_quota else 1
-    if urgent:
+    if frac >= p.reserve_at:
         return (-cls.priority, tier, 0, -frac, req.submit_time, req.id)
+    est = req.est_runtime_s
+    if est is None:
+        est = cls.max_run_s or p.unknown_runtime_s
+    remaining = est - pj.progress_s
+    if remaining < 60.0:
+        remaining = 60.0
+    score = math.log(remaining * req.min_gpus * fs) - p.aging_weight * frac
     return (-cls.priority, tier, 1, score, req.submit_time, req.id)
 
 
