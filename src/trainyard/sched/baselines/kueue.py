@@ -69,21 +69,6 @@ class Kueue:
         fitter = Fitter(state)
         # One pass over the running jobs: quota usage (all, and without those leaving) and the
         # preemptible ones per pool, with their candidate sort key (less its first field).
-        # Kueue's scheduler orders a cycle's entries (scheduler.go, entryOrdering): workloads that
-        # fit under their ClusterQueue's nominal quota before those that must borrow, then
-        # priority, then the queue timestamp (creation; preempted workloads keep theirs).
-        used0: dict[tuple[str, str], int] = {}
-        for r in snap.running:
-            k0 = (r.req.team, r.req.pool)
-            used0[k0] = used0.get(k0, 0) + r.placement.gpus
-        teams = snap.teams
-
-        def borrows(j: PendingJob) -> bool:
-            t = teams.get(j.req.team)
-            nominal = t.quota(j.req.pool).nominal if t else 0
-            return used0.get((j.req.team, j.req.pool), 0) + j.req.min_gpus > nominal
-
-        order = sorted(snap.pending, key=lambda j: (borrows(j), -prio[j.req.job_class], j.req.submit_time, j.req.id))
         use_all: dict[tuple[str, str], int] = {}
         use_live: dict[tuple[str, str], int] = {}
         preemptible: dict[str, list[tuple[int, float, str, str, RunningJob]]] = {}
@@ -99,6 +84,15 @@ class Kueue:
             if cls.preemptible and now - r.start_time >= cls.min_run_s:  # may_preempt
                 preemptible.setdefault(rq.pool, []).append((cls.priority, -r.start_time, rq.id, rq.team, r))
         ledger = QuotaLedger(snap.teams, [(t, p, g) for (t, p), g in use_all.items()])
+
+        # Kueue's scheduler orders a cycle's entries (scheduler.go, entryOrdering): workloads that
+        # fit under their ClusterQueue's nominal quota before those that must borrow, then
+        # priority, then the queue timestamp (creation; preempted workloads keep theirs).
+        def borrows(j: PendingJob) -> bool:
+            rq = j.req
+            return ledger.used(rq.team, rq.pool) + rq.min_gpus > ledger.nominal(rq.team, rq.pool)
+
+        order = sorted(snap.pending, key=lambda j: (borrows(j), -prio[j.req.job_class], j.req.submit_time, j.req.id))
         outlook = Outlook(snap, with_quota=True, usage=[(t, p, g) for (t, p), g in use_live.items()])
         cohort_of = {name: t.cohort for name, t in snap.teams.items()}
         searched: set[tuple[str, str]] = set()
