@@ -88,3 +88,30 @@ def test_plan_and_bench_bad_arguments(trace):
     assert r.returncode == 2 and "--policy" in r.stderr and "nosuch" in r.stderr
     r = yard("bench", "sched", "--nodes", "0")
     assert r.returncode == 2 and "--nodes" in r.stderr
+
+
+def test_bad_config_names_file_line_and_field(tmp_path):
+    from trainyard.spec import EXAMPLE_CONFIG
+
+    cfg = tmp_path / "cluster.yaml"
+    cfg.write_text(EXAMPLE_CONFIG.read_text().replace("    max_wait: 24h\n", "    max_wait: tomorrow\n"))
+    line = cfg.read_text().splitlines().index("    max_wait: tomorrow") + 1
+    out = tmp_path / "out"
+    r = yard("sim", "--format", "synthetic", "--jobs", "20", "--cluster", "2x8", "--policies", "fifo",
+             "--config", cfg, "--out", out)
+    assert r.returncode == 2
+    assert f"{cfg}:{line}" in r.stderr and "max_wait" in r.stderr
+    assert not out.exists()
+
+
+def test_config_without_a_class_the_workload_uses(tmp_path):
+    from trainyard.spec import EXAMPLE_CONFIG
+
+    cfg = tmp_path / "cluster.yaml"
+    text = EXAMPLE_CONFIG.read_text()
+    start = text.index("  # Deferrable batch work")
+    cfg.write_text(text[:start] + text[text.index("default_class"):])
+    out = tmp_path / "out"
+    r = yard("sim", "--format", "synthetic", "--jobs", "20", "--cluster", "2x8", "--policies", "fifo",
+             "--config", cfg, "--out", out)
+    assert r.returncode == 2 and "'batch'" in r.stderr and not out.exists()

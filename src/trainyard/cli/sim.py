@@ -18,7 +18,8 @@ from trainyard.cli.common import (BadInput, check_choice, command_line, load_wor
                                   resolve_policies, run_guarded)
 
 
-def _prepare(trace, fmt, date_from, date_to, warmup_days, cluster, policies, estimates, seed, jobs, teams, node_mtbf):
+def _prepare(trace, fmt, date_from, date_to, warmup_days, cluster, policies, estimates, seed, jobs, teams, node_mtbf,
+             config=None):
     from trainyard.sim.estimates import MODES, apply_estimates
 
     check_choice(estimates, MODES, "--estimates")
@@ -32,8 +33,21 @@ def _prepare(trace, fmt, date_from, date_to, warmup_days, cluster, policies, est
     w = load_workload(fmt, trace, date_from=date_from, date_to=date_to, warmup_days=warmup_days,
                       cluster=cluster, seed=seed, jobs=jobs, teams=teams)
     names = resolve_policies(policies)
+    if config is not None:
+        _use_classes(w, config)
     w.jobs = apply_estimates(w.jobs, estimates, seed)
     return w, names, mtbf
+
+
+def _use_classes(w, config: Path) -> None:
+    """Take the job classes (priorities, max waits, min run times, grace) from a cluster config."""
+    from trainyard.spec import load_config
+
+    _, _, classes = load_config(config).to_sched()
+    missing = sorted({j.req.job_class for j in w.jobs} - set(classes))
+    if missing:
+        raise BadInput(f"--config: {config} has no class {', '.join(map(repr, missing))}, which the workload uses")
+    w.classes = classes
 
 
 def _install(tmp: Path, out: Path) -> None:
@@ -62,10 +76,12 @@ def sim(
     jobs: int = typer.Option(400, "--jobs", help="Number of jobs (synthetic)."),
     teams: int = typer.Option(3, "--teams", help="Number of teams (synthetic)."),
     node_mtbf: Optional[str] = typer.Option(None, "--node-mtbf", help="Mean time between node failures, e.g. 30d."),
+    config: Optional[Path] = typer.Option(None, "--config",
+                                          help="Cluster config whose job classes replace the defaults."),
 ) -> None:
     """Simulate a workload under each policy and write a report comparing them."""
     w, names, mtbf = run_guarded(_prepare, trace, fmt, date_from, date_to, warmup_days, cluster, policies,
-                                 estimates, seed, jobs, teams, node_mtbf)
+                                 estimates, seed, jobs, teams, node_mtbf, config)
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
