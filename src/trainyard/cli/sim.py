@@ -8,6 +8,7 @@ the report into a temporary folder next to `--out` that is renamed into place at
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Optional
@@ -100,7 +101,8 @@ def sim(
             results[n] = simulate(w, get_policy(n), params,
                                   progress=lambda f, task=task: bar.update(task, completed=min(1.0, max(0.0, f))))
             bar.update(task, completed=1.0)
-    Console().print(format_table(results, title=w.name))
+    # Outside a terminal (make demo in CI, a pipe) Rich assumes 80 columns and cuts the table.
+    Console(width=None if sys.stdout.isatty() else 160).print(format_table(results, title=w.name))
     meta = {"command": command_line(), "format": fmt, "trace": str(trace) if trace else None, "from": date_from,
             "to": date_to, "warmup_days": warmup_days, "cluster": cluster, "policies": names,
             "estimates": estimates, "seed": seed, "jobs": jobs if fmt == "synthetic" else None,
