@@ -80,17 +80,18 @@ class JobRequest:
     checkpoint_interval_s: float | None = None
     pool: str = "default"
 
+    # Derived once at construction: read on every job in every cycle.
+    min_gpus: int = field(init=False, compare=False, repr=False)
+    max_gpus: int = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        gpn = self.gpus_per_node
+        object.__setattr__(self, "min_gpus", self.gpus if gpn is None else gpn * self.min_nodes)
+        object.__setattr__(self, "max_gpus", self.gpus if gpn is None else gpn * self.max_nodes)
+
     @property
     def elastic(self) -> bool:
         return self.gpus_per_node is not None and self.max_nodes > self.min_nodes
-
-    @property
-    def min_gpus(self) -> int:
-        return self.gpus if self.gpus_per_node is None else self.gpus_per_node * self.min_nodes
-
-    @property
-    def max_gpus(self) -> int:
-        return self.gpus if self.gpus_per_node is None else self.gpus_per_node * self.max_nodes
 
 
 @dataclass(frozen=True, slots=True)
