@@ -96,11 +96,9 @@ class _Cycle:
         self.shadow = math.inf  # earliest shadow time among reservations made
         self.leaving = [r for r in snap.running if r.preempting]
         self.stopping: set[str] = set()  # victims chosen in this cycle
-        self.on_node: dict[int, list[RunningJob]] | None = None
         self.searches = 0  # fruitless victim searches so far
         self.successes = 0
         self._ends: list[tuple[float, str, Placement]] | None = None
-        self._budget: dict[str, float] = {}
         self._eligible: dict[str, list[tuple[int, RunningJob]]] | None = None
         self._min_prio = math.inf
         self._min_patience = min((self._patience(c) for c in snap.classes.values() if c.preemptible),

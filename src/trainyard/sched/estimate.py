@@ -42,22 +42,11 @@ def estimate_starts(snap: Snapshot, pending_in_order: Sequence[PendingJob], star
         # Returns come from two sources merged in time order: running jobs (sorted once) and the
         # jobs this walk places (a small heap).
         ends: list[tuple[float, int]] = []
-        floor = now + 60.0
-        for r in snap.running:  # expected_end, inlined: this loop sees every running job
-            req = r.req
-            if req.pool != pool:
-                continue
-            est = req.est_runtime_s
-            g = r.placement.gpus
-            if est is not None:
-                left = est - r.progress_s
-                e = r.start_time + (left * req.max_gpus / g if left > 0 else 0.0)
-            else:
-                cap = classes[req.job_class].max_run_s
-                if not cap:
-                    continue
-                e = r.start_time + cap
-            ends.append((e if e > floor else floor, g))
+        for r in snap.running:
+            if r.req.pool == pool:
+                e = expected_end(r, classes[r.req.job_class], now)
+                if e != math.inf:
+                    ends.append((e, r.gpus))
         avail = snap.cluster.free_gpus(pool)
         for jid, g in started.items():
             pj = pending_by_id[jid]
