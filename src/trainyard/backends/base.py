@@ -1,0 +1,109 @@
+"""The backend interface: how the control loop runs processes without knowing where they run.
+
+A backend *executes decisions and reports facts* (DESIGN.md rule 2). It never decides to kill,
+requeue or time anything out; the control loop does that and calls `signal`/`release`.
+
+    inventory() -> [NodeInfo]        what can be placed on (nodes, GPUs, health)
+    launch(LaunchSpec)               start every rank of one attempt, or none (BackendError)
+    signal(job, attempt, sig)        deliver `sig` to every rank's process group; gone is fine
+    poll() -> [AttemptState]         every attempt it knows, also those re-found after a restart
+    release(job, attempt)            SIGKILL what is left, forget the run state (logs stay)
+    close()                          stop watching; running ranks keep running
+
+An attempt is the unit: `(job_id, attempt)` names it, `attempt` increments on every requeue, so
+a late fact about attempt 1 can never be confused with attempt 2. Each rank is reported with
+exactly one of: `running`, `exit_code` (exited), `signal` (killed by a signal) or `lost` (gone
+with no recorded exit: it died while nobody watched, or its record points at a recycled pid).
+Interpreting those facts (completed, requeue on 75, node lost, ...) is the control loop's job.
+
+The backend sets the job-environment contract (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT, CUDA_VISIBLE_DEVICES, TRAINYARD_JOB_ID, TRAINYARD_ATTEMPT,
+TRAINYARD_CHECKPOINT_DIR, TRAINYARD_NODE) on top of `LaunchSpec.env`, and appends each rank's
+output to `<job_dir>/logs/rank-<r>.log`.
+
+Errors: `BackendError` is the only exception a backend raises on purpose; its message says why
+(no such workdir, command not found, job dir not creatable, unknown node...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """Inventory a backend reports for one node."""
+
+    name: str
+    gpus: int
+    gpu_model: str
+    gpu_mem_mib: int
+    healthy: bool = True
+
+
+@dataclass(frozen=True)
+class RankLaunch:
+    """Where one rank runs: a node and the node-local GPU indices it is given."""
+
+    rank: int
+    node: str
+    gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """Everything needed to start one attempt of a job; decided by the control loop."""
+
+    job_id: int
+    attempt: int  # 1, 2, ... (increments on every requeue)
+    command: list[str]  # argv of every rank
+    workdir: str  # cwd of the ranks
+    job_dir: str  # DATA_DIR/jobs/<id>; logs go to <job_dir>/logs/rank-<r>.log
+    ranks: list[RankLaunch]
+    env: dict[str, str]  # user env + TRAINYARD_API, TRAINYARD_TOKEN ...; contract vars go on top
+    checkpoint_dir: str  # value of TRAINYARD_CHECKPOINT_DIR
+
+
+@dataclass(frozen=True)
+class RankState:
+    """One fact about one rank: running, exited (code), killed (signal) or lost."""
+
+    rank: int
+    pid: int | None
+    running: bool
+    exit_code: int | None  # set when the rank exited normally
+    signal: int | None  # set when it was killed by a signal (e.g. 9, 15)
+    lost: bool = False  # gone with no recorded exit (died unwatched, or pid recycled)
+
+
+@dataclass(frozen=True)
+class AttemptState:
+    job_id: int
+    attempt: int
+    ranks: list[RankState]
+
+    @property
+    def done(self) -> bool:
+        """No rank is running (each one exited, was killed or is lost)."""
+        return not any(r.running for r in self.ranks)
+
+
+class BackendError(Exception):
+    """A backend could not do what it was asked; the message says why."""
+
+
+class Backend(Protocol):
+    name: str
+
+    def inventory(self) -> list[NodeInfo]: ...
+
+    def launch(self, spec: LaunchSpec) -> None: ...
+
+    def signal(self, job_id: int, attempt: int, sig: int) -> None: ...
+
+    def poll(self) -> list[AttemptState]: ...
+
+    def release(self, job_id: int, attempt: int) -> None: ...
+
+    def close(self) -> None: ...

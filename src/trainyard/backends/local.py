@@ -1,0 +1,468 @@
+"""Local backend: every rank is a real process on this machine; nodes may be emulated.
+
+One machine plays one or more nodes, so the whole control plane (placement across nodes, multi-
+node rendezvous, preemption, requeue, re-attach) runs for real without a cluster.
+
+Processes. Each rank is `rank_runner.py` (see there) in its own session and process group, with
+the command as its child in that group. Signals go to the whole group (`os.killpg`), so SIGKILL
+leaves nothing behind, grandchildren included. A command that starts its own session or daemon
+escapes the group, exactly as under Slurm without cgroups; that is not prevented here.
+
+Run state on disk, so a control plane killed with -9 loses nothing:
+
+    <job_dir>/logs/rank-<r>.log               appended across attempts, a marker line per attempt
+    <job_dir>/run/attempt-<a>/attempt.json    written before any rank starts: ranks and placement
+    <job_dir>/run/attempt-<a>/rank-<r>.json   written by the runner: pid, start time, pgid
+    <job_dir>/run/attempt-<a>/rank-<r>.exit   written by the runner (or by the backend that reaped
+                                              a runner killed by a signal): exit code or signal
+
+A new `LocalBackend` scans `<data_dir>/jobs/*/run/attempt-*` and reports those attempts from the
+files alone; a pid counts as the rank only if its /proc start time matches the record (pids get
+recycled). A runner that is gone without an exit file is `lost`. `release` deletes `run/attempt-<a>/`
+and keeps the logs.
+
+Launch waits until every runner has recorded that its command was executed, so it can honour
+"every rank or none": a command that is not found (127) or not executable (126) is recorded in the
+rank log, every started rank is killed and `BackendError` is raised.
+
+Environment: the ranks inherit this process's environment minus `TRAINYARD_*` (the control plane's
+own settings are not the job's business), then `LaunchSpec.env`, then the contract variables.
+`CUDA_DEVICE_ORDER=PCI_BUS_ID` is set unless the spec sets it, so CUDA_VISIBLE_DEVICES indices mean
+what NVML/nvidia-smi call them. Emulated node i's GPU j is physical GPU offset(i) + j when the nodes
+are slices of real GPUs (see `gpu_offsets`), and plain j otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal as _signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from trainyard.backends import _procfs
+from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState
+
+RUNNER = Path(__file__).with_name("rank_runner.py")
+EMULATED_MODEL = "emulated"
+
+
+@dataclass
+class _Attempt:
+    job_id: int
+    attempt: int
+    run_dir: Path
+    world_size: int
+    procs: dict[int, subprocess.Popen] = field(default_factory=dict)  # runners we started, not yet reaped
+
+
+class LocalBackend:
+    """Runs ranks as local processes; see the module docstring for the layout and guarantees.
+
+    Thread-safe (one lock); meant to be owned by one control-plane process at a time.
+    """
+
+    name = "local"
+
+    def __init__(
+        self,
+        data_dir: str | Path,
+        nodes: list[NodeInfo],
+        master_addr: str = "127.0.0.1",
+        *,
+        gpu_offsets: Mapping[str, int] | None = None,
+        launch_timeout_s: float = 30.0,
+    ) -> None:
+        """`gpu_offsets`: physical index of each node's GPU 0. Default: nodes that are slices of
+        real GPUs (gpu_model != "emulated", as `detect_local_nodes` makes them) are laid out
+        contiguously in list order; emulated ones use their node-local indices.
+        """
+        names = [n.name for n in nodes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate node names: {names}")
+        self._data_dir = Path(data_dir)
+        self._nodes = {n.name: n for n in nodes}
+        self._node_list = list(nodes)
+        self._offsets = dict(gpu_offsets) if gpu_offsets is not None else _default_offsets(nodes)
+        self._master_addr = master_addr
+        self._launch_timeout_s = launch_timeout_s
+        self._lock = threading.RLock()
+        self._attempts: dict[tuple[int, int], _Attempt] = {}
+        self._discover()
+
+    # -- interface ------------------------------------------------------------------------------
+
+    def inventory(self) -> list[NodeInfo]:
+        return list(self._node_list)
+
+    def launch(self, spec: LaunchSpec) -> None:
+        """Start every rank of `spec`, or none.
+
+        Raises:
+            BackendError: the spec does not fit this backend (unknown node, GPU index out of range,
+                ranks not 0..n-1, attempt already known), workdir missing, job dir not creatable,
+                command not found / not executable, or a runner did not come up in time.
+        """
+        with self._lock:
+            self._validate(spec)
+            run_dir = Path(spec.job_dir) / "run" / f"attempt-{spec.attempt}"
+            logs = Path(spec.job_dir) / "logs"
+            try:
+                logs.mkdir(parents=True, exist_ok=True)
+                run_dir.parent.mkdir(parents=True, exist_ok=True)
+                if run_dir.is_dir() and not any(run_dir.glob("rank-*.json")):
+                    shutil.rmtree(run_dir)  # an owner died before starting any rank of it
+                run_dir.mkdir()  # fails if live state of this attempt is there: never mix two runs
+            except OSError as e:
+                raise BackendError(f"job {spec.job_id}: cannot create {e.filename}: {e.strerror}") from e
+            att = _Attempt(spec.job_id, spec.attempt, run_dir, len(spec.ranks))
+            try:
+                _write_json(run_dir / "attempt.json", _attempt_record(spec))
+                self._start_ranks(spec, att, logs)
+                self._await_runners(att)
+            except BaseException as e:
+                self._abort(att)
+                if isinstance(e, BackendError):
+                    raise
+                if isinstance(e, OSError):
+                    raise BackendError(f"job {spec.job_id} attempt {spec.attempt}: launch failed: {e}") from e
+                raise
+            self._attempts[(spec.job_id, spec.attempt)] = att
+
+    def signal(self, job_id: int, attempt: int, sig: int) -> None:
+        """Send `sig` to each rank's process group; ranks (or attempts) already gone are skipped."""
+        with self._lock:
+            att = self._attempts.get((job_id, attempt))
+            if att is None:
+                return
+            for r in range(att.world_size):
+                rec = _read_json(att.run_dir / f"rank-{r}.json")
+                if rec is not None and _group_is_ours(rec):
+                    try:
+                        os.killpg(rec["pgid"], sig)
+                    except ProcessLookupError:
+                        pass
+
+    def poll(self) -> list[AttemptState]:
+        with self._lock:
+            return [
+                AttemptState(a.job_id, a.attempt, [self._rank_state(a, r) for r in range(a.world_size)])
+                for _, a in sorted(self._attempts.items())
+            ]
+
+    def release(self, job_id: int, attempt: int) -> None:
+        """SIGKILL whatever is left of the attempt, wait until it is gone, delete its run state."""
+        with self._lock:
+            att = self._attempts.pop((job_id, attempt), None)
+            if att is not None:
+                self._abort(att)
+
+    def close(self) -> None:
+        """Forget everything without touching the ranks: the next owner re-attaches from disk.
+
+        Runners still running stay children of this process; Python's subprocess module reaps
+        them later, and a re-attaching backend treats a zombie as exited.
+        """
+        with self._lock:
+            self._attempts.clear()
+
+    # -- launch ---------------------------------------------------------------------------------
+
+    def _validate(self, spec: LaunchSpec) -> None:
+        where = f"job {spec.job_id} attempt {spec.attempt}"
+        if not spec.command:
+            raise BackendError(f"{where}: empty command")
+        if sorted(r.rank for r in spec.ranks) != list(range(len(spec.ranks))) or not spec.ranks:
+            raise BackendError(f"{where}: ranks must be 0..n-1, got {[r.rank for r in spec.ranks]}")
+        for r in spec.ranks:
+            node = self._nodes.get(r.node)
+            if node is None:
+                raise BackendError(f"{where}: rank {r.rank} placed on unknown node {r.node!r}")
+            bad = [g for g in r.gpus if not 0 <= g < node.gpus]
+            if bad:
+                raise BackendError(f"{where}: rank {r.rank}: {r.node} has no GPU {bad} (it has {node.gpus})")
+        if (spec.job_id, spec.attempt) in self._attempts:
+            raise BackendError(f"{where}: already launched (release it first)")
+        if not Path(spec.workdir).is_dir():
+            raise BackendError(f"{where}: workdir {spec.workdir!r} is not a directory")
+
+    def _start_ranks(self, spec: LaunchSpec, att: _Attempt, logs: Path) -> None:
+        port = _free_port(self._master_addr)
+        ranks = sorted(spec.ranks, key=lambda r: r.rank)
+        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        for rl in ranks:
+            peers = [p.rank for p in ranks if p.node == rl.node]
+            env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINYARD_")}
+            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+            env.update(spec.env)
+            offset = self._offsets.get(rl.node, 0)
+            env.update(
+                RANK=str(rl.rank),
+                LOCAL_RANK=str(peers.index(rl.rank)),
+                WORLD_SIZE=str(len(ranks)),
+                LOCAL_WORLD_SIZE=str(len(peers)),
+                MASTER_ADDR=self._master_addr,
+                MASTER_PORT=str(port),
+                CUDA_VISIBLE_DEVICES=",".join(str(offset + g) for g in rl.gpus),
+                TRAINYARD_JOB_ID=str(spec.job_id),
+                TRAINYARD_ATTEMPT=str(spec.attempt),
+                TRAINYARD_CHECKPOINT_DIR=spec.checkpoint_dir,
+                TRAINYARD_NODE=rl.node,
+            )
+            gpus = ",".join(map(str, rl.gpus)) or "none"
+            with open(logs / f"rank-{rl.rank}.log", "ab") as log:
+                log.write(f"=== trainyard: attempt {spec.attempt} started {now} on {rl.node} gpus {gpus} ===\n".encode())
+                log.flush()
+                att.procs[rl.rank] = subprocess.Popen(
+                    [sys.executable, "-I", "-S", str(RUNNER), str(att.run_dir), str(rl.rank), "--", *spec.command],
+                    cwd=spec.workdir,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+
+    def _await_runners(self, att: _Attempt) -> None:
+        """Wait until every runner has executed its command (or reported why it could not)."""
+        deadline = time.monotonic() + self._launch_timeout_s
+        waiting = set(att.procs)
+        where = f"job {att.job_id} attempt {att.attempt}"
+        while waiting:
+            for r in sorted(waiting):
+                rec = _read_json(att.run_dir / f"rank-{r}.json")
+                if rec is None and att.procs[r].poll() is not None:
+                    rec = _read_json(att.run_dir / f"rank-{r}.json")  # it may have written, then exited
+                    if rec is None:
+                        raise BackendError(
+                            f"{where}: rank {r}: runner exited ({att.procs[r].returncode}) before starting the command"
+                        )
+                if rec is not None:
+                    if rec.get("error"):
+                        raise BackendError(f"{where}: rank {r}: {rec['error']}")
+                    waiting.discard(r)
+            if waiting:
+                if time.monotonic() > deadline:
+                    raise BackendError(f"{where}: ranks {sorted(waiting)} did not start in {self._launch_timeout_s}s")
+                time.sleep(0.005)
+
+    def _abort(self, att: _Attempt) -> None:
+        """SIGKILL every group of the attempt, reap our runners, wait for the rest, delete run state."""
+        recs = [_read_json(att.run_dir / f"rank-{r}.json") for r in range(att.world_size)]
+        for r, rec in enumerate(recs):
+            proc = att.procs.get(r)
+            if proc is not None and proc.poll() is None:
+                _killpg(proc.pid, _signal.SIGKILL)  # our child, so its pid cannot have been recycled
+            elif rec is not None and _group_is_ours(rec):
+                _killpg(rec["pgid"], _signal.SIGKILL)
+        for proc in att.procs.values():
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        att.procs.clear()
+        deadline = time.monotonic() + 5
+        live = [rec for rec in recs if rec is not None]
+        while live and time.monotonic() < deadline:
+            live = [rec for rec in live if _group_is_ours(rec) and _group_has_live_member(rec)]
+            if live:
+                time.sleep(0.01)
+        shutil.rmtree(att.run_dir, ignore_errors=True)
+        try:
+            att.run_dir.parent.rmdir()  # `run/` itself, once no attempt is left in it
+        except OSError:
+            pass
+
+    # -- facts ----------------------------------------------------------------------------------
+
+    def _rank_state(self, att: _Attempt, r: int) -> RankState:
+        state_path, exit_path = att.run_dir / f"rank-{r}.json", att.run_dir / f"rank-{r}.exit"
+        rec = _read_json(state_path)
+        pid = rec["pid"] if rec else None
+        proc = att.procs.get(r)
+        if proc is not None:
+            rc = proc.poll()
+            if rc is None:
+                ex = _read_json(exit_path)
+                if ex is None:
+                    return RankState(r, proc.pid, running=True, exit_code=None, signal=None)
+                try:  # the runner has recorded the exit and is leaving: reap it now
+                    proc.wait(timeout=1)
+                except subprocess.TimeoutExpired:
+                    return _exited(r, proc.pid, ex)
+            del att.procs[r]
+            rc = proc.returncode
+            if rc is not None and rc < 0 and _read_json(exit_path) is None:
+                # The runner itself was killed (SIGKILL of the group): we watched it happen, so
+                # record the fact for whoever polls after us instead of leaving it "lost".
+                _write_json(exit_path, {"exit_code": None, "signal": -rc, "observed_by": "backend"})
+        ex = _read_json(exit_path)
+        if ex is not None:
+            return _exited(r, pid, ex)
+        if rec is None:
+            return RankState(r, None, running=False, exit_code=None, signal=None, lost=True)
+        if _procfs.is_alive(rec["pid"], rec["start_time"]):
+            return RankState(r, pid, running=True, exit_code=None, signal=None)
+        ex = _read_json(exit_path)  # it may have finished between the two reads
+        if ex is not None:
+            return _exited(r, pid, ex)
+        return RankState(r, pid, running=False, exit_code=None, signal=None, lost=True)
+
+    def _discover(self) -> None:
+        """Re-attach to attempts left by an earlier owner: their run state is all on disk."""
+        for run_dir in sorted(self._data_dir.glob("jobs/*/run/attempt-*")):
+            meta = _read_json(run_dir / "attempt.json")
+            ranks = [int(p.stem.split("-")[1]) for p in run_dir.glob("rank-*.json") if p.stem.split("-")[1].isdigit()]
+            try:
+                job_id = int(meta["job_id"]) if meta else int(run_dir.parent.parent.name)
+                attempt = int(meta["attempt"]) if meta else int(run_dir.name.split("-", 1)[1])
+            except (KeyError, ValueError):
+                continue
+            if meta is None and not ranks:
+                continue  # the owner died before anything was started
+            world = int(meta["world_size"]) if meta else max(ranks) + 1
+            self._attempts[(job_id, attempt)] = _Attempt(job_id, attempt, run_dir, world)
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def detect_local_nodes(nodes: int = 1, gpus_per_node: int | None = None) -> list[NodeInfo]:
+    """Nodes named node0, node1, ...: slices of this machine's GPUs (NVML), else emulated ones.
+
+    With real GPUs, `gpus_per_node` defaults to an even split and must fit the machine; emulated
+    nodes get 4 GPUs each by default ("emulated", 16384 MiB), so the scheduler sees a plausible
+    cluster on a laptop.
+
+    Raises:
+        ValueError: `nodes` < 1, or the requested split does not fit the real GPUs.
+    """
+    if nodes < 1:
+        raise ValueError(f"nodes must be >= 1, got {nodes}")
+    gpus = _nvml_gpus()
+    if not gpus:
+        per = 4 if gpus_per_node is None else gpus_per_node
+        return [NodeInfo(f"node{i}", per, EMULATED_MODEL, 16384) for i in range(nodes)]
+    per = len(gpus) // nodes if gpus_per_node is None else gpus_per_node
+    if per < 1 or per * nodes > len(gpus):
+        raise ValueError(f"{nodes} nodes x {per} GPUs do not fit this machine's {len(gpus)} GPUs")
+    out = []
+    for i in range(nodes):
+        mine = gpus[i * per : (i + 1) * per]
+        out.append(NodeInfo(f"node{i}", per, mine[0][0], min(m for _, m in mine)))
+    return out
+
+
+def _nvml_gpus() -> list[tuple[str, int]]:
+    """(model, memory MiB) of each GPU NVML sees, in NVML index order; [] when NVML is unavailable."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no library, no driver, no GPU: all mean "emulate"
+        return []
+    try:
+        out = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name = pynvml.nvmlDeviceGetName(h)
+            name = name.decode() if isinstance(name, bytes) else name
+            out.append((name, int(pynvml.nvmlDeviceGetMemoryInfo(h).total) // 2**20))
+        return out
+    except Exception:
+        return []
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def _default_offsets(nodes: list[NodeInfo]) -> dict[str, int]:
+    offsets, nxt = {}, 0
+    for n in nodes:
+        if n.gpu_model == EMULATED_MODEL:
+            offsets[n.name] = 0
+        else:
+            offsets[n.name] = nxt
+            nxt += n.gpus
+    return offsets
+
+
+def _attempt_record(spec: LaunchSpec) -> dict:
+    return {
+        "job_id": spec.job_id,
+        "attempt": spec.attempt,
+        "world_size": len(spec.ranks),
+        "ranks": [{"rank": r.rank, "node": r.node, "gpus": list(r.gpus)} for r in spec.ranks],
+        "command": list(spec.command),
+        "workdir": spec.workdir,
+        "started_at": datetime.now(timezone.utc).isoformat(),
+    }
+
+
+def _exited(rank: int, pid: int | None, ex: dict) -> RankState:
+    return RankState(rank, pid, running=False, exit_code=ex.get("exit_code"), signal=ex.get("signal"))
+
+
+def _group_is_ours(rec: dict) -> bool:
+    """Is the process group recorded in `rec` still the rank's group (not a recycled id)?
+
+    The leader alive (or a zombie) with the recorded start time: yes. The leader pid taken by
+    another process: no (Linux does not reuse a pid while its group has members, so ours is empty).
+    The leader gone: yes if members of the group remain (the command outlived its runner).
+    """
+    st = _procfs.read_stat(rec["pid"])
+    if st is not None:
+        return st.start_time == rec["start_time"]
+    return bool(_procfs.group_members(rec["pgid"], rec["start_time"]))
+
+
+def _group_has_live_member(rec: dict) -> bool:
+    return _procfs.is_alive(rec["pid"], rec["start_time"]) or bool(
+        _procfs.group_members(rec["pgid"], rec["start_time"])
+    )
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _free_port(addr: str) -> int:
+    """A TCP port free right now on `addr`; rank 0 binds it moments later (the usual torchrun race)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((addr, 0))
+        except OSError:
+            s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except (json.JSONDecodeError, OSError):
+        return None  # only possible for a file not written by us: atomic writes are whole
+
+
+def _write_json(path: Path, obj: dict) -> None:
+    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}")
+    with open(tmp, "w") as f:
+        json.dump(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
