@@ -251,11 +251,15 @@ def _read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
         text = path.read_text()
     except OSError as e:
         raise ConfigError(f"cannot read: {e.strerror or e}", file=str(path)) from None
+    return _parse_yaml(text, str(path))
+
+
+def _parse_yaml(text: str, file: str) -> tuple[Any, yaml.Node | None]:
     try:
         return yaml.safe_load(text), yaml.compose(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        raise ConfigError(f"not valid YAML: {getattr(e, 'problem', e)}", file=str(path),
+        raise ConfigError(f"not valid YAML: {getattr(e, 'problem', e)}", file=file,
                           line=mark.line + 1 if mark else None) from None
 
 
@@ -275,9 +279,19 @@ def validate(model: type[BaseModel], data: Any, file: str | None = None, node: y
 def load_config(path: str | Path) -> ConfigSpec:
     path = Path(path)
     data, node = _read_yaml(path)
+    return _config_from(data, node, str(path))
+
+
+def parse_config(text: str, file: str = "<config>") -> ConfigSpec:
+    """A configuration from YAML text (the control plane stores versions as text)."""
+    data, node = _parse_yaml(text, file)
+    return _config_from(data, node, file)
+
+
+def _config_from(data: Any, node: yaml.Node | None, file: str) -> ConfigSpec:
     if not isinstance(data, dict):
-        raise ConfigError("expected a mapping with cluster, teams and classes", file=str(path), line=1)
-    return validate(ConfigSpec, data, str(path), node)
+        raise ConfigError("expected a mapping with cluster, teams and classes", file=file, line=1)
+    return validate(ConfigSpec, data, file, node)
 
 
 def load_jobs(path: str | Path) -> list[JobSpec]:

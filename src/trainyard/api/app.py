@@ -1,0 +1,33 @@
+"""The FastAPI application: routers, and one mapping from service errors to HTTP statuses.
+
+Errors answer `{"detail": message, "field": name-or-null}`; request validation (pydantic) keeps
+FastAPI's 422 shape, whose `loc` names the field.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from trainyard.api.routers import cluster, jobs, misc, nodes, teams
+from trainyard.control.plane import ControlPlane
+from trainyard.services.errors import ServiceError
+from trainyard.spec import ConfigError
+
+
+def create_app(cp: ControlPlane) -> FastAPI:
+    app = FastAPI(title="trainyard", version="0.1.0",
+                  description="Self-hosted manager for GPU training clusters shared by several teams.")
+    app.state.plane = cp
+
+    @app.exception_handler(ServiceError)
+    async def _service_error(_: Request, e: ServiceError) -> JSONResponse:
+        return JSONResponse({"detail": e.message, "field": e.field}, status_code=e.status)
+
+    @app.exception_handler(ConfigError)
+    async def _config_error(_: Request, e: ConfigError) -> JSONResponse:
+        return JSONResponse({"detail": str(e), "field": e.field}, status_code=400)
+
+    for r in (jobs.router, nodes.router, teams.router, cluster.router, misc.router):
+        app.include_router(r)
+    return app

@@ -1,0 +1,116 @@
+"""/api/v1/jobs: submit, read, list with filters, cancel, hold, release, requeue, logs, events."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from fastapi import APIRouter, Depends, Query
+from fastapi.responses import PlainTextResponse, StreamingResponse
+from sqlalchemy.orm import Session
+
+from trainyard.api.deps import plane, principal, session
+from trainyard.control.plane import ControlPlane
+from trainyard.services import events, jobs
+from trainyard.services.auth import Principal
+from trainyard.services.errors import Forbidden, ServiceError
+
+router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
+
+
+@router.post("", status_code=201)
+def submit(body: jobs.JobSubmit, by: Principal = Depends(principal), cp: ControlPlane = Depends(plane)) -> dict[str, Any]:
+    with cp.lock, cp.store.session.begin() as s:
+        cfg = cp.configs.current(s)
+        row = jobs.submit(s, body, by, cfg, cp.data_dir)
+        out = jobs.job_dict(row, by)
+    cp.loop.wake()
+    return out
+
+
+@router.get("")
+def list_jobs(state: str | None = Query(None, description="comma-separated states, e.g. PENDING,RUNNING"),
+              team: str | None = None, user: str | None = None, job_class: str | None = Query(None, alias="class"),
+              active: bool = Query(False, description="only pending and running jobs (what squeue shows)"),
+              limit: int = Query(100_000, ge=1, le=100_000),
+              by: Principal = Depends(principal), s: Session = Depends(session)) -> dict[str, Any]:
+    states = [x.strip().upper() for x in state.split(",") if x.strip()] if state else None
+    if active:
+        states = [x for x in (states or jobs.PENDING_STATES + jobs.ACTIVE_STATES)
+                  if x in jobs.PENDING_STATES + jobs.ACTIVE_STATES] or ["-"]
+        if states == ["-"]:
+            return {"jobs": []}
+    rows = jobs.list_jobs(s, by, states=states, team=team, user=user, job_class=job_class, limit=limit)
+    return {"jobs": [jobs.job_dict(r, by) for r in rows]}
+
+
+@router.get("/{job_id}")
+def get_job(job_id: int, by: Principal = Depends(principal), s: Session = Depends(session)) -> dict[str, Any]:
+    row = jobs.get(s, job_id, by)
+    return {**jobs.job_dict(row, by), "attempts": jobs.attempts(s, job_id)}
+
+
+def _action(fn):  # noqa: ANN001, ANN202
+    def handler(job_id: int, by: Principal = Depends(principal), cp: ControlPlane = Depends(plane)) -> dict[str, Any]:
+        with cp.lock, cp.store.session.begin() as s:
+            out = jobs.job_dict(fn(s, job_id, by), by)
+        cp.loop.wake()
+        return out
+    handler.__name__ = fn.__name__
+    handler.__doc__ = fn.__doc__
+    return handler
+
+
+for _name, _fn in (("cancel", jobs.cancel), ("hold", jobs.hold), ("release", jobs.release), ("requeue", jobs.requeue)):
+    router.add_api_route(f"/{{job_id}}/{_name}", _action(_fn), methods=["POST"], name=f"{_name}_job")
+
+
+@router.get("/{job_id}/events")
+def job_events(job_id: int, by: Principal = Depends(principal), s: Session = Depends(session)) -> dict[str, Any]:
+    jobs.get(s, job_id, by)
+    return {"events": events.list_events(s, job_id=job_id)}
+
+
+@router.get("/{job_id}/logs", response_class=PlainTextResponse)
+def logs(job_id: int, rank: int = Query(0, ge=0, le=1_000_000), offset: int = Query(0, ge=0),
+         follow: bool = False, by: Principal = Depends(principal), cp: ControlPlane = Depends(plane),
+         s: Session = Depends(session)):  # noqa: ANN201
+    """A rank's log (stdout and stderr), from byte `offset`; `follow` streams until the job ends."""
+    row = jobs.get(s, job_id, by)
+    if not (by.can_read_all_logs() or (by.role == "member" and by.team == row.team) or by.job_id == job_id):
+        raise Forbidden(f"a {by.role} token{' of team ' + by.team if by.team else ''} cannot read the logs of "
+                        f"job {job_id} (team {row.team!r})")
+    path = jobs.job_dir(cp.data_dir, job_id) / "logs" / f"rank-{rank}.log"
+    if not follow:
+        if not path.exists():
+            if row.attempt == 0:
+                return PlainTextResponse("")
+            raise ServiceError(f"job {job_id} has no rank {rank} log", field="rank")
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            return PlainTextResponse(fh.read().decode("utf-8", "replace"))
+    return StreamingResponse(_follow(cp, job_id, path, offset), media_type="text/plain")
+
+
+def _follow(cp: ControlPlane, job_id: int, path: Path, offset: int) -> Iterator[bytes]:
+    pos, idle_after_end = offset, 0
+    deadline = time.monotonic() + 24 * 3600
+    while time.monotonic() < deadline:
+        chunk = b""
+        if path.exists():
+            with open(path, "rb") as fh:
+                fh.seek(pos)
+                chunk = fh.read(1 << 20)
+        if chunk:
+            pos += len(chunk)
+            yield chunk
+            continue
+        with cp.store.session() as s:
+            row = s.get(jobs.JobRow, job_id)
+            done = row is None or row.state in jobs.TERMINAL_STATES
+        if done:
+            idle_after_end += 1
+            if idle_after_end > 1:
+                return
+        time.sleep(0.25)

@@ -1,0 +1,46 @@
+"""Tokens, the caller's identity, the event log and the health check."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Body, Depends, Query
+from sqlalchemy.orm import Session
+
+from trainyard.api.deps import plane, principal, session
+from trainyard.control.plane import ControlPlane
+from trainyard.services import auth, events
+from trainyard.services.auth import Principal
+
+router = APIRouter(tags=["misc"])
+
+
+@router.post("/api/v1/tokens", status_code=201)
+def create_token(user: str = Body(..., embed=True, min_length=1, max_length=100),
+                 role: str = Body(..., embed=True, max_length=20),
+                 team: str | None = Body(None, embed=True, max_length=100),
+                 by: Principal = Depends(principal), cp: ControlPlane = Depends(plane)) -> dict[str, Any]:
+    """Create a token (admin only). It is shown once; only its hash is stored."""
+    with cp.lock, cp.store.session.begin() as s:
+        known = {t.name for t in cp.configs.current(s).spec.teams}
+        token = auth.create_token(s, user=user, role=role, team=team, by=by, known_teams=known)
+    return {"token": token, "user": user, "role": role, "team": team}
+
+
+@router.get("/api/v1/whoami")
+def whoami(by: Principal = Depends(principal)) -> dict[str, Any]:
+    return {"user": by.user, "role": by.role, "team": by.team, "job_id": by.job_id}
+
+
+@router.get("/api/v1/events")
+def list_events(job: int | None = Query(None, ge=0), since: int = Query(0, ge=0),
+                limit: int = Query(1000, ge=1, le=10000),
+                by: Principal = Depends(principal), s: Session = Depends(session)) -> dict[str, Any]:
+    return {"events": events.list_events(s, job_id=job, since_id=since, limit=limit)}
+
+
+@router.get("/healthz")
+def healthz(cp: ControlPlane = Depends(plane)) -> dict[str, Any]:
+    st = cp.loop.stats
+    return {"ok": True, "loop": {"steps": st.steps, "last_step_ms": round(st.last_step_ms, 1), "errors": st.errors,
+                                 "last_error": st.last_error}}

@@ -1,0 +1,371 @@
+"""The control loop: reconcile the backend's facts with the store, stop what must stop, schedule.
+
+One pass (`step`) does, in order:
+1. **reconcile**: every attempt the backend reports is matched with the store. Attempts the store
+   does not consider running are orphans: killed and released (never an orphan process). Active
+   jobs whose attempt the backend does not know never launched (the plane died between the
+   commit and the launch) and go back to the queue. Finished attempts get their outcome
+   (`outcome.classify`), a new attempt row state, an event, and `release`.
+2. **stops**: preemption and requeue send SIGUSR1 (the checkpoint notice), then SIGTERM after the
+   class's grace period, then SIGKILL after `kill_wait_s`; cancel, time limit and a failed rank
+   go straight to SIGTERM then SIGKILL (Slurm's KillWait). The stage reached is stored, so a
+   restarted loop carries on where the last one stopped.
+3. **schedule**: a `Snapshot` from the store, `policy.cycle()`, then its decisions applied under
+   the write lock, each re-checked against the store (a job cancelled meanwhile is not started).
+   A start is committed *before* the backend launches it, so a crash can leave a committed start
+   without processes (requeued at step 1) but never processes without a row.
+
+It runs on its own thread: `wake()` (after any change through the API) or a short tick.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from sqlalchemy import and_, bindparam, or_, select, update
+
+from trainyard.backends.base import AttemptState, Backend, BackendError, LaunchSpec, RankLaunch
+from trainyard.control.outcome import REQUEUE_EXIT, classify, first_failure
+from trainyard.control.snapshot import NodeIndex, build_snapshot, decayed_usage, USAGE_HALF_LIFE_S
+from trainyard.sched.engine import TrainyardPolicy
+from trainyard.sched.policy import Policy
+from trainyard.sched.types import Reason
+from trainyard.services import auth
+from trainyard.services.config import ConfigCache, ConfigVersion
+from trainyard.services.events import record
+from trainyard.services.jobs import ACTIVE_STATES, PENDING_STATES, job_dir
+from trainyard.services.nodes import node_states
+from trainyard.store.db import Store
+from trainyard.store.models import AttemptRow, JobRow
+
+log = logging.getLogger("trainyard.loop")
+
+REASONS = {
+    Reason.QUOTA: "Quota", Reason.CAPACITY: "Resources", Reason.TOPOLOGY: "Topology", Reason.MEMORY: "GpuMemory",
+    Reason.RESERVATION: "Reservation", Reason.PRIORITY: "Priority", Reason.HELD: "JobHeldUser",
+    Reason.PREEMPTING: "Preempting",
+}
+NOTICE, TERM, KILL = 1, 2, 3
+
+
+@dataclass
+class LoopParams:
+    tick_s: float = 1.0
+    kill_wait_s: float = 10.0  # SIGTERM → SIGKILL (Slurm's KillWait)
+    min_interval_s: float = 0.05  # wakes closer together than this are merged
+
+
+@dataclass
+class LoopStats:
+    steps: int = 0
+    last_step_ms: float = 0.0
+    errors: int = 0
+    last_error: str = ""
+    started: list[str] = field(default_factory=list)
+
+
+def ranks_for(placement: list[dict], tasks_per_node: int | None) -> list[RankLaunch]:
+    """One rank per GPU (or `tasks_per_node` ranks sharing a node's GPUs evenly), in node order."""
+    out: list[RankLaunch] = []
+    for part in placement:
+        gpus = list(part["gpus"])
+        k = tasks_per_node or len(gpus)
+        per = max(1, len(gpus) // k)
+        for t in range(k):
+            out.append(RankLaunch(len(out), part["node"], tuple(gpus[t * per:(t + 1) * per])))
+    return out
+
+
+class ControlLoop:
+    def __init__(self, store: Store, backend: Backend, data_dir: Path, configs: ConfigCache,
+                 write_lock: threading.RLock, *, policy: Policy | None = None, params: LoopParams | None = None,
+                 api_url: str | None = None, clock: Callable[[], float] = time.time):
+        self.store, self.backend, self.data_dir, self.configs = store, backend, Path(data_dir), configs
+        self.lock, self.policy, self.p = write_lock, policy or TrainyardPolicy(), params or LoopParams()
+        self.api_url, self.clock = api_url, clock
+        self.stats = LoopStats()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- thread ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="trainyard-loop", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            t0 = time.perf_counter()
+            try:
+                self.step()
+            except Exception as e:  # the loop must outlive any one bad pass; the next one retries
+                self.stats.errors += 1
+                self.stats.last_error = f"{type(e).__name__}: {e}"
+                log.exception("control loop pass failed")
+            self.stats.last_step_ms = (time.perf_counter() - t0) * 1000
+            self._wake.wait(self.p.tick_s)
+            self._wake.clear()
+            self._stop.wait(self.p.min_interval_s)
+
+    # -- one pass --------------------------------------------------------------------------------
+
+    def step(self) -> None:
+        now = self.clock()
+        self.reconcile(now)
+        self.drive_stops(now)
+        self.schedule(self.clock())
+        self.stats.steps += 1
+
+    # 1. reconcile ----------------------------------------------------------------------------
+
+    def reconcile(self, now: float) -> None:
+        facts = {(a.job_id, a.attempt): a for a in self.backend.poll()}
+        with self.lock, self.store.session.begin() as s:
+            active = {j.id: j for j in s.scalars(select(JobRow).where(JobRow.state.in_(ACTIVE_STATES)))}
+            cfg = self.configs.current(s)
+            to_release: list[tuple[int, int]] = []
+            for (jid, att), st in facts.items():
+                j = active.get(jid)
+                if j is None or j.attempt != att:
+                    self._kill_orphan(s, jid, att, st, now)
+                    to_release.append((jid, att))
+            for j in active.values():
+                st = facts.get((j.id, j.attempt))
+                if st is None:
+                    self._never_launched(s, j, now)
+                elif len(st.ranks) < len(ranks_for(j.placement or [], j.tasks_per_node)):
+                    self._partial_launch(s, j, st, now)
+                    to_release.append((j.id, j.attempt))
+                elif st.done:
+                    self._finish(s, j, st, now, cfg)
+                    to_release.append((j.id, j.attempt))
+                elif j.stop_kind is None and first_failure([r for r in st.ranks if not r.running]) is not None:
+                    bad = first_failure([r for r in st.ranks if not r.running])
+                    j.stop_kind, j.stop_since, j.stop_stage, j.state = "failed", now, 0, "COMPLETING"
+                    j.reason = f"rank {bad.rank} failed; stopping the others"
+                    record(s, "backend", "job.rank_failed", j.reason, job_id=j.id, at=now)
+        for jid, att in to_release:
+            self.backend.release(jid, att)
+
+    def _kill_orphan(self, s, jid: int, att: int, st: AttemptState, now: float) -> None:  # noqa: ANN001
+        if not st.done:
+            self.backend.signal(jid, att, signal.SIGKILL)
+            record(s, "scheduler", "job.orphan_killed",
+                   f"attempt {att} had processes the store does not run; killed", job_id=jid, at=now)
+
+    def _never_launched(self, s, j: JobRow, now: float) -> None:  # noqa: ANN001
+        self._end_attempt(s, j, "REQUEUED", "never launched (control plane restarted before the launch)", None, None,
+                          now)
+        self._to_queue(j, now, "LaunchInterrupted")
+        record(s, "scheduler", "job.requeued", f"attempt {j.attempt} never launched; back in the queue",
+               job_id=j.id, at=now)
+
+    def _partial_launch(self, s, j: JobRow, st: AttemptState, now: float) -> None:  # noqa: ANN001
+        self.backend.signal(j.id, j.attempt, signal.SIGKILL)
+        self._end_attempt(s, j, "REQUEUED", "launch interrupted with some ranks started; killed them", None, None,
+                          now)
+        self._to_queue(j, now, "LaunchInterrupted")
+        record(s, "scheduler", "job.requeued", f"attempt {j.attempt} only partly launched; killed and requeued",
+               job_id=j.id, at=now)
+
+    def _finish(self, s, j: JobRow, st: AttemptState, now: float, cfg: ConfigVersion) -> None:  # noqa: ANN001
+        out = classify(st, j.stop_kind, job_dir(self.data_dir, j.id))
+        self._end_attempt(s, j, out.attempt_state, out.reason, out.exit_code, out.signal, now)
+        gpus = sum(len(p["gpus"]) for p in j.placement or [])
+        if j.start_time is not None:
+            j.attained_gpu_s += gpus * max(0.0, now - j.start_time)
+        if out.job_state == "REQUEUED":
+            if any(r.exit_code == REQUEUE_EXIT for r in st.ranks) and j.start_time is not None:
+                j.last_checkpoint = now  # it checkpointed on its way out
+                j.progress_s += max(0.0, now - j.start_time)
+            self._to_queue(j, now, out.reason)
+            j.state = "REQUEUED"
+        else:
+            j.state, j.reason, j.end_time = out.job_state, out.reason, now
+            j.exit_code, j.signal = out.exit_code, out.signal
+            j.stop_kind, j.stop_since, j.stop_stage = None, None, 0
+        record(s, "backend", f"job.{out.attempt_state.lower()}",
+               f"attempt {j.attempt} ended {out.attempt_state}: {out.reason}", job_id=j.id, at=now,
+               data={"exit_code": out.exit_code, "signal": out.signal, "attempt": j.attempt})
+
+    def _end_attempt(self, s, j: JobRow, state: str, reason: str, code, sig, now: float) -> None:  # noqa: ANN001
+        a = s.scalars(select(AttemptRow).where(AttemptRow.job_id == j.id, AttemptRow.attempt == j.attempt)).first()
+        if a is not None:
+            a.state, a.reason, a.exit_code, a.signal, a.ended_at = state, reason, code, sig, now
+
+    @staticmethod
+    def _to_queue(j: JobRow, now: float, reason: str) -> None:
+        j.state, j.reason, j.queued_since = "REQUEUED", reason, now
+        j.placement, j.start_time, j.est_start = None, None, None
+        j.stop_kind, j.stop_since, j.stop_stage = None, None, 0
+
+    # 2. stops ----------------------------------------------------------------------------------
+
+    def drive_stops(self, now: float) -> None:
+        sends: list[tuple[int, int, int]] = []
+        with self.lock, self.store.session.begin() as s:
+            cfg = self.configs.current(s)
+            grace = {c.name: c.grace_period for c in cfg.spec.classes}
+            max_run = {c.name: c.max_run_time for c in cfg.spec.classes}
+            for j in s.scalars(select(JobRow).where(JobRow.state.in_(ACTIVE_STATES))):
+                if j.stop_kind is None:
+                    limits = [x for x in (j.time_limit_s, max_run.get(j.job_class)) if x]
+                    if limits and j.start_time is not None and now - j.start_time >= min(limits):
+                        j.stop_kind, j.stop_since, j.stop_stage = "timeout", now, 0
+                        record(s, "scheduler", "job.timeout", f"time limit {min(limits):.0f}s reached; stopping",
+                               job_id=j.id, at=now)
+                    else:
+                        continue
+                stage = self._next_stage(j, now, grace.get(j.job_class, 60.0))
+                if stage > j.stop_stage:
+                    sig = {NOTICE: signal.SIGUSR1, TERM: signal.SIGTERM, KILL: signal.SIGKILL}[stage]
+                    sends.append((j.id, j.attempt, sig))
+                    j.stop_stage = stage
+                    if stage >= TERM:
+                        j.state = "COMPLETING"
+                    j.reason = {"preempt": "Preempting", "requeue": "Requeueing"}.get(j.stop_kind, j.reason)
+                    if stage > NOTICE or j.stop_kind in ("preempt", "requeue"):
+                        record(s, "scheduler", "job.signal", f"sent {signal.Signals(sig).name} ({j.stop_kind})",
+                               job_id=j.id, at=now, data={"signal": int(sig), "stage": stage})
+        for jid, att, sig in sends:
+            self.backend.signal(jid, att, sig)
+
+    def _next_stage(self, j: JobRow, now: float, grace_s: float) -> int:
+        since = j.stop_since or now
+        if j.stop_kind in ("preempt", "requeue"):
+            if j.stop_stage < NOTICE:
+                return NOTICE
+            if now - since < grace_s:
+                return j.stop_stage
+            if j.stop_stage < TERM:
+                return TERM
+            return KILL if now - since >= grace_s + self.p.kill_wait_s else j.stop_stage
+        if j.stop_stage < TERM:
+            return TERM
+        return KILL if now - since >= self.p.kill_wait_s else j.stop_stage
+
+    # 3. schedule -------------------------------------------------------------------------------
+
+    def schedule(self, now: float) -> None:
+        with self.store.session() as s:
+            cfg = self.configs.current(s)
+            idx = NodeIndex.build(cfg, node_states(s), [n.name for n in self.backend.inventory() if not n.healthy])
+            running = list(s.scalars(select(JobRow).where(JobRow.state.in_(ACTIVE_STATES))))
+            pending = list(s.scalars(select(JobRow).where(JobRow.state.in_(PENDING_STATES)).order_by(JobRow.id)))
+            horizon = now - 6 * USAGE_HALF_LIFE_S
+            spans = s.execute(select(JobRow.team, AttemptRow.placement, AttemptRow.started_at, AttemptRow.ended_at)
+                              .join(JobRow, JobRow.id == AttemptRow.job_id)
+                              .where(or_(AttemptRow.ended_at.is_(None), AttemptRow.ended_at > horizon))).all()
+        usage = decayed_usage(((t, sum(len(p["gpus"]) for p in pl), a, b) for t, pl, a, b in spans), now)
+        if not pending:
+            return
+        snap = build_snapshot(cfg, idx, running, pending, usage, now)
+        result = self.policy.cycle(snap)
+        by_id = {j.id: j for j in pending}
+        launches: list[LaunchSpec] = []
+        with self.lock, self.store.session.begin() as s:
+            for pre in result.preemptions:
+                v = s.get(JobRow, int(pre.job_id))
+                if v is None or v.state != "RUNNING" or v.stop_kind is not None:
+                    continue
+                v.stop_kind, v.stop_since, v.stop_stage, v.reason = "preempt", now, 0, "Preempting"
+                record(s, "scheduler", "job.preempting",
+                       f"preempted ({pre.reason}) to make room for job {pre.for_job}; checkpoint notice follows",
+                       job_id=v.id, at=now, data={"reason": pre.reason, "for_job": int(pre.for_job)})
+            for st in result.starts:
+                j = s.get(JobRow, int(st.job_id))
+                seen = by_id.get(int(st.job_id))
+                if j is None or j.state not in PENDING_STATES or j.held or seen is None or j.attempt != seen.attempt:
+                    continue
+                launches.append(self._start(s, j, idx.to_rows(st.placement), now))
+            updates = [{"jid": int(k), "r": REASONS.get(v.reason, str(v.reason.value)), "e": v.est_start}
+                       for k, v in result.pending.items()
+                       if int(k) in by_id and (by_id[int(k)].reason != REASONS.get(v.reason)
+                                               or by_id[int(k)].est_start != v.est_start)]
+            if updates:
+                s.execute(update(JobRow.__table__)
+                          .where(and_(JobRow.__table__.c.id == bindparam("jid"),
+                                      JobRow.__table__.c.state.in_(PENDING_STATES),
+                                      JobRow.__table__.c.held.is_(False)))
+                          .values(reason=bindparam("r"), est_start=bindparam("e")), updates)
+        for spec in launches:
+            self._launch(spec, now)
+
+    def _start(self, s, j: JobRow, placement: list[dict], now: float) -> LaunchSpec:  # noqa: ANN001
+        j.attempt += 1
+        j.state, j.reason, j.start_time, j.end_time, j.est_start = "RUNNING", "None", now, None, None
+        j.placement, j.exit_code, j.signal = placement, None, None
+        j.last_checkpoint = None
+        j.stop_kind, j.stop_since, j.stop_stage = None, None, 0
+        s.add(AttemptRow(job_id=j.id, attempt=j.attempt, placement=placement, started_at=now, state="RUNNING"))
+        where = ", ".join(f"{p['node']}:{','.join(map(str, p['gpus']))}" for p in placement)
+        record(s, "scheduler", "job.started", f"attempt {j.attempt} started on {where}", job_id=j.id, at=now,
+               data={"attempt": j.attempt, "placement": placement})
+        jd = job_dir(self.data_dir, j.id)
+        env = dict(j.env)
+        if self.api_url:
+            env["TRAINYARD_API"] = self.api_url
+        env["TRAINYARD_TOKEN"] = auth.create_token(s, user=f"job-{j.id}", role="job", team=j.team,
+                                                   by=auth.SYSTEM, job_id=j.id)
+        command = list(j.command) if j.command else ["/bin/bash", str(jd / "script.sh")]
+        return LaunchSpec(job_id=j.id, attempt=j.attempt, command=command, workdir=j.workdir, job_dir=str(jd),
+                          ranks=ranks_for(placement, j.tasks_per_node), env=env,
+                          checkpoint_dir=str(jd / "checkpoints"))
+
+    def _launch(self, spec: LaunchSpec, now: float) -> None:
+        jd = Path(spec.job_dir)
+        try:
+            for sub in ("logs", "checkpoints", "metrics"):
+                (jd / sub).mkdir(parents=True, exist_ok=True)
+            with self.store.session() as s:
+                j = s.get(JobRow, spec.job_id)
+                script = j.script if j is not None else None
+                output = j.output if j is not None else None
+                name = j.name if j is not None else ""
+            if script is not None and not (jd / "script.sh").exists():
+                (jd / "script.sh").write_text(script)
+            if output:
+                _link_outputs(output, spec, name, jd)
+            self.backend.launch(spec)
+        except (BackendError, OSError) as e:
+            with self.lock, self.store.session.begin() as s:
+                j = s.get(JobRow, spec.job_id)
+                if j is not None and j.attempt == spec.attempt and j.state == "RUNNING":
+                    self._end_attempt(s, j, "FAILED", f"LaunchFailed: {e}", None, None, now)
+                    j.state, j.reason, j.end_time = "FAILED", f"LaunchFailed: {e}", now
+                    record(s, "backend", "job.failed", f"launch failed: {e}", job_id=j.id, at=now)
+
+
+def _link_outputs(pattern: str, spec: LaunchSpec, name: str, jd: Path) -> None:
+    """Slurm's `--output`: make the asked-for path(s) point at the rank logs (%j id, %t rank, %x name)."""
+    for r in spec.ranks:
+        if r.rank > 0 and "%t" not in pattern:
+            break
+        path = Path(pattern.replace("%j", str(spec.job_id)).replace("%t", str(r.rank)).replace("%x", name))
+        if not path.is_absolute():
+            path = Path(spec.workdir) / path
+        target = jd / "logs" / f"rank-{r.rank}.log"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.is_symlink() or path.exists():
+                path.unlink()
+            os.symlink(target, path)
+        except OSError:
+            pass  # an unwritable --output path must not keep the job from running; logs stay in the job dir

@@ -1,0 +1,87 @@
+"""How an attempt ended, from the backend's facts about its ranks: the job's next state and reason.
+
+Pure functions, so every rule of the exit-code contract (DESIGN.md) has a test of its own:
+0 everywhere → COMPLETED; 75 ("checkpointed, requeue me") → REQUEUED; a stop the control plane
+asked for (cancel, time limit, preemption, requeue) ends as that stop says; anything else is a
+failure, classified: OUT_OF_MEMORY when a log says so, NODE_FAIL when the ranks vanished without
+an exit (their processes died while nobody watched), else FAILED with the first bad rank's code
+or signal.
+"""
+
+from __future__ import annotations
+
+import signal as _signal
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainyard.backends.base import AttemptState, RankState
+
+REQUEUE_EXIT = 75
+OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "torch.OutOfMemoryError", "Killed process")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    job_state: str  # the job's state after this attempt
+    attempt_state: str  # how the attempt itself ended
+    reason: str
+    exit_code: int | None
+    signal: int | None
+
+
+def _signame(sig: int) -> str:
+    try:
+        return _signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def first_failure(ranks: list[RankState]) -> RankState | None:
+    for r in sorted(ranks, key=lambda r: r.rank):
+        if r.lost or r.signal is not None or (r.exit_code not in (None, 0, REQUEUE_EXIT)):
+            return r
+    return None
+
+
+def _log_says_oom(job_dir: Path, rank: int) -> bool:
+    log = job_dir / "logs" / f"rank-{rank}.log"
+    try:
+        with open(log, "rb") as fh:
+            fh.seek(0, 2)
+            fh.seek(max(0, fh.tell() - 64 * 1024))
+            tail = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return False
+    return any(m in tail for m in OOM_MARKERS)
+
+
+def classify(st: AttemptState, stop_kind: str | None, job_dir: Path) -> Outcome:
+    ranks = st.ranks
+    codes = [r.exit_code for r in ranks]
+    all_ok = bool(ranks) and all(c == 0 for c in codes)
+    bad = first_failure(ranks)
+    code = bad.exit_code if bad else (REQUEUE_EXIT if REQUEUE_EXIT in codes else 0)
+    sig = bad.signal if bad else None
+
+    if stop_kind == "cancel":
+        return Outcome("CANCELLED", "CANCELLED", "Cancelled", code, sig)
+    if stop_kind == "timeout":
+        return Outcome("TIMEOUT", "TIMEOUT", "TimeLimit", code, sig)
+    if stop_kind in ("preempt", "requeue") and not all_ok:
+        saved = "checkpointed" if any(c == REQUEUE_EXIT for c in codes) else "stopped without a checkpoint exit"
+        if stop_kind == "preempt":
+            return Outcome("REQUEUED", "PREEMPTED", f"Preempted ({saved})", code, sig)
+        return Outcome("REQUEUED", "REQUEUED", f"Requeued ({saved})", code, sig)
+    if all_ok:
+        return Outcome("COMPLETED", "COMPLETED", "None", 0, None)
+    if bad is None:  # every rank exited 0 or 75, at least one 75: it asks to be requeued
+        return Outcome("REQUEUED", "REQUEUED", "JobRequestedRequeue (exit 75)", REQUEUE_EXIT, None)
+    if any(_log_says_oom(job_dir, r.rank) for r in ranks):
+        return Outcome("OUT_OF_MEMORY", "OUT_OF_MEMORY", f"OutOfMemory on rank {bad.rank}", code, sig)
+    if bad.lost:
+        return Outcome("NODE_FAIL", "NODE_FAIL",
+                       f"rank {bad.rank}'s processes ended with no exit recorded (the node or its supervisor died)",
+                       None, None)
+    if bad.signal is not None:
+        return Outcome("FAILED", "FAILED", f"Signal {_signame(bad.signal)} on rank {bad.rank}", None, bad.signal)
+    return Outcome("FAILED", "FAILED", f"NonZeroExitCode {bad.exit_code} on rank {bad.rank}", bad.exit_code, None)

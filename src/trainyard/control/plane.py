@@ -1,0 +1,82 @@
+"""The control plane as one object: data dir, store, configuration, backend and loop, wired.
+
+`ControlPlane` is what `yard up` runs and what end-to-end tests start in-process. On first start
+it stores a configuration (the one given, or a default built from this machine: NVML's GPUs or 4
+emulated ones, one `default` team, the example's three classes) and creates the admin token in
+`DATA_DIR/admin.token` (mode 0600; the store keeps its hash only).
+
+Data dir layout:
+    trainyard.db            the SQLite store (unless --db points at PostgreSQL)
+    admin.token             the first admin token
+    server.json             where the running server listens (the CLI's default YARD_URL)
+    jobs/<id>/              one directory per job: logs/rank-<r>.log, checkpoints/, metrics/, script.sh
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+from sqlalchemy import select
+
+from trainyard.backends.base import Backend, NodeInfo
+from trainyard.backends.local import LocalBackend, detect_local_nodes
+from trainyard.control.loop import ControlLoop, LoopParams
+from trainyard.services import auth, config
+from trainyard.services.auth import Principal
+from trainyard.store.db import Store, open_store, sqlite_url
+from trainyard.store.models import ConfigVersionRow
+
+DEFAULT_PORT = 8642
+
+
+def default_data_dir() -> Path:
+    return Path(os.environ.get("YARD_DATA_DIR") or Path.home() / ".trainyard")
+
+
+class ControlPlane:
+    def __init__(self, data_dir: str | Path, *, db_url: str | None = None, config_text: str | None = None,
+                 nodes: int | None = None, gpus_per_node: int | None = None, backend: Backend | None = None,
+                 loop_params: LoopParams | None = None, api_url: str | None = None):
+        self.data_dir = Path(data_dir).resolve()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.store: Store = open_store(db_url or sqlite_url(self.data_dir))
+        self.lock = threading.RLock()
+        self.configs = config.ConfigCache()
+        self.api_url = api_url
+        with self.lock, self.store.session.begin() as s:
+            have = s.scalars(select(ConfigVersionRow.version)).first() is not None
+            if config_text is not None:
+                config.apply(s, config_text, Principal("yard-up", "admin"), "configuration given to yard up")
+            elif not have or nodes is not None:
+                found = detect_local_nodes(nodes or 1, gpus_per_node)
+                text = config.default_config_text([(n.name, n.gpus, n.gpu_model, n.gpu_mem_mib) for n in found])
+                config.apply(s, text, Principal("yard-up", "admin"), "default configuration of this machine")
+            self.admin_token = auth.ensure_admin_token(s, self.data_dir / "admin.token")
+            cfg = self.configs.current(s)
+        inventory = [NodeInfo(n.name, n.gpus, n.gpu_model, int(round(n.gpu_mem * 1024)))
+                     for n in cfg.spec.cluster.expand()]
+        self.backend: Backend = backend or LocalBackend(self.data_dir, inventory)
+        self.loop = ControlLoop(self.store, self.backend, self.data_dir, self.configs, self.lock,
+                                params=loop_params, api_url=api_url)
+
+    def start(self) -> None:
+        self.loop.start()
+
+    def stop(self) -> None:
+        """Stop the loop and close; running jobs keep running and are re-attached on the next start."""
+        self.loop.stop()
+        self.backend.close()
+        self.store.close()
+
+    def write_server_file(self, url: str) -> None:
+        self.api_url = self.loop.api_url = url
+        (self.data_dir / "server.json").write_text(json.dumps({"url": url, "pid": os.getpid()}))
+
+    def remove_server_file(self) -> None:
+        try:
+            (self.data_dir / "server.json").unlink()
+        except FileNotFoundError:
+            pass

@@ -1,0 +1,102 @@
+"""Tokens and roles: who may do what.
+
+Roles (fixed, as on-call practice needs them):
+- `admin`: everything, including tokens and the cluster configuration;
+- `operator` (on-call): read everything, read all logs, drain and resume nodes, cancel, hold,
+  release and requeue any job; does not submit (jobs belong to teams) nor change configuration;
+- `member` of a team: submit jobs for that team, manage that team's jobs and read their logs;
+  sees the whole queue (as `squeue` does) but cannot touch or read the logs of other teams' jobs;
+- `viewer`: read-only (queue, nodes, teams, configuration, events), no logs;
+- `job`: the token a running job gets (`TRAINYARD_TOKEN`): reads its own job only.
+
+A token is 32 random bytes, shown once; the store keeps its SHA-256 only, so a stolen database
+does not give access.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from trainyard.services.errors import Forbidden, ServiceError, Unauthorized
+from trainyard.services.events import record
+from trainyard.store.models import TokenRow
+
+ROLES = ("admin", "operator", "member", "viewer", "job")
+
+
+@dataclass(frozen=True)
+class Principal:
+    user: str
+    role: str
+    team: str | None = None
+    job_id: int | None = None
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == "admin"
+
+    def can_read_all_logs(self) -> bool:
+        return self.role in ("admin", "operator")
+
+    def can_manage_team(self, team: str) -> bool:
+        """Cancel, hold, release, requeue and read logs of a job of `team`."""
+        return self.role in ("admin", "operator") or (self.role == "member" and self.team == team)
+
+    def can_submit_for(self, team: str) -> bool:
+        return self.role == "admin" or (self.role == "member" and self.team == team)
+
+
+SYSTEM = Principal("scheduler", "admin")
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def create_token(s: Session, *, user: str, role: str, team: str | None, by: Principal,
+                 known_teams: set[str] | None = None, job_id: int | None = None) -> str:
+    if not by.is_admin:
+        raise Forbidden("only an admin can create tokens")
+    if role not in ROLES:
+        raise ServiceError(f"unknown role {role!r}; roles are {list(ROLES)}", field="role")
+    if not user or not user.strip():
+        raise ServiceError("user must not be empty", field="user")
+    if role == "member" and not team:
+        raise ServiceError("a member token needs a team", field="team")
+    if team is not None and known_teams is not None and team not in known_teams:
+        raise ServiceError(f"unknown team {team!r}; teams are {sorted(known_teams)}", field="team")
+    token = "ty_" + secrets.token_urlsafe(32)
+    s.add(TokenRow(token_hash=hash_token(token), user=user, role=role, team=team, job_id=job_id,
+                   created_at=time.time(), created_by=by.user))
+    if role != "job":
+        record(s, by.user, "token.created", f"token for {user} ({role}{', team ' + team if team else ''})",
+               data={"user": user, "role": role, "team": team})
+    return token
+
+
+def authenticate(s: Session, token: str | None) -> Principal:
+    if not token:
+        raise Unauthorized("no token: send 'Authorization: Bearer <token>' (the CLI reads YARD_TOKEN)")
+    row = s.scalars(select(TokenRow).where(TokenRow.token_hash == hash_token(token))).first()
+    if row is None or row.revoked:
+        raise Unauthorized("unknown or revoked token")
+    return Principal(row.user, row.role, row.team, row.job_id)
+
+
+def ensure_admin_token(s: Session, path) -> str | None:  # noqa: ANN001 (Path)
+    """On first start: create the admin token, write it to `path` (mode 0600). Returns it if new."""
+    if s.scalars(select(TokenRow).where(TokenRow.role == "admin")).first() is not None and path.exists():
+        return None
+    token = create_token(s, user="admin", role="admin", team=None, by=Principal("bootstrap", "admin"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", opener=lambda p, f: __import__("os").open(p, f, 0o600)) as fh:
+        fh.write(token + "\n")
+    tmp.replace(path)
+    return token

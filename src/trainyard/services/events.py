@@ -1,0 +1,31 @@
+"""The audit trail: every state change is an event row — who, what, when, why."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from trainyard.store.models import EventRow
+
+
+def record(s: Session, actor: str, kind: str, message: str, *, job_id: int | None = None, node: str | None = None,
+           data: dict[str, Any] | None = None, at: float | None = None) -> EventRow:
+    row = EventRow(time=time.time() if at is None else at, actor=actor, kind=kind, job_id=job_id, node=node,
+                   message=message, data=data or {})
+    s.add(row)
+    return row
+
+
+def event_dict(e: EventRow) -> dict[str, Any]:
+    return {"id": e.id, "time": e.time, "actor": e.actor, "kind": e.kind, "job_id": e.job_id, "node": e.node,
+            "message": e.message, "data": e.data}
+
+
+def list_events(s: Session, *, job_id: int | None = None, since_id: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
+    q = select(EventRow).where(EventRow.id > since_id)
+    if job_id is not None:
+        q = q.where(EventRow.job_id == job_id)
+    return [event_dict(e) for e in s.scalars(q.order_by(EventRow.id).limit(max(1, min(limit, 10000))))]

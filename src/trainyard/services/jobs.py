@@ -1,0 +1,318 @@
+"""Jobs: submit (validated against the configuration in force), read, and the user's actions.
+
+States are Slurm's: PENDING → RUNNING → COMPLETING → COMPLETED | FAILED | CANCELLED | TIMEOUT |
+NODE_FAIL | OUT_OF_MEMORY; a preempted or requeued job goes back to the queue as REQUEUED (an
+attempt ends PREEMPTED). Every job has a reason, as in `squeue`'s REASON column.
+
+Only the control loop talks to the backend. A user action on a running job (cancel, requeue)
+marks the job (`stop_kind`) and wakes the loop, which signals the ranks and records how they end.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from trainyard.services.auth import Principal
+from trainyard.services.config import ConfigVersion
+from trainyard.services.errors import Conflict, Forbidden, NotFound, ServiceError
+from trainyard.services.events import record
+from trainyard.spec import parse_duration, parse_node_range
+from trainyard.store.models import AttemptRow, JobRow
+
+PENDING_STATES = ("PENDING", "REQUEUED")
+ACTIVE_STATES = ("RUNNING", "COMPLETING")
+TERMINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "PREEMPTED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
+ALL_STATES = PENDING_STATES + ACTIVE_STATES + TERMINAL_STATES
+
+
+class JobSubmit(BaseModel):
+    """A submission, as the API takes it (`POST /api/v1/jobs`) and `yard submit` builds it.
+
+    Shape, as in Slurm: `nodes` (a count or a `MIN-MAX` range) with `gpus_per_node` (or a total
+    `gpus` that divides over the nodes) asks for a gang; `gpus` alone asks for that many GPUs
+    anywhere, packed on as few nodes as possible; nothing asks for one GPU. Every rank runs
+    `command` (or the batch `script`); ranks are one per GPU unless `tasks_per_node` is given.
+    """
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    name: str = Field("", max_length=200)
+    team: str | None = Field(None, max_length=100)
+    job_class: str | None = Field(None, alias="class", max_length=100)
+    pool: str = Field("default", max_length=100)
+    nodes: int | str | None = None
+    gpus_per_node: int | None = Field(None, ge=1, le=1024)
+    gpus: int | None = Field(None, ge=1, le=1_000_000)
+    tasks_per_node: int | None = Field(None, ge=1, le=1024)
+    gpu_mem_gb: float | None = Field(None, gt=0, le=1_000_000)
+    time: str | float | None = Field(None, description="time limit: seconds, '30m', '2h', '1-12:00:00'")
+    checkpoint_interval: str | float | None = None
+    command: list[str] = Field(default_factory=list, max_length=10_000)
+    script: str | None = Field(None, max_length=1_000_000)
+    workdir: str | None = Field(None, max_length=1000)
+    env: dict[str, str] = Field(default_factory=dict)
+    output: str | None = Field(None, max_length=1000)
+    hold: bool = False
+
+    @field_validator("nodes")
+    @classmethod
+    def _nodes(cls, v: Any) -> Any:
+        if v is not None:
+            lo, hi = parse_node_range(v)
+            if hi > 100_000:
+                raise ValueError("node count is too large")
+        return v
+
+    @field_validator("time", "checkpoint_interval")
+    @classmethod
+    def _duration(cls, v: Any) -> Any:
+        if v is not None:
+            d = parse_duration(v)
+            if d is not None and (d <= 0 or d > 10 * 365 * 86400):
+                raise ValueError("must be positive and at most ten years")
+        return v
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, v: list[str]) -> list[str]:
+        if v and (not v[0].strip() or any("\x00" in a for a in v)):
+            raise ValueError("the command's first word must be a program, and no argument may contain NUL")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        for k, val in v.items():
+            if not k or "=" in k or "\x00" in k or "\x00" in val:
+                raise ValueError(f"bad environment variable name {k!r}")
+        return v
+
+
+def _bad(msg: str, field: str) -> ServiceError:
+    return ServiceError(msg, field=field)
+
+
+def _resolve_shape(sub: JobSubmit) -> tuple[int, int, int | None, int]:
+    """(nodes_min, nodes_max, gpus_per_node or None, total GPUs at the minimum size)."""
+    if sub.nodes is None:
+        if sub.gpus_per_node is not None:
+            g = sub.gpus_per_node
+            if sub.gpus is not None and sub.gpus != g:
+                raise _bad(f"gpus={sub.gpus} and gpus_per_node={g} disagree on one node; give --nodes", "gpus")
+            return 1, 1, g, g
+        return 1, 1, None, sub.gpus or 1
+    lo, hi = parse_node_range(sub.nodes)
+    gpn = sub.gpus_per_node
+    if gpn is None:
+        if sub.gpus is None:
+            gpn = 1
+        elif sub.gpus % lo:
+            raise _bad(f"gpus={sub.gpus} does not divide evenly over {lo} nodes", "gpus")
+        else:
+            gpn = sub.gpus // lo
+    elif sub.gpus is not None and sub.gpus != gpn * lo:
+        raise _bad(f"gpus={sub.gpus} but nodes={lo} x gpus_per_node={gpn} = {gpn * lo}", "gpus")
+    return lo, hi, gpn, gpn * lo
+
+
+def _check_against_config(sub: JobSubmit, team: str, cls: str, shape: tuple, cfg: ConfigVersion) -> None:
+    spec = cfg.spec
+    teams = {t.name: t for t in spec.teams}
+    classes = {c.name: c for c in spec.classes}
+    if team not in teams:
+        raise _bad(f"unknown team {team!r}; teams are {sorted(teams)}", "team")
+    if cls not in classes:
+        raise _bad(f"unknown class {cls!r}; classes are {sorted(classes)}", "class")
+    nodes = [n for n in spec.cluster.expand() if n.pool == sub.pool]
+    if not nodes:
+        pools = sorted({n.pool for n in spec.cluster.expand()})
+        raise _bad(f"unknown pool {sub.pool!r}; pools are {pools}", "pool")
+    lo, hi, gpn, total = shape
+    max_gpn = max(n.gpus for n in nodes)
+    if gpn is not None and gpn > max_gpn:
+        raise _bad(f"{gpn} GPUs per node asked, but no node of pool {sub.pool!r} has more than {max_gpn}",
+                   "gpus_per_node")
+    if lo > len(nodes) or hi > len(nodes):
+        raise _bad(f"{hi} nodes asked, but pool {sub.pool!r} has {len(nodes)}", "nodes")
+    cap = sum(n.gpus for n in nodes)
+    if total > cap:
+        raise _bad(f"{total} GPUs asked, but pool {sub.pool!r} has {cap}", "gpus")
+    if sub.tasks_per_node is not None:
+        per = gpn if gpn is not None else min(total, max_gpn)
+        if per % sub.tasks_per_node:
+            raise _bad(f"{per} GPUs per node do not divide over {sub.tasks_per_node} tasks", "tasks_per_node")
+    if sub.gpu_mem_gb is not None:
+        biggest = max(n.gpu_mem for n in nodes)
+        if sub.gpu_mem_gb > biggest:
+            raise _bad(f"{sub.gpu_mem_gb} GB per GPU asked, but the largest GPU has {biggest} GB", "gpu_mem_gb")
+    quota = teams[team].quotas.get(sub.pool)
+    if quota is not None and quota.borrowing_limit is not None and total > quota.nominal + quota.borrowing_limit:
+        raise _bad(f"{total} GPUs asked, but team {team!r} may hold at most "
+                   f"{quota.nominal + quota.borrowing_limit} in pool {sub.pool!r}", "gpus")
+    limit = parse_duration(sub.time) if sub.time is not None else None
+    max_run = classes[cls].max_run_time
+    if limit is not None and max_run is not None and limit > max_run:
+        raise _bad(f"time limit {limit:.0f}s exceeds class {cls!r}'s max run time {max_run:.0f}s", "time")
+
+
+def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_dir: Path) -> JobRow:
+    """Validate and store a job as PENDING (or held). Nothing is written unless all is well."""
+    team = sub.team or by.team
+    if team is None:
+        teams = [t.name for t in cfg.spec.teams]
+        if len(teams) != 1:
+            raise _bad(f"give a team (one of {sorted(teams)})", "team")
+        team = teams[0]
+    if not by.can_submit_for(team):
+        raise Forbidden(f"a {by.role} token{' of team ' + by.team if by.team else ''} cannot submit for team {team!r}")
+    cls = sub.job_class or cfg.spec.default_class
+    if not sub.command and not sub.script:
+        raise _bad("give a command or a script", "command")
+    shape = _resolve_shape(sub)
+    _check_against_config(sub, team, cls, shape, cfg)
+    workdir = sub.workdir or str(data_dir)
+    if not os.path.isdir(workdir):
+        raise _bad(f"working directory {workdir!r} does not exist", "workdir")
+    lo, hi, gpn, total = shape
+    now = time.time()
+    row = JobRow(
+        name=sub.name or (Path(sub.command[0]).name if sub.command else "script"), user=by.user, team=team,
+        job_class=cls, pool=sub.pool, state="PENDING", reason="JobHeldUser" if sub.hold else "None", held=sub.hold,
+        command=list(sub.command), script=sub.script, workdir=workdir, env=dict(sub.env), output=sub.output,
+        nodes_min=lo, nodes_max=hi, gpus_per_node=gpn, gpus=total, tasks_per_node=sub.tasks_per_node,
+        gpu_mem_mib=None if sub.gpu_mem_gb is None else int(round(sub.gpu_mem_gb * 1024)),
+        time_limit_s=parse_duration(sub.time), checkpoint_interval_s=parse_duration(sub.checkpoint_interval),
+        submit_time=now, queued_since=now, attempt=0, progress_s=0.0, attained_gpu_s=0.0,
+        stop_stage=0,
+    )
+    s.add(row)
+    s.flush()  # assigns the id
+    record(s, by.user, "job.submitted", f"submitted by {by.user} for team {team}, class {cls}"
+           + (", held" if sub.hold else ""), job_id=row.id, at=now,
+           data={"gpus": total, "nodes": [lo, hi], "gpus_per_node": gpn})
+    return row
+
+
+def job_dir(data_dir: Path, job_id: int) -> Path:
+    return data_dir / "jobs" / str(job_id)
+
+
+def job_dict(j: JobRow, by: Principal | None = None) -> dict[str, Any]:
+    show_private = by is None or by.can_manage_team(j.team)
+    return {
+        "id": j.id, "name": j.name, "user": j.user, "team": j.team, "class": j.job_class, "pool": j.pool,
+        "state": j.state, "reason": j.reason, "held": j.held,
+        "nodes_min": j.nodes_min, "nodes_max": j.nodes_max, "gpus_per_node": j.gpus_per_node, "gpus": j.gpus,
+        "tasks_per_node": j.tasks_per_node,
+        "gpu_mem_gb": None if j.gpu_mem_mib is None else j.gpu_mem_mib / 1024,
+        "time_limit_s": j.time_limit_s, "checkpoint_interval_s": j.checkpoint_interval_s,
+        "submit_time": j.submit_time, "start_time": j.start_time, "end_time": j.end_time,
+        "est_start": j.est_start, "attempt": j.attempt, "placement": j.placement,
+        "exit_code": j.exit_code, "signal": j.signal, "last_checkpoint": j.last_checkpoint,
+        "command": j.command if show_private else None, "workdir": j.workdir if show_private else None,
+        "env": j.env if show_private else None, "output": j.output,
+    }
+
+
+def get(s: Session, job_id: int, by: Principal) -> JobRow:
+    row = s.get(JobRow, job_id)
+    if row is None:
+        raise NotFound(f"no job {job_id}")
+    if by.role == "job" and by.job_id != job_id:
+        raise Forbidden("a job token reads only its own job")
+    return row
+
+
+def list_jobs(s: Session, by: Principal, *, states: list[str] | None = None, team: str | None = None,
+              user: str | None = None, job_class: str | None = None, limit: int = 100_000) -> list[JobRow]:
+    if by.role == "job":
+        raise Forbidden("a job token reads only its own job")
+    q = select(JobRow)
+    if states:
+        bad = [x for x in states if x not in ALL_STATES]
+        if bad:
+            raise _bad(f"unknown state {bad[0]!r}; states are {list(ALL_STATES)}", "state")
+        q = q.where(JobRow.state.in_(states))
+    if team:
+        q = q.where(JobRow.team == team)
+    if user:
+        q = q.where(JobRow.user == user)
+    if job_class:
+        q = q.where(JobRow.job_class == job_class)
+    return list(s.scalars(q.order_by(JobRow.id).limit(max(1, min(limit, 100_000)))))
+
+
+def _manageable(s: Session, job_id: int, by: Principal) -> JobRow:
+    row = get(s, job_id, by)
+    if not by.can_manage_team(row.team):
+        raise Forbidden(f"a {by.role} token{' of team ' + by.team if by.team else ''} cannot manage job {job_id} "
+                        f"of team {row.team!r}")
+    return row
+
+
+def cancel(s: Session, job_id: int, by: Principal) -> JobRow:
+    row = _manageable(s, job_id, by)
+    now = time.time()
+    if row.state in TERMINAL_STATES:
+        raise Conflict(f"job {job_id} is already {row.state}")
+    if row.state in PENDING_STATES:
+        row.state, row.reason, row.end_time, row.est_start = "CANCELLED", f"CancelledBy:{by.user}", now, None
+        record(s, by.user, "job.cancelled", f"cancelled by {by.user} while pending", job_id=job_id, at=now)
+    else:
+        if row.stop_kind != "cancel":
+            row.stop_kind, row.stop_since, row.stop_stage = "cancel", now, 0
+            record(s, by.user, "job.cancel_requested", f"cancel requested by {by.user}; stopping the ranks",
+                   job_id=job_id, at=now)
+    return row
+
+
+def hold(s: Session, job_id: int, by: Principal) -> JobRow:
+    row = _manageable(s, job_id, by)
+    if row.state not in PENDING_STATES:
+        raise Conflict(f"only a pending job can be held; job {job_id} is {row.state}")
+    if not row.held:
+        row.held = True
+        row.reason = "JobHeldAdmin" if by.role in ("admin", "operator") else "JobHeldUser"
+        row.est_start = None
+        record(s, by.user, "job.held", f"held by {by.user}", job_id=job_id)
+    return row
+
+
+def release(s: Session, job_id: int, by: Principal) -> JobRow:
+    row = _manageable(s, job_id, by)
+    if not row.held:
+        raise Conflict(f"job {job_id} is not held")
+    row.held, row.reason = False, "None"
+    record(s, by.user, "job.released", f"released by {by.user}", job_id=job_id)
+    return row
+
+
+def requeue(s: Session, job_id: int, by: Principal) -> JobRow:
+    """Running: checkpoint and go back to the queue (as a preemption would). Finished: queue again."""
+    row = _manageable(s, job_id, by)
+    now = time.time()
+    if row.state in PENDING_STATES:
+        raise Conflict(f"job {job_id} is already waiting ({row.state})")
+    if row.state in ACTIVE_STATES:
+        if row.stop_kind is None:
+            row.stop_kind, row.stop_since, row.stop_stage = "requeue", now, 0
+            record(s, by.user, "job.requeue_requested", f"requeue requested by {by.user}; asking it to checkpoint",
+                   job_id=job_id, at=now)
+        return row
+    row.state, row.reason, row.queued_since, row.end_time = "REQUEUED", f"RequeuedBy:{by.user}", now, None
+    row.exit_code = row.signal = None
+    record(s, by.user, "job.requeued", f"requeued by {by.user} after it ended", job_id=job_id, at=now)
+    return row
+
+
+def attempts(s: Session, job_id: int) -> list[dict[str, Any]]:
+    rows = s.scalars(select(AttemptRow).where(AttemptRow.job_id == job_id).order_by(AttemptRow.attempt))
+    return [{"attempt": a.attempt, "state": a.state, "placement": a.placement, "started_at": a.started_at,
+             "ended_at": a.ended_at, "exit_code": a.exit_code, "signal": a.signal, "reason": a.reason} for a in rows]

@@ -1,0 +1,65 @@
+"""Nodes: their shape comes from the configuration, their state (up, drain, down) from the store.
+
+`drain` (Slurm's `scontrol update state=drain`) stops new work landing on a node; jobs already
+there run to their end. `resume` returns it. Operators and admins may do both.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from trainyard.services.auth import Principal
+from trainyard.services.config import ConfigVersion
+from trainyard.services.errors import Forbidden, NotFound
+from trainyard.services.events import record
+from trainyard.services.jobs import ACTIVE_STATES
+from trainyard.store.models import JobRow, NodeRow
+
+
+def node_states(s: Session) -> dict[str, NodeRow]:
+    return {r.name: r for r in s.scalars(select(NodeRow))}
+
+
+def gpus_in_use(s: Session) -> dict[str, set[int]]:
+    used: dict[str, set[int]] = {}
+    for placement in s.scalars(select(JobRow.placement).where(JobRow.state.in_(ACTIVE_STATES))):
+        for part in placement or []:
+            used.setdefault(part["node"], set()).update(part["gpus"])
+    return used
+
+
+def list_nodes(s: Session, cfg: ConfigVersion) -> list[dict[str, Any]]:
+    states, used = node_states(s), gpus_in_use(s)
+    out = []
+    for n in cfg.spec.cluster.expand():
+        st = states.get(n.name)
+        busy = len(used.get(n.name, ()))
+        out.append({"name": n.name, "pool": n.pool, "gpus": n.gpus, "gpus_used": busy, "gpus_free": n.gpus - busy,
+                    "gpu_model": n.gpu_model, "gpu_mem_gb": n.gpu_mem, "block": n.block, "rack": n.rack,
+                    "state": st.state if st else "up", "reason": st.reason if st else ""})
+    return out
+
+
+def get_node(s: Session, cfg: ConfigVersion, name: str) -> dict[str, Any]:
+    for n in list_nodes(s, cfg):
+        if n["name"] == name:
+            return n
+    raise NotFound(f"no node {name!r}")
+
+
+def set_state(s: Session, cfg: ConfigVersion, name: str, state: str, reason: str, by: Principal) -> dict[str, Any]:
+    if by.role not in ("admin", "operator"):
+        raise Forbidden("only an operator or admin can drain or resume nodes")
+    get_node(s, cfg, name)
+    row = s.get(NodeRow, name) or NodeRow(name=name)
+    row.state, row.reason, row.updated_at, row.updated_by = state, reason, time.time(), by.user
+    s.add(row)
+    verb = {"up": "resumed", "drain": "drained", "down": "marked down"}[state]
+    record(s, by.user, f"node.{state}", f"node {name} {verb} by {by.user}" + (f": {reason}" if reason else ""),
+           node=name, data={"state": state, "reason": reason})
+    s.flush()
+    return get_node(s, cfg, name)

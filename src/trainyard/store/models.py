@@ -1,0 +1,141 @@
+"""The control plane's tables (SQLAlchemy 2.0 declarative). The store is the truth (DESIGN rule 3).
+
+What lives where:
+- `jobs`: one row per job, its request and its current state (Slurm's names, with a reason);
+- `attempts`: one row per start of a job (a requeue starts a new attempt), with placement and exit;
+- `events`: the audit trail — every state change, who did it, when and why;
+- `nodes`: runtime state of the nodes (drained, down) — their shape comes from the configuration;
+- `config_versions`: the cluster configuration (nodes, teams and quotas, classes) as versioned
+  YAML; the newest row is in force, older ones allow diff and rollback;
+- `tokens`: API tokens (only a SHA-256 hash is kept) with the role and team they grant.
+
+Times are UNIX seconds (floats) so that the engine, which takes time as a number, reads them
+without conversion. Schema changes go through Alembic (`store/migrations`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200), default="")
+    user: Mapped[str] = mapped_column(String(100))
+    team: Mapped[str] = mapped_column(String(100), index=True)
+    job_class: Mapped[str] = mapped_column(String(100))
+    pool: Mapped[str] = mapped_column(String(100), default="default")
+    state: Mapped[str] = mapped_column(String(20), index=True)
+    reason: Mapped[str] = mapped_column(String(200), default="")
+    held: Mapped[bool] = mapped_column(Boolean, default=False)
+
+    # what to run
+    command: Mapped[list[str]] = mapped_column(JSON)
+    script: Mapped[str | None] = mapped_column(Text, nullable=True)  # batch script text, if any
+    workdir: Mapped[str] = mapped_column(String(1000))
+    env: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    output: Mapped[str | None] = mapped_column(String(1000), nullable=True)
+
+    # what it asks for
+    nodes_min: Mapped[int] = mapped_column(Integer, default=1)
+    nodes_max: Mapped[int] = mapped_column(Integer, default=1)
+    gpus_per_node: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    gpus: Mapped[int] = mapped_column(Integer)  # total at the minimum size
+    tasks_per_node: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    gpu_mem_mib: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    time_limit_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    checkpoint_interval_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+    # history the scheduler weighs
+    submit_time: Mapped[float] = mapped_column(Float)
+    queued_since: Mapped[float] = mapped_column(Float)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    progress_s: Mapped[float] = mapped_column(Float, default=0.0)
+    attained_gpu_s: Mapped[float] = mapped_column(Float, default=0.0)
+    est_start: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+    # the current (or last) attempt
+    start_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    end_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    placement: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
+    last_checkpoint: Mapped[float | None] = mapped_column(Float, nullable=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    signal: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+    # a stop in progress: why (preempt, cancel, timeout, requeue, node) and since when
+    stop_kind: Mapped[str | None] = mapped_column(String(20), nullable=True)
+    stop_since: Mapped[float | None] = mapped_column(Float, nullable=True)
+    stop_stage: Mapped[int] = mapped_column(Integer, default=0)  # 0 none, 1 notice, 2 SIGTERM, 3 SIGKILL
+
+    __table_args__ = (Index("ix_jobs_state_id", "state", "id"),)
+
+
+class AttemptRow(Base):
+    __tablename__ = "attempts"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    placement: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    started_at: Mapped[float] = mapped_column(Float)
+    ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    state: Mapped[str] = mapped_column(String(20))
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    signal: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    reason: Mapped[str] = mapped_column(String(200), default="")
+
+
+class EventRow(Base):
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    time: Mapped[float] = mapped_column(Float, index=True)
+    actor: Mapped[str] = mapped_column(String(100))  # a user name, or "scheduler" / "backend"
+    kind: Mapped[str] = mapped_column(String(50))  # e.g. job.submitted, job.state, node.drained
+    job_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
+    node: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    message: Mapped[str] = mapped_column(Text, default="")  # the why, for people
+    data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class NodeRow(Base):
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    state: Mapped[str] = mapped_column(String(20), default="up")  # up | drain | down
+    reason: Mapped[str] = mapped_column(String(200), default="")
+    updated_at: Mapped[float] = mapped_column(Float, default=0.0)
+    updated_by: Mapped[str] = mapped_column(String(100), default="")
+
+
+class ConfigVersionRow(Base):
+    __tablename__ = "config_versions"
+
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    text: Mapped[str] = mapped_column(Text)
+    author: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[float] = mapped_column(Float)
+    message: Mapped[str] = mapped_column(String(500), default="")
+
+
+class TokenRow(Base):
+    __tablename__ = "tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    user: Mapped[str] = mapped_column(String(100))
+    role: Mapped[str] = mapped_column(String(20))  # admin | operator | member | viewer | job
+    team: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    job_id: Mapped[int | None] = mapped_column(Integer, nullable=True)  # job-scoped tokens
+    created_at: Mapped[float] = mapped_column(Float)
+    created_by: Mapped[str] = mapped_column(String(100), default="")
+    revoked: Mapped[bool] = mapped_column(Boolean, default=False)
