@@ -77,7 +77,12 @@ def main(argv: list[str]) -> int:
         _write_json(exit_path, {"exit_code": code, "signal": None, "error": msg})
         _write_json(state_path, {**state, "child_pid": None, "error": msg})
         return code
-    _write_json(state_path, {**state, "child_pid": child})
+    try:
+        _write_json(state_path, {**state, "child_pid": child})
+    except OSError:
+        # The run dir is gone: the attempt was released while we were starting (an owner died
+        # mid-launch and the next one cleaned up). Nothing may run untracked: end the group.
+        os.killpg(0, signal.SIGKILL)
 
     _, status = os.waitpid(child, 0)  # retried by Python on EINTR (PEP 475)
     if os.WIFSIGNALED(status):
