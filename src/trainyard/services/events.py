@@ -24,8 +24,15 @@ def event_dict(e: EventRow) -> dict[str, Any]:
             "message": e.message, "data": e.data}
 
 
-def list_events(s: Session, *, job_id: int | None = None, since_id: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
+def list_events(s: Session, *, job_id: int | None = None, since_id: int = 0, limit: int = 1000,
+                newest: bool = False) -> list[dict[str, Any]]:
+    """Events in order; `since_id` pages forward, `newest` takes the last `limit` instead of the first."""
     q = select(EventRow).where(EventRow.id > since_id)
     if job_id is not None:
         q = q.where(EventRow.job_id == job_id)
-    return [event_dict(e) for e in s.scalars(q.order_by(EventRow.id).limit(max(1, min(limit, 10000))))]
+    limit = max(1, min(limit, 10000))
+    if newest:
+        rows = list(s.scalars(q.order_by(EventRow.id.desc()).limit(limit)))[::-1]
+    else:
+        rows = list(s.scalars(q.order_by(EventRow.id).limit(limit)))
+    return [event_dict(e) for e in rows]

@@ -34,9 +34,10 @@ def whoami(by: Principal = Depends(principal)) -> dict[str, Any]:
 
 @router.get("/api/v1/events")
 def list_events(job: int | None = Query(None, ge=0), since: int = Query(0, ge=0),
-                limit: int = Query(1000, ge=1, le=10000),
+                limit: int = Query(1000, ge=1, le=10000), newest: bool = False,
                 by: Principal = Depends(principal), s: Session = Depends(session)) -> dict[str, Any]:
-    return {"events": events.list_events(s, job_id=job, since_id=since, limit=limit)}
+    """The audit trail, oldest first; `since` (an event id) pages forward, `newest` gives the last `limit`."""
+    return {"events": events.list_events(s, job_id=job, since_id=since, limit=limit, newest=newest)}
 
 
 @router.get("/healthz")

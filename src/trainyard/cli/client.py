@@ -1,0 +1,107 @@
+"""The CLI's HTTP client: finds the server and the token, turns API errors into exit codes.
+
+Where to connect: `YARD_URL` and `YARD_TOKEN`, or else the local data dir's `server.json` (written by
+`yard up`) and `admin.token` (the data dir is `YARD_DATA_DIR`, default `~/.trainyard`).
+
+Exit codes: 2 for anything the server rejects as bad input (4xx), naming the field; 1 when the
+server cannot be reached or fails (5xx).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator, NoReturn
+
+import httpx
+import typer
+
+from trainyard.cli.common import EXIT_BAD_INPUT
+from trainyard.control.plane import DEFAULT_PORT, default_data_dir
+
+EXIT_UNAVAILABLE = 1
+
+
+def _die(message: str, code: int) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def server_url() -> str:
+    if os.environ.get("YARD_URL"):
+        return os.environ["YARD_URL"].rstrip("/")
+    info = default_data_dir() / "server.json"
+    try:
+        return json.loads(info.read_text())["url"].rstrip("/")
+    except (OSError, ValueError, KeyError):
+        return f"http://127.0.0.1:{DEFAULT_PORT}"
+
+
+def token() -> str | None:
+    if os.environ.get("YARD_TOKEN"):
+        return os.environ["YARD_TOKEN"].strip()
+    path = default_data_dir() / "admin.token"
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def error_message(r: httpx.Response) -> str:
+    """One line from an API error: the field it names, then the message."""
+    try:
+        body = r.json()
+    except ValueError:
+        return f"HTTP {r.status_code}: {r.text[:200]}"
+    detail = body.get("detail") if isinstance(body, dict) else body
+    if isinstance(detail, list) and detail:  # request validation (422): name the field
+        d = detail[0]
+        loc = [str(x) for x in d.get("loc", []) if x not in ("body", "query", "path")]
+        field = ".".join(loc)
+        return f"{'field ' + repr(field) + ': ' if field else ''}{d.get('msg', '')}"
+    field = body.get("field") if isinstance(body, dict) else None
+    return f"{'field ' + repr(field) + ': ' if field else ''}{detail}"
+
+
+class Client:
+    def __init__(self, url: str | None = None, tok: str | None = None, timeout: float = 30.0):
+        self.url = url or server_url()
+        headers = {"Authorization": f"Bearer {tok or token() or ''}"}
+        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+
+    def request(self, method: str, path: str, **kw: Any) -> Any:
+        try:
+            r = self.http.request(method, path, **kw)
+        except httpx.TransportError as e:
+            _die(f"cannot reach the trainyard server at {self.url} ({type(e).__name__}); "
+                 "is `yard up` running? (set YARD_URL)", EXIT_UNAVAILABLE)
+        if r.status_code >= 500:
+            _die(f"server error at {path}: HTTP {r.status_code}", EXIT_UNAVAILABLE)
+        if r.status_code >= 400:
+            _die(error_message(r), EXIT_BAD_INPUT)
+        ctype = r.headers.get("content-type", "")
+        return r.json() if ctype.startswith("application/json") else r.text
+
+    def get(self, path: str, **kw: Any) -> Any:
+        return self.request("GET", path, **kw)
+
+    def post(self, path: str, **kw: Any) -> Any:
+        return self.request("POST", path, **kw)
+
+    def put(self, path: str, **kw: Any) -> Any:
+        return self.request("PUT", path, **kw)
+
+    def stream(self, path: str, params: dict[str, Any]) -> Iterator[str]:
+        try:
+            with self.http.stream("GET", path, params=params, timeout=None) as r:
+                if r.status_code >= 400:
+                    r.read()
+                    _die(error_message(r), EXIT_BAD_INPUT if r.status_code < 500 else EXIT_UNAVAILABLE)
+                yield from r.iter_text()
+        except httpx.TransportError as e:
+            _die(f"lost the trainyard server at {self.url} ({type(e).__name__})", EXIT_UNAVAILABLE)
+
+
+def data_dir_of(value: str | None) -> Path:
+    return Path(value) if value else default_data_dir()

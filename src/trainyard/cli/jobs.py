@@ -1,0 +1,206 @@
+"""Job commands, for people used to Slurm: submit (sbatch), queue (squeue), show (scontrol show
+job), cancel (scancel), hold / release / requeue (scontrol), logs, events."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from trainyard.cli.client import Client
+from trainyard.cli.common import fail
+from trainyard.cli.render import ago, clock, duration, nodelist, print_json, table
+from trainyard.cli.sbatch import SbatchError, parse_sbatch
+
+JSON = typer.Option(False, "--json", help="print JSON instead of a table")
+SCRIPT_SUFFIXES = (".sh", ".sbatch", ".slurm", ".bash")
+
+
+def _looks_like_script(args: list[str]) -> bool:
+    if len(args) != 1:
+        return False
+    p = Path(args[0])
+    if p.suffix in SCRIPT_SUFFIXES:
+        return True
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return False
+    return head.startswith(b"#!") or b"#SBATCH" in head
+
+
+def submit(
+    ctx: typer.Context,
+    nodes: Optional[str] = typer.Option(None, "-N", "--nodes", help="nodes: a number or a range MIN-MAX (elastic)"),
+    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="GPUs on each node"),
+    gpus: Optional[int] = typer.Option(None, "-G", "--gpus", help="total GPUs (anywhere, or divided over --nodes)"),
+    gpu_mem: Optional[float] = typer.Option(None, "--gpu-mem", help="GB of GPU memory needed on each GPU (shares GPUs)"),
+    time_limit: Optional[str] = typer.Option(None, "-t", "--time", help="time limit: 30m, 2h, 1-12:00:00"),
+    team: Optional[str] = typer.Option(None, "-A", "--team", "--account", help="team (default: your token's)"),
+    job_class: Optional[str] = typer.Option(None, "-q", "--class", "--qos", help="class: interactive, training, batch"),
+    name: Optional[str] = typer.Option(None, "-J", "--name", "--job-name", help="job name"),
+    output: Optional[str] = typer.Option(None, "-o", "--output", help="also link the log here (%j id, %t rank, %x name)"),
+    tasks_per_node: Optional[int] = typer.Option(None, "--ntasks-per-node", help="ranks per node (default: one per GPU)"),
+    checkpoint_interval: Optional[str] = typer.Option(None, "--checkpoint-interval", help="how often the job checkpoints"),
+    pool: Optional[str] = typer.Option(None, "-p", "--pool", "--partition", help="pool of nodes"),
+    workdir: Optional[str] = typer.Option(None, "-D", "--chdir", help="working directory (default: here)"),
+    env: list[str] = typer.Option([], "--env", "-e", help="KEY=VALUE for the job's environment (repeatable)"),
+    hold: bool = typer.Option(False, "-H", "--hold", help="submit held; `yard release` lets it run"),
+    as_json: bool = JSON,
+) -> None:
+    """Submit a job: `yard submit OPTIONS -- COMMAND…` or `yard submit OPTIONS SCRIPT` (#SBATCH lines honoured).
+
+    Prints the job id."""
+    args = list(ctx.args)
+    if not args:
+        fail("give a command after `--` or a batch script")
+    body: dict[str, Any] = {}
+    if _looks_like_script(args):
+        path = Path(args[0])
+        try:
+            text = path.read_text()
+        except OSError as e:
+            fail(f"script {args[0]}: {e.strerror or e}")
+        try:
+            opts = parse_sbatch(text, str(path))
+        except SbatchError as e:
+            fail(str(e))
+        for w in opts.warnings:
+            typer.echo(f"warning: {w}", err=True)
+        body.update(opts.fields)
+        body["script"] = text
+        body.setdefault("name", path.name)
+    else:
+        body["command"] = args
+    given = {"nodes": nodes, "gpus_per_node": gpus_per_node, "gpus": gpus, "gpu_mem_gb": gpu_mem, "time": time_limit,
+             "team": team, "class": job_class, "name": name, "output": output, "tasks_per_node": tasks_per_node,
+             "checkpoint_interval": checkpoint_interval, "pool": pool, "workdir": workdir}
+    body.update({k: v for k, v in given.items() if v is not None})
+    if hold:
+        body["hold"] = True
+    if "nodes" in body and isinstance(body["nodes"], str) and body["nodes"].isdigit():
+        body["nodes"] = int(body["nodes"])
+    wd = body.get("workdir") or os.getcwd()
+    body["workdir"] = str(Path(wd).resolve())
+    envs: dict[str, str] = {}
+    for e in env:
+        k, eq, v = e.partition("=")
+        if not eq or not k:
+            fail(f"--env: expected KEY=VALUE, got {e!r}")
+        envs[k] = v
+    if envs:
+        body["env"] = envs
+    job = Client().post("/api/v1/jobs", json=body)
+    if as_json:
+        print_json(job)
+    else:
+        typer.echo(f"Submitted job {job['id']}")
+
+
+def _queue_rows(jobs: list[dict], now: float) -> list[list[Any]]:
+    rows = []
+    for j in jobs:
+        running = j["state"] in ("RUNNING", "COMPLETING")
+        t = ago(j["start_time"], now) if running else ago(j["submit_time"], now) if j["state"] in ("PENDING", "REQUEUED") else ""
+        size = (f"{j['nodes_min']}" if j["nodes_min"] == j["nodes_max"] else f"{j['nodes_min']}-{j['nodes_max']}")
+        gpus = j["gpus"] if j["gpus_per_node"] is None else f"{size}x{j['gpus_per_node']}"
+        where = nodelist(j["placement"]) if running else f"({j['reason']})"
+        rows.append([j["id"], j["name"][:20], j["team"], j["user"], j["class"], j["state"], t, gpus,
+                     clock(j["est_start"]) if not running else "", where])
+    return rows
+
+
+def queue(
+    team: Optional[str] = typer.Option(None, "-A", "--team", help="only this team's jobs"),
+    user: Optional[str] = typer.Option(None, "-u", "--user", help="only this user's jobs"),
+    state: Optional[str] = typer.Option(None, "-t", "--states", help="comma-separated states"),
+    all_jobs: bool = typer.Option(False, "-a", "--all", help="finished jobs too"),
+    as_json: bool = JSON,
+) -> None:
+    """The queue, like squeue: id, name, team, user, class, state, time, GPUs, est. start, nodes (reason)."""
+    params: dict[str, Any] = {k: v for k, v in {"team": team, "user": user, "state": state}.items() if v}
+    if not all_jobs and not state:
+        params["active"] = "true"
+    jobs = Client().get("/api/v1/jobs", params=params)["jobs"]
+    if as_json:
+        print_json(jobs)
+        return
+    table(["JOBID", "NAME", "TEAM", "USER", "CLASS", "STATE", "TIME", "GPUS", "EST.START", "NODELIST(REASON)"],
+          _queue_rows(jobs, time.time()))
+
+
+def show(job_id: int = typer.Argument(..., help="job id"), as_json: bool = JSON) -> None:
+    """Everything about one job, with its attempts (scontrol show job)."""
+    j = Client().get(f"/api/v1/jobs/{job_id}")
+    if as_json:
+        print_json(j)
+        return
+    keys = ["id", "name", "user", "team", "class", "pool", "state", "reason", "held", "nodes_min", "nodes_max",
+            "gpus_per_node", "gpus", "tasks_per_node", "gpu_mem_gb", "time_limit_s", "checkpoint_interval_s",
+            "attempt", "exit_code", "signal", "workdir", "output"]
+    for k in keys:
+        typer.echo(f"{k:>22}: {'' if j.get(k) is None else j.get(k)}")
+    typer.echo(f"{'command':>22}: {' '.join(j['command'] or []) or '(batch script)'}")
+    for k in ("submit_time", "start_time", "end_time", "est_start"):
+        typer.echo(f"{k:>22}: {'' if j[k] is None else time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(j[k]))}")
+    typer.echo(f"{'placement':>22}: {nodelist(j['placement'])}")
+    if j.get("attempts"):
+        table(["ATTEMPT", "STATE", "STARTED", "RAN", "EXIT", "SIGNAL", "NODES", "REASON"],
+              [[a["attempt"], a["state"], clock(a["started_at"]),
+                duration((a["ended_at"] or time.time()) - a["started_at"]), "" if a["exit_code"] is None else a["exit_code"],
+                "" if a["signal"] is None else a["signal"], nodelist(a["placement"]), a["reason"]] for a in j["attempts"]])
+
+
+def _act(verb: str):  # noqa: ANN202
+    def command(job_ids: list[int] = typer.Argument(..., help="job ids"), as_json: bool = JSON) -> None:
+        c = Client()
+        out = [c.post(f"/api/v1/jobs/{j}/{verb}") for j in job_ids]
+        if as_json:
+            print_json(out)
+        else:
+            for j in out:
+                typer.echo(f"job {j['id']}: {j['state']}" + (f" ({j['reason']})" if j["reason"] not in ("", "None") else ""))
+    command.__doc__ = {"cancel": "Cancel jobs (scancel): pending ones at once, running ones get SIGTERM, then SIGKILL.",
+                       "hold": "Hold pending jobs: they keep their place but do not start.",
+                       "release": "Release held jobs.",
+                       "requeue": "Requeue jobs: a running one is asked to checkpoint and goes back to the queue; "
+                                  "a finished one is queued again."}[verb]
+    return command
+
+
+cancel, hold, release, requeue = (_act(v) for v in ("cancel", "hold", "release", "requeue"))
+
+
+def logs(job_id: int = typer.Argument(..., help="job id"),
+         follow: bool = typer.Option(False, "-f", "--follow", help="keep printing until the job ends"),
+         rank: int = typer.Option(0, "--rank", "-r", help="which rank's log")) -> None:
+    """A job's log (stdout and stderr of one rank)."""
+    c = Client()
+    if not follow:
+        sys.stdout.write(c.get(f"/api/v1/jobs/{job_id}/logs", params={"rank": rank}))
+        return
+    for chunk in c.stream(f"/api/v1/jobs/{job_id}/logs", {"rank": rank, "follow": "true"}):
+        sys.stdout.write(chunk)
+        sys.stdout.flush()
+
+
+def events(job_id: Optional[int] = typer.Argument(None, help="only this job's events"),
+           limit: int = typer.Option(200, "-n", "--limit", help="how many (newest)"), as_json: bool = JSON) -> None:
+    """The audit trail: who changed what, when and why."""
+    c = Client()
+    if job_id is not None:
+        evs = c.get(f"/api/v1/jobs/{job_id}/events")["events"]
+    else:
+        evs = c.get("/api/v1/events", params={"limit": limit, "newest": "true"})["events"]
+    evs = evs[-limit:]
+    if as_json:
+        print_json(evs)
+        return
+    table(["TIME", "ACTOR", "EVENT", "JOB", "NODE", "WHY"],
+          [[time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(e["time"])), e["actor"], e["kind"],
+            e["job_id"] or "", e["node"] or "", e["message"]] for e in evs])

@@ -1,0 +1,71 @@
+"""`yard up`: the control plane in the foreground — REST API, store, control loop and local backend.
+
+Stopping it (Ctrl-C, SIGTERM) stops the API and the loop but leaves running jobs alone, as
+restarting slurmctld does: the next `yard up` on the same data dir re-attaches them.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from trainyard.cli.common import fail
+
+
+def up(
+    config: Optional[Path] = typer.Option(None, "--config", help="cluster configuration (YAML); default: this machine"),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="where the store, tokens and job dirs live "
+                                            "(default: $YARD_DATA_DIR or ~/.trainyard)"),
+    host: str = typer.Option("127.0.0.1", "--host", help="address to listen on"),
+    port: int = typer.Option(8642, "--port", min=0, max=65535, help="port (0: any free one)"),
+    nodes: Optional[int] = typer.Option(None, "--nodes", min=1, max=64, help="emulate this many nodes on this machine"),
+    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", min=1, max=64,
+                                                help="GPUs per emulated node (default: NVML's, else 4)"),
+    db: Optional[str] = typer.Option(None, "--db", help="postgresql://… (default: SQLite in the data dir)"),
+    tick: float = typer.Option(1.0, "--tick", min=0.05, max=60, help="seconds between scheduling passes when idle"),
+) -> None:
+    """Start the control plane: API, store, control loop and the local backend."""
+    import uvicorn
+
+    from trainyard.api.app import create_app
+    from trainyard.control.loop import LoopParams
+    from trainyard.control.plane import ControlPlane, default_data_dir
+    from trainyard.spec import ConfigError, load_config
+
+    text = None
+    if config is not None:
+        try:
+            load_config(config)
+            text = config.read_text()
+        except ConfigError as e:
+            fail(str(e))
+    if gpus_per_node is not None and nodes is None:
+        nodes = 1
+    if config is not None and nodes is not None:
+        fail("--nodes/--gpus-per-node describe an emulated cluster; give them or --config, not both")
+    if db is not None and not db.startswith(("postgresql://", "postgresql+psycopg://", "sqlite:///")):
+        fail(f"--db: expected a postgresql:// or sqlite:/// URL, got {db!r}")
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        fail(f"--port: cannot listen on {host}:{port}: {e.strerror or e}")
+    port = sock.getsockname()[1]
+    url = f"http://{host if ':' not in host else '[' + host + ']'}:{port}"
+    cp = ControlPlane(data_dir or default_data_dir(), db_url=db, config_text=text, nodes=nodes,
+                      gpus_per_node=gpus_per_node, loop_params=LoopParams(tick_s=tick), api_url=url)
+    cp.write_server_file(url)
+    cp.start()
+    typer.echo(f"trainyard control plane at {url}  (API docs {url}/docs, dashboard {url}/)")
+    typer.echo(f"data dir {cp.data_dir}; admin token in {cp.data_dir / 'admin.token'}")
+    server = uvicorn.Server(uvicorn.Config(create_app(cp), log_level="warning", access_log=False))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        cp.stop()
+        cp.remove_server_file()
+        typer.echo("trainyard stopped; running jobs keep running and are re-attached by the next `yard up`")
