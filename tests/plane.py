@@ -1,0 +1,114 @@
+"""Starting a real control plane for tests: store, loop, local backend, and an API client per token.
+
+`Plane` runs everything in this process (FastAPI's TestClient over the real app, the real loop
+thread, real rank processes); tests that kill the control plane start `yard up` as a process
+instead (`tests/control/test_restart.py`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from fastapi.testclient import TestClient
+
+from trainyard.api.app import create_app
+from trainyard.control.loop import LoopParams
+from trainyard.control.plane import ControlPlane
+from trainyard.services import auth
+
+FIXTURES = Path(__file__).parent / "fixtures"
+TWO_TEAMS = FIXTURES / "two_teams.yaml"
+PY = sys.executable
+
+
+class Plane:
+    def __init__(self, data_dir: Path, *, config: Path | None = TWO_TEAMS, db_url: str | None = None,
+                 tick_s: float = 0.1, kill_wait_s: float = 3.0, start: bool = True, **kw: Any):
+        text = config.read_text() if config is not None else None
+        self.cp = ControlPlane(data_dir, db_url=db_url, config_text=text,
+                               loop_params=LoopParams(tick_s=tick_s, kill_wait_s=kill_wait_s), **kw)
+        self.app = create_app(self.cp)
+        self.http = TestClient(self.app)
+        self.admin_token = (self.cp.data_dir / "admin.token").read_text().strip()
+        self.admin = self.client(self.admin_token)
+        if start:
+            self.cp.start()
+
+    def client(self, token: str) -> TestClient:
+        c = TestClient(self.app)
+        c.headers["Authorization"] = f"Bearer {token}"
+        return c
+
+    def token(self, user: str, role: str, team: str | None = None) -> str:
+        r = self.admin.post("/api/v1/tokens", json={"user": user, "role": role, "team": team})
+        assert r.status_code == 201, r.text
+        return r.json()["token"]
+
+    def as_user(self, user: str, role: str, team: str | None = None) -> TestClient:
+        return self.client(self.token(user, role, team))
+
+    def submit(self, client: TestClient | None = None, **body: Any) -> dict[str, Any]:
+        body.setdefault("workdir", str(self.cp.data_dir))
+        r = (client or self.admin).post("/api/v1/jobs", json=body)
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        r = self.admin.get(f"/api/v1/jobs/{job_id}")
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def wait(self, job_id: int, pred: Callable[[dict[str, Any]], bool] | str | tuple[str, ...],
+             timeout: float = 30.0) -> dict[str, Any]:
+        """Poll a job until `pred` holds (a state name or tuple of names, or a function)."""
+        if isinstance(pred, str):
+            pred = (pred,)
+        if isinstance(pred, tuple):
+            states = pred
+            pred = lambda j: j["state"] in states  # noqa: E731
+        deadline = time.monotonic() + timeout
+        while True:
+            j = self.job(job_id)
+            if pred(j):
+                return j
+            if time.monotonic() > deadline:
+                raise AssertionError(f"job {job_id} still {j['state']} ({j['reason']}) after {timeout}s")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        """Cancel what still runs, wait for it, stop the plane: tests leave no process behind."""
+        try:
+            for j in self.admin.get("/api/v1/jobs", params={"active": "true"}).json()["jobs"]:
+                self.admin.post(f"/api/v1/jobs/{j['id']}/cancel")
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                left = self.admin.get("/api/v1/jobs", params={"state": "RUNNING,COMPLETING"}).json()["jobs"]
+                if not left:
+                    break
+                time.sleep(0.1)
+        finally:
+            self.cp.stop()
+
+
+def script(body: str) -> list[str]:
+    """A rank command: Python code run by this interpreter."""
+    return [PY, "-c", body]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+__all__ = ["Plane", "TWO_TEAMS", "script", "alive", "auth"]
