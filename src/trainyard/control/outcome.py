@@ -37,10 +37,14 @@ def _signame(sig: int) -> str:
 
 
 def first_failure(ranks: list[RankState]) -> RankState | None:
-    for r in sorted(ranks, key=lambda r: r.rank):
-        if r.lost or r.signal is not None or (r.exit_code not in (None, 0, REQUEUE_EXIT)):
-            return r
-    return None
+    """The rank to blame: one that exited with a bad code, else one killed or lost (lowest rank first).
+
+    Codes come first because when one rank fails the control loop stops the others with SIGTERM:
+    those signals are the consequence, the code is the cause.
+    """
+    bad = [r for r in ranks if r.lost or r.signal is not None or r.exit_code not in (None, 0, REQUEUE_EXIT)]
+    bad.sort(key=lambda r: (r.exit_code is None, r.rank))
+    return bad[0] if bad else None
 
 
 def _log_says_oom(job_dir: Path, rank: int) -> bool:

@@ -1,0 +1,203 @@
+"""End to end with real processes: the control plane, its loop and the local backend together."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from tests.plane import alive, script
+
+ENV_DUMP = """
+import json, os, sys
+keys = ['RANK','LOCAL_RANK','WORLD_SIZE','LOCAL_WORLD_SIZE','MASTER_ADDR','MASTER_PORT','CUDA_VISIBLE_DEVICES',
+        'TRAINYARD_JOB_ID','TRAINYARD_ATTEMPT','TRAINYARD_CHECKPOINT_DIR','TRAINYARD_TOKEN','TRAINYARD_NODE']
+d = os.environ['TRAINYARD_CHECKPOINT_DIR'] + '/../env-' + os.environ['RANK'] + '.json'
+json.dump({k: os.environ.get(k) for k in keys}, open(d, 'w'))
+"""
+
+# Waits for the preemption notice, "checkpoints" (a file), exits 75 as the contract asks.
+CHECKPOINTING = """
+import os, signal, sys, time, pathlib
+ck = pathlib.Path(os.environ['TRAINYARD_CHECKPOINT_DIR'])
+def on_notice(*_):
+    (ck / ('step-' + os.environ['TRAINYARD_ATTEMPT'])).mkdir(parents=True, exist_ok=True)
+    sys.exit(75)
+signal.signal(signal.SIGUSR1, on_notice)
+time.sleep(120)
+"""
+
+
+def job_dir(plane, job_id: int) -> Path:
+    return plane.cp.data_dir / "jobs" / str(job_id)
+
+
+def test_two_rank_job_gets_distinct_gpus_and_the_contract_environment(plane):
+    j = plane.submit(command=script(ENV_DUMP), gpus=2, team="vision")
+    done = plane.wait(j["id"], "COMPLETED")
+    envs = [json.loads((job_dir(plane, j["id"]) / f"env-{r}.json").read_text()) for r in (0, 1)]
+    assert [e["RANK"] for e in envs] == ["0", "1"]
+    assert all(e["WORLD_SIZE"] == "2" and e["LOCAL_WORLD_SIZE"] == "2" for e in envs)
+    assert {e["LOCAL_RANK"] for e in envs} == {"0", "1"}
+    assert envs[0]["MASTER_ADDR"] == envs[1]["MASTER_ADDR"] == "127.0.0.1"
+    assert envs[0]["MASTER_PORT"] == envs[1]["MASTER_PORT"] and int(envs[0]["MASTER_PORT"]) > 0
+    gpus = [e["CUDA_VISIBLE_DEVICES"] for e in envs]
+    assert gpus[0] != gpus[1]
+    placed = done["placement"]
+    assert len(placed) == 1 and sorted(map(str, placed[0]["gpus"])) == sorted(gpus)
+    assert all(e["TRAINYARD_JOB_ID"] == str(j["id"]) and e["TRAINYARD_ATTEMPT"] == "1" for e in envs)
+    assert envs[0]["TRAINYARD_CHECKPOINT_DIR"] == str(job_dir(plane, j["id"]) / "checkpoints")
+    # The job-scoped token reads its own job and nothing else.
+    job_client = plane.client(envs[0]["TRAINYARD_TOKEN"])
+    assert job_client.get(f"/api/v1/jobs/{j['id']}").status_code == 200
+    assert job_client.get("/api/v1/jobs").status_code == 403
+
+
+def test_two_node_gang_has_one_rank_per_gpu_across_nodes(plane):
+    j = plane.submit(command=script(ENV_DUMP), nodes=2, gpus_per_node=2, team="vision")
+    done = plane.wait(j["id"], "COMPLETED")
+    assert sorted(p["node"] for p in done["placement"]) == ["node-0", "node-1"]
+    envs = [json.loads((job_dir(plane, j["id"]) / f"env-{r}.json").read_text()) for r in range(4)]
+    assert {e["WORLD_SIZE"] for e in envs} == {"4"}
+    assert sorted(e["LOCAL_RANK"] for e in envs) == ["0", "0", "1", "1"]
+    assert len({e["MASTER_PORT"] for e in envs}) == 1
+    by_node: dict[str, set[str]] = {}
+    for e in envs:
+        by_node.setdefault(e["TRAINYARD_NODE"], set()).add(e["CUDA_VISIBLE_DEVICES"])
+    assert all(len(v) == 2 for v in by_node.values())
+
+
+def test_exit_codes_give_slurm_states(plane):
+    ok = plane.submit(command=script("pass"), team="vision")
+    bad = plane.submit(command=script("import sys; sys.exit(3)"), team="vision")
+    killed = plane.submit(command=script("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"), team="vision")
+    oom = plane.submit(command=script("import sys; print('torch.OutOfMemoryError: CUDA out of memory'); sys.exit(1)"),
+                       team="vision")
+    missing = plane.submit(command=["/no/such/program"], team="vision")
+    assert plane.wait(ok["id"], "COMPLETED")["exit_code"] == 0
+    f = plane.wait(bad["id"], "FAILED")
+    assert f["exit_code"] == 3 and "NonZeroExitCode 3" in f["reason"]
+    k = plane.wait(killed["id"], "FAILED")
+    assert k["signal"] == 11 and "SIGSEGV" in k["reason"]
+    assert plane.wait(oom["id"], ("OUT_OF_MEMORY",))["reason"].startswith("OutOfMemory")
+    assert plane.wait(missing["id"], ("FAILED",))["state"] == "FAILED"
+
+
+def test_exit_75_requeues_and_the_next_attempt_resumes(plane):
+    body = "import os, sys; sys.exit(75 if os.environ['TRAINYARD_ATTEMPT'] == '1' else 0)"
+    j = plane.submit(command=script(body), team="vision")
+    done = plane.wait(j["id"], "COMPLETED")
+    assert done["attempt"] == 2
+    states = [a["state"] for a in done["attempts"]]
+    assert states == ["REQUEUED", "COMPLETED"]
+
+
+def test_one_failed_rank_stops_the_others_and_the_job_fails(plane):
+    body = "import os, sys, time\nif os.environ['RANK'] == '1': sys.exit(4)\ntime.sleep(60)"
+    j = plane.submit(command=script(body), gpus=2, team="vision")
+    f = plane.wait(j["id"], "FAILED", timeout=20)
+    assert "rank 1" in f["reason"] and f["exit_code"] == 4
+
+
+def test_cancel_ends_every_rank_and_their_children(plane):
+    body = ("import os, subprocess, time, pathlib\n"
+            "p = subprocess.Popen(['sleep', '300'])\n"
+            "pathlib.Path(os.environ['TRAINYARD_CHECKPOINT_DIR'], 'pids-' + os.environ['RANK']).write_text("
+            "f'{os.getpid()} {p.pid}')\n"
+            "time.sleep(300)\n")
+    j = plane.submit(command=script(body), nodes=2, gpus_per_node=2, team="vision")
+    plane.wait(j["id"], "RUNNING")
+    ck = job_dir(plane, j["id"]) / "checkpoints"
+    deadline = time.monotonic() + 20
+    while len(list(ck.glob("pids-*"))) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pids = [int(x) for f in ck.glob("pids-*") for x in f.read_text().split()]
+    assert len(pids) == 8 and all(alive(p) for p in pids)
+    assert plane.admin.post(f"/api/v1/jobs/{j['id']}/cancel").status_code == 200
+    c = plane.wait(j["id"], "CANCELLED", timeout=20)
+    assert c["end_time"] is not None
+    deadline = time.monotonic() + 5
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(alive(p) for p in pids)
+
+
+def test_time_limit_ends_the_job_as_timeout(plane):
+    j = plane.submit(command=script("import time; time.sleep(60)"), time="2s", team="vision")
+    t = plane.wait(j["id"], "TIMEOUT", timeout=20)
+    assert t["reason"] == "TimeLimit" and t["end_time"] - t["start_time"] < 10
+
+
+def test_held_job_waits_until_released(plane):
+    j = plane.submit(command=script("pass"), hold=True, team="vision")
+    time.sleep(0.5)
+    assert plane.job(j["id"])["state"] == "PENDING" and plane.job(j["id"])["reason"] == "JobHeldAdmin" or \
+        plane.job(j["id"])["reason"] == "JobHeldUser"
+    assert plane.admin.post(f"/api/v1/jobs/{j['id']}/release").status_code == 200
+    plane.wait(j["id"], "COMPLETED")
+
+
+def test_drained_node_takes_no_new_work(plane):
+    assert plane.admin.post("/api/v1/nodes/node-0/drain", json={"reason": "bad fan"}).status_code == 200
+    jobs = [plane.submit(command=script("pass"), gpus=2, team="vision") for _ in range(3)]
+    for j in jobs:
+        done = plane.wait(j["id"], "COMPLETED")
+        assert {p["node"] for p in done["placement"]} == {"node-1"}
+    big = plane.submit(command=script("pass"), gpus=8, team="vision")
+    time.sleep(0.5)
+    assert plane.job(big["id"])["state"] == "PENDING"
+    plane.admin.post("/api/v1/nodes/node-0/resume")
+    plane.wait(big["id"], "COMPLETED")
+
+
+def test_reclaim_preempts_the_borrower_by_checkpoint(plane):
+    """vision borrows nlp's idle quota; when nlp submits, vision's borrowed GPUs come back by checkpoint."""
+    vision = [plane.submit(command=script(CHECKPOINTING), gpus=4, team="vision", **{"class": "batch"}) for _ in range(2)]
+    for j in vision:
+        plane.wait(j["id"], "RUNNING")
+    nlp = plane.submit(command=script("import time; time.sleep(1)"), gpus=4, team="nlp", **{"class": "batch"})
+    plane.wait(nlp["id"], "COMPLETED", timeout=30)
+    evs = plane.admin.get("/api/v1/events", params={"limit": 1000}).json()["events"]
+    preempted = [e for e in evs if e["kind"] == "job.preempting"]
+    assert len(preempted) == 1 and preempted[0]["data"]["reason"] == "reclaim"
+    victim = preempted[0]["job_id"]
+    v = plane.wait(victim, lambda j: j["attempt"] >= 2 or j["state"] in ("REQUEUED", "PENDING", "RUNNING"))
+    first = v["attempts"][0]
+    assert first["state"] == "PREEMPTED" and first["exit_code"] == 75
+    assert (job_dir(plane, victim) / "checkpoints" / "step-1").is_dir()
+    # The victim comes back once the lender is done.
+    plane.wait(victim, lambda j: j["state"] == "RUNNING" and j["attempt"] == 2, timeout=30)
+
+
+def test_non_preemptible_jobs_are_never_preempted(plane):
+    inter = [plane.submit(command=script("import time; time.sleep(30)"), gpus=4, team="vision",
+                          **{"class": "interactive"}) for _ in range(2)]
+    for j in inter:
+        plane.wait(j["id"], "RUNNING")
+    nlp = plane.submit(command=script("pass"), gpus=4, team="nlp")
+    time.sleep(1.5)
+    assert plane.job(nlp["id"])["state"] == "PENDING"
+    assert all(plane.job(j["id"])["state"] == "RUNNING" and plane.job(j["id"])["attempt"] == 1 for j in inter)
+
+
+def test_higher_priority_class_preempts_lower_within_a_team(plane):
+    batch = plane.submit(command=script(CHECKPOINTING), gpus=4, team="vision", **{"class": "batch"})
+    other = plane.submit(command=script("import time; time.sleep(30)"), gpus=4, team="nlp",
+                         **{"class": "interactive"})
+    plane.wait(batch["id"], "RUNNING")
+    plane.wait(other["id"], "RUNNING")
+    urgent = plane.submit(command=script("pass"), gpus=2, team="vision", **{"class": "interactive"})
+    plane.wait(urgent["id"], "COMPLETED", timeout=30)
+    b = plane.job(batch["id"])
+    assert b["attempts"][0]["state"] == "PREEMPTED"
+    assert plane.job(other["id"])["attempt"] == 1  # the other team's job was not touched
+
+
+def test_pending_jobs_get_a_reason_and_estimated_start(plane):
+    first = plane.submit(command=script("import time; time.sleep(20)"), gpus=8, team="vision", time="30s")
+    plane.wait(first["id"], "RUNNING")
+    waiting = plane.submit(command=script("pass"), gpus=8, team="vision")
+    j = plane.wait(waiting["id"], lambda j: j["reason"] not in ("None", ""))
+    assert j["reason"] in ("Resources", "Quota", "Priority")
+    assert j["est_start"] is not None and j["est_start"] >= first["submit_time"]
