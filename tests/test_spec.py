@@ -19,7 +19,7 @@ def test_example_config_has_the_three_classes():
 
 
 @pytest.mark.parametrize("text,value", [(90, 90.0), ("30m", 1800.0), ("2h", 7200.0), ("1d", 86400.0),
-                                        ("1-12:00:00", 129600.0), ("01:30:00", 5400.0), ("1:30", 5400.0)])
+                                        ("1-12:00:00", 129600.0), ("01:30:00", 5400.0), ("1:30", 90.0), ("2-6", 194400.0), ("2-6:30", 196200.0)])
 def test_durations(text, value):
     assert parse_duration(text) == value
 

@@ -33,7 +33,10 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 def parse_duration(value: Any) -> float | None:
-    """Seconds from a number, `30m`-style string, or Slurm's `[D-]HH:MM[:SS]` / `MM` forms."""
+    """Seconds from a number, a `30m`-style string, or Slurm's `MM:SS`, `HH:MM:SS`, `D-HH[:MM[:SS]]` forms.
+
+    A bare number is seconds here (configuration files); the CLI's `--time`, like Slurm's,
+    reads a bare number as minutes (`trainyard.cli.sbatch.slurm_time`)."""
     if value is None:
         return None
     if isinstance(value, bool):
@@ -46,10 +49,15 @@ def parse_duration(value: Any) -> float | None:
     m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhdw]?)", s)
     if m:
         return float(m.group(1)) * _UNITS[m.group(2) or "s"]
-    m = re.fullmatch(r"(?:(\d+)-)?(\d+):(\d{1,2})(?::(\d{1,2}))?", s)
+    # Slurm's forms: MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS
+    m = re.fullmatch(r"(\d+):(\d{1,2})(?::(\d{1,2}))?", s)
     if m:
-        d, a, b, c = (int(x) if x else 0 for x in m.groups())
-        return float(d * 86400 + (a * 3600 + b * 60 + c if m.group(4) else a * 3600 + b * 60))
+        a, b, c = (int(x) if x else None for x in m.groups())
+        return float(a * 60 + b if c is None else a * 3600 + b * 60 + c)
+    m = re.fullmatch(r"(\d+)-(\d+)(?::(\d{1,2}))?(?::(\d{1,2}))?", s)
+    if m:
+        d, h, mi, se = (int(x) if x else 0 for x in m.groups())
+        return float(d * 86400 + h * 3600 + mi * 60 + se)
     raise ValueError(f"cannot read {value!r} as a duration (examples: 90, '30m', '2h', '1-12:00:00')")
 
 

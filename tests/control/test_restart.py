@@ -8,56 +8,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.plane import TWO_TEAMS, alive
-
-YARD = str(Path(sys.executable).parent / "yard")
-
-
-class Server:
-    def __init__(self, data_dir: Path):
-        self.data_dir = data_dir
-        self.proc: subprocess.Popen | None = None
-
-    def start(self, config: bool = True) -> httpx.Client:
-        (self.data_dir / "server.json").unlink(missing_ok=True)
-        args = [YARD, "up", "--data-dir", str(self.data_dir), "--port", "0", "--tick", "0.2"]
-        if config:
-            args += ["--config", str(TWO_TEAMS)]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=open(self.data_dir / "up.log", "a"))
-        deadline = time.monotonic() + 30
-        while not (self.data_dir / "server.json").exists():
-            assert self.proc.poll() is None, (self.data_dir / "up.log").read_text()
-            assert time.monotonic() < deadline, "yard up did not start"
-            time.sleep(0.05)
-        url = json.loads((self.data_dir / "server.json").read_text())["url"]
-        token = (self.data_dir / "admin.token").read_text().strip()
-        c = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=10)
-        while True:
-            try:
-                c.get("/healthz")
-                return c
-            except httpx.TransportError:
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-
-    def terminate(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=30)
-
+from tests.plane import TWO_TEAMS, YardServer as Server, alive
 
 def wait_for(c: httpx.Client, job_id: int, states: tuple[str, ...], timeout: float = 30) -> dict:
     deadline = time.monotonic() + timeout

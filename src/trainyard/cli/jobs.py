@@ -14,7 +14,7 @@ import typer
 from trainyard.cli.client import Client
 from trainyard.cli.common import fail
 from trainyard.cli.render import ago, clock, duration, nodelist, print_json, table
-from trainyard.cli.sbatch import SbatchError, parse_sbatch
+from trainyard.cli.sbatch import SbatchError, parse_sbatch, slurm_time
 
 JSON = typer.Option(False, "--json", help="print JSON instead of a table")
 SCRIPT_SUFFIXES = (".sh", ".sbatch", ".slurm", ".bash")
@@ -40,7 +40,7 @@ def submit(
     gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="GPUs on each node"),
     gpus: Optional[int] = typer.Option(None, "-G", "--gpus", help="total GPUs (anywhere, or divided over --nodes)"),
     gpu_mem: Optional[float] = typer.Option(None, "--gpu-mem", help="GB of GPU memory needed on each GPU (shares GPUs)"),
-    time_limit: Optional[str] = typer.Option(None, "-t", "--time", help="time limit: 30m, 2h, 1-12:00:00"),
+    time_limit: Optional[str] = typer.Option(None, "-t", "--time", help="time limit: minutes, MM:SS, HH:MM:SS, D-HH:MM:SS, or 30m / 2h"),
     team: Optional[str] = typer.Option(None, "-A", "--team", "--account", help="team (default: your token's)"),
     job_class: Optional[str] = typer.Option(None, "-q", "--class", "--qos", help="class: interactive, training, batch"),
     name: Optional[str] = typer.Option(None, "-J", "--name", "--job-name", help="job name"),
@@ -77,6 +77,8 @@ def submit(
         body.setdefault("name", path.name)
     else:
         body["command"] = args
+    if time_limit is not None:
+        time_limit = slurm_time(time_limit)
     given = {"nodes": nodes, "gpus_per_node": gpus_per_node, "gpus": gpus, "gpu_mem_gb": gpu_mem, "time": time_limit,
              "team": team, "class": job_class, "name": name, "output": output, "tasks_per_node": tasks_per_node,
              "checkpoint_interval": checkpoint_interval, "pool": pool, "workdir": workdir}

@@ -45,6 +45,11 @@ IGNORED = {"--mem", "--mem-per-cpu", "--mem-per-gpu", "-c", "--cpus-per-task", "
            "--open-mode", "--signal", "--comment"}
 
 
+def slurm_time(raw: str) -> str:
+    """Slurm reads a bare `--time` number as minutes; trainyard's durations read it as seconds."""
+    return f"{raw.strip()}m" if raw.strip().isdigit() else raw
+
+
 @dataclass
 class SbatchOptions:
     fields: dict[str, object] = field(default_factory=dict)
@@ -62,6 +67,7 @@ def _value(field_name: str, raw: str, file: str, line: int) -> object:
             lo, hi = parse_node_range(raw)
             return lo if lo == hi else f"{lo}-{hi}"
         if field_name == "time":
+            raw = slurm_time(raw)
             parse_duration(raw)
             return raw
         if field_name == "gres":

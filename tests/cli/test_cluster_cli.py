@@ -1,0 +1,148 @@
+"""The Slurm-style CLI against a real `yard up` process: what a person types, what they see."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.plane import YARD, YardServer
+
+
+@pytest.fixture(scope="module")
+def yard(tmp_path_factory):
+    server = YardServer(tmp_path_factory.mktemp("cli") / "yard")
+    server.data_dir.mkdir()
+    server.start()
+    env = {**os.environ, "YARD_URL": server.url, "YARD_TOKEN": server.token}
+
+    def run(*args: str, ok: bool = True, env_extra: dict | None = None, cwd: Path | None = None):
+        p = subprocess.run([YARD, *args], capture_output=True, text=True, env={**env, **(env_extra or {})},
+                           cwd=cwd or server.data_dir, timeout=60)
+        if ok:
+            assert p.returncode == 0, f"yard {' '.join(args)} → {p.returncode}\n{p.stdout}\n{p.stderr}"
+        return p
+
+    run.server = server  # type: ignore[attr-defined]
+    yield run
+    for j in json.loads(run("queue", "--json").stdout):
+        run("cancel", str(j["id"]), ok=False)
+    time.sleep(1)
+    server.terminate()
+
+
+def wait_state(yard, job_id: int, states: tuple[str, ...], timeout: float = 30) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        j = json.loads(yard("show", str(job_id), "--json").stdout)
+        if j["state"] in states:
+            return j
+        assert time.monotonic() < deadline, j
+        time.sleep(0.2)
+
+
+def job_id_of(p: subprocess.CompletedProcess) -> int:
+    assert p.stdout.startswith("Submitted job "), p.stdout
+    return int(p.stdout.split()[-1])
+
+
+def test_submit_command_then_queue_show_logs_events(yard):
+    jid = job_id_of(yard("submit", "-A", "vision", "--gpus", "2", "-J", "hello", "--",
+                         sys.executable, "-c", "import os; print('rank', os.environ['RANK'])"))
+    done = wait_state(yard, jid, ("COMPLETED",))
+    assert done["name"] == "hello" and done["gpus"] == 2
+    assert "rank 1" in yard("logs", str(jid), "--rank", "1").stdout
+    assert "rank 0" in yard("logs", str(jid), "-f").stdout  # follow ends when the job has ended
+    q = yard("queue", "--all").stdout
+    assert "JOBID" in q and "hello" in q and "COMPLETED" in q
+    ev = yard("events", str(jid)).stdout
+    assert "job.submitted" in ev and "job.started" in ev and "job.completed" in ev
+    shown = yard("show", str(jid)).stdout
+    assert "COMPLETED" in shown and "ATTEMPT" in shown
+
+
+def test_batch_script_directives_are_honoured(yard, tmp_path):
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/bash\n#SBATCH -N 2\n#SBATCH --gres=gpu:1\n#SBATCH -J scripted --qos=batch\n"
+                      "#SBATCH --account=nlp --time=10:00 --output=out-%j-%t.log\n"
+                      "echo \"rank $RANK of $WORLD_SIZE\"\n")
+    jid = job_id_of(yard("submit", str(script), cwd=tmp_path))
+    j = wait_state(yard, jid, ("COMPLETED",))
+    assert (j["name"], j["class"], j["team"], j["nodes_min"], j["gpus_per_node"], j["time_limit_s"]) == \
+        ("scripted", "batch", "nlp", 2, 1, 600.0)
+    assert (tmp_path / f"out-{jid}-1.log").read_text().strip().endswith("rank 1 of 2")
+    # the command line wins over the script
+    jid2 = job_id_of(yard("submit", "-J", "override", "--gpus-per-node", "2", str(script), cwd=tmp_path))
+    assert wait_state(yard, jid2, ("COMPLETED",))["gpus_per_node"] == 2
+
+
+@pytest.mark.parametrize("args, words", [
+    (["submit", "--gpus", "0", "--", "true"], "gpus"),
+    (["submit", "--gpus", "-2", "--", "true"], "gpus"),
+    (["submit", "-A", "vision", "--gpus-per-node", "5", "--", "true"], "gpus_per_node"),
+    (["submit", "-A", "nobody", "--", "true"], "team"),
+    (["submit", "-A", "vision", "--class", "vip", "--", "true"], "class"),
+    (["submit", "-A", "vision", "-N", "2-1", "--", "true"], "nodes"),
+    (["submit", "--", "true"], "team"),
+    (["submit", "missing.sh"], "missing.sh"),
+    (["submit"], "command"),
+    (["show", "99999"], "no job 99999"),
+    (["cluster", "apply", "/no/such.yaml"], "/no/such.yaml"),
+])
+def test_bad_input_exits_2_with_a_message_naming_the_field(yard, args, words):
+    before = len(json.loads(yard("queue", "--all", "--json").stdout))
+    p = yard(*args, ok=False)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.startswith("error: ") and words in p.stderr, p.stderr
+    assert len(json.loads(yard("queue", "--all", "--json").stdout)) == before
+
+
+def test_malformed_sbatch_line_exits_2_naming_the_line(yard, tmp_path):
+    script = tmp_path / "bad.sh"
+    script.write_text("#!/bin/bash\n#SBATCH --nodes\necho hi\n")
+    p = yard("submit", str(script), ok=False)
+    assert p.returncode == 2 and f"{script}:2:" in p.stderr
+
+
+def test_cluster_config_apply_history_diff_rollback(yard, tmp_path):
+    cur = yard("cluster", "get").stdout
+    assert "vision" in cur
+    text = "\n".join(line for line in cur.splitlines() if not line.startswith("# version"))
+    changed = tmp_path / "c.yaml"
+    changed.write_text(text.replace("nominal: 4, borrowing_limit: 4}", "nominal: 4, borrowing_limit: 2}", 1)
+                       if "nominal: 4, borrowing_limit: 4}" in text else text.replace("borrowing_limit: 4", "borrowing_limit: 2", 1))
+    applied = json.loads(yard("cluster", "apply", str(changed), "-m", "less borrowing", "--json").stdout)
+    v = applied["version"]
+    hist = json.loads(yard("cluster", "history", "--json").stdout)
+    assert hist[0]["version"] == v and hist[0]["message"] == "less borrowing"
+    d = yard("cluster", "diff", str(v - 1), str(v)).stdout
+    assert "-" in d and "borrowing_limit: 2" in d
+    back = json.loads(yard("cluster", "rollback", str(v - 1), "--json").stdout)
+    assert back["version"] == v + 1 and back["text"] == json.loads(yard("cluster", "get", "--json",
+                                                                         "--version", str(v - 1)).stdout)["text"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("cluster: {nodes: []}\nteams: []\n")
+    p = yard("cluster", "apply", str(bad), ok=False)
+    assert p.returncode == 2 and "field" in p.stderr
+
+
+def test_tokens_roles_and_nodes(yard):
+    tok = yard("token", "create", "--user", "carol", "--role", "member", "--team", "nlp").stdout.strip()
+    who = yard("queue", env_extra={"YARD_TOKEN": tok})
+    assert who.returncode == 0
+    p = yard("drain", "node-0", env_extra={"YARD_TOKEN": tok}, ok=False)
+    assert p.returncode == 2 and "operator" in p.stderr
+    assert "drain" in yard("drain", "node-1", "--reason", "maintenance").stdout
+    nodes = json.loads(yard("nodes", "--json").stdout)
+    assert {n["name"]: n["state"] for n in nodes} == {"node-0": "up", "node-1": "drain"}
+    assert "node-1" in yard("nodes").stdout
+    yard("resume", "node-1")
+    teams = json.loads(yard("teams", "--json").stdout)
+    assert {t["name"] for t in teams} == {"vision", "nlp"}
+    yard("teams", "set", "nlp", "--nominal", "4", "--borrowing-limit", "3")
+    assert json.loads(yard("teams", "--json").stdout)[1]["quotas"]["default"]["borrowing_limit"] == 3

@@ -1,0 +1,58 @@
+"""The exit-code contract, rule by rule (pure: `outcome.classify` on made-up facts)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trainyard.backends.base import AttemptState, RankState
+from trainyard.control.loop import ranks_for
+from trainyard.control.outcome import classify
+
+
+def att(*ranks: tuple) -> AttemptState:
+    out = []
+    for i, r in enumerate(ranks):
+        code, sig, lost = (r + (None, None, False))[:3] if isinstance(r, tuple) else (r, None, False)
+        out.append(RankState(i, 100 + i, False, code, sig, lost))
+    return AttemptState(1, 1, out)
+
+
+@pytest.mark.parametrize("facts, stop, state, attempt_state", [
+    (att(0, 0), None, "COMPLETED", "COMPLETED"),
+    (att(75, 0), None, "REQUEUED", "REQUEUED"),
+    (att(3, 0), None, "FAILED", "FAILED"),
+    (att((None, 9)), None, "FAILED", "FAILED"),
+    (att((None, None, True)), None, "NODE_FAIL", "NODE_FAIL"),
+    (att((None, 15), (None, 15)), "cancel", "CANCELLED", "CANCELLED"),
+    (att((None, 15)), "timeout", "TIMEOUT", "TIMEOUT"),
+    (att(75, 75), "preempt", "REQUEUED", "PREEMPTED"),
+    (att((None, 9)), "preempt", "REQUEUED", "PREEMPTED"),
+    (att(0, 0), "preempt", "COMPLETED", "COMPLETED"),  # finished during its grace period
+    (att(75), "requeue", "REQUEUED", "REQUEUED"),
+])
+def test_state_after_an_attempt(facts, stop, state, attempt_state, tmp_path: Path):
+    out = classify(facts, stop, tmp_path)
+    assert (out.job_state, out.attempt_state) == (state, attempt_state)
+
+
+def test_the_failed_rank_is_blamed_not_the_ones_stopped_after_it(tmp_path: Path):
+    out = classify(att((None, 15), 4, (None, 15)), "failed", tmp_path)
+    assert out.exit_code == 4 and "rank 1" in out.reason
+
+
+def test_out_of_memory_is_read_from_the_rank_log(tmp_path: Path):
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "rank-1.log").write_text("...\ntorch.OutOfMemoryError: CUDA out of memory. Tried ...\n")
+    assert classify(att(0, 1), None, tmp_path).job_state == "OUT_OF_MEMORY"
+
+
+def test_ranks_are_one_per_gpu_or_tasks_per_node():
+    placement = [{"node": "a", "gpus": [0, 1, 2, 3]}, {"node": "b", "gpus": [4, 5, 6, 7]}]
+    one_per_gpu = ranks_for(placement, None)
+    assert [(r.rank, r.node, r.gpus) for r in one_per_gpu][:2] == [(0, "a", (0,)), (1, "a", (1,))]
+    assert len(one_per_gpu) == 8
+    per_node = ranks_for(placement, 1)
+    assert [(r.rank, r.node, r.gpus) for r in per_node] == [(0, "a", (0, 1, 2, 3)), (1, "b", (4, 5, 6, 7))]
+    assert [r.gpus for r in ranks_for(placement, 2)] == [(0, 1), (2, 3), (4, 5), (6, 7)]
