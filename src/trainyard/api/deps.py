@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from trainyard.control.plane import ControlPlane
 from trainyard.services.auth import Principal, authenticate
+from trainyard.services.errors import Forbidden
 
 
 def plane(request: Request) -> ControlPlane:
@@ -27,3 +28,11 @@ def principal(authorization: str | None = Header(None, description="Bearer <toke
         scheme, _, value = authorization.partition(" ")
         token = value.strip() if scheme.lower() == "bearer" else None
     return authenticate(s, token)
+
+
+def reader(by: Principal = Depends(principal)) -> Principal:
+    """The caller of a cluster-wide read (queue-wide events, nodes, teams, configuration): anyone but
+    a job token, which reads its own job only (see `services/auth.py`)."""
+    if by.role == "job":
+        raise Forbidden("a job token reads only its own job")
+    return by

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Body, Depends, Query
 from sqlalchemy.orm import Session
 
-from trainyard.api.deps import plane, principal, session
+from trainyard.api.deps import plane, principal, reader, session
 from trainyard.control.plane import ControlPlane
 from trainyard.services import config
 from trainyard.services.auth import Principal
@@ -23,7 +23,7 @@ def _row(r) -> dict[str, Any]:  # noqa: ANN001
 
 
 @router.get("")
-def get_config(version: int | None = Query(None, ge=1), by: Principal = Depends(principal),
+def get_config(version: int | None = Query(None, ge=1), by: Principal = Depends(reader),
                s: Session = Depends(session)) -> dict[str, Any]:
     return _row(config.get_version(s, version))
 
@@ -50,13 +50,13 @@ def apply_config(text: str = Body(..., embed=True, max_length=1_000_000), messag
 
 
 @router.get("/versions")
-def versions(by: Principal = Depends(principal), s: Session = Depends(session)) -> dict[str, Any]:
+def versions(by: Principal = Depends(reader), s: Session = Depends(session)) -> dict[str, Any]:
     return {"versions": config.history(s)}
 
 
 @router.get("/diff")
 def diff(from_version: int = Query(..., alias="from", ge=1), to_version: int = Query(..., alias="to", ge=1),
-         by: Principal = Depends(principal), s: Session = Depends(session)) -> dict[str, Any]:
+         by: Principal = Depends(reader), s: Session = Depends(session)) -> dict[str, Any]:
     return {"from": from_version, "to": to_version, "diff": config.diff(s, from_version, to_version)}
 
 

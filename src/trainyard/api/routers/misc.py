@@ -11,6 +11,7 @@ from trainyard.api.deps import plane, principal, session
 from trainyard.control.plane import ControlPlane
 from trainyard.services import auth, events
 from trainyard.services.auth import Principal
+from trainyard.services.errors import Forbidden
 
 router = APIRouter(tags=["misc"])
 
@@ -37,6 +38,8 @@ def list_events(job: int | None = Query(None, ge=0), since: int = Query(0, ge=0)
                 limit: int = Query(1000, ge=1, le=10000), newest: bool = False,
                 by: Principal = Depends(principal), s: Session = Depends(session)) -> dict[str, Any]:
     """The audit trail, oldest first; `since` (an event id) pages forward, `newest` gives the last `limit`."""
+    if by.role == "job" and (job is None or job != by.job_id):
+        raise Forbidden("a job token reads only its own job's events: give job=<its id>")
     return {"events": events.list_events(s, job_id=job, since_id=since, limit=limit, newest=newest)}
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Body, Depends
 from sqlalchemy.orm import Session
 
-from trainyard.api.deps import plane, principal, session
+from trainyard.api.deps import plane, principal, reader, session
 from trainyard.control.plane import ControlPlane
 from trainyard.services import nodes
 from trainyard.services.auth import Principal
@@ -16,13 +16,13 @@ router = APIRouter(prefix="/api/v1/nodes", tags=["nodes"])
 
 
 @router.get("")
-def list_nodes(by: Principal = Depends(principal), cp: ControlPlane = Depends(plane),
+def list_nodes(by: Principal = Depends(reader), cp: ControlPlane = Depends(plane),
                s: Session = Depends(session)) -> dict[str, Any]:
     return {"nodes": nodes.list_nodes(s, cp.configs.current(s))}
 
 
 @router.get("/{name}")
-def get_node(name: str, by: Principal = Depends(principal), cp: ControlPlane = Depends(plane),
+def get_node(name: str, by: Principal = Depends(reader), cp: ControlPlane = Depends(plane),
              s: Session = Depends(session)) -> dict[str, Any]:
     return nodes.get_node(s, cp.configs.current(s), name)
 

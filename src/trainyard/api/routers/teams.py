@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Depends
 from sqlalchemy.orm import Session
 
-from trainyard.api.deps import plane, principal, session
+from trainyard.api.deps import plane, principal, reader, session
 from trainyard.control.plane import ControlPlane
 from trainyard.services import teams
 from trainyard.services.auth import Principal
@@ -16,13 +16,13 @@ router = APIRouter(prefix="/api/v1/teams", tags=["teams"])
 
 
 @router.get("")
-def list_teams(by: Principal = Depends(principal), cp: ControlPlane = Depends(plane),
+def list_teams(by: Principal = Depends(reader), cp: ControlPlane = Depends(plane),
                s: Session = Depends(session)) -> dict[str, Any]:
     return {"teams": teams.list_teams(s, cp.configs.current(s))}
 
 
 @router.get("/{name}")
-def get_team(name: str, by: Principal = Depends(principal), cp: ControlPlane = Depends(plane),
+def get_team(name: str, by: Principal = Depends(reader), cp: ControlPlane = Depends(plane),
              s: Session = Depends(session)) -> dict[str, Any]:
     return teams.get_team(s, cp.configs.current(s), name)
 
