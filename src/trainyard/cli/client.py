@@ -18,7 +18,7 @@ import httpx
 import typer
 
 from trainyard.cli.common import EXIT_BAD_INPUT
-from trainyard.control.plane import DEFAULT_PORT, default_data_dir
+from trainyard.defaults import DEFAULT_PORT, default_data_dir
 
 EXIT_UNAVAILABLE = 1
 

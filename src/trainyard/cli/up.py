@@ -32,7 +32,8 @@ def up(
 
     from trainyard.api.app import create_app
     from trainyard.control.loop import LoopParams
-    from trainyard.control.plane import ControlPlane, default_data_dir
+    from trainyard.control.plane import ControlPlane
+    from trainyard.defaults import default_data_dir
     from trainyard.spec import ConfigError, load_config
 
     text = None

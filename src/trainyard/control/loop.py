@@ -32,7 +32,8 @@ from typing import Callable
 from sqlalchemy import and_, bindparam, or_, select, update
 
 from trainyard.backends.base import AttemptState, Backend, BackendError, LaunchSpec, RankLaunch
-from trainyard.control.outcome import REQUEUE_EXIT, classify, first_failure
+from trainyard.contracts import newest_checkpoint
+from trainyard.control.outcome import classify, first_failure
 from trainyard.control.snapshot import NodeIndex, build_snapshot, decayed_usage, USAGE_HALF_LIFE_S
 from trainyard.sched.engine import TrainyardPolicy
 from trainyard.sched.policy import Policy
@@ -156,11 +157,13 @@ class ControlLoop:
                 elif st.done:
                     self._finish(s, j, st, now, cfg)
                     to_release.append((j.id, j.attempt))
-                elif j.stop_kind is None and first_failure([r for r in st.ranks if not r.running]) is not None:
+                else:
+                    self._note_checkpoint(j)
                     bad = first_failure([r for r in st.ranks if not r.running])
-                    j.stop_kind, j.stop_since, j.stop_stage, j.state = "failed", now, 0, "COMPLETING"
-                    j.reason = f"rank {bad.rank} failed; stopping the others"
-                    record(s, "backend", "job.rank_failed", j.reason, job_id=j.id, at=now)
+                    if bad is not None and j.stop_kind is None:  # one rank failed: stop the others
+                        j.stop_kind, j.stop_since, j.stop_stage, j.state = "failed", now, 0, "COMPLETING"
+                        j.reason = f"rank {bad.rank} failed; stopping the others"
+                        record(s, "backend", "job.rank_failed", j.reason, job_id=j.id, at=now)
         for jid, att in to_release:
             self.backend.release(jid, att)
 
@@ -192,9 +195,9 @@ class ControlLoop:
         if j.start_time is not None:
             j.attained_gpu_s += gpus * max(0.0, now - j.start_time)
         if out.job_state == "REQUEUED":
-            if any(r.exit_code == REQUEUE_EXIT for r in st.ranks) and j.start_time is not None:
-                j.last_checkpoint = now  # it checkpointed on its way out
-                j.progress_s += max(0.0, now - j.start_time)
+            self._note_checkpoint(j)
+            if j.last_checkpoint is not None and j.start_time is not None:
+                j.progress_s += max(0.0, j.last_checkpoint - j.start_time)  # work the next attempt resumes from
             self._to_queue(j, now, out.reason)
             j.state = "REQUEUED"
         else:
@@ -204,6 +207,13 @@ class ControlLoop:
         record(s, "backend", f"job.{out.attempt_state.lower()}",
                f"attempt {j.attempt} ended {out.attempt_state}: {out.reason}", job_id=j.id, at=now,
                data={"exit_code": out.exit_code, "signal": out.signal, "attempt": j.attempt})
+
+    def _note_checkpoint(self, j: JobRow) -> None:
+        """The newest committed checkpoint of this attempt, as the engine's `last_checkpoint`."""
+        found = newest_checkpoint(job_dir(self.data_dir, j.id) / "checkpoints")
+        if found is not None and j.start_time is not None and found[2] >= j.start_time:
+            if j.last_checkpoint is None or found[2] > j.last_checkpoint:
+                j.last_checkpoint = found[2]
 
     def _end_attempt(self, s, j: JobRow, state: str, reason: str, code, sig, now: float) -> None:  # noqa: ANN001
         a = s.scalars(select(AttemptRow).where(AttemptRow.job_id == j.id, AttemptRow.attempt == j.attempt)).first()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from trainyard.backends.base import AttemptState, RankState
 
-REQUEUE_EXIT = 75
+from trainyard.contracts import REQUEUE_EXIT  # noqa: F401 (re-exported)
 OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "torch.OutOfMemoryError", "Killed process")
 
 

@@ -24,17 +24,11 @@ from sqlalchemy import select
 from trainyard.backends.base import Backend, NodeInfo
 from trainyard.backends.local import LocalBackend, detect_local_nodes
 from trainyard.control.loop import ControlLoop, LoopParams
+from trainyard.defaults import DEFAULT_PORT, default_data_dir  # noqa: F401 (re-exported)
 from trainyard.services import auth, config
 from trainyard.services.auth import Principal
 from trainyard.store.db import Store, open_store, sqlite_url
 from trainyard.store.models import ConfigVersionRow
-
-DEFAULT_PORT = 8642
-
-
-def default_data_dir() -> Path:
-    return Path(os.environ.get("YARD_DATA_DIR") or Path.home() / ".trainyard")
-
 
 class ControlPlane:
     def __init__(self, data_dir: str | Path, *, db_url: str | None = None, config_text: str | None = None,

@@ -1,0 +1,62 @@
+"""A stand-in training job for the demo: steps, periodic checkpoints, preemption by checkpoint.
+
+It follows the contracts (`trainyard.contracts`) without any GPU: resumes from the newest
+committed checkpoint, commits `step-<N>/` every `--ckpt-every` steps (rank 0 writes), and on
+SIGUSR1 checkpoints at the next step boundary and exits 75 so that it is requeued, not lost.
+
+    python -m trainyard.demo.work --steps 40 --step-time 0.5 --ckpt-every 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from trainyard.contracts import CHECKPOINT_MARKER, NOTICE_SIGNAL, REQUEUE_EXIT, newest_checkpoint
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--step-time", type=float, default=0.5)
+    ap.add_argument("--ckpt-every", type=int, default=5)
+    a = ap.parse_args(argv)
+    rank = int(os.environ.get("RANK", "0"))
+    ckdir = Path(os.environ.get("TRAINYARD_CHECKPOINT_DIR", "checkpoints"))
+    noticed = False
+
+    def on_notice(*_: object) -> None:
+        nonlocal noticed
+        noticed = True
+
+    signal.signal(NOTICE_SIGNAL, on_notice)
+    found = newest_checkpoint(ckdir)
+    step = found[0] if found else 0
+    print(f"rank {rank}: attempt {os.environ.get('TRAINYARD_ATTEMPT', '?')} starts at step {step}", flush=True)
+
+    def checkpoint(at: int) -> None:
+        if rank == 0:
+            d = ckdir / f"step-{at}"
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "state.txt").write_text(str(at))
+            (d / CHECKPOINT_MARKER).write_text("")
+
+    while step < a.steps:
+        time.sleep(a.step_time)
+        step += 1
+        if noticed:
+            checkpoint(step)
+            print(f"rank {rank}: preemption notice: checkpointed step {step}, exiting {REQUEUE_EXIT}", flush=True)
+            return REQUEUE_EXIT
+        if step % a.ckpt_every == 0:
+            checkpoint(step)
+    print(f"rank {rank}: done after {step} steps", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
