@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+import math
+from typing import Any, Iterator
 
 from fastapi import Depends, Header, Request
 from sqlalchemy.orm import Session
 
 from trainyard.control.plane import ControlPlane
 from trainyard.services.auth import Principal, authenticate
-from trainyard.services.errors import Forbidden
+from trainyard.services.errors import Forbidden, ServiceError
 
 
 def plane(request: Request) -> ControlPlane:
@@ -36,3 +37,43 @@ def reader(by: Principal = Depends(principal)) -> Principal:
     if by.role == "job":
         raise Forbidden("a job token reads only its own job")
     return by
+
+
+def _unstorable(value: Any, path: tuple) -> tuple[tuple, str] | None:
+    """The path and the reason of the first value in parsed JSON that cannot be stored or sent back."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path, "text must be valid UTF-8 (a lone surrogate escape such as \\ud800 is not)"
+    elif isinstance(value, float) and not math.isfinite(value):
+        return path, "numbers must be finite (NaN, Infinity and overflowing values are not JSON numbers)"
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            if (bad := _unstorable(v, path + (i,))) is not None:
+                return bad
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            if (bad := _unstorable(k, path) or _unstorable(v, path + (k,))) is not None:  # a bad key: its dict
+                return bad
+    return None
+
+
+async def storable_json(request: Request) -> None:
+    """Refuse a JSON body whose strings hold lone surrogates or whose numbers are NaN/Infinity.
+
+    Python's JSON parser accepts both, but such values cannot be encoded as UTF-8 (SQLite, the
+    response) or as JSON: pydantic let some through (a dict key in `env`, `cohort`), which stored
+    them and then made every later listing of the queue or of the teams answer 500; others were
+    refused with a 422 that itself failed to render (500)."""
+    if not await request.body():
+        return
+    try:
+        data = await request.json()
+    except ValueError:
+        return  # not JSON: FastAPI answers 422 itself
+    bad = _unstorable(data, ())
+    if bad is not None:
+        path, why = bad
+        field = ".".join(str(x) for x in path)
+        raise ServiceError(f"{field or 'body'}: {why}", field=field or None)

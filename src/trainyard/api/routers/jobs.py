@@ -10,13 +10,13 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from sqlalchemy.orm import Session
 
-from trainyard.api.deps import plane, principal, session
+from trainyard.api.deps import plane, principal, session, storable_json
 from trainyard.control.plane import ControlPlane
 from trainyard.services import events, jobs
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Forbidden, ServiceError
 
-router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
+router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(storable_json)])
 
 
 @router.post("", status_code=201)

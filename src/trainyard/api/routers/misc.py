@@ -7,13 +7,13 @@ from typing import Any
 from fastapi import APIRouter, Body, Depends, Query
 from sqlalchemy.orm import Session
 
-from trainyard.api.deps import plane, principal, session
+from trainyard.api.deps import plane, principal, session, storable_json
 from trainyard.control.plane import ControlPlane
 from trainyard.services import auth, events
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Forbidden
 
-router = APIRouter(tags=["misc"])
+router = APIRouter(tags=["misc"], dependencies=[Depends(storable_json)])
 
 
 @router.post("/api/v1/tokens", status_code=201)
