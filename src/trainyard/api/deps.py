@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator
+from typing import Annotated, Any, Iterator
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Header, Path, Request
 from sqlalchemy.orm import Session
 
 from trainyard.control.plane import ControlPlane
 from trainyard.services.auth import Principal, authenticate
 from trainyard.services.errors import Forbidden, ServiceError
+
+# The largest integer the store compares with (SQLite's INTEGER is 64-bit signed): a larger id,
+# version or offset in a request raised OverflowError (500) instead of answering 404 or 422.
+MAX_INT = 2**63 - 1
+JobId = Annotated[int, Path(ge=1, le=MAX_INT, description="a job id")]
 
 
 def plane(request: Request) -> ControlPlane:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -10,7 +11,7 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from sqlalchemy.orm import Session
 
-from trainyard.api.deps import plane, principal, session, storable_json
+from trainyard.api.deps import MAX_INT, JobId, plane, principal, session, storable_json
 from trainyard.control.plane import ControlPlane
 from trainyard.services import events, jobs
 from trainyard.services.auth import Principal
@@ -46,13 +47,13 @@ def list_jobs(state: str | None = Query(None, description="comma-separated state
 
 
 @router.get("/{job_id}")
-def get_job(job_id: int, by: Principal = Depends(principal), s: Session = Depends(session)) -> dict[str, Any]:
+def get_job(job_id: JobId, by: Principal = Depends(principal), s: Session = Depends(session)) -> dict[str, Any]:
     row = jobs.get(s, job_id, by)
     return {**jobs.job_dict(row, by), "attempts": jobs.attempts(s, job_id)}
 
 
 def _action(fn):  # noqa: ANN001, ANN202
-    def handler(job_id: int, by: Principal = Depends(principal), cp: ControlPlane = Depends(plane)) -> dict[str, Any]:
+    def handler(job_id: JobId, by: Principal = Depends(principal), cp: ControlPlane = Depends(plane)) -> dict[str, Any]:
         with cp.lock, cp.store.session.begin() as s:
             out = jobs.job_dict(fn(s, job_id, by), by)
         cp.loop.wake()
@@ -67,13 +68,13 @@ for _name, _fn in (("cancel", jobs.cancel), ("hold", jobs.hold), ("release", job
 
 
 @router.get("/{job_id}/events")
-def job_events(job_id: int, by: Principal = Depends(principal), s: Session = Depends(session)) -> dict[str, Any]:
+def job_events(job_id: JobId, by: Principal = Depends(principal), s: Session = Depends(session)) -> dict[str, Any]:
     jobs.get(s, job_id, by)
     return {"events": events.list_events(s, job_id=job_id)}
 
 
 @router.get("/{job_id}/logs", response_class=PlainTextResponse)
-def logs(job_id: int, rank: int = Query(0, ge=0, le=1_000_000), offset: int = Query(0, ge=0),
+def logs(job_id: JobId, rank: int = Query(0, ge=0, le=1_000_000), offset: int = Query(0, ge=0, le=MAX_INT),
          follow: bool = False, by: Principal = Depends(principal), cp: ControlPlane = Depends(plane),
          s: Session = Depends(session)):  # noqa: ANN201
     """A rank's log (stdout and stderr), from byte `offset`; `follow` streams until the job ends."""
@@ -87,10 +88,17 @@ def logs(job_id: int, rank: int = Query(0, ge=0, le=1_000_000), offset: int = Qu
             if row.attempt == 0:
                 return PlainTextResponse("")
             raise ServiceError(f"job {job_id} has no rank {rank} log", field="rank")
-        with open(path, "rb") as fh:
-            fh.seek(offset)
-            return PlainTextResponse(fh.read().decode("utf-8", "replace"))
+        return PlainTextResponse(_read(path, offset, -1).decode("utf-8", "replace"))
     return StreamingResponse(_follow(cp, job_id, path, offset), media_type="text/plain")
+
+
+def _read(path: Path, offset: int, size: int) -> bytes:
+    """Up to `size` bytes (-1: all) from `offset`; none past the end (seeking far past it fails)."""
+    with open(path, "rb") as fh:
+        if offset >= os.fstat(fh.fileno()).st_size:
+            return b""
+        fh.seek(offset)
+        return fh.read(size)
 
 
 def _follow(cp: ControlPlane, job_id: int, path: Path, offset: int) -> Iterator[bytes]:
@@ -99,9 +107,7 @@ def _follow(cp: ControlPlane, job_id: int, path: Path, offset: int) -> Iterator[
     while time.monotonic() < deadline:
         chunk = b""
         if path.exists():
-            with open(path, "rb") as fh:
-                fh.seek(pos)
-                chunk = fh.read(1 << 20)
+            chunk = _read(path, pos, 1 << 20)
         if chunk:
             pos += len(chunk)
             yield chunk
