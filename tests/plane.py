@@ -96,6 +96,8 @@ class Plane:
                 time.sleep(0.1)
         finally:
             self.cp.stop()
+        stats = self.cp.loop.stats
+        assert stats.errors == 0, f"the control loop failed {stats.errors} times; last: {stats.last_error}"
 
 
 def script(body: str) -> list[str]:

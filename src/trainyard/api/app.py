@@ -6,8 +6,10 @@ FastAPI's 422 shape, whose `loc` names the field.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 
 from trainyard.api.routers import cluster, jobs, misc, nodes, teams
 from trainyard.control.plane import ControlPlane
@@ -30,4 +32,13 @@ def create_app(cp: ControlPlane) -> FastAPI:
 
     for r in (jobs.router, nodes.router, teams.router, cluster.router, misc.router):
         app.include_router(r)
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def dashboard() -> str:
+        """A read-only page over the API (nodes, queue, events); the token is entered in the page."""
+        return DASHBOARD.read_text()
+
     return app
+
+
+DASHBOARD = Path(__file__).with_name("dashboard.html")

@@ -31,6 +31,7 @@ app.command("sim")(sim_cmd.sim)
 app.add_typer(plan.app, name="plan")
 app.add_typer(bench.app, name="bench")
 app.command("up")(up.up)
+app.command("demo")(up.demo)
 app.command("submit", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(jobs.submit)
 for _name in ("queue", "show", "cancel", "hold", "release", "requeue", "logs", "events"):
     app.command(_name)(getattr(jobs, _name))

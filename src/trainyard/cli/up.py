@@ -70,3 +70,11 @@ def up(
         cp.stop()
         cp.remove_server_file()
         typer.echo("trainyard stopped; running jobs keep running and are re-attached by the next `yard up`")
+
+
+def demo(out: Path = typer.Option(Path(".demo-out"), "--out", help="where the demo's data dir and summary go"),
+         live: Optional[bool] = typer.Option(None, "--live/--no-live", help="live view (default: when a terminal)")) -> None:
+    """Run the demo: an emulated 2-node x 4-GPU cluster, two teams, a mixed workload shown live."""
+    from trainyard.demo.run import main
+
+    raise typer.Exit(main(out, live))

@@ -310,10 +310,9 @@ class ControlLoop:
                        if int(k) in by_id and (by_id[int(k)].reason != REASONS.get(v.reason)
                                                or by_id[int(k)].est_start != v.est_start)]
             if updates:
-                s.execute(update(JobRow.__table__)
-                          .where(and_(JobRow.__table__.c.id == bindparam("jid"),
-                                      JobRow.__table__.c.state.in_(PENDING_STATES),
-                                      JobRow.__table__.c.held.is_(False)))
+                t = JobRow.__table__
+                still_waiting = or_(*(t.c.state == st for st in PENDING_STATES))  # no IN: executemany can't expand it
+                s.execute(update(t).where(and_(t.c.id == bindparam("jid"), still_waiting, t.c.held.is_(False)))
                           .values(reason=bindparam("r"), est_start=bindparam("e")), updates)
         for spec in launches:
             self._launch(spec, now)
