@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test test-fast bench clean
+.PHONY: venv demo demo-sim test test-fast bench clean
 
 venv: $(STAMP)
 
@@ -14,8 +14,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
+# The control plane on an emulated 2-node x 4-GPU cluster: two teams, a mixed workload, shown live.
 demo: venv
-	$(BIN)/yard sim --format synthetic --jobs 400 --cluster 8x8 --policies all --estimates user --seed 1 --out .demo-out
+	$(BIN)/yard demo --out .demo-out
+
+# The scheduler alone: every policy on a synthetic workload in the simulator.
+demo-sim: venv
+	$(BIN)/yard sim --format synthetic --jobs 400 --cluster 8x8 --policies all --estimates user --seed 1 --out .demo-out/sim
 
 test: venv
 	$(BIN)/pytest -n 2 -q
