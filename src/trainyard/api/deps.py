@@ -51,6 +51,8 @@ def _unstorable(value: Any, path: tuple) -> tuple[tuple, str] | None:
             value.encode("utf-8")
         except UnicodeEncodeError:
             return path, "text must be valid UTF-8 (a lone surrogate escape such as \\ud800 is not)"
+        if "\x00" in value:
+            return path, "text must not contain NUL (\\u0000)"
     elif isinstance(value, float) and not math.isfinite(value):
         return path, "numbers must be finite (NaN, Infinity and overflowing values are not JSON numbers)"
     elif isinstance(value, list):
@@ -65,12 +67,13 @@ def _unstorable(value: Any, path: tuple) -> tuple[tuple, str] | None:
 
 
 async def storable_json(request: Request) -> None:
-    """Refuse a JSON body whose strings hold lone surrogates or whose numbers are NaN/Infinity.
+    """Refuse a JSON body whose strings hold lone surrogates or NUL, or whose numbers are NaN/Infinity.
 
     Python's JSON parser accepts both, but such values cannot be encoded as UTF-8 (SQLite, the
     response) or as JSON: pydantic let some through (a dict key in `env`, `cohort`), which stored
     them and then made every later listing of the queue or of the teams answer 500; others were
-    refused with a 422 that itself failed to render (500)."""
+    refused with a 422 that itself failed to render (500). PostgreSQL cannot store NUL in text
+    (a job name, a token's user, a drain reason with NUL answered 500 there)."""
     if not await request.body():
         return
     try:
