@@ -12,10 +12,11 @@ from trainyard.control.plane import ControlPlane
 from trainyard.services.auth import Principal, authenticate
 from trainyard.services.errors import Forbidden, ServiceError
 
-# The largest integer the store compares with (SQLite's INTEGER is 64-bit signed): a larger id,
-# version or offset in a request raised OverflowError (500) instead of answering 404 or 422.
-MAX_INT = 2**63 - 1
-JobId = Annotated[int, Path(ge=1, le=MAX_INT, description="a job id")]
+# The largest id the store compares with: INTEGER columns are 32-bit on PostgreSQL (64-bit on
+# SQLite); a larger job id, event id or config version in a request raised an overflow (500)
+# instead of answering 404 or 422.
+MAX_ID = 2**31 - 1
+JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="a job id")]
 
 
 def plane(request: Request) -> ControlPlane:

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Body, Depends, Query
 from sqlalchemy.orm import Session
 
-from trainyard.api.deps import MAX_INT, plane, principal, reader, session, storable_json
+from trainyard.api.deps import MAX_ID, plane, principal, reader, session, storable_json
 from trainyard.control.plane import ControlPlane
 from trainyard.services import config
 from trainyard.services.auth import Principal
@@ -23,7 +23,7 @@ def _row(r) -> dict[str, Any]:  # noqa: ANN001
 
 
 @router.get("")
-def get_config(version: int | None = Query(None, ge=1, le=MAX_INT), by: Principal = Depends(reader),
+def get_config(version: int | None = Query(None, ge=1, le=MAX_ID), by: Principal = Depends(reader),
                s: Session = Depends(session)) -> dict[str, Any]:
     return _row(config.get_version(s, version))
 
@@ -55,14 +55,14 @@ def versions(by: Principal = Depends(reader), s: Session = Depends(session)) -> 
 
 
 @router.get("/diff")
-def diff(from_version: int = Query(..., alias="from", ge=1, le=MAX_INT),
-         to_version: int = Query(..., alias="to", ge=1, le=MAX_INT),
+def diff(from_version: int = Query(..., alias="from", ge=1, le=MAX_ID),
+         to_version: int = Query(..., alias="to", ge=1, le=MAX_ID),
          by: Principal = Depends(reader), s: Session = Depends(session)) -> dict[str, Any]:
     return {"from": from_version, "to": to_version, "diff": config.diff(s, from_version, to_version)}
 
 
 @router.post("/rollback")
-def rollback(version: int = Body(..., embed=True, ge=1, le=MAX_INT), by: Principal = Depends(principal),
+def rollback(version: int = Body(..., embed=True, ge=1, le=MAX_ID), by: Principal = Depends(principal),
              cp: ControlPlane = Depends(plane)) -> dict[str, Any]:
     """Apply an older version's text as the newest version (history is never rewritten)."""
     return _apply(cp, by, lambda s: config.rollback(s, version, by))

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from sqlalchemy.orm import Session
 
-from trainyard.api.deps import MAX_INT, JobId, plane, principal, session, storable_json
+from trainyard.api.deps import JobId, plane, principal, session, storable_json
 from trainyard.control.plane import ControlPlane
 from trainyard.services import events, jobs
 from trainyard.services.auth import Principal
@@ -74,7 +74,7 @@ def job_events(job_id: JobId, by: Principal = Depends(principal), s: Session = D
 
 
 @router.get("/{job_id}/logs", response_class=PlainTextResponse)
-def logs(job_id: JobId, rank: int = Query(0, ge=0, le=1_000_000), offset: int = Query(0, ge=0, le=MAX_INT),
+def logs(job_id: JobId, rank: int = Query(0, ge=0, le=1_000_000), offset: int = Query(0, ge=0, le=2**63 - 1),
          follow: bool = False, by: Principal = Depends(principal), cp: ControlPlane = Depends(plane),
          s: Session = Depends(session)):  # noqa: ANN201
     """A rank's log (stdout and stderr), from byte `offset`; `follow` streams until the job ends."""

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Body, Depends, Query
 from sqlalchemy.orm import Session
 
-from trainyard.api.deps import MAX_INT, plane, principal, session, storable_json
+from trainyard.api.deps import MAX_ID, plane, principal, session, storable_json
 from trainyard.control.plane import ControlPlane
 from trainyard.services import auth, events
 from trainyard.services.auth import Principal
@@ -34,7 +34,7 @@ def whoami(by: Principal = Depends(principal)) -> dict[str, Any]:
 
 
 @router.get("/api/v1/events")
-def list_events(job: int | None = Query(None, ge=0, le=MAX_INT), since: int = Query(0, ge=0, le=MAX_INT),
+def list_events(job: int | None = Query(None, ge=0, le=MAX_ID), since: int = Query(0, ge=0, le=MAX_ID),
                 limit: int = Query(1000, ge=1, le=10000), newest: bool = False,
                 by: Principal = Depends(principal), s: Session = Depends(session)) -> dict[str, Any]:
     """The audit trail, oldest first; `since` (an event id) pages forward, `newest` gives the last `limit`."""
