@@ -120,10 +120,14 @@ class ControlLoop:
                 self.stats.errors += 1
                 self.stats.last_error = f"{type(e).__name__}: {e}"
                 log.exception("control loop pass failed")
-            self.stats.last_step_ms = (time.perf_counter() - t0) * 1000
+            took = time.perf_counter() - t0
+            self.stats.last_step_ms = took * 1000
             self._wake.wait(self.p.tick_s)
             self._wake.clear()
-            self._stop.wait(self.p.min_interval_s)
+            # Wakes closer together than this are merged into one pass. A pass that took long (many
+            # pending jobs) is followed by a pause twice as long, so that under a burst of API calls
+            # the loop takes at most a third of the interpreter and requests stay fast.
+            self._stop.wait(max(self.p.min_interval_s, 2 * took))
 
     # -- one pass --------------------------------------------------------------------------------
 
