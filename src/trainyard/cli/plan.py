@@ -18,7 +18,7 @@ import typer
 
 from trainyard.cli.common import BadInput, check_choice, load_workload, parse_seconds, resolve_policies, run_guarded
 
-app = typer.Typer(help="Capacity planning by simulation.", no_args_is_help=True)
+app = typer.Typer(help="Planning: cluster capacity by simulation, GPU memory of a model by formula.", no_args_is_help=True)
 
 
 @app.callback()
