@@ -67,14 +67,19 @@ def _unstorable(value: Any, path: tuple) -> tuple[tuple, str] | None:
     return None
 
 
-async def storable_json(request: Request) -> None:
-    """Refuse a JSON body whose strings hold lone surrogates or NUL, or whose numbers are NaN/Infinity.
+async def storable_input(request: Request) -> None:
+    """Refuse a query parameter or JSON body value the store cannot take or the API cannot send back:
+    text with a lone surrogate or NUL, a NaN or infinite number.
 
-    Python's JSON parser accepts both, but such values cannot be encoded as UTF-8 (SQLite, the
+    Python's JSON parser accepts them, but such values cannot be encoded as UTF-8 (SQLite, the
     response) or as JSON: pydantic let some through (a dict key in `env`, `cohort`), which stored
     them and then made every later listing of the queue or of the teams answer 500; others were
     refused with a 422 that itself failed to render (500). PostgreSQL cannot store NUL in text
-    (a job name, a token's user, a drain reason with NUL answered 500 there)."""
+    nor compare with it (a job name, a token's user, a drain reason, `GET /jobs?team=%00`
+    answered 500 there)."""
+    for name, value in request.query_params.multi_items():
+        if "\x00" in value:
+            raise ServiceError(f"{name}: text must not contain NUL (%00)", field=name)
     if not await request.body():
         return
     try:

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Body, Depends, Query
 from sqlalchemy.orm import Session
 
-from trainyard.api.deps import MAX_ID, plane, principal, reader, session, storable_json
+from trainyard.api.deps import MAX_ID, plane, principal, reader, session, storable_input
 from trainyard.control.plane import ControlPlane
 from trainyard.services import config
 from trainyard.services.auth import Principal
@@ -15,7 +15,7 @@ from trainyard.services.errors import Conflict, Forbidden
 from trainyard.services.nodes import gpus_in_use
 from trainyard.spec import parse_config
 
-router = APIRouter(prefix="/api/v1/cluster/config", tags=["cluster"], dependencies=[Depends(storable_json)])
+router = APIRouter(prefix="/api/v1/cluster/config", tags=["cluster"], dependencies=[Depends(storable_input)])
 
 
 def _row(r) -> dict[str, Any]:  # noqa: ANN001

@@ -11,13 +11,13 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import PlainTextResponse, StreamingResponse
 from sqlalchemy.orm import Session
 
-from trainyard.api.deps import JobId, plane, principal, session, storable_json
+from trainyard.api.deps import JobId, plane, principal, session, storable_input
 from trainyard.control.plane import ControlPlane
 from trainyard.services import events, jobs
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Forbidden, ServiceError
 
-router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(storable_json)])
+router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(storable_input)])
 
 
 @router.post("", status_code=201)

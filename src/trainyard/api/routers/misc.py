@@ -7,13 +7,13 @@ from typing import Any
 from fastapi import APIRouter, Body, Depends, Query
 from sqlalchemy.orm import Session
 
-from trainyard.api.deps import MAX_ID, plane, principal, session, storable_json
+from trainyard.api.deps import MAX_ID, plane, principal, session, storable_input
 from trainyard.control.plane import ControlPlane
 from trainyard.services import auth, events
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Forbidden
 
-router = APIRouter(tags=["misc"], dependencies=[Depends(storable_json)])
+router = APIRouter(tags=["misc"], dependencies=[Depends(storable_input)])
 
 
 @router.post("/api/v1/tokens", status_code=201)

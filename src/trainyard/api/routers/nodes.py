@@ -7,12 +7,12 @@ from typing import Any
 from fastapi import APIRouter, Body, Depends
 from sqlalchemy.orm import Session
 
-from trainyard.api.deps import plane, principal, reader, session, storable_json
+from trainyard.api.deps import plane, principal, reader, session, storable_input
 from trainyard.control.plane import ControlPlane
 from trainyard.services import nodes
 from trainyard.services.auth import Principal
 
-router = APIRouter(prefix="/api/v1/nodes", tags=["nodes"], dependencies=[Depends(storable_json)])
+router = APIRouter(prefix="/api/v1/nodes", tags=["nodes"], dependencies=[Depends(storable_input)])
 
 
 @router.get("")
