@@ -201,3 +201,31 @@ def test_pending_jobs_get_a_reason_and_estimated_start(plane):
     j = plane.wait(waiting["id"], lambda j: j["reason"] not in ("None", ""))
     assert j["reason"] in ("Resources", "Quota", "Priority")
     assert j["est_start"] is not None and j["est_start"] >= first["submit_time"]
+
+
+def test_runtime_progress_reports_move_the_last_checkpoint(plane):
+    body = ("import json, os, time, urllib.request\n"
+            "req = urllib.request.Request(f\"http://testserver/api/v1/jobs/{os.environ['TRAINYARD_JOB_ID']}/progress\")\n"
+            "open(os.environ['TRAINYARD_CHECKPOINT_DIR'] + '/token', 'w').write(os.environ['TRAINYARD_TOKEN'])\n"
+            "time.sleep(30)\n")
+    j = plane.submit(command=script(body), team="vision")
+    running = plane.wait(j["id"], "RUNNING")
+    tok_file = plane.cp.data_dir / "jobs" / str(j["id"]) / "checkpoints" / "token"
+    deadline = time.monotonic() + 10
+    while not tok_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    job = plane.client(tok_file.read_text())
+    t = running["start_time"] + 1.0
+    rep = {"attempt": 1, "step": 40, "time": t, "event": "checkpoint", "last_checkpoint_step": 40,
+           "last_checkpoint_time": t, "metrics": {"loss": 2.5, "bad": float("nan")}}
+    r = job.post(f"/api/v1/jobs/{j['id']}/progress", content=json.dumps(rep).replace("NaN", "null"),
+                 headers={"content-type": "application/json"})
+    assert r.status_code == 200 and r.json()["accepted"], r.text
+    got = plane.job(j["id"])
+    assert got["last_checkpoint"] == t and got["progress"]["step"] == 40
+    stale = job.post(f"/api/v1/jobs/{j['id']}/progress", json={**rep, "attempt": 7, "metrics": {}})
+    assert stale.json()["accepted"] is False
+    other = plane.as_user("eve", "member", "vision")
+    assert other.post(f"/api/v1/jobs/{j['id']}/progress", json={**rep, "metrics": {}}).status_code == 403
+    kinds = [e["kind"] for e in plane.admin.get(f"/api/v1/jobs/{j['id']}/events").json()["events"]]
+    assert "job.runtime.checkpoint" in kinds

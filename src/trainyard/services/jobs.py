@@ -216,6 +216,7 @@ def job_dict(j: JobRow, by: Principal | None = None) -> dict[str, Any]:
         "submit_time": j.submit_time, "start_time": j.start_time, "end_time": j.end_time,
         "est_start": j.est_start, "attempt": j.attempt, "placement": j.placement,
         "exit_code": j.exit_code, "signal": j.signal, "last_checkpoint": j.last_checkpoint,
+        "progress": j.progress,
         "command": j.command if show_private else None, "workdir": j.workdir if show_private else None,
         "env": j.env if show_private else None, "output": j.output,
     }

@@ -70,6 +70,8 @@ class JobRow(Base):
     last_checkpoint: Mapped[float | None] = mapped_column(Float, nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     signal: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # the newest report of the in-job runtime (step, last checkpoint, metrics), if it sends any
+    progress: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
     # a stop in progress: why (preempt, cancel, timeout, requeue, node) and since when
     stop_kind: Mapped[str | None] = mapped_column(String(20), nullable=True)

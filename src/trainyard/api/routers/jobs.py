@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from trainyard.api.deps import JobId, plane, principal, session, storable_input
 from trainyard.control.plane import ControlPlane
-from trainyard.services import events, jobs
+from trainyard.services import events, jobs, progress
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Forbidden, ServiceError
 
@@ -120,3 +120,11 @@ def _follow(cp: ControlPlane, job_id: int, path: Path, offset: int) -> Iterator[
             if idle_after_end > 1:
                 return
         time.sleep(0.25)
+
+
+@router.post("/{job_id}/progress")
+def report_progress(job_id: JobId, body: progress.ProgressReport, by: Principal = Depends(principal),
+                    cp: ControlPlane = Depends(plane)) -> dict[str, Any]:
+    """The in-job runtime's report: step, newest checkpoint, metrics (its TRAINYARD_TOKEN)."""
+    with cp.lock, cp.store.session.begin() as s:
+        return progress.report(s, job_id, body, by)
