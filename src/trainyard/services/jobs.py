@@ -287,9 +287,13 @@ def hold(s: Session, job_id: int, by: Principal) -> JobRow:
 
 
 def release(s: Session, job_id: int, by: Principal) -> JobRow:
+    """An operator's or admin's hold (JobHeldAdmin) only they release, as in Slurm; a user's hold
+    anyone who manages the job."""
     row = _manageable(s, job_id, by)
     if not row.held:
         raise Conflict(f"job {job_id} is not held")
+    if row.reason == "JobHeldAdmin" and by.role not in ("admin", "operator"):
+        raise Forbidden(f"job {job_id} is held by an operator or admin (JobHeldAdmin); only they can release it")
     row.held, row.reason = False, "None"
     record(s, by.user, "job.released", f"released by {by.user}", job_id=job_id)
     return row
