@@ -229,3 +229,28 @@ def test_runtime_progress_reports_move_the_last_checkpoint(plane):
     assert other.post(f"/api/v1/jobs/{j['id']}/progress", json={**rep, "metrics": {}}).status_code == 403
     kinds = [e["kind"] for e in plane.admin.get(f"/api/v1/jobs/{j['id']}/events").json()["events"]]
     assert "job.runtime.checkpoint" in kinds
+
+
+def test_output_links_stay_inside_the_workdir_and_replace_no_file(plane, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    precious = plane.cp.data_dir / "admin.token"
+    before = precious.read_text()
+    (work / "mine.log").write_text("keep me")
+    jobs = [plane.submit(command=script("print('hello')"), team="vision", workdir=str(work), output=out)
+            for out in (str(precious), "../escape-%j.log", "mine.log", "logs/%x-%j.log")]
+    for j in jobs:
+        plane.wait(j["id"], "COMPLETED")
+    assert precious.read_text() == before and not precious.is_symlink()
+    assert not list(tmp_path.glob("escape-*"))
+    assert (work / "mine.log").read_text() == "keep me"
+    name = jobs[3]["name"]
+    linked = work / "logs" / f"{name}-{jobs[3]['id']}.log"
+    assert linked.is_symlink() and "hello" in linked.read_text()
+
+
+def test_a_job_token_is_revoked_when_its_attempt_ends(plane):
+    j = plane.submit(command=script(ENV_DUMP), team="vision")
+    plane.wait(j["id"], "COMPLETED")
+    env = json.loads((job_dir(plane, j["id"]) / "env-0.json").read_text())
+    assert plane.client(env["TRAINYARD_TOKEN"]).get(f"/api/v1/jobs/{j['id']}").status_code == 401

@@ -44,7 +44,7 @@ from trainyard.services.events import record
 from trainyard.services.jobs import ACTIVE_STATES, PENDING_STATES, job_dir
 from trainyard.services.nodes import node_states
 from trainyard.store.db import Store
-from trainyard.store.models import AttemptRow, JobRow
+from trainyard.store.models import AttemptRow, JobRow, TokenRow
 
 log = logging.getLogger("trainyard.loop")
 
@@ -223,6 +223,8 @@ class ControlLoop:
         a = s.scalars(select(AttemptRow).where(AttemptRow.job_id == j.id, AttemptRow.attempt == j.attempt)).first()
         if a is not None:
             a.state, a.reason, a.exit_code, a.signal, a.ended_at = state, reason, code, sig, now
+        # The attempt's job token dies with it (a token leaked through a log must not outlive the run).
+        s.execute(update(TokenRow).where(TokenRow.job_id == j.id, TokenRow.role == "job").values(revoked=True))
 
     @staticmethod
     def _to_queue(j: JobRow, now: float, reason: str) -> None:
@@ -367,18 +369,31 @@ class ControlLoop:
 
 
 def _link_outputs(pattern: str, spec: LaunchSpec, name: str, jd: Path) -> None:
-    """Slurm's `--output`: make the asked-for path(s) point at the rank logs (%j id, %t rank, %x name)."""
+    """Slurm's `--output`: make the asked-for path(s) point at the rank logs (%j id, %t rank, %x name).
+
+    The control plane may run with more rights than the job's owner, so it only ever creates a
+    symlink inside the job's working directory, replaces nothing but an older symlink, and skips
+    (the log stays in the job dir) whatever would land elsewhere.
+    """
+    workdir = Path(spec.workdir).resolve()
+    safe_name = "".join(c if c.isalnum() or c in "-_." else "_" for c in name).lstrip(".") or "job"
     for r in spec.ranks:
         if r.rank > 0 and "%t" not in pattern:
             break
-        path = Path(pattern.replace("%j", str(spec.job_id)).replace("%t", str(r.rank)).replace("%x", name))
+        path = Path(pattern.replace("%j", str(spec.job_id)).replace("%t", str(r.rank)).replace("%x", safe_name))
         if not path.is_absolute():
-            path = Path(spec.workdir) / path
-        target = jd / "logs" / f"rank-{r.rank}.log"
+            path = workdir / path
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            if path.is_symlink() or path.exists():
-                path.unlink()
-            os.symlink(target, path)
-        except OSError:
-            pass  # an unwritable --output path must not keep the job from running; logs stay in the job dir
+            where = path.parent.resolve() / path.name
+            if not where.is_relative_to(workdir) or path.name in ("", ".", ".."):
+                log.warning("job %s: --output %s is outside its working directory; not linked", spec.job_id, path)
+                return
+            if where.is_symlink():
+                where.unlink()
+            elif where.exists():
+                log.warning("job %s: --output %s exists and is not a link; not replaced", spec.job_id, where)
+                continue
+            os.symlink(jd / "logs" / f"rank-{r.rank}.log", where)
+        except OSError as e:
+            log.warning("job %s: cannot link --output %s: %s", spec.job_id, path, e)
