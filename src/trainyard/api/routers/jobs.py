@@ -42,8 +42,7 @@ def list_jobs(state: str | None = Query(None, description="comma-separated state
                   if x in jobs.PENDING_STATES + jobs.ACTIVE_STATES] or ["-"]
         if states == ["-"]:
             return {"jobs": []}
-    rows = jobs.list_jobs(s, by, states=states, team=team, user=user, job_class=job_class, limit=limit)
-    return {"jobs": [jobs.job_dict(r, by) for r in rows]}
+    return {"jobs": jobs.list_job_dicts(s, by, states=states, team=team, user=user, job_class=job_class, limit=limit)}
 
 
 @router.get("/{job_id}")

@@ -1,0 +1,65 @@
+"""The API's job listing (`list_job_dicts`, read as plain rows) shows exactly what `job_dict` shows."""
+
+import pytest
+
+from tests.plane import TWO_TEAMS
+from trainyard.control.plane import ControlPlane
+from trainyard.services import jobs
+from trainyard.services.auth import Principal
+from trainyard.services.errors import Forbidden
+
+ADMIN = Principal("admin", "admin")
+
+
+@pytest.fixture
+def cp(tmp_path):
+    cp = ControlPlane(tmp_path / "yard", config_text=TWO_TEAMS.read_text())
+    with cp.store.session.begin() as s:
+        cfg = cp.configs.current(s)
+        wd = str(cp.data_dir)
+        subs = [dict(command=["sleep", "1"], team="vision"),
+                dict(command=["python", "-c", "print(1)"], team="nlp", gpus=2, gpu_mem_gb=8, time="2h",
+                     env={"A": "b"}, output="out-%j.log", hold=True, name="n" * 30, **{"class": "batch"}),
+                dict(script="#!/bin/bash\necho hi\n", team="vision", nodes=2, gpus_per_node=4,
+                     checkpoint_interval="10m"),
+                dict(command=["true"], team="nlp", nodes="1-2", tasks_per_node=1)]
+        rows = [jobs.submit(s, jobs.JobSubmit(workdir=wd, **b), ADMIN, cfg, cp.data_dir) for b in subs]
+        r = rows[0]
+        r.state, r.start_time, r.attempt, r.last_checkpoint = "RUNNING", 5.0, 1, 6.0
+        r.placement, r.progress = [{"node": "node0", "gpus": [0], "mem_mib": 0}], {"step": 3}
+        r = rows[3]
+        r.state, r.end_time, r.exit_code, r.signal = "FAILED", 9.0, 1, 9
+    yield cp
+    cp.stop()
+
+
+@pytest.mark.parametrize("by", [ADMIN, Principal("v", "member", "vision"), Principal("n", "member", "nlp"),
+                                Principal("w", "viewer"), Principal("o", "operator")], ids=lambda p: p.role + (p.team or ""))
+def test_listing_is_job_dict(cp, by):
+    filters = [{}, {"states": ["PENDING", "RUNNING"]}, {"team": "nlp"}, {"user": "admin", "limit": 2},
+               {"job_class": "batch"}, {"states": ["COMPLETED"]}]
+    with cp.store.session() as s:
+        for f in filters:
+            want = [jobs.job_dict(j, by) for j in jobs.list_jobs(s, by, **f)]
+            got = jobs.list_job_dicts(s, by, **f)
+            assert got == want, f
+            assert [list(d) for d in got] == [list(d) for d in want], f  # same keys, same order
+
+
+def test_listing_shape_and_privacy(cp):
+    with cp.store.session() as s:
+        mine = jobs.list_job_dicts(s, Principal("n", "member", "nlp"), job_class="batch")
+        other = jobs.list_job_dicts(s, Principal("v", "member", "vision"), job_class="batch")
+        with pytest.raises(Forbidden):
+            jobs.list_job_dicts(s, Principal("job-1", "job", "vision", job_id=1))
+    [j] = mine
+    assert list(j) == ["id", "name", "user", "team", "class", "pool", "state", "reason", "held", "nodes_min",
+                       "nodes_max", "gpus_per_node", "gpus", "tasks_per_node", "gpu_mem_gb", "time_limit_s",
+                       "checkpoint_interval_s", "submit_time", "start_time", "end_time", "est_start", "attempt",
+                       "placement", "exit_code", "signal", "last_checkpoint", "progress", "command", "workdir",
+                       "env", "output"]
+    assert (j["class"], j["state"], j["reason"], j["held"], j["gpus"], j["gpu_mem_gb"], j["time_limit_s"]) == \
+        ("batch", "PENDING", "JobHeldUser", True, 2, 8.0, 7200.0)
+    assert (j["command"], j["env"], j["output"]) == (["python", "-c", "print(1)"], {"A": "b"}, "out-%j.log")
+    [o] = other
+    assert (o["command"], o["workdir"], o["env"], o["output"]) == (None, None, None, "out-%j.log")
