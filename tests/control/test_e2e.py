@@ -237,8 +237,11 @@ def test_output_links_stay_inside_the_workdir_and_replace_no_file(plane, tmp_pat
     precious = plane.cp.data_dir / "admin.token"
     before = precious.read_text()
     (work / "mine.log").write_text("keep me")
+    refused = plane.admin.post("/api/v1/jobs", json={"command": ["true"], "team": "vision", "workdir": str(work),
+                                                     "output": "../escape-%j.log"})
+    assert refused.status_code == 422 and "output" in refused.text
     jobs = [plane.submit(command=script("print('hello')"), team="vision", workdir=str(work), output=out)
-            for out in (str(precious), "../escape-%j.log", "mine.log", "logs/%x-%j.log")]
+            for out in (str(precious), str(tmp_path / "escape-%j.log"), "mine.log", "logs/%x-%j.log")]
     for j in jobs:
         plane.wait(j["id"], "COMPLETED")
     assert precious.read_text() == before and not precious.is_symlink()

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
 from sqlalchemy import Select, select
 from sqlalchemy.orm import Session
 
@@ -47,11 +47,11 @@ class JobSubmit(BaseModel):
     team: str | None = Field(None, max_length=100)
     job_class: str | None = Field(None, alias="class", max_length=100)
     pool: str = Field("default", max_length=100)
-    nodes: int | str | None = None
+    nodes: StrictInt | StrictStr | None = None  # strict: JSON `true` is not one node
     gpus_per_node: int | None = Field(None, ge=1, le=1024)
     gpus: int | None = Field(None, ge=1, le=1_000_000)
     tasks_per_node: int | None = Field(None, ge=1, le=1024)
-    gpu_mem_gb: float | None = Field(None, gt=0, le=1_000_000)
+    gpu_mem_gb: float | None = Field(None, ge=0.001, le=1_000_000)  # at least 1 MiB
     time: str | float | None = Field(None, description="time limit: seconds, '30m', '2h', '1-12:00:00'")
     checkpoint_interval: str | float | None = None
     command: list[str] = Field(default_factory=list, max_length=10_000)
@@ -84,6 +84,13 @@ class JobSubmit(BaseModel):
     def _command(cls, v: list[str]) -> list[str]:
         if v and (not v[0].strip() or any("\x00" in a for a in v)):
             raise ValueError("the command's first word must be a program, and no argument may contain NUL")
+        return v
+
+    @field_validator("output")
+    @classmethod
+    def _output(cls, v: str | None) -> str | None:
+        if v is not None and (not v.strip() or ".." in Path(v).parts):
+            raise ValueError("an output path must not be empty nor contain '..'; it is linked inside the workdir")
         return v
 
     @field_validator("env")
