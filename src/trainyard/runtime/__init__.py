@@ -1,0 +1,58 @@
+"""trainyard.runtime: the in-job library (DESIGN.md rule 4: it stands alone, works under plain torchrun).
+
+    import trainyard.runtime as yr
+
+    ctx = yr.init(seed=0, deterministic=True)                  # env, device, process group, seeds
+    sampler = yr.ResumableSampler(len(ds), global_batch_size=64, seed=0,
+                                  world_size=ctx.world_size, rank=ctx.rank)
+    run = yr.Run(ctx, model=model, optimizer=opt, scheduler=sched, sampler=sampler,
+                 checkpoint_every=500, keep_last=3, keep_every=5000, watchdog_s=600)
+    for step in run.steps(total_steps):                        # resumes from the newest checkpoint
+        loss = train_step(sampler.indices())
+        run.log(loss=loss)
+
+Parts, one job each: `env` (the job environment), `init` (process set-up), `checkpoint`
+(DCP checkpoints, atomic commit, retention, validation), `preemption` (notice → agreement),
+`sampler` (data order independent of world size), `metrics` (metrics.jsonl, TensorBoard),
+`progress` (reports to the control plane), `watchdog` (hang → exit 86), `rng` (generator
+states), `run` (all of them wired to a loop). Exit codes: `REQUEUE_EXIT` (75), `WATCHDOG_EXIT` (86).
+"""
+
+from trainyard.contracts import REQUEUE_EXIT, WATCHDOG_EXIT
+from trainyard.runtime.checkpoint import (
+    CheckpointError,
+    CheckpointManager,
+    CheckpointSaveError,
+    NoValidCheckpointError,
+)
+from trainyard.runtime.env import JobEnv, JobEnvError
+from trainyard.runtime.init import Context, init, runtime_groups, seed_everything, set_deterministic
+from trainyard.runtime.metrics import MetricsLogger, read_metrics
+from trainyard.runtime.preemption import PreemptionHandler
+from trainyard.runtime.progress import ProgressReporter
+from trainyard.runtime.run import Run
+from trainyard.runtime.sampler import ResumableSampler
+from trainyard.runtime.watchdog import Watchdog
+
+__all__ = [
+    "REQUEUE_EXIT",
+    "WATCHDOG_EXIT",
+    "CheckpointError",
+    "CheckpointManager",
+    "CheckpointSaveError",
+    "Context",
+    "JobEnv",
+    "JobEnvError",
+    "MetricsLogger",
+    "NoValidCheckpointError",
+    "PreemptionHandler",
+    "ProgressReporter",
+    "ResumableSampler",
+    "Run",
+    "Watchdog",
+    "init",
+    "read_metrics",
+    "runtime_groups",
+    "seed_everything",
+    "set_deterministic",
+]
