@@ -31,6 +31,7 @@ def att(*ranks: tuple) -> AttemptState:
     (att((None, 9)), "preempt", "REQUEUED", "PREEMPTED"),
     (att(0, 0), "preempt", "COMPLETED", "COMPLETED"),  # finished during its grace period
     (att(75), "requeue", "REQUEUED", "REQUEUED"),
+    (att(86, (None, 15)), "failed", "FAILED", "FAILED"),
 ])
 def test_state_after_an_attempt(facts, stop, state, attempt_state, tmp_path: Path):
     out = classify(facts, stop, tmp_path)
@@ -56,3 +57,8 @@ def test_ranks_are_one_per_gpu_or_tasks_per_node():
     per_node = ranks_for(placement, 1)
     assert [(r.rank, r.node, r.gpus) for r in per_node] == [(0, "a", (0, 1, 2, 3)), (1, "b", (4, 5, 6, 7))]
     assert [r.gpus for r in ranks_for(placement, 2)] == [(0, 1), (2, 3), (4, 5), (6, 7)]
+
+
+def test_a_watchdog_exit_is_told_apart_from_a_crash(tmp_path: Path):
+    out = classify(att(0, 86), None, tmp_path)
+    assert out.job_state == "FAILED" and out.reason.startswith("Hung") and out.exit_code == 86

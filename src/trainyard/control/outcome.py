@@ -16,7 +16,7 @@ from pathlib import Path
 
 from trainyard.backends.base import AttemptState, RankState
 
-from trainyard.contracts import REQUEUE_EXIT  # noqa: F401 (re-exported)
+from trainyard.contracts import REQUEUE_EXIT, WATCHDOG_EXIT
 OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "torch.OutOfMemoryError", "Killed process")
 
 
@@ -86,6 +86,9 @@ def classify(st: AttemptState, stop_kind: str | None, job_dir: Path) -> Outcome:
         return Outcome("NODE_FAIL", "NODE_FAIL",
                        f"rank {bad.rank}'s processes ended with no exit recorded (the node or its supervisor died)",
                        None, None)
+    if bad.exit_code == WATCHDOG_EXIT:
+        return Outcome("FAILED", "FAILED", f"Hung: no step finished within the watchdog's time (rank {bad.rank}, "
+                       f"exit {WATCHDOG_EXIT})", bad.exit_code, None)
     if bad.signal is not None:
         return Outcome("FAILED", "FAILED", f"Signal {_signame(bad.signal)} on rank {bad.rank}", None, bad.signal)
     return Outcome("FAILED", "FAILED", f"NonZeroExitCode {bad.exit_code} on rank {bad.rank}", bad.exit_code, None)
