@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import typer
 
-from trainyard.cli import admin, bench, jobs, plan, up
+from trainyard.cli import admin, bench, jobs, plan, run, up
 from trainyard.cli import sim as sim_cmd
 
 app = typer.Typer(help="trainyard: a manager for GPU training clusters shared by several teams.",
@@ -40,6 +40,7 @@ for _name in ("nodes", "drain", "resume"):
 app.add_typer(admin.teams_app, name="teams")
 app.add_typer(admin.cluster_app, name="cluster")
 app.add_typer(admin.token_app, name="token")
+app.command("run")(run.run)
 
 
 def main() -> None:  # `python -m trainyard.cli.main`

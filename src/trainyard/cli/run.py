@@ -1,0 +1,49 @@
+"""`yard run RECIPE --nproc N --out DIR [--set key=value …]`: train a recipe on this machine.
+
+RECIPE is a shipped recipe (`llama-pretrain`, `gemma-pretrain`, `sft`, `rl`) or a YAML file.
+The recipe is validated here first (bad input: one line `error: …` naming the field, exit 2);
+then N ranks start (`trainyard.recipes.launch`) with DIR/checkpoints, DIR/metrics and DIR/logs.
+Running the same command again with the same DIR resumes from the newest complete checkpoint.
+SIGUSR1 or SIGTERM (and the first Ctrl-C) make every rank checkpoint and stop: exit 75.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from trainyard.cli.common import fail
+
+
+def run(
+    recipe: str = typer.Argument(..., help="a shipped recipe (llama-pretrain, gemma-pretrain, sft, rl) or a YAML file"),
+    nproc: int = typer.Option(1, "--nproc", "-n", help="processes (ranks) to start on this machine"),
+    out: Path = typer.Option(..., "--out", "-o", help="run directory: checkpoints/, metrics/, logs/; reuse it to resume"),
+    sets: list[str] = typer.Option([], "--set", help="override a recipe field: KEY=VALUE, dotted keys "
+                                                      "(model.hidden_size=64); repeatable"),
+) -> None:
+    """Train a recipe locally with N processes; rerun with the same --out to resume."""
+    from trainyard.recipes.checkpoints import check_resume, resolve_init
+    from trainyard.recipes.spec import RecipeError, load_recipe, recipe_path, shipped
+
+    if nproc < 1:
+        fail(f"--nproc: must be at least 1, got {nproc}")
+    try:
+        ref = recipe if recipe in shipped() else str(recipe_path(recipe))  # a file: its absolute path
+        spec = load_recipe(ref, sets)
+        spec.check_world_size(nproc)
+        sets = list(sets)
+        if spec.init_from:
+            absolute = str(Path(spec.init_from).expanduser().resolve())
+            resolve_init(absolute)  # a missing source fails here, not in every rank
+            if absolute != spec.init_from:
+                sets.append(f"init_from={absolute}")
+        check_resume(out / "checkpoints", spec)
+    except RecipeError as e:
+        fail(str(e))
+    if out.exists() and not out.is_dir():
+        fail(f"--out: {out} exists and is not a directory")
+    from trainyard.recipes.launch import launch
+
+    raise typer.Exit(launch(ref, sets, nproc, out))

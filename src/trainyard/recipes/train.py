@@ -1,0 +1,481 @@
+"""The training entry points: `pretrain`, `sft`, `rl`, on top of `trainyard.runtime.Run`.
+
+One process is one rank; `main(spec)` runs it to the end (exit 0), to a preemption checkpoint
+(exit 75, raised by the runtime as SystemExit), or to an error. What the runtime provides and the
+trainers use as is: the process group and seeding (`init`), checkpoints of model, optimizer,
+LR schedule, data position and every RNG (`Run` → `CheckpointManager`), preemption agreement,
+the resumable global-batch sampler, metrics.jsonl and the watchdog. What the trainers add: the
+recipe's data, model, strategy and the step itself.
+
+The shape shared by all three (`Trainer`):
+1. `init(seed, deterministic)`; read the run's saved recipe (`<checkpoint dir>/recipe.yaml`) and
+   refuse a recipe whose model, data, seed or global batch differ from the checkpoint's (a DCP
+   load of other shapes would fail and mark good checkpoints damaged);
+2. build the dataset (every sample has an id), the model (seeded: identical on every rank), load
+   `init_from` weights (sft, rl), keep a frozen reference copy (rl with a KL term), wrap it in the
+   strategy, AdamW and the LR schedule, the `ResumableSampler`;
+3. `Run(...)`; `for step in run.steps(total)`: the rank's sample ids from the sampler, the step,
+   metrics (global means, all-reduced) with `run.log`.
+
+Losses are normalized by the *global* number of target tokens and gradients averaged over the
+ranks by DDP/FSDP2, so the update is the same whatever the world size (up to float order).
+Logged losses are global means, so metrics.jsonl reads the same on 1, 2 or 4 processes.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import sys
+import time
+import warnings
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+import yaml
+
+import trainyard.runtime as yr
+from trainyard.contracts import committed_steps
+from trainyard.recipes import data as D
+from trainyard.recipes.checkpoints import RECIPE_FILE, check_compatible, resolve_init, saved_recipe
+from trainyard.recipes.models import build_model, count_parameters
+from trainyard.recipes.spec import RecipeError, RecipeSpec
+from trainyard.recipes.strategies import no_sync, unwrap, wrap
+
+INIT_FILE = "init_from.json"
+
+
+def lr_lambda(spec: RecipeSpec):  # noqa: ANN201
+    o, total = spec.optim, spec.steps
+
+    def f(step: int) -> float:  # `step` optimizer steps done so far
+        if o.warmup_steps and step < o.warmup_steps:
+            return (step + 1) / o.warmup_steps
+        if o.schedule == "constant":
+            return 1.0
+        span = max(1, total - o.warmup_steps)
+        t = min(1.0, (step - o.warmup_steps) / span)
+        decay = 0.5 * (1 + math.cos(math.pi * t)) if o.schedule == "cosine" else 1 - t
+        return o.min_lr_ratio + (1 - o.min_lr_ratio) * decay
+
+    return f
+
+
+def build_optimizer(model: torch.nn.Module, spec: RecipeSpec) -> torch.optim.Optimizer:
+    """AdamW; no weight decay on vectors (norms, biases), as is usual for transformers."""
+    decay, rest = [], []
+    for p in model.parameters():
+        if p.requires_grad:
+            (decay if p.dim() >= 2 else rest).append(p)
+    o = spec.optim
+    groups = [{"params": decay, "weight_decay": o.weight_decay}, {"params": rest, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=o.lr, betas=tuple(o.betas), eps=o.eps, foreach=False)
+
+
+class Trainer:
+    """What the three recipe kinds share; subclasses give `build_data` and `train_step`."""
+
+    split = "train"
+
+    def __init__(self, spec: RecipeSpec, ctx: yr.Context) -> None:
+        self.spec, self.ctx = spec, ctx
+        self.device = ctx.device
+        self.world, self.rank = ctx.world_size, ctx.rank
+        self.main = ctx.rank == 0
+        self.ckpt_dir = Path(ctx.env.checkpoint_dir)
+        self.metrics_dir = Path(ctx.env.metrics_dir)
+        spec.check_world_size(self.world)
+        self.bf16 = spec.precision == "bf16" and self.device.type == "cuda"
+
+        # 1. the run's identity: a rerun with an incompatible recipe is refused before anything loads
+        saved = saved_recipe(self.ckpt_dir)
+        self.init_info = self._resolve_init(saved)
+        self.model_spec = spec.model
+        if self.init_info is not None and self.init_info.get("model") is not None:
+            from trainyard.recipes.spec import ModelSpec
+
+            self.model_spec = ModelSpec.model_validate(self.init_info["model"])
+            if self.main and self.model_spec != spec.model:
+                print(f"trainyard.recipes: the model is {self.init_info['source']}'s ({self.model_spec.arch}, "
+                      f"hidden {self.model_spec.hidden_size}, {self.model_spec.num_layers} layers); the recipe's "
+                      "model section is not used", file=sys.stderr, flush=True)
+        effective = spec.model_copy(update={"model": self.model_spec})
+        if saved is not None and committed_steps(self.ckpt_dir):
+            check_compatible(saved, effective)
+        if self.main:
+            self.ckpt_dir.mkdir(parents=True, exist_ok=True)
+            tmp = self.ckpt_dir / f".{RECIPE_FILE}.tmp"
+            tmp.write_text(effective.to_yaml())
+            os.replace(tmp, self.ckpt_dir / RECIPE_FILE)
+
+        # 2. data, model, strategy, optimizer, sampler
+        self.data = self.build_data()
+        model = build_model(self.model_spec)
+        if self.init_info is not None:
+            load_weights(model, Path(self.init_info["checkpoint"]))
+        self.reference = self.build_reference(model)
+        self.n_params = count_parameters(model)
+        model.to(self.device)
+        self.model = wrap(model, spec.strategy, self.device, bf16=self.bf16)
+        self.optimizer = build_optimizer(self.model, spec)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(spec))
+        self.sampler = yr.ResumableSampler(len(self.data), spec.batch.global_batch_size, seed=spec.seed,
+                                           world_size=self.world, rank=self.rank)
+        self.local_batch = spec.batch.global_batch_size // self.world
+        self.micro = spec.batch.micro_batch_size or self.local_batch
+
+        # 3. the runtime
+        self.run = yr.Run(ctx, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
+                          sampler=self.sampler, extra={"data": self.data.fingerprint},
+                          checkpoint_every=spec.checkpoint_every, keep_last=spec.keep_last,
+                          watchdog_s=spec.watchdog_s)
+        self._samples_fh = None
+
+    # -- pieces ---------------------------------------------------------------------------------------
+
+    def build_data(self) -> Any:
+        raise NotImplementedError
+
+    def build_reference(self, model: torch.nn.Module) -> torch.nn.Module | None:
+        return None
+
+    def train_step(self, ids: list[int]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def evaluate(self) -> dict[str, Any]:
+        return {}
+
+    def _resolve_init(self, saved: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The init checkpoint: the one recorded by the run's first attempt, else the newest now.
+
+        Rank 0 decides and tells the others, so all load the same one even while the source run
+        is still writing checkpoints. Recorded in `<checkpoint dir>/init_from.json`.
+        """
+        if self.spec.kind == "pretrain" or not self.spec.init_from:
+            if self.spec.kind != "pretrain" and self.main:
+                warnings.warn(f"{self.spec.kind} without init_from starts from a random model", RuntimeWarning,
+                              stacklevel=2)
+            return None
+        info, error = None, None
+        if self.main:
+            record = self.ckpt_dir / INIT_FILE
+            try:
+                if record.exists():
+                    info = json.loads(record.read_text())
+                    if not Path(info["checkpoint"]).is_dir():
+                        raise RecipeError(f"the checkpoint this run started from, {info['checkpoint']}, is gone",
+                                          "init_from")
+                else:
+                    info = resolve_init(self.spec.init_from)
+                    self.ckpt_dir.mkdir(parents=True, exist_ok=True)
+                    record.write_text(json.dumps(info, indent=1))
+            except RecipeError as e:
+                error = (e.message, e.field)
+        if self.ctx.distributed:
+            box = [(info, error)]
+            dist.broadcast_object_list(box, src=0, group=self.ctx.control_group)
+            info, error = box[0]
+        if error is not None:
+            raise RecipeError(*error)
+        return info
+
+    def global_sum(self, *values: float | torch.Tensor) -> torch.Tensor:
+        """Element-wise sum over ranks (float64, on this rank's device)."""
+        t = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=self.device).detach().reshape(())
+                         for v in values])
+        if self.ctx.distributed:
+            dist.all_reduce(t)
+        return t
+
+    def autocast(self) -> Any:
+        return torch.autocast("cuda", dtype=torch.bfloat16) if self.bf16 else nullcontext()
+
+    def optimizer_step(self) -> torch.Tensor | None:
+        norm = None
+        if self.spec.optim.grad_clip is not None:
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.spec.optim.grad_clip)
+            if hasattr(norm, "full_tensor"):  # a DTensor under FSDP2
+                norm = norm.full_tensor()
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return norm
+
+    def micro_batches(self, n: int) -> list[slice]:
+        return [slice(i, min(n, i + self.micro)) for i in range(0, n, self.micro)]
+
+    def _log_samples(self, step: int, ids: list[int]) -> None:
+        if self._samples_fh is None:
+            self.metrics_dir.mkdir(parents=True, exist_ok=True)
+            self._samples_fh = open(self.metrics_dir / f"samples-rank{self.rank}.jsonl", "a")
+        self._samples_fh.write(json.dumps({"step": step, "ids": ids, "world": self.world,
+                                           "attempt": self.ctx.env.attempt}) + "\n")
+        self._samples_fh.flush()
+
+    # -- the loop -------------------------------------------------------------------------------------
+
+    def fit(self) -> None:
+        spec, run = self.spec, self.run
+        if self.main:
+            print(f"trainyard.recipes: {spec.name} ({spec.kind}): {self.model_spec.arch} with {self.n_params:,} "
+                  f"parameters, {spec.strategy} on {self.world} process(es) ({self.device.type}), "
+                  f"{len(self.data):,} samples; {self.data.fingerprint.description}", file=sys.stderr, flush=True)
+        t_print = time.monotonic()
+        for step in run.steps(spec.steps):
+            ids = self.sampler.indices()
+            metrics = self.train_step(ids)
+            if spec.log_samples:
+                self._log_samples(step, ids)
+            if spec.eval_every and (step % spec.eval_every == 0 or step == 1 or step == spec.steps):
+                metrics.update(self.evaluate())
+            run.log(**metrics)
+            if self.main and (step % spec.print_every == 0 or step == spec.steps):
+                now = time.monotonic()
+                shown = " ".join(f"{k} {float(v):.4g}" for k, v in metrics.items() if k not in ("tokens", "samples"))
+                print(f"step {step}/{spec.steps} {shown} lr {self.scheduler.get_last_lr()[0]:.3g} "
+                      f"({now - t_print:.2f} s)", file=sys.stderr, flush=True)
+                t_print = now
+        if self._samples_fh is not None:
+            self._samples_fh.close()
+
+
+# -- pretrain ---------------------------------------------------------------------------------------------
+
+
+class Pretrain(Trainer):
+    """Next-token prediction over windows of the stdlib's source text."""
+
+    def build_data(self) -> D.TokenWindows:
+        return D.stdlib_corpus(self.spec.data)
+
+    def train_step(self, ids: list[int]) -> dict[str, Any]:
+        tokens = self.data.batch(ids).to(self.device)
+        seq = tokens.shape[1] - 1
+        n_global = self.spec.batch.global_batch_size * seq
+        parts = self.micro_batches(len(ids))
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        for i, part in enumerate(parts):
+            chunk = tokens[part]
+            with no_sync(self.model, i == len(parts) - 1), self.autocast():
+                logits = self.model(input_ids=chunk[:, :-1]).logits
+                loss = F.cross_entropy(logits.float().flatten(0, 1), chunk[:, 1:].flatten(), reduction="sum")
+                (loss * (self.world / n_global)).backward()
+            loss_sum += loss.detach()
+        norm = self.optimizer_step()
+        total = self.global_sum(loss_sum)
+        out: dict[str, Any] = {"loss": total[0] / n_global, "tokens": n_global}
+        if norm is not None:
+            out["grad_norm"] = norm
+        return out
+
+
+# -- sft --------------------------------------------------------------------------------------------------
+
+
+def _allowed_mask(vocab: int, device: torch.device) -> torch.Tensor:
+    """Additive logit mask: a completion is bytes and EOS (never PAD, BOS or the unused ids)."""
+    m = torch.full((vocab,), float("-inf"), device=device)
+    m[:256] = 0.0
+    m[D.EOS] = 0.0
+    return m
+
+
+@torch.no_grad()
+def generate(model: torch.nn.Module, prompts: torch.Tensor, new_tokens: int, mask: torch.Tensor, *,
+             temperature: float = 1.0, greedy: bool = False) -> torch.Tensor:
+    """Append `new_tokens` sampled tokens to every row (fixed length: collectives stay in step).
+
+    Sampling draws from torch's global generator, which the runtime checkpoints per rank: a
+    resumed run samples the very same completions.
+    """
+    seq = prompts
+    for _ in range(new_tokens):
+        logits = model(input_ids=seq).logits[:, -1].float() + mask
+        if greedy:
+            nxt = logits.argmax(-1)
+        else:
+            nxt = torch.multinomial(torch.softmax(logits / temperature, dim=-1), 1).squeeze(-1)
+        seq = torch.cat([seq, nxt[:, None]], dim=1)
+    return seq
+
+
+class TaskTrainer(Trainer):
+    split = "train"
+
+    def build_data(self) -> D.TaskSet:
+        d = self.spec.data
+        self.eval_set = D.TaskSet(d, self.spec.seed, "eval", d.eval_samples) if d.eval_samples else None
+        return D.TaskSet(d, self.spec.seed, self.split, d.num_samples)
+
+    def evaluate(self) -> dict[str, Any]:
+        """Greedy accuracy on the held-out prompts (every rank computes all of them: FSDP2's
+        gathers need every rank in every forward; the sets are small)."""
+        if self.eval_set is None:
+            return {}
+        es = self.eval_set
+        mask = _allowed_mask(self.model_spec.vocab_size, self.device)
+        gen_model = unwrap(self.model)
+        was_training = gen_model.training
+        gen_model.eval()
+        right = 0
+        ids = list(range(len(es)))
+        for start in range(0, len(ids), 256):
+            chunk = ids[start: start + 256]
+            with self.autocast():
+                seq = generate(gen_model, es.prompts(chunk).to(self.device), es.answer_len, mask, greedy=True)
+            for row, i in enumerate(chunk):
+                right += es.reward(i, seq[row, es.prompt_len:].tolist())
+        gen_model.train(was_training)
+        return {"eval_accuracy": right / len(ids)}
+
+
+class SFT(TaskTrainer):
+    """Instruction tuning: cross-entropy on the response tokens (and EOS) of prompt/response pairs."""
+
+    split = "sft"
+
+    def train_step(self, ids: list[int]) -> dict[str, Any]:
+        tokens, mask = self.data.pairs(ids)
+        # the global number of target tokens, from the global batch every rank knows: no collective
+        _, gmask = self.data.pairs(self.sampler.global_batch())
+        n_global = int(gmask[:, 1:].sum())
+        targets = torch.where(mask[:, 1:], tokens[:, 1:], torch.full_like(tokens[:, 1:], -100))
+        tokens, targets = tokens.to(self.device), targets.to(self.device)
+        parts = self.micro_batches(len(ids))
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        for i, part in enumerate(parts):
+            with no_sync(self.model, i == len(parts) - 1), self.autocast():
+                logits = self.model(input_ids=tokens[part, :-1]).logits
+                loss = F.cross_entropy(logits.float().flatten(0, 1), targets[part].flatten(), ignore_index=-100,
+                                       reduction="sum")
+                (loss * (self.world / n_global)).backward()
+            loss_sum += loss.detach()
+        norm = self.optimizer_step()
+        total = self.global_sum(loss_sum)
+        out: dict[str, Any] = {"loss": total[0] / n_global, "tokens": n_global}
+        if norm is not None:
+            out["grad_norm"] = norm
+        return out
+
+
+# -- rl ---------------------------------------------------------------------------------------------------
+
+
+class RL(TaskTrainer):
+    """GRPO (Shao et al. 2024, DeepSeekMath) with one on-policy update per batch.
+
+    For each prompt, `group_size` completions are sampled from the current policy; each gets the
+    task's exact-match reward; its advantage is the reward minus the group's mean (divided by
+    the group's standard deviation unless `normalize_std` is off). With a single update per batch
+    the importance ratio is 1, so GRPO's clipped objective is the plain policy gradient
+    -A * log pi(token), averaged over all response tokens of the global batch (up to and
+    including EOS). `kl_coef` > 0 adds the k3 estimate of KL(pi || pi_ref) to the initial policy.
+    """
+
+    split = "rl"
+
+    def build_reference(self, model: torch.nn.Module) -> torch.nn.Module | None:
+        if self.spec.rl.kl_coef <= 0:
+            return None
+        ref = copy.deepcopy(model).to(self.device).eval()
+        for p in ref.parameters():
+            p.requires_grad_(False)
+        return ref
+
+    def train_step(self, ids: list[int]) -> dict[str, Any]:
+        rl, ds = self.spec.rl, self.data
+        G = rl.group_size
+        new = rl.max_new_tokens or ds.answer_len
+        mask_v = _allowed_mask(self.model_spec.vocab_size, self.device)
+        prompts = ds.prompts(ids).repeat_interleave(G, dim=0).to(self.device)
+        with self.autocast():
+            seq = generate(unwrap(self.model), prompts, new, mask_v, temperature=rl.temperature)
+        P = ds.prompt_len
+        resp = seq[:, P:]
+        rewards = torch.tensor([ds.reward(i, resp[row].tolist()) for row, i in
+                                enumerate(x for x in ids for _ in range(G))], dtype=torch.float32)
+        # tokens that count: up to and including the first EOS
+        is_eos = (resp == D.EOS).cpu()
+        after = (is_eos.cumsum(1) - is_eos.long()) > 0
+        tmask = (~after).to(self.device)
+        r = rewards.view(-1, G)
+        adv = r - r.mean(1, keepdim=True)
+        if rl.normalize_std:
+            adv = adv / (r.std(1, keepdim=True) + 1e-4)
+        adv = adv.flatten().to(self.device)
+        n_local = tmask.sum()
+        counts = self.global_sum(n_local, rewards.sum(), len(rewards))
+        n_global = counts[0].item()
+        pg_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        kl_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        rows = self.micro_batches(len(ids))  # micro-batches of prompts, each with its whole group
+        for i, part in enumerate(rows):
+            sl = slice(part.start * G, part.stop * G)
+            with no_sync(self.model, i == len(rows) - 1), self.autocast():
+                logits = self.model(input_ids=seq[sl, :-1]).logits[:, P - 1:].float() + mask_v
+                logp = torch.log_softmax(logits, -1).gather(-1, resp[sl, :, None]).squeeze(-1)
+                m = tmask[sl].float()
+                pg = -(adv[sl, None] * logp * m).sum()
+                loss = pg
+                if self.reference is not None:
+                    with torch.no_grad():
+                        ref_logits = self.reference(input_ids=seq[sl, :-1]).logits[:, P - 1:].float() + mask_v
+                        ref_logp = torch.log_softmax(ref_logits, -1).gather(-1, resp[sl, :, None]).squeeze(-1)
+                    d = ref_logp - logp
+                    kl = ((torch.exp(d) - d - 1) * m).sum()
+                    loss = loss + rl.kl_coef * kl
+                    kl_sum += kl.detach()
+                (loss * (self.world / n_global)).backward()
+            pg_sum += pg.detach()
+        norm = self.optimizer_step()
+        tot = self.global_sum(pg_sum, kl_sum)
+        out: dict[str, Any] = {
+            "loss": tot[0] / n_global,
+            "reward": counts[1] / counts[2],
+            "response_tokens": counts[0] / counts[2],
+            "samples": self.spec.batch.global_batch_size * G,
+        }
+        if self.reference is not None:
+            out["kl"] = tot[1] / n_global
+        if norm is not None:
+            out["grad_norm"] = norm
+        return out
+
+
+TRAINERS = {"pretrain": Pretrain, "sft": SFT, "rl": RL}
+
+
+def load_weights(model: torch.nn.Module, step_dir: Path) -> None:
+    """Model weights (only) of a committed checkpoint into a plain module, on every rank.
+
+    Each rank reads the whole model (`no_dist`: no collective): the modules here are small, and
+    the strategy shards them afterwards. Optimizer state, schedule and data position are not
+    taken: a fine-tuning run starts its own.
+    """
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+
+    state = {"model": get_model_state_dict(model)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # DCP warns about no_dist
+        dcp.load(state, checkpoint_id=str(step_dir), no_dist=True)
+    set_model_state_dict(model, state["model"])
+
+
+def main(spec: RecipeSpec, early_notice: Any = None) -> int:
+    """Run one rank of `spec` under the job environment. Returns 0; preemption exits 75."""
+    ctx = yr.init(seed=spec.seed, deterministic=spec.deterministic)
+    trainer = TRAINERS[spec.kind](spec, ctx)
+    if early_notice is not None and early_notice():
+        trainer.run.preemption.request()  # a notice that came while the rank was starting
+    trainer.fit()
+    return 0
+
+
+__all__ = ["RL", "SFT", "Pretrain", "TRAINERS", "Trainer", "generate", "load_weights", "lr_lambda", "main"]
