@@ -48,10 +48,7 @@ def test_two_rank_job_gets_distinct_gpus_and_the_contract_environment(plane):
     assert len(placed) == 1 and sorted(map(str, placed[0]["gpus"])) == sorted(gpus)
     assert all(e["TRAINYARD_JOB_ID"] == str(j["id"]) and e["TRAINYARD_ATTEMPT"] == "1" for e in envs)
     assert envs[0]["TRAINYARD_CHECKPOINT_DIR"] == str(job_dir(plane, j["id"]) / "checkpoints")
-    # The job-scoped token reads its own job and nothing else.
-    job_client = plane.client(envs[0]["TRAINYARD_TOKEN"])
-    assert job_client.get(f"/api/v1/jobs/{j['id']}").status_code == 200
-    assert job_client.get("/api/v1/jobs").status_code == 403
+    assert envs[0]["TRAINYARD_TOKEN"].startswith("ty_")  # what it may do: tests/api/test_roles.py
 
 
 def test_two_node_gang_has_one_rank_per_gpu_across_nodes(plane):

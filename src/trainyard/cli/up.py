@@ -6,7 +6,9 @@ restarting slurmctld does: the next `yard up` on the same data dir re-attaches t
 
 from __future__ import annotations
 
+import signal
 import socket
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -49,7 +51,9 @@ def up(
         fail("--nodes/--gpus-per-node describe an emulated cluster; give them or --config, not both")
     if db is not None and not db.startswith(("postgresql://", "postgresql+psycopg://", "sqlite:///")):
         fail(f"--db: expected a postgresql:// or sqlite:/// URL, got {db!r}")
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP named explicitly: uvicorn sets TCP_NODELAY only on sockets that say so, and
+    # without it every response waits ~40 ms for a delayed ACK.
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
@@ -64,6 +68,10 @@ def up(
     typer.echo(f"trainyard control plane at {url}  (API docs {url}/docs, dashboard {url}/)")
     typer.echo(f"data dir {cp.data_dir}; admin token in {cp.data_dir / 'admin.token'}")
     server = uvicorn.Server(uvicorn.Config(create_app(cp), log_level="warning", access_log=False))
+    # uvicorn re-raises SIGTERM/SIGINT once it has shut down; let that be a SystemExit so that the
+    # `finally` below still stops the loop and removes server.json.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: sys.exit(0))
     try:
         server.run(sockets=[sock])
     finally:
