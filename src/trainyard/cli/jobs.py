@@ -104,6 +104,10 @@ def submit(
         typer.echo(f"Submitted job {job['id']}")
 
 
+QUEUE_FIELDS = ("id,name,team,user,class,state,start_time,submit_time,nodes_min,nodes_max,gpus,gpus_per_node,"
+                "placement,reason,est_start")
+
+
 def _queue_rows(jobs: list[dict], now: float) -> list[list[Any]]:
     rows = []
     for j in jobs:
@@ -128,6 +132,8 @@ def queue(
     params: dict[str, Any] = {k: v for k, v in {"team": team, "user": user, "state": state}.items() if v}
     if not all_jobs and not state:
         params["active"] = "true"
+    if not as_json:
+        params["fields"] = QUEUE_FIELDS
     jobs = Client().get("/api/v1/jobs", params=params)["jobs"]
     if as_json:
         print_json(jobs)

@@ -54,6 +54,10 @@ REASONS = {
     Reason.PREEMPTING: "Preempting",
 }
 NOTICE, TERM, KILL = 1, 2, 3
+# What `snapshot.pending_of` and the reason bookkeeping read of a waiting job.
+PENDING_COLUMNS = ("id", "team", "job_class", "pool", "submit_time", "gpus", "gpus_per_node", "nodes_min", "nodes_max",
+                   "gpu_mem_mib", "time_limit_s", "checkpoint_interval_s", "attempt", "queued_since", "progress_s",
+                   "attained_gpu_s", "held", "reason", "est_start")
 
 
 @dataclass
@@ -284,7 +288,11 @@ class ControlLoop:
             cfg = self.configs.current(s)
             idx = NodeIndex.build(cfg, node_states(s), [n.name for n in self.backend.inventory() if not n.healthy])
             running = list(s.scalars(select(JobRow).where(JobRow.state.in_(ACTIVE_STATES))))
-            pending = list(s.scalars(select(JobRow).where(JobRow.state.in_(PENDING_STATES)).order_by(JobRow.id)))
+            t = JobRow.__table__
+            # Plain rows of the columns the engine reads, not ORM objects: with thousands waiting,
+            # loading them was most of a pass. Held jobs are not the engine's business.
+            pending = s.execute(select(*(t.c[c] for c in PENDING_COLUMNS))
+                                .where(t.c.state.in_(PENDING_STATES), t.c.held.is_(False)).order_by(t.c.id)).all()
             horizon = now - 6 * USAGE_HALF_LIFE_S
             spans = s.execute(select(JobRow.team, AttemptRow.placement, AttemptRow.started_at, AttemptRow.ended_at)
                               .join(JobRow, JobRow.id == AttemptRow.job_id)

@@ -50,6 +50,7 @@ class NodeIndex:
 
 
 def request_of(j: JobRow) -> JobRequest:
+    """`j` is a job row, or any object with its columns as attributes (a plain SQL row)."""
     gpn = j.gpus_per_node
     return JobRequest(
         str(j.id), j.team, j.job_class, j.submit_time,

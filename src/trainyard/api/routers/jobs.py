@@ -35,14 +35,18 @@ def list_jobs(state: str | None = Query(None, description="comma-separated state
               team: str | None = None, user: str | None = None, job_class: str | None = Query(None, alias="class"),
               active: bool = Query(False, description="only pending and running jobs (what squeue shows)"),
               limit: int = Query(100_000, ge=1, le=100_000),
+              fields: str | None = Query(None, max_length=1000, description="comma-separated keys to return, "
+                                         "e.g. id,state,reason (default: all)"),
               by: Principal = Depends(principal), s: Session = Depends(session)) -> dict[str, Any]:
     states = [x.strip().upper() for x in state.split(",") if x.strip()] if state else None
+    keys = [x.strip() for x in fields.split(",") if x.strip()] if fields else None
     if active:
         states = [x for x in (states or jobs.PENDING_STATES + jobs.ACTIVE_STATES)
                   if x in jobs.PENDING_STATES + jobs.ACTIVE_STATES] or ["-"]
         if states == ["-"]:
             return {"jobs": []}
-    return {"jobs": jobs.list_job_dicts(s, by, states=states, team=team, user=user, job_class=job_class, limit=limit)}
+    return {"jobs": jobs.list_job_dicts(s, by, states=states, team=team, user=user, job_class=job_class, limit=limit,
+                                        fields=keys)}
 
 
 @router.get("/{job_id}")
