@@ -19,7 +19,8 @@ MAX_ID = 2**31 - 1
 JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="a job id")]
 
 
-def plane(request: Request) -> ControlPlane:
+async def plane(request: Request) -> ControlPlane:
+    # async: a plain attribute read needs no trip through the thread pool
     return request.app.state.plane
 
 

@@ -172,6 +172,8 @@ class ControlLoop:
                         j.stop_kind, j.stop_since, j.stop_stage, j.state = "failed", now, 0, "COMPLETING"
                         j.reason = f"rank {bad.rank} failed; stopping the others"
                         record(s, "backend", "job.rank_failed", j.reason, job_id=j.id, at=now)
+        if to_release:
+            auth.forget_cached_tokens()  # the ended attempts' job tokens were revoked above
         for jid, att in to_release:
             self.backend.release(jid, att)
 

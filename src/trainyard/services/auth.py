@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import threading
 import time
 from dataclasses import dataclass
 
@@ -80,13 +81,36 @@ def create_token(s: Session, *, user: str, role: str, team: str | None, by: Prin
     return token
 
 
+# Valid tokens already looked up, by hash: every API request authenticates, and tokens change
+# only through this process (created by the API, revoked by the control loop when a job's attempt
+# ends, which calls `forget_cached_tokens`). Entries also expire, so a token revoked behind this
+# process's back (by hand in the database) stops working within CACHE_TTL_S.
+CACHE_TTL_S = 30.0
+_cache: dict[str, tuple[Principal, float]] = {}
+_cache_lock = threading.Lock()
+
+
+def forget_cached_tokens() -> None:
+    with _cache_lock:
+        _cache.clear()
+
+
 def authenticate(s: Session, token: str | None) -> Principal:
     if not token:
         raise Unauthorized("no token: send 'Authorization: Bearer <token>' (the CLI reads YARD_TOKEN)")
-    row = s.scalars(select(TokenRow).where(TokenRow.token_hash == hash_token(token))).first()
+    h = hash_token(token)
+    hit = _cache.get(h)
+    if hit is not None and hit[1] > time.monotonic():
+        return hit[0]
+    row = s.scalars(select(TokenRow).where(TokenRow.token_hash == h)).first()
     if row is None or row.revoked:
         raise Unauthorized("unknown or revoked token")
-    return Principal(row.user, row.role, row.team, row.job_id)
+    who = Principal(row.user, row.role, row.team, row.job_id)
+    with _cache_lock:
+        if len(_cache) > 10_000:
+            _cache.clear()
+        _cache[h] = (who, time.monotonic() + CACHE_TTL_S)
+    return who
 
 
 def ensure_admin_token(s: Session, path) -> str | None:  # noqa: ANN001 (Path)

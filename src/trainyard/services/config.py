@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 
 import yaml
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 from sqlalchemy.orm import Session
 
 from trainyard.services.auth import Principal
@@ -22,6 +22,14 @@ from trainyard.services.errors import Forbidden, NotFound, ServiceError
 from trainyard.services.events import record
 from trainyard.spec import EXAMPLE_CONFIG, ConfigError, ConfigSpec, parse_config
 from trainyard.store.models import ConfigVersionRow
+
+
+_applied = 0  # versions applied by this process: `ConfigCache` re-reads the newest version when it moves
+
+
+def _count_applied(_session: Session) -> None:
+    global _applied
+    _applied += 1
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,7 @@ def apply(s: Session, text: str, by: Principal, message: str = "") -> int:
         if current is not None and current.text == text:
             return latest  # applying the same text twice makes no new version
     version = latest + 1
+    event.listen(s, "after_commit", _count_applied, once=True)  # caches look again once it is visible
     s.add(ConfigVersionRow(version=version, text=text, author=by.user, created_at=time.time(), message=message))
     record(s, by.user, "config.applied", message or f"configuration version {version}", data={"version": version})
     return version
@@ -100,17 +109,25 @@ def rollback(s: Session, version: int, by: Principal) -> int:
 class ConfigCache:
     """The configuration in force, parsed once per version (the control loop reads it every tick)."""
 
+    RECHECK_S = 5.0  # a version applied by another process is seen within this time
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._current: ConfigVersion | None = None
+        self._seen: tuple[int, float] = (-1, 0.0)  # (this process's apply count, when checked)
 
     def current(self, s: Session) -> ConfigVersion:
-        latest = s.scalar(select(func.max(ConfigVersionRow.version)))
         cur = self._current
+        applied, checked = self._seen
+        if cur is not None and applied == _applied and time.monotonic() - checked < self.RECHECK_S:
+            return cur  # every request asks: skip the query while nothing was applied here
+        seen = (_applied, time.monotonic())
+        latest = s.scalar(select(func.max(ConfigVersionRow.version)))
         if cur is not None and cur.version == latest:
+            self._seen = seen
             return cur
         row = get_version(s, latest)
         parsed = ConfigVersion(row.version, _validated(row.text), row.text, row.author, row.created_at, row.message)
         with self._lock:
-            self._current = parsed
+            self._current, self._seen = parsed, seen
         return parsed
