@@ -51,16 +51,43 @@ def submit(
     workdir: Optional[str] = typer.Option(None, "-D", "--chdir", help="working directory (default: here)"),
     env: list[str] = typer.Option([], "--env", "-e", help="KEY=VALUE for the job's environment (repeatable)"),
     hold: bool = typer.Option(False, "-H", "--hold", help="submit held; `yard release` lets it run"),
+    recipe: Optional[str] = typer.Option(None, "--recipe", help="a training recipe (llama-pretrain, gemma-pretrain, "
+                                         "sft, rl, or a YAML file) instead of a command"),
+    sets: list[str] = typer.Option([], "--set", help="with --recipe: override a recipe field, KEY=VALUE (repeatable)"),
     as_json: bool = JSON,
 ) -> None:
-    """Submit a job: `yard submit OPTIONS -- COMMAND…` or `yard submit OPTIONS SCRIPT` (#SBATCH lines honoured).
+    """Submit a job: `yard submit OPTIONS -- COMMAND…`, `yard submit OPTIONS SCRIPT` (#SBATCH lines honoured),
+    or `yard submit OPTIONS --recipe RECIPE [--set KEY=VALUE …]`.
 
     Prints the job id."""
     args = list(ctx.args)
-    if not args:
-        fail("give a command after `--` or a batch script")
     body: dict[str, Any] = {}
-    if _looks_like_script(args):
+    if recipe is not None:
+        if args:
+            fail("--recipe: give a recipe or a command/script, not both")
+        # Every rank runs `python -m trainyard.recipes RECIPE --set …`; the recipe is validated here
+        # (errors name the field) and says how many GPUs to ask for when none are given.
+        from trainyard.recipes.spec import RecipeError, load_recipe, recipe_path, shipped
+
+        try:
+            ref = recipe if recipe in shipped() else str(recipe_path(recipe))
+            spec = load_recipe(ref, sets)
+            sets = list(sets)
+            if spec.init_from and not Path(spec.init_from).expanduser().is_absolute():
+                sets.append(f"init_from={Path(spec.init_from).expanduser().resolve()}")
+            if nodes is None and gpus_per_node is None and tasks_per_node is None:  # one rank per GPU
+                spec.check_world_size(gpus if gpus is not None else spec.gpus)
+        except RecipeError as e:
+            fail(str(e))
+        body["command"] = [sys.executable, "-m", "trainyard.recipes", ref] + [x for s in sets for x in ("--set", s)]
+        body["name"] = spec.name
+        if gpus is None and gpus_per_node is None and nodes is None:
+            body["gpus"] = spec.gpus
+    elif sets:
+        fail("--set: only with --recipe")
+    elif not args:
+        fail("give a command after `--` or a batch script")
+    elif _looks_like_script(args):
         path = Path(args[0])
         try:
             text = path.read_text()

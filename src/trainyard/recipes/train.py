@@ -470,6 +470,10 @@ def load_weights(model: torch.nn.Module, step_dir: Path) -> None:
 
 def main(spec: RecipeSpec, early_notice: Any = None) -> int:
     """Run one rank of `spec` under the job environment. Returns 0; preemption exits 75."""
+    if "OMP_NUM_THREADS" not in os.environ and not torch.cuda.is_available():
+        # N ranks on one CPU machine: share the cores instead of each rank taking all of them
+        local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
     ctx = yr.init(seed=spec.seed, deterministic=spec.deterministic)
     trainer = TRAINERS[spec.kind](spec, ctx)
     if early_notice is not None and early_notice():
