@@ -19,6 +19,7 @@ Errors are `RecipeError(message, field)`: one line, the field path first.
 
 from __future__ import annotations
 
+import re
 import types
 from importlib import resources
 from pathlib import Path
@@ -67,11 +68,11 @@ class ModelSpec(_Section):
     @model_validator(mode="after")
     def _shape(self) -> ModelSpec:
         if self.head_dim is None and self.hidden_size % self.num_heads:
-            raise ValueError(f"hidden_size={self.hidden_size} is not a multiple of num_heads={self.num_heads} "
+            raise ValueError(f"num_heads: hidden_size {self.hidden_size} is not a multiple of {self.num_heads} "
                              "(or give head_dim)")
         kv = self.num_kv_heads or self.num_heads
         if self.num_heads % kv:
-            raise ValueError(f"num_heads={self.num_heads} is not a multiple of num_kv_heads={kv}")
+            raise ValueError(f"num_kv_heads: num_heads {self.num_heads} is not a multiple of {kv}")
         return self
 
 
@@ -151,10 +152,10 @@ class RecipeSpec(_Section):
         if self.data.source != want:
             raise ValueError(f"data.source: a {self.kind} recipe needs data.source={want}, not {self.data.source}")
         if self.kind == "pretrain" and self.data.seq_len > self.model.max_seq_len:
-            raise ValueError(f"data.seq_len={self.data.seq_len} exceeds model.max_seq_len={self.model.max_seq_len}")
+            raise ValueError(f"data.seq_len: {self.data.seq_len} exceeds model.max_seq_len {self.model.max_seq_len}")
         if self.batch.global_batch_size > self.data.num_samples and self.kind != "pretrain":
-            raise ValueError(f"batch.global_batch_size={self.batch.global_batch_size} exceeds "
-                             f"data.num_samples={self.data.num_samples}")
+            raise ValueError(f"batch.global_batch_size: {self.batch.global_batch_size} exceeds "
+                             f"data.num_samples {self.data.num_samples}")
         return self
 
     def check_world_size(self, world_size: int) -> None:
@@ -262,17 +263,21 @@ def _apply(data: dict[str, Any], parts: list[str], value: Any) -> None:
     node[parts[-1]] = value
 
 
+_FIELD_PREFIX = re.compile(r"([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*): (.*)", re.S)
+
+
 def _describe(e: ValidationError, origin: dict[str, str]) -> str:
+    """One line: `field.path: message (from --set …)` for each error."""
     msgs = []
     for err in e.errors():
-        loc = ".".join(str(x) for x in err["loc"] if not str(x).startswith("function-"))
+        loc = ".".join(str(x) for x in err["loc"])
         msg = err["msg"].removeprefix("Value error, ")
-        if not loc and ": " in msg and msg.split(": ", 1)[0].replace(".", "").replace("_", "").isalnum():
-            loc, msg = msg.split(": ", 1)  # a cross-field check that names its field
-        where = loc or "recipe"
-        src = origin.get(loc) or next((origin[k] for k in origin if loc.startswith(k + ".")), None)
-        tail = f" (from {src})" if src else ""
-        msgs.append(f"{where}: {msg}{tail}")
+        m = _FIELD_PREFIX.fullmatch(msg)
+        if m and err["type"] == "value_error":  # a cross-field check names its field: model.num_heads
+            loc, msg = ".".join(x for x in (loc, m.group(1)) if x), m.group(2)
+        src = next((origin[k] for k in sorted(origin, key=len, reverse=True)
+                    if loc == k or loc.startswith(k + ".") or k.startswith(loc + ".")), None) if loc else None
+        msgs.append(f"{loc or 'recipe'}: {msg}" + (f" (from {src})" if src else ""))
     return "; ".join(msgs)
 
 
