@@ -162,6 +162,7 @@ def test_tasks_are_generated_deterministically_and_checked_exactly():
     assert a.tasks == b.tasks and a.fingerprint.digest == b.fingerprint.digest
     assert TaskSet(spec, 0, "rl", 50).tasks != a.tasks  # splits differ
     tokens, mask = a.pairs([0, 1, 2])
+    assert a.target_tokens([0, 1, 2]) == int(mask.sum())  # what the SFT loss is normalized by
     assert tokens.shape == (3, a.prompt_len + a.answer_len)
     for row, i in enumerate([0, 1, 2]):
         t = a.tasks[i]

@@ -209,6 +209,10 @@ class TaskSet:
             mask[row, self.prompt_len: self.prompt_len + len(a)] = True
         return torch.cat([p, ans], dim=1), mask
 
+    def target_tokens(self, ids: list[int]) -> int:
+        """Tokens an SFT loss counts for these samples: each answer and its EOS."""
+        return sum(len(encode(self.tasks[i].answer)) + 1 for i in ids)
+
     def reward(self, i: int, response: list[int]) -> float:
         """1.0 when the response is exactly the answer followed by EOS, else 0.0 (verifiable)."""
         want = encode(self.tasks[i].answer) + [EOS]

@@ -343,8 +343,7 @@ class SFT(TaskTrainer):
     def train_step(self, ids: list[int]) -> dict[str, Any]:
         tokens, mask = self.data.pairs(ids)
         # the global number of target tokens, from the global batch every rank knows: no collective
-        _, gmask = self.data.pairs(self.sampler.global_batch())
-        n_global = int(gmask[:, 1:].sum())
+        n_global = self.data.target_tokens(self.sampler.global_batch())
         targets = torch.where(mask[:, 1:], tokens[:, 1:], torch.full_like(tokens[:, 1:], -100))
         tokens, targets = tokens.to(self.device), targets.to(self.device)
         parts = self.micro_batches(len(ids))
