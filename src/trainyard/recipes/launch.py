@@ -211,7 +211,7 @@ class Launcher:
             self._write_run_file(attempt, port)
             if tail is not None:
                 tail.start()
-            return self._wait()
+            code, summary = self._wait()
         finally:
             for s, h in previous.items():
                 signal.signal(s, h)
@@ -220,9 +220,13 @@ class Launcher:
                 if tail.is_alive():
                     tail.join()
                 tail.pump(final=True)
+        if summary:
+            self._note(summary)
+        return code
 
     def _start(self, cmd: list[str], files: list[Path], port: int, attempt: int) -> None:
-        for r in range(self.nproc):
+        try:
+            for r in range(self.nproc):
                 with open(files[r], "a") as fh:
                     fh.write(f"=== yard run: attempt {attempt}, rank {r} of {self.nproc}, "
                              f"{time.strftime('%Y-%m-%dT%H:%M:%S')}: {' '.join(cmd[2:])}\n")
@@ -230,8 +234,14 @@ class Launcher:
                     self.procs.append(subprocess.Popen(
                         cmd, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
                         env=self._env(r, port, attempt), process_group=0, preexec_fn=_child_setup))
+        except BaseException:
+            self._forward(signal.SIGKILL)  # every rank or none
+            for p in self.procs:
+                p.wait()
+            raise
 
-    def _wait(self) -> int:
+    def _wait(self) -> tuple[int, str]:
+        """Wait for every rank; (exit code, a summary line)."""
         first_failure: tuple[int, int] | None = None  # (rank, code)
         failed_at: float | None = None
         codes: dict[int, int] = {}
@@ -251,13 +261,11 @@ class Launcher:
             if len(codes) < len(self.procs):
                 time.sleep(0.05)
         if first_failure is not None:
-            self._note(f"failed: exit codes by rank {[codes[r] for r in range(len(self.procs))]}")
-            return first_failure[1]
+            return first_failure[1], f"failed: exit codes by rank {[codes[r] for r in range(len(self.procs))]}"
         if any(c == REQUEUE_EXIT for c in codes.values()):
-            self._note(f"preempted: the ranks checkpointed and stopped (exit {REQUEUE_EXIT}); "
-                       "run the same command again to resume")
-            return REQUEUE_EXIT
-        return 0
+            return REQUEUE_EXIT, (f"preempted: the ranks checkpointed and stopped (exit {REQUEUE_EXIT}); "
+                                  "run the same command again to resume")
+        return 0, ""
 
 
 def launch(recipe: str, sets: list[str], nproc: int, out: Path, **kw: object) -> int:

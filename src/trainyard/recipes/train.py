@@ -45,7 +45,7 @@ from trainyard.contracts import committed_steps
 from trainyard.recipes import data as D
 from trainyard.recipes.checkpoints import RECIPE_FILE, check_compatible, resolve_init, saved_recipe
 from trainyard.recipes.models import build_model, count_parameters
-from trainyard.recipes.spec import RecipeError, RecipeSpec
+from trainyard.recipes.spec import ModelSpec, RecipeError, RecipeSpec
 from trainyard.recipes.strategies import no_sync, unwrap, wrap
 
 INIT_FILE = "init_from.json"
@@ -98,15 +98,14 @@ class Trainer:
         self.init_info = self._resolve_init(saved)
         self.model_spec = spec.model
         if self.init_info is not None and self.init_info.get("model") is not None:
-            from trainyard.recipes.spec import ModelSpec
-
             self.model_spec = ModelSpec.model_validate(self.init_info["model"])
             if self.main and self.model_spec != spec.model:
                 print(f"trainyard.recipes: the model is {self.init_info['source']}'s ({self.model_spec.arch}, "
                       f"hidden {self.model_spec.hidden_size}, {self.model_spec.num_layers} layers); the recipe's "
                       "model section is not used", file=sys.stderr, flush=True)
         effective = spec.model_copy(update={"model": self.model_spec})
-        if saved is not None and committed_steps(self.ckpt_dir):
+        resuming = bool(committed_steps(self.ckpt_dir))
+        if saved is not None and resuming:
             check_compatible(saved, effective)
         if self.main:
             self.ckpt_dir.mkdir(parents=True, exist_ok=True)
@@ -116,9 +115,17 @@ class Trainer:
 
         # 2. data, model, strategy, optimizer, sampler
         self.data = self.build_data()
+        if spec.batch.global_batch_size > len(self.data):
+            raise RecipeError(f"{spec.batch.global_batch_size} exceeds the data's {len(self.data)} samples "
+                              f"({self.data.fingerprint.description})", "batch.global_batch_size")
         model = build_model(self.model_spec)
         if self.init_info is not None:
-            load_weights(model, Path(self.init_info["checkpoint"]))
+            source = Path(self.init_info["checkpoint"])
+            if source.is_dir():
+                load_weights(model, source)
+            elif not resuming or (spec.kind == "rl" and spec.rl.kl_coef > 0):
+                # resuming, the weights come from this run's own checkpoint; only a KL reference needs them
+                raise RecipeError(f"the checkpoint this run starts from, {source}, is gone", "init_from")
         self.reference = self.build_reference(model)
         self.n_params = count_parameters(model)
         model.to(self.device)
@@ -168,9 +175,6 @@ class Trainer:
             try:
                 if record.exists():
                     info = json.loads(record.read_text())
-                    if not Path(info["checkpoint"]).is_dir():
-                        raise RecipeError(f"the checkpoint this run started from, {info['checkpoint']}, is gone",
-                                          "init_from")
                 else:
                     info = resolve_init(self.spec.init_from)
                     self.ckpt_dir.mkdir(parents=True, exist_ok=True)
