@@ -40,6 +40,7 @@ class NodeInfo:
     gpu_model: str
     gpu_mem_mib: int
     healthy: bool = True
+    state: str = "up"  # why it is unhealthy, when the backend knows: "up", "hung", "dead", ...
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,8 @@ class RankState:
     running: bool
     exit_code: int | None  # set when the rank exited normally
     signal: int | None  # set when it was killed by a signal (e.g. 9, 15)
-    lost: bool = False  # gone with no recorded exit (died unwatched, or pid recycled)
+    lost: bool = False  # gone with no recorded exit (died unwatched, pid recycled, or its node died)
+    stopped: bool = False  # running but stopped (SIGSTOP, /proc state T): makes no progress
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,8 @@ class Backend(Protocol):
     def signal(self, job_id: int, attempt: int, sig: int) -> None: ...
 
     def poll(self) -> list[AttemptState]: ...
+
+    def check_node(self, name: str) -> tuple[bool, str]: ...
 
     def release(self, job_id: int, attempt: int) -> None: ...
 

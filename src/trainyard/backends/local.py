@@ -44,7 +44,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -62,6 +62,7 @@ class _Attempt:
     run_dir: Path
     world_size: int
     procs: dict[int, subprocess.Popen] = field(default_factory=dict)  # runners we started, not yet reaped
+    nodes: dict[int, str] = field(default_factory=dict)  # rank -> node it was placed on
 
 
 class LocalBackend:
@@ -101,7 +102,12 @@ class LocalBackend:
     # -- interface ------------------------------------------------------------------------------
 
     def inventory(self) -> list[NodeInfo]:
-        return list(self._node_list)
+        """The configured nodes; one that is dead or hung (see `kill_node`) is `healthy=False`."""
+        out = []
+        for n in self._node_list:
+            state = self._node_state(n.name)
+            out.append(n if state == "up" else replace(n, healthy=False, state=state))
+        return out
 
     def launch(self, spec: LaunchSpec) -> None:
         """Start every rank of `spec`, or none.
@@ -123,11 +129,16 @@ class LocalBackend:
                 run_dir.mkdir()  # fails if live state of this attempt is there: never mix two runs
             except OSError as e:
                 raise BackendError(f"job {spec.job_id}: cannot create {e.filename}: {e.strerror}") from e
-            att = _Attempt(spec.job_id, spec.attempt, run_dir, len(spec.ranks))
+            att = _Attempt(spec.job_id, spec.attempt, run_dir, len(spec.ranks), nodes={r.rank: r.node for r in spec.ranks})
             try:
                 _write_json(run_dir / "attempt.json", _attempt_record(spec))
                 self._start_ranks(spec, att, logs)
                 self._await_runners(att)
+                # A fault injected by another process while we were starting: it may not have
+                # seen our ranks yet, so honour "every rank or none" ourselves.
+                for node in sorted({r.node for r in spec.ranks}):
+                    if (state := self._node_state(node)) != "up":
+                        raise BackendError(f"job {spec.job_id} attempt {spec.attempt}: {node} went {state} during launch")
             except BaseException as e:
                 self._abort(att)
                 if isinstance(e, BackendError):
@@ -152,11 +163,41 @@ class LocalBackend:
                         pass
 
     def poll(self) -> list[AttemptState]:
+        """Facts about every known attempt. A rank that was alive when its node died (`kill_node`,
+        by this or another process) is `lost`, whatever exit record it left; a rank whose
+        processes are stopped (a hung node, `hang_rank`) is `running` and `stopped`."""
         with self._lock:
+            dead = {n for n in self._nodes if self._node_state(n) == "dead"}
             return [
-                AttemptState(a.job_id, a.attempt, [self._rank_state(a, r) for r in range(a.world_size)])
+                AttemptState(a.job_id, a.attempt, [self._rank_state(a, r, dead) for r in range(a.world_size)])
                 for _, a in sorted(self._attempts.items())
             ]
+
+    def check_node(self, name: str) -> tuple[bool, str]:
+        """Health check before a drained node returns to service: (passed, reason).
+
+        For the emulation: the node is marked up, and a trivial process can be started and reaped
+        "on" it within `launch_timeout_s`.
+        """
+        if name not in self._nodes:
+            return False, f"unknown node {name!r}"
+        state = self._node_state(name)
+        if state != "up":
+            return False, f"{name} is {state}"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINYARD_")}
+        env["TRAINYARD_NODE"] = name
+        try:
+            done = subprocess.run(
+                ["true"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                env=env, start_new_session=True, timeout=self._launch_timeout_s,
+            )
+        except subprocess.TimeoutExpired:
+            return False, f"{name}: a trivial process did not finish in {self._launch_timeout_s}s"
+        except OSError as e:
+            return False, f"{name}: cannot start a process: {e}"
+        if done.returncode != 0:
+            return False, f"{name}: `true` exited with {done.returncode}"
+        return True, f"{name} is up and runs processes"
 
     def release(self, job_id: int, attempt: int) -> None:
         """SIGKILL whatever is left of the attempt, wait until it is gone, delete its run state."""
@@ -174,6 +215,136 @@ class LocalBackend:
         with self._lock:
             self._attempts.clear()
 
+    # -- fault injection (emulation only; not part of the Backend interface) ---------------------
+
+    def kill_node(self, name: str) -> None:
+        """The node dies: mark it `dead` (until `revive_node`), SIGKILL every rank group on it.
+
+        Every attempt placed there counts, also ones another process owns. A rank still alive at
+        this moment gets a `rank-<r>.lost` record, so every owner reports it lost (not killed by
+        a signal, not exited), now and after a restart. Returns once the groups are gone.
+
+        Raises:
+            BackendError: unknown node.
+        """
+        with self._lock:
+            self._known_node(name)
+            self._set_node_state(name, "dead")  # first: a launch racing us sees it and aborts
+            killed = []
+            for run_dir, r in self._ranks_on(name):
+                if (run_dir / f"rank-{r}.exit").exists() or (run_dir / f"rank-{r}.lost").exists():
+                    continue  # it ended before the node died
+                try:
+                    _write_json(run_dir / f"rank-{r}.lost", {"node": name, "reason": "node dead", "at": _now()})
+                except OSError:
+                    continue  # the attempt was released meanwhile
+                rec = _read_json(run_dir / f"rank-{r}.json")
+                if rec is not None and _group_is_ours(rec):
+                    _killpg(rec["pgid"], _signal.SIGKILL)
+                    killed.append(rec)
+            deadline = time.monotonic() + 5
+            while killed and time.monotonic() < deadline:
+                killed = [rec for rec in killed if _group_is_ours(rec) and _group_has_live_member(rec)]
+                if killed:
+                    time.sleep(0.01)
+
+    def hang_node(self, name: str) -> None:
+        """The node freezes: mark it `hung`, SIGSTOP every rank group on it (they stay `running`,
+        with `stopped=True`). Returns once the groups' leaders are stopped.
+
+        Raises:
+            BackendError: unknown node.
+        """
+        with self._lock:
+            self._known_node(name)
+            self._set_node_state(name, "hung")
+            recs = [rec for run_dir, r in self._ranks_on(name) if (rec := _read_json(run_dir / f"rank-{r}.json"))]
+            self._signal_groups(recs, _signal.SIGSTOP)
+            deadline = time.monotonic() + 2
+            while recs and time.monotonic() < deadline:
+                recs = [rec for rec in recs if _procfs.is_alive(rec["pid"], rec["start_time"]) and not _stopped(rec)]
+                if recs:
+                    time.sleep(0.01)
+
+    def revive_node(self, name: str) -> None:
+        """The node is repaired: SIGCONT the stopped rank groups still on it, mark it `up`.
+
+        Ranks lost with a dead node stay lost; the node itself passes `check_node` again.
+
+        Raises:
+            BackendError: unknown node.
+        """
+        with self._lock:
+            self._known_node(name)
+            recs = [rec for run_dir, r in self._ranks_on(name) if (rec := _read_json(run_dir / f"rank-{r}.json"))]
+            self._signal_groups(recs, _signal.SIGCONT)
+            self._set_node_state(name, "up")
+
+    def kill_rank(self, job_id: int, attempt: int, rank: int, sig: int = _signal.SIGKILL) -> None:
+        """Send `sig` to one rank's process group (SIGCONT resumes a `hang_rank`); gone is fine.
+
+        Raises:
+            BackendError: no such attempt or rank here (run state on disk, any owner).
+        """
+        with self._lock:
+            rec = _read_json(self._rank_run_dir(job_id, attempt, rank) / f"rank-{rank}.json")
+            if rec is not None:
+                self._signal_groups([rec], sig)
+
+    def hang_rank(self, job_id: int, attempt: int, rank: int) -> None:
+        """SIGSTOP one rank's process group: it keeps `running`, with `stopped=True`."""
+        self.kill_rank(job_id, attempt, rank, _signal.SIGSTOP)
+
+    # -- node state -----------------------------------------------------------------------------
+
+    def _node_path(self, name: str) -> Path:
+        return self._data_dir / "nodes" / f"{name}.json"
+
+    def _node_state(self, name: str) -> str:
+        """Read on every use: another process (`yard chaos`) may have changed it."""
+        rec = _read_json(self._node_path(name))
+        return str(rec.get("state", "up")) if rec else "up"
+
+    def _set_node_state(self, name: str, state: str) -> None:
+        path = self._node_path(name)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _write_json(path, {"state": state, "since": _now(), "by_pid": os.getpid()})
+        except OSError as e:
+            raise BackendError(f"node {name}: cannot record state {state!r}: {e}") from e
+
+    def _known_node(self, name: str) -> None:
+        if name not in self._nodes:
+            raise BackendError(f"unknown node {name!r} (known: {sorted(self._nodes)})")
+
+    def _run_dirs(self) -> list[Path]:
+        """Every attempt's run dir: ours, and any on disk (owned by another process)."""
+        dirs = {a.run_dir for a in self._attempts.values()} | set(self._data_dir.glob("jobs/*/run/attempt-*"))
+        return sorted(dirs)
+
+    def _ranks_on(self, node: str) -> list[tuple[Path, int]]:
+        out = []
+        for run_dir in self._run_dirs():
+            meta = _read_json(run_dir / "attempt.json") or {}
+            out += [(run_dir, int(r["rank"])) for r in meta.get("ranks", []) if r.get("node") == node]
+        return out
+
+    def _rank_run_dir(self, job_id: int, attempt: int, rank: int) -> Path:
+        att = self._attempts.get((job_id, attempt))
+        if att is not None and 0 <= rank < att.world_size:
+            return att.run_dir
+        for run_dir in self._run_dirs():
+            meta = _read_json(run_dir / "attempt.json") or {}
+            if (meta.get("job_id"), meta.get("attempt")) == (job_id, attempt) and 0 <= rank < meta.get("world_size", 0):
+                return run_dir
+        raise BackendError(f"job {job_id} attempt {attempt}: no rank {rank} here")
+
+    @staticmethod
+    def _signal_groups(recs: list[dict], sig: int) -> None:
+        for rec in recs:
+            if _group_is_ours(rec):
+                _killpg(rec["pgid"], sig)
+
     # -- launch ---------------------------------------------------------------------------------
 
     def _validate(self, spec: LaunchSpec) -> None:
@@ -189,6 +360,9 @@ class LocalBackend:
             bad = [g for g in r.gpus if not 0 <= g < node.gpus]
             if bad:
                 raise BackendError(f"{where}: rank {r.rank}: {r.node} has no GPU {bad} (it has {node.gpus})")
+        for name in sorted({r.node for r in spec.ranks}):
+            if (state := self._node_state(name)) != "up":
+                raise BackendError(f"{where}: placed on {name}, which is {state}")
         if (spec.job_id, spec.attempt) in self._attempts:
             raise BackendError(f"{where}: already launched (release it first)")
         if not Path(spec.workdir).is_dir():
@@ -283,17 +457,23 @@ class LocalBackend:
 
     # -- facts ----------------------------------------------------------------------------------
 
-    def _rank_state(self, att: _Attempt, r: int) -> RankState:
+    def _rank_state(self, att: _Attempt, r: int, dead_nodes: frozenset[str] | set[str] = frozenset()) -> RankState:
         state_path, exit_path = att.run_dir / f"rank-{r}.json", att.run_dir / f"rank-{r}.exit"
         rec = _read_json(state_path)
         pid = rec["pid"] if rec else None
         proc = att.procs.get(r)
+        # Its node died under it: lost, whatever the runner or a watcher managed to record. A rank
+        # on a dead node with no exit record but no `.lost` yet is one `kill_node` is getting to.
+        if (att.run_dir / f"rank-{r}.lost").exists() or (att.nodes.get(r) in dead_nodes and not exit_path.exists()):
+            if proc is not None and proc.poll() is not None:
+                del att.procs[r]  # reaped; no exit record is written for it
+            return RankState(r, pid, running=False, exit_code=None, signal=None, lost=True)
         if proc is not None:
             rc = proc.poll()
             if rc is None:
                 ex = _read_json(exit_path)
                 if ex is None:
-                    return RankState(r, proc.pid, running=True, exit_code=None, signal=None)
+                    return RankState(r, proc.pid, running=True, exit_code=None, signal=None, stopped=_stopped(rec))
                 try:  # the runner has recorded the exit and is leaving: reap it now
                     proc.wait(timeout=1)
                 except subprocess.TimeoutExpired:
@@ -310,7 +490,7 @@ class LocalBackend:
         if rec is None:
             return RankState(r, None, running=False, exit_code=None, signal=None, lost=True)
         if _procfs.is_alive(rec["pid"], rec["start_time"]):
-            return RankState(r, pid, running=True, exit_code=None, signal=None)
+            return RankState(r, pid, running=True, exit_code=None, signal=None, stopped=_stopped(rec))
         ex = _read_json(exit_path)  # it may have finished between the two reads
         if ex is not None:
             return _exited(r, pid, ex)
@@ -329,7 +509,8 @@ class LocalBackend:
             if meta is None and not ranks:
                 continue  # the owner died before anything was started
             world = int(meta["world_size"]) if meta else max(ranks) + 1
-            self._attempts[(job_id, attempt)] = _Attempt(job_id, attempt, run_dir, world)
+            nodes = {int(r["rank"]): str(r["node"]) for r in meta.get("ranks", [])} if meta else {}
+            self._attempts[(job_id, attempt)] = _Attempt(job_id, attempt, run_dir, world, nodes=nodes)
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -411,6 +592,21 @@ def _attempt_record(spec: LaunchSpec) -> dict:
 
 def _exited(rank: int, pid: int | None, ex: dict) -> RankState:
     return RankState(rank, pid, running=False, exit_code=ex.get("exit_code"), signal=ex.get("signal"))
+
+
+def _stopped(rec: dict | None) -> bool:
+    """Is the rank's command (or, once it is gone, its runner) stopped (/proc state T)?"""
+    if rec is None:
+        return False
+    for pid in (rec.get("child_pid"), rec["pid"]):
+        st = _procfs.read_stat(pid) if pid else None
+        if st is not None and st.pgrp == rec["pgid"] and not st.exited:
+            return st.state in ("T", "t")
+    return False
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat()
 
 
 def _group_is_ours(rec: dict) -> bool:
