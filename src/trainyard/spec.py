@@ -123,6 +123,7 @@ class JobClassSpec(_Model):
     min_run_time: Duration = 0.0
     max_run_time: OptDuration = None
     grace_period: Duration = 60.0
+    max_retries: int = Field(3, ge=0, le=100)  # automatic retries after a node loss, a hang or a crash
     description: str = ""
 
 

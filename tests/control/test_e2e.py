@@ -73,12 +73,41 @@ def test_exit_codes_give_slurm_states(plane):
                        team="vision")
     missing = plane.submit(command=["/no/such/program"], team="vision")
     assert plane.wait(ok["id"], "COMPLETED")["exit_code"] == 0
-    f = plane.wait(bad["id"], "FAILED")
-    assert f["exit_code"] == 3 and "NonZeroExitCode 3" in f["reason"]
+    f = plane.wait(bad["id"], "FAILED")  # before its first step: the user's error, not retried
+    assert f["exit_code"] == 3 and f["reason"].startswith("UserError") and f["retries"] == 0
     k = plane.wait(killed["id"], "FAILED")
-    assert k["signal"] == 11 and "SIGSEGV" in k["reason"]
-    assert plane.wait(oom["id"], ("OUT_OF_MEMORY",))["reason"].startswith("OutOfMemory")
-    assert plane.wait(missing["id"], ("FAILED",))["state"] == "FAILED"
+    assert k["signal"] == 11 and "SIGSEGV" in k["reason"] and len(k["attempts"]) == 1
+    o = plane.wait(oom["id"], ("OUT_OF_MEMORY",))
+    assert o["reason"].startswith("oom") and o["attempts"][0]["cause"] == "oom" and o["retries"] == 0
+    m = plane.wait(missing["id"], ("FAILED",))
+    assert m["attempts"][0]["cause"] == "user_error" and "No such file" in m["reason"]
+
+
+# Commits a checkpoint (so it made progress), then crashes on its first attempt only.
+CRASH_AFTER_PROGRESS = """
+import os, sys, pathlib, time
+ck = pathlib.Path(os.environ['TRAINYARD_CHECKPOINT_DIR']) / ('step-' + os.environ['TRAINYARD_ATTEMPT'])
+ck.mkdir(parents=True, exist_ok=True)
+(ck / 'COMMITTED').write_text('')
+time.sleep(0.3)
+sys.exit(1 if os.environ['TRAINYARD_ATTEMPT'] == '1' else 0)
+"""
+
+
+def test_a_crash_after_progress_is_retried_from_its_checkpoint_within_the_budget(plane):
+    j = plane.submit(command=script(CRASH_AFTER_PROGRESS), team="vision")
+    done = plane.wait(j["id"], "COMPLETED", timeout=30)
+    assert done["retries"] == 1 and [a["cause"] for a in done["attempts"]] == ["crash", "completed"]
+    assert done["attempts"][0]["lost_gpu_s"] < 5  # only the work since its checkpoint was lost
+    kinds = [e["kind"] for e in plane.admin.get(f"/api/v1/jobs/{j['id']}/events").json()["events"]]
+    assert "job.retry" in kinds
+
+
+def test_retries_stop_at_the_class_budget(plane):
+    always = CRASH_AFTER_PROGRESS.replace("1 if os.environ['TRAINYARD_ATTEMPT'] == '1' else 0", "1")
+    j = plane.submit(command=script(always), team="vision")
+    failed = plane.wait(j["id"], "FAILED", timeout=60)
+    assert failed["retries"] == 3 and len(failed["attempts"]) == 4  # the training class allows 3 retries
 
 
 def test_exit_75_requeues_and_the_next_attempt_resumes(plane):

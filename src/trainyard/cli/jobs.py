@@ -184,11 +184,16 @@ def show(job_id: int = typer.Argument(..., help="job id"), as_json: bool = JSON)
     for k in ("submit_time", "start_time", "end_time", "est_start"):
         typer.echo(f"{k:>22}: {'' if j[k] is None else time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(j[k]))}")
     typer.echo(f"{'placement':>22}: {nodelist(j['placement'])}")
+    typer.echo(f"{'retries':>22}: {j.get('retries', 0)}")
+    typer.echo(f"{'lost GPU-seconds':>22}: {j.get('lost_gpu_s', 0):.0f} (work since the last checkpoint, all attempts)")
     if j.get("attempts"):
-        table(["ATTEMPT", "STATE", "STARTED", "RAN", "EXIT", "SIGNAL", "NODES", "REASON"],
-              [[a["attempt"], a["state"], clock(a["started_at"]),
+        table(["ATTEMPT", "STATE", "CAUSE", "STARTED", "RAN", "EXIT", "SIGNAL", "LOST GPU-s", "RECOVERY", "NODES",
+               "REASON"],
+              [[a["attempt"], a["state"], a.get("cause", ""), clock(a["started_at"]),
                 duration((a["ended_at"] or time.time()) - a["started_at"]), "" if a["exit_code"] is None else a["exit_code"],
-                "" if a["signal"] is None else a["signal"], nodelist(a["placement"]), a["reason"]] for a in j["attempts"]])
+                "" if a["signal"] is None else a["signal"], f"{a.get('lost_gpu_s') or 0:.0f}",
+                "" if a.get("recover_s") is None else f"{a['recover_s']:.1f}s",
+                nodelist(a["placement"]), a["reason"]] for a in j["attempts"]])
 
 
 def _act(verb: str):  # noqa: ANN202

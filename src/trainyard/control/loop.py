@@ -34,6 +34,7 @@ from sqlalchemy import and_, bindparam, or_, select, update
 from trainyard.backends.base import AttemptState, Backend, BackendError, LaunchSpec, RankLaunch
 from trainyard.contracts import newest_checkpoint
 from trainyard.control.outcome import classify, first_failure
+from trainyard.control.retry import backoff_s, should_retry
 from trainyard.control.snapshot import NodeIndex, build_snapshot, decayed_usage, USAGE_HALF_LIFE_S
 from trainyard.sched.engine import TrainyardPolicy
 from trainyard.sched.policy import Policy
@@ -65,6 +66,7 @@ class LoopParams:
     tick_s: float = 1.0
     kill_wait_s: float = 10.0  # SIGTERM → SIGKILL (Slurm's KillWait)
     min_interval_s: float = 0.05  # wakes closer together than this are merged
+    retry_backoff_s: float = 10.0  # first automatic retry waits this long, then twice as long each time
 
 
 @dataclass
@@ -199,24 +201,47 @@ class ControlLoop:
                job_id=j.id, at=now)
 
     def _finish(self, s, j: JobRow, st: AttemptState, now: float, cfg: ConfigVersion) -> None:  # noqa: ANN001
-        out = classify(st, j.stop_kind, job_dir(self.data_dir, j.id))
-        self._end_attempt(s, j, out.attempt_state, out.reason, out.exit_code, out.signal, now)
+        self._note_checkpoint(j)
+        attempt = self._attempt_row(s, j)
+        made_progress = (attempt is not None and attempt.first_step_at is not None) or \
+            (j.last_checkpoint is not None and j.start_time is not None and j.last_checkpoint >= j.start_time)
+        out = classify(st, j.stop_kind, job_dir(self.data_dir, j.id), made_progress)
         gpus = sum(len(p["gpus"]) for p in j.placement or [])
+        lost = 0.0
         if j.start_time is not None:
             j.attained_gpu_s += gpus * max(0.0, now - j.start_time)
-        if out.job_state == "REQUEUED":
-            self._note_checkpoint(j)
+            if out.cause not in ("completed", "cancelled", "timeout", "user_error"):
+                saved = max(j.start_time, j.last_checkpoint or j.start_time)
+                lost = gpus * max(0.0, now - saved)  # work since the last checkpoint, thrown away
+                j.lost_gpu_s += lost
+        self._end_attempt(s, j, out.attempt_state, out.reason, out.exit_code, out.signal, now, out.cause, lost)
+        max_retries = next((c.max_retries for c in cfg.spec.classes if c.name == j.job_class), 0)
+        retry = out.job_state not in ("REQUEUED", "COMPLETED") and should_retry(out, j.retries, max_retries)
+        if out.job_state == "REQUEUED" or retry:
             if j.last_checkpoint is not None and j.start_time is not None:
                 j.progress_s += max(0.0, j.last_checkpoint - j.start_time)  # work the next attempt resumes from
-            self._to_queue(j, now, out.reason)
-            j.state = "REQUEUED"
+            reason = out.reason
+            if retry:
+                j.retries += 1
+                wait = backoff_s(j.retries, self.p.retry_backoff_s)
+                j.retry_after = now + wait
+                reason = f"Retry {j.retries}/{max_retries} in {wait:.0f}s after {out.attempt_state}: {out.reason}"
+            self._to_queue(j, now, reason)
         else:
             j.state, j.reason, j.end_time = out.job_state, out.reason, now
             j.exit_code, j.signal = out.exit_code, out.signal
             j.stop_kind, j.stop_since, j.stop_stage = None, None, 0
         record(s, "backend", f"job.{out.attempt_state.lower()}",
-               f"attempt {j.attempt} ended {out.attempt_state}: {out.reason}", job_id=j.id, at=now,
-               data={"exit_code": out.exit_code, "signal": out.signal, "attempt": j.attempt})
+               f"attempt {j.attempt} ended {out.attempt_state} ({out.cause}): {out.reason}"
+               + (f"; lost {lost:.0f} GPU-s since its last checkpoint" if lost else ""), job_id=j.id, at=now,
+               data={"exit_code": out.exit_code, "signal": out.signal, "attempt": j.attempt, "cause": out.cause,
+                     "lost_gpu_s": lost})
+        if retry:
+            record(s, "scheduler", "job.retry", reason, job_id=j.id, at=now,
+                   data={"retry": j.retries, "max_retries": max_retries, "backoff_s": j.retry_after - now})
+
+    def _attempt_row(self, s, j: JobRow) -> AttemptRow | None:  # noqa: ANN001
+        return s.scalars(select(AttemptRow).where(AttemptRow.job_id == j.id, AttemptRow.attempt == j.attempt)).first()
 
     def _note_checkpoint(self, j: JobRow) -> None:
         """The newest committed checkpoint of this attempt, as the engine's `last_checkpoint`."""
@@ -225,10 +250,12 @@ class ControlLoop:
             if j.last_checkpoint is None or found[2] > j.last_checkpoint:
                 j.last_checkpoint = found[2]
 
-    def _end_attempt(self, s, j: JobRow, state: str, reason: str, code, sig, now: float) -> None:  # noqa: ANN001
-        a = s.scalars(select(AttemptRow).where(AttemptRow.job_id == j.id, AttemptRow.attempt == j.attempt)).first()
+    def _end_attempt(self, s, j: JobRow, state: str, reason: str, code, sig, now: float,  # noqa: ANN001
+                     cause: str = "", lost: float = 0.0) -> None:
+        a = self._attempt_row(s, j)
         if a is not None:
             a.state, a.reason, a.exit_code, a.signal, a.ended_at = state, reason, code, sig, now
+            a.cause, a.lost_gpu_s = cause, lost
         # The attempt's job token dies with it (a token leaked through a log must not outlive the run).
         s.execute(update(TokenRow).where(TokenRow.job_id == j.id, TokenRow.role == "job").values(revoked=True))
 
@@ -294,7 +321,9 @@ class ControlLoop:
             # Plain rows of the columns the engine reads, not ORM objects: with thousands waiting,
             # loading them was most of a pass. Held jobs are not the engine's business.
             pending = s.execute(select(*(t.c[c] for c in PENDING_COLUMNS))
-                                .where(t.c.state.in_(PENDING_STATES), t.c.held.is_(False)).order_by(t.c.id)).all()
+                                .where(t.c.state.in_(PENDING_STATES), t.c.held.is_(False),
+                                       or_(t.c.retry_after.is_(None), t.c.retry_after <= now))
+                                .order_by(t.c.id)).all()
             horizon = now - 6 * USAGE_HALF_LIFE_S
             spans = s.execute(select(JobRow.team, AttemptRow.placement, AttemptRow.started_at, AttemptRow.ended_at)
                               .join(JobRow, JobRow.id == AttemptRow.job_id)
@@ -336,6 +365,7 @@ class ControlLoop:
     def _start(self, s, j: JobRow, placement: list[dict], now: float) -> LaunchSpec:  # noqa: ANN001
         j.attempt += 1
         j.state, j.reason, j.start_time, j.end_time, j.est_start = "RUNNING", "None", now, None, None
+        j.retry_after = None
         j.placement, j.exit_code, j.signal = placement, None, None
         j.last_checkpoint = None
         j.stop_kind, j.stop_since, j.stop_stage = None, None, 0
@@ -373,8 +403,9 @@ class ControlLoop:
             with self.lock, self.store.session.begin() as s:
                 j = s.get(JobRow, spec.job_id)
                 if j is not None and j.attempt == spec.attempt and j.state == "RUNNING":
-                    self._end_attempt(s, j, "FAILED", f"LaunchFailed: {e}", None, None, now)
-                    j.state, j.reason, j.end_time = "FAILED", f"LaunchFailed: {e}", now
+                    why = f"UserError: cannot launch: {e}"  # no such program, workdir gone, …
+                    self._end_attempt(s, j, "FAILED", why, None, None, now, "user_error")
+                    j.state, j.reason, j.end_time = "FAILED", why, now
                     record(s, "backend", "job.failed", f"launch failed: {e}", job_id=j.id, at=now)
 
 

@@ -4,8 +4,10 @@ Pure functions, so every rule of the exit-code contract (DESIGN.md) has a test o
 0 everywhere → COMPLETED; 75 ("checkpointed, requeue me") → REQUEUED; a stop the control plane
 asked for (cancel, time limit, preemption, requeue) ends as that stop says; anything else is a
 failure, classified: OUT_OF_MEMORY when a log says so, NODE_FAIL when the ranks vanished without
-an exit (their processes died while nobody watched), else FAILED with the first bad rank's code
-or signal.
+an exit (their processes died while nobody watched), `Hung` for the runtime's watchdog exit,
+a user error when it failed before its first step (or its command is missing), else a crash
+with the first bad rank's code or signal. Each outcome names a `cause`; the control loop
+retries the `RETRYABLE` ones within the class's budget (`control/retry.py`).
 """
 
 from __future__ import annotations
@@ -15,18 +17,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainyard.backends.base import AttemptState, RankState
-
 from trainyard.contracts import REQUEUE_EXIT, WATCHDOG_EXIT
+
 OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "torch.OutOfMemoryError", "Killed process")
+
+
+# Why an attempt ended, as the retry policy sees it (`RETRYABLE` ones are retried automatically).
+CAUSES = ("completed", "cancelled", "timeout", "preempted", "requeued", "node_lost", "hung", "oom", "user_error",
+          "crash")
+RETRYABLE = ("node_lost", "hung", "crash")
 
 
 @dataclass(frozen=True)
 class Outcome:
-    job_state: str  # the job's state after this attempt
+    job_state: str  # the job's state after this attempt (before any retry)
     attempt_state: str  # how the attempt itself ended
     reason: str
     exit_code: int | None
     signal: int | None
+    cause: str = "crash"
 
 
 def _signame(sig: int) -> str:
@@ -59,7 +68,9 @@ def _log_says_oom(job_dir: Path, rank: int) -> bool:
     return any(m in tail for m in OOM_MARKERS)
 
 
-def classify(st: AttemptState, stop_kind: str | None, job_dir: Path) -> Outcome:
+def classify(st: AttemptState, stop_kind: str | None, job_dir: Path, made_progress: bool = False) -> Outcome:
+    """The attempt's outcome. `made_progress`: the job finished at least one step in this attempt
+    (the runtime said so, or it committed a checkpoint); a failure before that is the user's."""
     ranks = st.ranks
     codes = [r.exit_code for r in ranks]
     all_ok = bool(ranks) and all(c == 0 for c in codes)
@@ -68,27 +79,34 @@ def classify(st: AttemptState, stop_kind: str | None, job_dir: Path) -> Outcome:
     sig = bad.signal if bad else None
 
     if stop_kind == "cancel":
-        return Outcome("CANCELLED", "CANCELLED", "Cancelled", code, sig)
+        return Outcome("CANCELLED", "CANCELLED", "Cancelled", code, sig, "cancelled")
     if stop_kind == "timeout":
-        return Outcome("TIMEOUT", "TIMEOUT", "TimeLimit", code, sig)
+        return Outcome("TIMEOUT", "TIMEOUT", "TimeLimit", code, sig, "timeout")
     if stop_kind in ("preempt", "requeue") and not all_ok:
         saved = "checkpointed" if any(c == REQUEUE_EXIT for c in codes) else "stopped without a checkpoint exit"
         if stop_kind == "preempt":
-            return Outcome("REQUEUED", "PREEMPTED", f"Preempted ({saved})", code, sig)
-        return Outcome("REQUEUED", "REQUEUED", f"Requeued ({saved})", code, sig)
+            return Outcome("REQUEUED", "PREEMPTED", f"Preempted ({saved})", code, sig, "preempted")
+        return Outcome("REQUEUED", "REQUEUED", f"Requeued ({saved})", code, sig, "requeued")
     if all_ok:
-        return Outcome("COMPLETED", "COMPLETED", "None", 0, None)
+        return Outcome("COMPLETED", "COMPLETED", "None", 0, None, "completed")
     if bad is None:  # every rank exited 0 or 75, at least one 75: it asks to be requeued
-        return Outcome("REQUEUED", "REQUEUED", "JobRequestedRequeue (exit 75)", REQUEUE_EXIT, None)
+        return Outcome("REQUEUED", "REQUEUED", "JobRequestedRequeue (exit 75)", REQUEUE_EXIT, None, "requeued")
     if any(_log_says_oom(job_dir, r.rank) for r in ranks):
-        return Outcome("OUT_OF_MEMORY", "OUT_OF_MEMORY", f"OutOfMemory on rank {bad.rank}", code, sig)
+        return Outcome("OUT_OF_MEMORY", "OUT_OF_MEMORY", f"oom: out of memory on rank {bad.rank}", code, sig, "oom")
     if bad.lost:
         return Outcome("NODE_FAIL", "NODE_FAIL",
                        f"rank {bad.rank}'s processes ended with no exit recorded (the node or its supervisor died)",
-                       None, None)
+                       None, None, "node_lost")
     if bad.exit_code == WATCHDOG_EXIT:
         return Outcome("FAILED", "FAILED", f"Hung: no step finished within the watchdog's time (rank {bad.rank}, "
-                       f"exit {WATCHDOG_EXIT})", bad.exit_code, None)
+                       f"exit {WATCHDOG_EXIT})", bad.exit_code, None, "hung")
+    if bad.exit_code in (126, 127) or (not made_progress and bad.signal != _signal.SIGKILL):
+        what = {126: "command not executable", 127: "command not found"}.get(bad.exit_code, "failed before its first step")
+        how = f"exit {bad.exit_code}" if bad.signal is None else f"signal {_signame(bad.signal)}"
+        return Outcome("FAILED", "FAILED", f"UserError: {what} ({how} on rank {bad.rank})",
+                       bad.exit_code, bad.signal, "user_error")
     if bad.signal is not None:
-        return Outcome("FAILED", "FAILED", f"Signal {_signame(bad.signal)} on rank {bad.rank}", None, bad.signal)
-    return Outcome("FAILED", "FAILED", f"NonZeroExitCode {bad.exit_code} on rank {bad.rank}", bad.exit_code, None)
+        return Outcome("FAILED", "FAILED", f"Signal {_signame(bad.signal)} on rank {bad.rank}", None, bad.signal,
+                       "crash")
+    return Outcome("FAILED", "FAILED", f"NonZeroExitCode {bad.exit_code} on rank {bad.rank}", bad.exit_code, None,
+                   "crash")

@@ -221,7 +221,8 @@ _SHOWN = (("id", "id"), ("name", "name"), ("user", "user"), ("team", "team"), ("
           ("checkpoint_interval_s", "checkpoint_interval_s"), ("submit_time", "submit_time"),
           ("start_time", "start_time"), ("end_time", "end_time"), ("est_start", "est_start"), ("attempt", "attempt"),
           ("placement", "placement"), ("exit_code", "exit_code"), ("signal", "signal"),
-          ("last_checkpoint", "last_checkpoint"), ("progress", "progress"), ("command", "command"),
+          ("last_checkpoint", "last_checkpoint"), ("progress", "progress"), ("retries", "retries"),
+         ("retry_after", "retry_after"), ("lost_gpu_s", "lost_gpu_s"), ("command", "command"),
           ("workdir", "workdir"), ("env", "env"), ("output", "output"))
 _KEYS = tuple(k for k, _ in _SHOWN)
 _COLUMNS = tuple(c for _, c in _SHOWN)
@@ -361,6 +362,16 @@ def requeue(s: Session, job_id: int, by: Principal) -> JobRow:
 
 
 def attempts(s: Session, job_id: int) -> list[dict[str, Any]]:
-    rows = s.scalars(select(AttemptRow).where(AttemptRow.job_id == job_id).order_by(AttemptRow.attempt))
-    return [{"attempt": a.attempt, "state": a.state, "placement": a.placement, "started_at": a.started_at,
-             "ended_at": a.ended_at, "exit_code": a.exit_code, "signal": a.signal, "reason": a.reason} for a in rows]
+    """Each attempt, with what it cost: `lost_gpu_s` (work since its last checkpoint when it ended) and
+    `recover_s` (from its end to the next attempt's first finished step, as the runtime reports it)."""
+    rows = list(s.scalars(select(AttemptRow).where(AttemptRow.job_id == job_id).order_by(AttemptRow.attempt)))
+    out = []
+    for a, nxt in zip(rows, rows[1:] + [None]):
+        recover = None
+        if nxt is not None and a.ended_at is not None and nxt.first_step_at is not None:
+            recover = max(0.0, nxt.first_step_at - a.ended_at)
+        out.append({"attempt": a.attempt, "state": a.state, "placement": a.placement, "started_at": a.started_at,
+                    "ended_at": a.ended_at, "exit_code": a.exit_code, "signal": a.signal, "reason": a.reason,
+                    "cause": a.cause, "lost_gpu_s": a.lost_gpu_s, "first_step_at": a.first_step_at,
+                    "recover_s": recover})
+    return out

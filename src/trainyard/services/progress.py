@@ -12,12 +12,13 @@ import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Forbidden, NotFound
 from trainyard.services.events import record
-from trainyard.store.models import JobRow
+from trainyard.store.models import AttemptRow, JobRow
 
 
 class ProgressReport(BaseModel):
@@ -51,6 +52,10 @@ def report(s: Session, job_id: int, rep: ProgressReport, by: Principal) -> dict[
     if rep.attempt != row.attempt or row.state not in ("RUNNING", "COMPLETING"):
         return {"accepted": False, "why": f"job {job_id} is {row.state}, attempt {row.attempt}"}
     row.progress = rep.model_dump()
+    if rep.event not in ("start", "resume"):  # a step finished in this attempt: recovery is over
+        att = s.scalars(select(AttemptRow).where(AttemptRow.job_id == job_id, AttemptRow.attempt == rep.attempt)).first()
+        if att is not None and att.first_step_at is None:
+            att.first_step_at = rep.time
     t = rep.last_checkpoint_time
     if t is not None and row.start_time is not None and t >= row.start_time and \
             (row.last_checkpoint is None or t > row.last_checkpoint):

@@ -73,6 +73,11 @@ class JobRow(Base):
     # the newest report of the in-job runtime (step, last checkpoint, metrics), if it sends any
     progress: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
+    # automatic retries after failures (their budget is the class's `max_retries`)
+    retries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    retry_after: Mapped[float | None] = mapped_column(Float, nullable=True)  # backoff: not scheduled before
+    lost_gpu_s: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")  # work thrown away, in total
+
     # a stop in progress: why (preempt, cancel, timeout, requeue, node) and since when
     stop_kind: Mapped[str | None] = mapped_column(String(20), nullable=True)
     stop_since: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -94,6 +99,9 @@ class AttemptRow(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     signal: Mapped[int | None] = mapped_column(Integer, nullable=True)
     reason: Mapped[str] = mapped_column(String(200), default="")
+    cause: Mapped[str] = mapped_column(String(20), default="", server_default="")  # outcome.CAUSES
+    lost_gpu_s: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")  # since the last checkpoint
+    first_step_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # the runtime's first report of a step
 
 
 class EventRow(Base):
