@@ -34,7 +34,8 @@ class Plane:
                  tick_s: float = 0.1, kill_wait_s: float = 3.0, start: bool = True, **kw: Any):
         text = config.read_text() if config is not None else None
         self.cp = ControlPlane(data_dir, db_url=db_url, config_text=text,
-                               loop_params=LoopParams(tick_s=tick_s, kill_wait_s=kill_wait_s, retry_backoff_s=0.5),
+                               loop_params=LoopParams(tick_s=tick_s, kill_wait_s=kill_wait_s, retry_backoff_s=0.5,
+                                                      hung_after_s=1.0),
                                **kw)
         self.app = create_app(self.cp)
         self.http = TestClient(self.app)

@@ -45,7 +45,7 @@ from trainyard.services.events import record
 from trainyard.services.jobs import ACTIVE_STATES, PENDING_STATES, job_dir
 from trainyard.services.nodes import node_states
 from trainyard.store.db import Store
-from trainyard.store.models import AttemptRow, JobRow, TokenRow
+from trainyard.store.models import AttemptRow, JobRow, NodeRow, TokenRow
 
 log = logging.getLogger("trainyard.loop")
 
@@ -55,6 +55,7 @@ REASONS = {
     Reason.PREEMPTING: "Preempting",
 }
 NOTICE, TERM, KILL = 1, 2, 3
+HEALTH = "health"  # the actor of node-health events, and the mark of a node the loop took down itself
 # What `snapshot.pending_of` and the reason bookkeeping read of a waiting job.
 PENDING_COLUMNS = ("id", "team", "job_class", "pool", "submit_time", "gpus", "gpus_per_node", "nodes_min", "nodes_max",
                    "gpu_mem_mib", "time_limit_s", "checkpoint_interval_s", "attempt", "queued_since", "progress_s",
@@ -67,6 +68,7 @@ class LoopParams:
     kill_wait_s: float = 10.0  # SIGTERM → SIGKILL (Slurm's KillWait)
     min_interval_s: float = 0.05  # wakes closer together than this are merged
     retry_backoff_s: float = 10.0  # first automatic retry waits this long, then twice as long each time
+    hung_after_s: float = 30.0  # a rank stopped (frozen) this long makes its job hung
 
 
 @dataclass
@@ -98,6 +100,8 @@ class ControlLoop:
         self.lock, self.policy, self.p = write_lock, policy or TrainyardPolicy(), params or LoopParams()
         self.api_url, self.clock = api_url, clock
         self.stats = LoopStats()
+        self._last_facts: list[AttemptState] = []
+        self._stopped_since: dict[tuple[int, int], float] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -140,6 +144,7 @@ class ControlLoop:
     def step(self) -> None:
         now = self.clock()
         self.reconcile(now)
+        self.watch_nodes(now)
         self.drive_stops(now)
         self.schedule(self.clock())
         self.stats.steps += 1
@@ -147,7 +152,8 @@ class ControlLoop:
     # 1. reconcile ----------------------------------------------------------------------------
 
     def reconcile(self, now: float) -> None:
-        facts = {(a.job_id, a.attempt): a for a in self.backend.poll()}
+        self._last_facts = self.backend.poll()
+        facts = {(a.job_id, a.attempt): a for a in self._last_facts}
         with self.lock, self.store.session.begin() as s:
             active = {j.id: j for j in s.scalars(select(JobRow).where(JobRow.state.in_(ACTIVE_STATES)))}
             cfg = self.configs.current(s)
@@ -265,6 +271,56 @@ class ControlLoop:
         j.placement, j.start_time, j.est_start = None, None, None
         j.stop_kind, j.stop_since, j.stop_stage = None, None, 0
 
+    # 1b. node health ---------------------------------------------------------------------------
+
+    def watch_nodes(self, now: float) -> None:
+        """Nodes the backend reports unhealthy go down (nothing new lands there) and the jobs on
+        them are stopped to be retried elsewhere; a node the loop took down comes back once the
+        backend's check passes. Ranks stopped (SIGSTOP, a frozen node) for `hung_after_s` make
+        their job a hung one."""
+        inventory = {n.name: n for n in self.backend.inventory()}
+        stopped = self._stopped_ranks(now)
+        with self.lock, self.store.session.begin() as s:
+            rows = node_states(s)
+            active = list(s.scalars(select(JobRow).where(JobRow.state.in_(ACTIVE_STATES))))
+            for name, info in inventory.items():
+                row = rows.get(name)
+                if not info.healthy and (row is None or row.state != "down"):
+                    row = row or NodeRow(name=name)
+                    row.state, row.reason, row.updated_at, row.updated_by = "down", f"{info.state} (health)", now, \
+                        HEALTH
+                    s.add(row)
+                    record(s, HEALTH, "node.down", f"node {name} is {info.state}: down, its jobs move elsewhere",
+                           node=name, at=now, data={"state": info.state})
+                    for j in active:
+                        if j.stop_kind is None and any(p["node"] == name for p in j.placement or []):
+                            j.stop_kind, j.stop_since, j.stop_stage = "node", now, 0
+                            j.reason = f"node {name} {info.state}"
+                            record(s, HEALTH, "job.node_failed", f"node {name} is {info.state}; stopping the job "
+                                   "to resume it elsewhere", job_id=j.id, node=name, at=now)
+                elif info.healthy and row is not None and row.state == "down" and row.updated_by == HEALTH:
+                    ok, why = self.backend.check_node(name)
+                    if ok:
+                        row.state, row.reason, row.updated_at = "up", "", now
+                        record(s, HEALTH, "node.up", f"node {name} passed its checks: back in service",
+                               node=name, at=now)
+            for j in active:
+                if j.stop_kind is None and (j.id, j.attempt) in stopped:
+                    j.stop_kind, j.stop_since, j.stop_stage = "hung", now, 0
+                    j.reason = f"ranks stopped for {self.p.hung_after_s:.0f}s"
+                    record(s, HEALTH, "job.hung", f"ranks made no progress (stopped) for {self.p.hung_after_s:.0f}s; "
+                           "killing it to resume from its checkpoint", job_id=j.id, at=now)
+
+    def _stopped_ranks(self, now: float) -> set[tuple[int, int]]:
+        """Attempts with a rank stopped for at least `hung_after_s` (remembered across passes)."""
+        seen: dict[tuple[int, int], float] = {}
+        for a in self._last_facts:
+            if any(r.running and r.stopped for r in a.ranks):
+                key = (a.job_id, a.attempt)
+                seen[key] = self._stopped_since.get(key, now)
+        self._stopped_since = seen
+        return {k for k, t in seen.items() if now - t >= self.p.hung_after_s}
+
     # 2. stops ----------------------------------------------------------------------------------
 
     def drive_stops(self, now: float) -> None:
@@ -298,6 +354,8 @@ class ControlLoop:
 
     def _next_stage(self, j: JobRow, now: float, grace_s: float) -> int:
         since = j.stop_since or now
+        if j.stop_kind == "hung":
+            return KILL  # a stopped process cannot act on SIGTERM
         if j.stop_kind in ("preempt", "requeue"):
             if j.stop_stage < NOTICE:
                 return NOTICE

@@ -82,6 +82,11 @@ def classify(st: AttemptState, stop_kind: str | None, job_dir: Path, made_progre
         return Outcome("CANCELLED", "CANCELLED", "Cancelled", code, sig, "cancelled")
     if stop_kind == "timeout":
         return Outcome("TIMEOUT", "TIMEOUT", "TimeLimit", code, sig, "timeout")
+    if stop_kind == "node" and not all_ok:
+        where = f"rank {bad.rank}" if bad else "a rank"
+        return Outcome("NODE_FAIL", "NODE_FAIL", f"node failure: {where}'s node died or hung", code, sig, "node_lost")
+    if stop_kind == "hung" and not all_ok:
+        return Outcome("FAILED", "FAILED", "Hung: ranks stopped and made no progress", code, sig, "hung")
     if stop_kind in ("preempt", "requeue") and not all_ok:
         saved = "checkpointed" if any(c == REQUEUE_EXIT for c in codes) else "stopped without a checkpoint exit"
         if stop_kind == "preempt":

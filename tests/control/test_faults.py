@@ -1,0 +1,64 @@
+"""Node and rank failures on the emulated cluster: noticed, drained, jobs resumed elsewhere from
+their checkpoint, the node returned after its check (the local backend's fault injection)."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from tests.plane import Plane
+
+WORK = [sys.executable, "-m", "trainyard.demo.work", "--steps", "30", "--step-time", "0.1", "--ckpt-every", "5"]
+
+
+def node_state(p: Plane, name: str) -> str:
+    return p.admin.get(f"/api/v1/nodes/{name}").json()["state"]
+
+
+def wait_until(pred, timeout: float = 20.0) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.05)
+
+
+def test_a_dead_node_is_drained_and_its_job_resumes_on_another_node(plane):
+    j = plane.submit(command=WORK, gpus=2, team="vision")
+    first = plane.wait(j["id"], "RUNNING")
+    node = first["placement"][0]["node"]
+    other = "node-1" if node == "node-0" else "node-0"
+    ck = plane.cp.data_dir / "jobs" / str(j["id"]) / "checkpoints"
+    wait_until(lambda: (ck / "step-5" / "COMMITTED").exists())
+    plane.cp.backend.kill_node(node)
+    wait_until(lambda: node_state(plane, node) == "down")
+    again = plane.wait(j["id"], lambda x: x["state"] == "RUNNING" and x["attempt"] == 2, timeout=20)
+    assert {p["node"] for p in again["placement"]} == {other}
+    done = plane.wait(j["id"], "COMPLETED", timeout=30)
+    a1 = done["attempts"][0]
+    assert (a1["state"], a1["cause"]) == ("NODE_FAIL", "node_lost") and done["retries"] == 1
+    assert a1["lost_gpu_s"] < 2 * 10  # at most a checkpoint interval's work on 2 GPUs (and the notice)
+    log = (plane.cp.data_dir / "jobs" / str(j["id"]) / "logs" / "rank-0.log").read_text()
+    assert "attempt 2 starts at step 5" in log or "attempt 2 starts at step 1" in log  # resumed, not restarted
+    kinds = [e["kind"] for e in plane.admin.get("/api/v1/events", params={"limit": 1000}).json()["events"]]
+    assert "node.down" in kinds and "job.retry" in kinds, kinds
+    # Back after its check passes, and only then.
+    assert node_state(plane, node) == "down"
+    plane.cp.backend.revive_node(node)
+    wait_until(lambda: node_state(plane, node) == "up")
+
+
+def test_a_hung_rank_is_killed_and_the_job_resumes(plane):
+    j = plane.submit(command=WORK, gpus=2, team="vision")
+    plane.wait(j["id"], "RUNNING")
+    ck = plane.cp.data_dir / "jobs" / str(j["id"]) / "checkpoints"
+    wait_until(lambda: (ck / "step-5" / "COMMITTED").exists())
+    plane.cp.backend.hang_rank(j["id"], 1, 1)
+    done = plane.wait(j["id"], "COMPLETED", timeout=40)
+    a1 = done["attempts"][0]
+    assert a1["cause"] == "hung" and done["retries"] == 1 and done["attempt"] == 2
+
+
+def test_an_operator_drain_is_not_undone_by_the_health_check(plane):
+    plane.admin.post("/api/v1/nodes/node-1/drain", json={"reason": "maintenance"})
+    time.sleep(0.5)
+    assert node_state(plane, "node-1") == "drain"
