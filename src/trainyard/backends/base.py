@@ -3,18 +3,26 @@
 A backend *executes decisions and reports facts* (DESIGN.md rule 2). It never decides to kill,
 requeue or time anything out; the control loop does that and calls `signal`/`release`.
 
-    inventory() -> [NodeInfo]        what can be placed on (nodes, GPUs, health)
+    inventory() -> [NodeInfo]        what can be placed on (nodes, GPUs, health, state)
     launch(LaunchSpec)               start every rank of one attempt, or none (BackendError)
     signal(job, attempt, sig)        deliver `sig` to every rank's process group; gone is fine
     poll() -> [AttemptState]         every attempt it knows, also those re-found after a restart
+    check_node(name) -> (ok, why)    health check before a drained node returns to service
     release(job, attempt)            SIGKILL what is left, forget the run state (logs stay)
     close()                          stop watching; running ranks keep running
 
 An attempt is the unit: `(job_id, attempt)` names it, `attempt` increments on every requeue, so
 a late fact about attempt 1 can never be confused with attempt 2. Each rank is reported with
 exactly one of: `running`, `exit_code` (exited), `signal` (killed by a signal) or `lost` (gone
-with no recorded exit: it died while nobody watched, or its record points at a recycled pid).
-Interpreting those facts (completed, requeue on 75, node lost, ...) is the control loop's job.
+with no recorded exit: it died while nobody watched, its record points at a recycled pid, or its
+node died under it). A running rank may be `stopped` (frozen: alive, making no progress). A node
+the backend knows to be down is `healthy=False` with `state` saying why ("dead", "hung").
+Interpreting those facts (completed, requeue on 75, node lost, hung, drain, ...) is the control
+loop's job; a backend never requeues or drains on its own.
+
+Fault injection is emulation-only, not part of `Backend`: `LocalBackend` has `kill_node`,
+`hang_node`, `revive_node`, `kill_rank` and `hang_rank`; node states persist under
+`<data_dir>/nodes/`, so another process (a chaos command) can inject them.
 
 The backend sets the job-environment contract (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
 MASTER_ADDR, MASTER_PORT, CUDA_VISIBLE_DEVICES, TRAINYARD_JOB_ID, TRAINYARD_ATTEMPT,

@@ -15,6 +15,10 @@ Run state on disk, so a control plane killed with -9 loses nothing:
     <job_dir>/run/attempt-<a>/rank-<r>.json   written by the runner: pid, start time, pgid
     <job_dir>/run/attempt-<a>/rank-<r>.exit   written by the runner (or by the backend that reaped
                                               a runner killed by a signal): exit code or signal
+    <job_dir>/run/attempt-<a>/rank-<r>.lost   written by `kill_node` for a rank alive when its node
+                                              died: the rank is `lost`, whatever else is recorded
+    <data_dir>/nodes/<name>.json              emulated node state {state: up|hung|dead, since}; read
+                                              on every inventory/poll/launch, absent means up
 
 A new `LocalBackend` scans `<data_dir>/jobs/*/run/attempt-*` and reports those attempts from the
 files alone; a pid counts as the rank only if its /proc start time matches the record (pids get
@@ -24,6 +28,11 @@ and keeps the logs.
 Launch waits until every runner has recorded that its command was executed, so it can honour
 "every rank or none": a command that is not found (127) or not executable (126) is recorded in the
 rank log, every started rank is killed and `BackendError` is raised.
+
+Node faults (emulation only): `kill_node` SIGKILLs every rank group placed on the node and marks
+it dead; `hang_node` SIGSTOPs them and marks it hung; `revive_node` SIGCONTs and marks it up. A
+node that is not up is `healthy=False` in the inventory, refuses launches and fails `check_node`.
+They act on the run state on disk, so any process on the same data dir can inject them.
 
 Environment: the ranks inherit this process's environment minus `TRAINYARD_*` (the control plane's
 own settings are not the job's business), then `LaunchSpec.env`, then the contract variables.
@@ -114,7 +123,7 @@ class LocalBackend:
 
         Raises:
             BackendError: the spec does not fit this backend (unknown node, GPU index out of range,
-                ranks not 0..n-1, attempt already known), workdir missing, job dir not creatable,
+                ranks not 0..n-1, attempt already known), a node is dead or hung, workdir missing, job dir not creatable,
                 command not found / not executable, or a runner did not come up in time.
         """
         with self._lock:
@@ -258,13 +267,7 @@ class LocalBackend:
         with self._lock:
             self._known_node(name)
             self._set_node_state(name, "hung")
-            recs = [rec for run_dir, r in self._ranks_on(name) if (rec := _read_json(run_dir / f"rank-{r}.json"))]
-            self._signal_groups(recs, _signal.SIGSTOP)
-            deadline = time.monotonic() + 2
-            while recs and time.monotonic() < deadline:
-                recs = [rec for rec in recs if _procfs.is_alive(rec["pid"], rec["start_time"]) and not _stopped(rec)]
-                if recs:
-                    time.sleep(0.01)
+            self._stop_groups([rec for run_dir, r in self._ranks_on(name) if (rec := _read_json(run_dir / f"rank-{r}.json"))])
 
     def revive_node(self, name: str) -> None:
         """The node is repaired: SIGCONT the stopped rank groups still on it, mark it `up`.
@@ -292,8 +295,16 @@ class LocalBackend:
                 self._signal_groups([rec], sig)
 
     def hang_rank(self, job_id: int, attempt: int, rank: int) -> None:
-        """SIGSTOP one rank's process group: it keeps `running`, with `stopped=True`."""
-        self.kill_rank(job_id, attempt, rank, _signal.SIGSTOP)
+        """SIGSTOP one rank's process group: it keeps `running`, with `stopped=True`. Returns
+        once it is stopped.
+
+        Raises:
+            BackendError: no such attempt or rank here (run state on disk, any owner).
+        """
+        with self._lock:
+            rec = _read_json(self._rank_run_dir(job_id, attempt, rank) / f"rank-{rank}.json")
+            if rec is not None:
+                self._stop_groups([rec])
 
     # -- node state -----------------------------------------------------------------------------
 
@@ -338,6 +349,15 @@ class LocalBackend:
             if (meta.get("job_id"), meta.get("attempt")) == (job_id, attempt) and 0 <= rank < meta.get("world_size", 0):
                 return run_dir
         raise BackendError(f"job {job_id} attempt {attempt}: no rank {rank} here")
+
+    def _stop_groups(self, recs: list[dict]) -> None:
+        """SIGSTOP the groups and wait (briefly) until /proc shows them stopped: delivery is async."""
+        self._signal_groups(recs, _signal.SIGSTOP)
+        deadline = time.monotonic() + 2
+        while recs and time.monotonic() < deadline:
+            recs = [rec for rec in recs if not _all_stopped(rec)]
+            if recs:
+                time.sleep(0.005)
 
     @staticmethod
     def _signal_groups(recs: list[dict], sig: int) -> None:
@@ -603,6 +623,15 @@ def _stopped(rec: dict | None) -> bool:
         if st is not None and st.pgrp == rec["pgid"] and not st.exited:
             return st.state in ("T", "t")
     return False
+
+
+def _all_stopped(rec: dict) -> bool:
+    """Are the runner and its command both stopped, or gone?"""
+    for pid in (rec.get("child_pid"), rec["pid"]):
+        st = _procfs.read_stat(pid) if pid else None
+        if st is not None and st.pgrp == rec["pgid"] and not st.exited and st.state not in ("T", "t"):
+            return False
+    return True
 
 
 def _now() -> str:
