@@ -20,7 +20,7 @@ from tests.recipes.helpers import TINY_PRETRAIN
 pytestmark = pytest.mark.slow
 
 CKPT = 5
-STEPS = 40
+STEPS = 80  # 40 steps of the tiny model take ~1.5 s: less than a `yard chaos` call needs to land
 # watchdog_s: a rank stuck in a collective behind a frozen peer exits `hung` (86) after 5 s.
 SETS = [*TINY_PRETRAIN, f"steps={STEPS}", f"checkpoint_every={CKPT}", "watchdog_s=5"]
 RECOVER_S = 30.0

@@ -208,6 +208,15 @@ def chaos(
         except (OSError, ValueError, KeyError):
             fail(f"--data-dir: no pid in {dd / 'server.json'}")
         c.post(f"/api/v1/jobs/{job}/requeue")
+        # kill it in the middle of the preemption: once the loop has sent the checkpoint notice
+        deadline = time.monotonic() + 5
+        noticed = False
+        while time.monotonic() < deadline and not noticed:
+            evs = c.get(f"/api/v1/jobs/{job}/events").get("events", [])
+            noticed = any("signal" in json.dumps(e) and "SIGUSR1" in json.dumps(e) for e in evs)
+            if not noticed:
+                time.sleep(0.02)
+        time.sleep(0.1)  # the signal goes out right after the event is stored
         os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
@@ -219,6 +228,6 @@ def chaos(
             except (ProcessLookupError, OSError):
                 break
             time.sleep(0.01)
-        typer.echo(f"requeued job {job} (checkpoint notice sent) and killed the control plane (pid {pid}) with -9; "
+        typer.echo(f"requeued job {job} (checkpoint notice {'sent' if noticed else 'not seen yet'}) and killed the control plane (pid {pid}) with -9; "
                    f"restart it with `yard up --data-dir {dd}` (plus its usual --config/--port): it re-attaches "
                    f"the ranks")
