@@ -248,7 +248,11 @@ def test_corrupt_checkpoint(cluster, reference):
     out = cluster.yard("chaos", "corrupt-checkpoint", "--job", str(job), "--rank", "1").stdout
     assert "truncated" in out
     # two incidents in one: the newest checkpoint is lost and so is the work since it
-    check(cluster, reference, job, "corrupt-checkpoint", lost_intervals=2, t_incident=t)
+    bad = int(out.split(") in step-")[1].split(",")[0])
+    j = check(cluster, reference, job, "corrupt-checkpoint", lost_intervals=2, t_incident=t)
+    # the next attempt fell back past the damaged checkpoint
+    resumed = FIGURES["corrupt-checkpoint"][f"attempt{j['attempts'][0]['attempt']}"]["resumed_at"]
+    assert resumed - 1 < bad, f"resumed at {resumed}, but step-{bad} was damaged"
 
 
 def test_kill_plane_during_preemption(cluster, reference):

@@ -183,8 +183,15 @@ def chaos(
     elif scenario == "corrupt-checkpoint":
         _check_rank(j, dd, rank)
         ck = dd / "jobs" / str(job) / "checkpoints"
+        be, _, _ = _backend(c, dd)
+        world = _world(j, dd)
+        # freeze the ranks first, so no newer checkpoint is committed between the damage and the kill
+        for r in range(world):
+            be.hang_rank(job, attempt, r)
         steps = _newest_committed(ck)
         if not steps:
+            for r in range(world):
+                be.kill_rank(job, attempt, r, signal.SIGCONT)
             fail(f"--job: job {job} has no committed checkpoint in {ck} yet")
         newest = steps[0]
         shards = sorted(p for p in newest.rglob("*") if p.is_file() and p.suffix == ".distcp")
@@ -197,8 +204,10 @@ def chaos(
         size = shard.stat().st_size
         with open(shard, "r+b") as f:
             f.truncate(size // 2)
-        be, _, _ = _backend(c, dd)
         be.kill_rank(job, attempt, rank, signal.SIGKILL)
+        for r in range(world):
+            if r != rank:
+                be.kill_rank(job, attempt, r, signal.SIGCONT)
         typer.echo(f"truncated {shard} ({size} -> {size // 2} bytes) in {newest.name}, the newest committed "
                    f"checkpoint; killed rank {rank} of job {job} attempt {attempt}: the next attempt must "
                    f"fall back to {steps[1].name if len(steps) > 1 else 'the start'}")
