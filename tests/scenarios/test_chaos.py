@@ -168,7 +168,9 @@ def check(cluster: Cluster, reference: dict[int, float], job: int, name: str, in
         assert resumed is not None, f"attempt {nxt['attempt']} logged no step"
         reached = max(mine, default=0)
         lost_steps = max(0, reached - (resumed - 1))
-        assert lost_steps <= lost_intervals * CKPT, \
+        # +1: a kill that lands while step N's checkpoint commits can find step N+1 logged already
+        # (seen once: reached 21, resumed at 16)
+        assert lost_steps <= lost_intervals * CKPT + 1, \
             f"attempt {a['attempt']} reached step {reached}, attempt {nxt['attempt']} resumed at {resumed}"
         rec = a["recover_s"]
         first = min(r["time"] for r in recs if r.get("attempt") == nxt["attempt"])
