@@ -62,3 +62,20 @@ def test_an_operator_drain_is_not_undone_by_the_health_check(plane):
     plane.admin.post("/api/v1/nodes/node-1/drain", json={"reason": "maintenance"})
     time.sleep(0.5)
     assert node_state(plane, "node-1") == "drain"
+
+
+def test_an_elastic_job_goes_on_with_the_nodes_left_when_one_dies(plane):
+    j = plane.submit(command=WORK, nodes="1-2", gpus_per_node=2, team="vision")
+    first = plane.wait(j["id"], "RUNNING")
+    assert len(first["placement"]) == 2  # room for its maximum: it starts on both nodes
+    ck = plane.cp.data_dir / "jobs" / str(j["id"]) / "checkpoints"
+    wait_until(lambda: (ck / "step-5" / "COMMITTED").exists())
+    dead = first["placement"][1]["node"]
+    t0 = time.monotonic()
+    plane.cp.backend.kill_node(dead)
+    again = plane.wait(j["id"], lambda x: x["state"] == "RUNNING" and x["attempt"] == 2, timeout=20)
+    assert time.monotonic() - t0 < 5  # no backoff and no waiting for the dead node
+    assert [p["node"] for p in again["placement"]] != [dead] and len(again["placement"]) == 1
+    done = plane.wait(j["id"], "COMPLETED", timeout=30)
+    assert done["attempts"][0]["cause"] == "node_lost"
+    plane.cp.backend.revive_node(dead)

@@ -62,3 +62,8 @@ def test_ranks_are_one_per_gpu_or_tasks_per_node():
 def test_a_watchdog_exit_is_told_apart_from_a_crash(tmp_path: Path):
     out = classify(att(0, 86), None, tmp_path)
     assert out.job_state == "FAILED" and out.reason.startswith("Hung") and out.exit_code == 86
+
+
+def test_a_lost_rank_is_blamed_not_the_ones_stopped_after_it(tmp_path: Path):
+    out = classify(att((None, 15), (None, None, True)), "failed", tmp_path, made_progress=True)
+    assert out.cause == "node_lost" and "rank 1" in out.reason

@@ -229,9 +229,10 @@ class ControlLoop:
             reason = out.reason
             if retry:
                 j.retries += 1
-                wait = backoff_s(j.retries, self.p.retry_backoff_s)
+                wait = backoff_s(j.retries, self.p.retry_backoff_s, out.cause)
                 j.retry_after = now + wait
-                reason = f"Retry {j.retries}/{max_retries} in {wait:.0f}s after {out.attempt_state}: {out.reason}"
+                reason = (f"Retry {j.retries}/{max_retries} " + (f"in {wait:.0f}s " if wait else "")
+                          + f"after {out.attempt_state}: {out.reason}")
             self._to_queue(j, now, reason)
         else:
             j.state, j.reason, j.end_time = out.job_state, out.reason, now

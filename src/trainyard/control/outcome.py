@@ -46,13 +46,14 @@ def _signame(sig: int) -> str:
 
 
 def first_failure(ranks: list[RankState]) -> RankState | None:
-    """The rank to blame: one that exited with a bad code, else one killed or lost (lowest rank first).
+    """The rank to blame: one that exited with a bad code, else one lost, else one killed by a
+    signal (lowest rank first).
 
-    Codes come first because when one rank fails the control loop stops the others with SIGTERM:
-    those signals are the consequence, the code is the cause.
+    Codes and losses come first because when one rank fails (or its node dies) the control loop
+    stops the others with SIGTERM: those signals are the consequence, not the cause.
     """
     bad = [r for r in ranks if r.lost or r.signal is not None or r.exit_code not in (None, 0, REQUEUE_EXIT)]
-    bad.sort(key=lambda r: (r.exit_code is None, r.rank))
+    bad.sort(key=lambda r: (0 if r.exit_code is not None else 1 if r.lost else 2, r.rank))
     return bad[0] if bad else None
 
 
