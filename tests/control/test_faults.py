@@ -79,3 +79,21 @@ def test_an_elastic_job_goes_on_with_the_nodes_left_when_one_dies(plane):
     done = plane.wait(j["id"], "COMPLETED", timeout=30)
     assert done["attempts"][0]["cause"] == "node_lost"
     plane.cp.backend.revive_node(dead)
+
+
+def test_an_elastic_job_grows_back_when_the_node_returns(plane):
+    work = WORK[:WORK.index("--steps") + 1] + ["120"] + WORK[WORK.index("--steps") + 2:]
+    j = plane.submit(command=work, nodes="1-2", gpus_per_node=2, team="vision")
+    first = plane.wait(j["id"], "RUNNING")
+    dead = first["placement"][1]["node"]
+    ck = plane.cp.data_dir / "jobs" / str(j["id"]) / "checkpoints"
+    wait_until(lambda: (ck / "step-5" / "COMMITTED").exists())
+    plane.cp.backend.kill_node(dead)
+    plane.wait(j["id"], lambda x: x["state"] == "RUNNING" and x["attempt"] == 2 and len(x["placement"]) == 1)
+    plane.cp.backend.revive_node(dead)
+    grown = plane.wait(j["id"], lambda x: x["state"] == "RUNNING" and x["attempt"] == 3, timeout=20)
+    assert len(grown["placement"]) == 2
+    done = plane.wait(j["id"], "COMPLETED", timeout=40)
+    assert [a["cause"] for a in done["attempts"]] == ["node_lost", "requeued", "completed"]
+    log = (plane.cp.data_dir / "jobs" / str(j["id"]) / "logs" / "rank-0.log").read_text()
+    assert "attempt 3 starts at step 0" not in log  # it grew from a checkpoint, it did not start over

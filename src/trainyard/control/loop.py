@@ -305,12 +305,28 @@ class ControlLoop:
                         row.state, row.reason, row.updated_at = "up", "", now
                         record(s, HEALTH, "node.up", f"node {name} passed its checks: back in service",
                                node=name, at=now)
+                        self._grow_elastic(s, active, now)
             for j in active:
                 if j.stop_kind is None and (j.id, j.attempt) in stopped:
                     j.stop_kind, j.stop_since, j.stop_stage = "hung", now, 0
                     j.reason = f"ranks stopped for {self.p.hung_after_s:.0f}s"
                     record(s, HEALTH, "job.hung", f"ranks made no progress (stopped) for {self.p.hung_after_s:.0f}s; "
                            "killing it to resume from its checkpoint", job_id=j.id, at=now)
+
+    def _grow_elastic(self, s, active: list[JobRow], now: float) -> None:  # noqa: ANN001
+        """A node came back: elastic jobs running below their size restart (by checkpoint) to grow,
+        as many as the whole nodes free now can take."""
+        busy = {p["node"] for j in active for p in j.placement or []}
+        free_nodes = len({n.name for n in self.backend.inventory() if n.healthy} - busy)
+        for j in active:
+            have = len(j.placement or [])
+            if j.stop_kind is None and j.state == "RUNNING" and j.gpus_per_node and have < j.nodes_max \
+                    and free_nodes >= 1:
+                free_nodes -= min(free_nodes, j.nodes_max - have)
+                j.stop_kind, j.stop_since, j.stop_stage = "requeue", now, 0
+                j.reason = "Growing"
+                record(s, HEALTH, "job.grow", f"a node is back: restarting from a checkpoint to grow from {have} "
+                       f"to up to {j.nodes_max} nodes", job_id=j.id, at=now)
 
     def _stopped_ranks(self, now: float) -> set[tuple[int, int]]:
         """Attempts with a rank stopped for at least `hung_after_s` (remembered across passes)."""
