@@ -67,3 +67,8 @@ def test_a_watchdog_exit_is_told_apart_from_a_crash(tmp_path: Path):
 def test_a_lost_rank_is_blamed_not_the_ones_stopped_after_it(tmp_path: Path):
     out = classify(att((None, 15), (None, None, True)), "failed", tmp_path, made_progress=True)
     assert out.cause == "node_lost" and "rank 1" in out.reason
+
+
+def test_a_lost_rank_is_blamed_over_peers_that_crashed_because_of_it(tmp_path: Path):
+    out = classify(att(1, (None, None, True)), None, tmp_path, made_progress=True)
+    assert out.cause == "node_lost"

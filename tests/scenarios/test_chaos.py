@@ -276,3 +276,46 @@ def test_bad_input_names_the_option(cluster):
     assert r.returncode == 2 and "--job" in r.stderr
     r = cluster.yard("chaos", "revive-node", "--node", "node-9", check=False)
     assert r.returncode == 2 and "--node" in r.stderr
+
+
+def test_elastic_job_continues_on_the_node_left_with_no_sample_skipped_or_repeated(cluster):
+    """A 1-2 node job whose second node dies goes on at once on one node and completes; the sample
+    ids of all its steps are the sampler's global order: none skipped, none repeated."""
+    from trainyard.recipes.data import stdlib_corpus
+    from trainyard.recipes.spec import load_recipe
+    from trainyard.runtime import ResumableSampler
+
+    args = ["submit", "--recipe", "llama-pretrain", "-N", "1-2", "--gpus-per-node", "1", "-A", "vision"]
+    for s in [*SETS, "log_samples=true"]:
+        args += ["--set", s]
+    job = int(cluster.yard(*args).stdout.split("Submitted job")[1].split()[0])
+    first = cluster.wait(job, lambda j: j["state"] == "RUNNING")
+    assert len(first["placement"]) == 2
+    cluster.wait_committed(job, CKPT)
+    second = first["placement"][1]["node"]
+    t = time.time()
+    cluster.yard("chaos", "kill-node", "--job", str(job), "--node", second)
+    try:
+        again = cluster.wait(job, lambda j: j["state"] == "RUNNING" and j["attempt"] == 2, timeout=30)
+        assert time.time() - t < 15 and len(again["placement"]) == 1  # no waiting for the lost node
+        done = cluster.wait(job, lambda j: j["state"] in ("COMPLETED", "FAILED"), timeout=120)
+        assert done["state"] == "COMPLETED" and done["attempts"][0]["cause"] == "node_lost"
+    finally:
+        cluster.yard("chaos", "revive-node", "--node", second)
+    per_rank = []
+    for r in (0, 1):
+        path = cluster.job_dir(job) / "metrics" / f"samples-rank{r}.jsonl"
+        per_rank.append({x["step"]: x for x in map(json.loads, path.read_text().splitlines())})
+    got: list[int] = []
+    for step in range(1, STEPS + 1):
+        last = per_rank[0][step]
+        got += last["ids"] + (per_rank[1][step]["ids"] if last["world"] == 2 else [])
+    assert {per_rank[0][s]["world"] for s in range(1, STEPS + 1)} == {1, 2}
+    spec = load_recipe("llama-pretrain", SETS)
+    sampler = ResumableSampler(len(stdlib_corpus(spec.data)), spec.batch.global_batch_size, seed=spec.seed)
+    want: list[int] = []
+    for _ in range(STEPS):
+        want += sampler.global_batch()
+        sampler.advance()
+    assert got == want and len(set(got)) == len(got)
+    assert not orphans(cluster.data_dir, cluster.server.proc.pid if cluster.server.proc else None)
