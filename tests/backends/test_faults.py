@@ -34,14 +34,6 @@ COUNT = [
 ]
 
 
-@pytest.fixture
-def backend(tmp_path: Path):
-    be = LocalBackend(tmp_path, NODES)
-    yield be
-    for a in be.poll():
-        be.release(a.job_id, a.attempt)
-    assert marked_processes(tmp_path) == []
-
 
 def steps(job_dir: Path, rank: int) -> int:
     try:

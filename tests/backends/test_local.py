@@ -35,14 +35,6 @@ DUMP_ENV = [
 ]
 
 
-@pytest.fixture
-def backend(tmp_path: Path):
-    be = LocalBackend(tmp_path, NODES)
-    yield be
-    for a in be.poll():
-        be.release(a.job_id, a.attempt)
-    assert marked_processes(tmp_path) == []
-
 
 def envs(job_dir: Path, n: int) -> list[dict[str, str]]:
     return [json.loads((job_dir / f"env-{r}.json").read_text()) for r in range(n)]

@@ -211,6 +211,15 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         return norm
 
+    def finish_step(self, loss_sum: torch.Tensor, n_global: int) -> dict[str, Any]:
+        """Optimizer step after the micro-batches; the metrics of a token-level loss over the global batch."""
+        norm = self.optimizer_step()
+        total = self.global_sum(loss_sum)
+        out: dict[str, Any] = {"loss": total[0] / n_global, "tokens": n_global}
+        if norm is not None:
+            out["grad_norm"] = norm
+        return out
+
     def micro_batches(self, n: int) -> list[slice]:
         return [slice(i, min(n, i + self.micro)) for i in range(0, n, self.micro)]
 
@@ -271,12 +280,7 @@ class Pretrain(Trainer):
                 loss = F.cross_entropy(logits.float().flatten(0, 1), chunk[:, 1:].flatten(), reduction="sum")
                 (loss * (self.world / n_global)).backward()
             loss_sum += loss.detach()
-        norm = self.optimizer_step()
-        total = self.global_sum(loss_sum)
-        out: dict[str, Any] = {"loss": total[0] / n_global, "tokens": n_global}
-        if norm is not None:
-            out["grad_norm"] = norm
-        return out
+        return self.finish_step(loss_sum, n_global)
 
 
 # -- sft --------------------------------------------------------------------------------------------------
@@ -359,12 +363,7 @@ class SFT(TaskTrainer):
                                        reduction="sum")
                 (loss * (self.world / n_global)).backward()
             loss_sum += loss.detach()
-        norm = self.optimizer_step()
-        total = self.global_sum(loss_sum)
-        out: dict[str, Any] = {"loss": total[0] / n_global, "tokens": n_global}
-        if norm is not None:
-            out["grad_norm"] = norm
-        return out
+        return self.finish_step(loss_sum, n_global)
 
 
 # -- rl ---------------------------------------------------------------------------------------------------
