@@ -51,7 +51,7 @@ class ControlPlane:
             self.admin_token = auth.ensure_admin_token(s, self.data_dir / "admin.token")
             cfg = self.configs.current(s)
         inventory = [NodeInfo(n.name, n.gpus, n.gpu_model, int(round(n.gpu_mem * 1024)))
-                     for n in cfg.spec.cluster.expand()]
+                     for n in cfg.nodes]
         self.backend: Backend = backend or LocalBackend(self.data_dir, inventory)
         self.loop = ControlLoop(self.store, self.backend, self.data_dir, self.configs, self.lock,
                                 params=loop_params, api_url=api_url)

@@ -32,7 +32,7 @@ class NodeIndex:
     def build(cls, cfg: ConfigVersion, states: dict[str, NodeRow], unhealthy: Iterable[str] = ()) -> "NodeIndex":
         bad = set(unhealthy)
         nodes = []
-        for n in cfg.spec.cluster.expand():
+        for n in cfg.nodes:
             st = states.get(n.name)
             ok = (st is None or st.state == "up") and n.name not in bad
             nodes.append(Node(n.name, n.gpus, n.gpu_mem, n.pool, n.gpu_model, n.block, n.rack, healthy=ok))
@@ -93,7 +93,7 @@ def decayed_usage(spans: Iterable[tuple[str, int, float, float | None]], now: fl
 
 def build_snapshot(cfg: ConfigVersion, idx: NodeIndex, running_rows: Sequence[JobRow], pending_rows: Sequence[JobRow],
                    usage: dict[str, float], now: float, explain: bool = True) -> Snapshot:
-    nodes, teams, classes = cfg.spec.to_sched()
+    teams, classes = cfg.sched
     running = [r for r in (running_of(j, idx) for j in running_rows) if r is not None]
     cluster = ClusterState.build(idx.nodes, [r.placement for r in running])
     pending = [pending_of(j) for j in pending_rows if not j.held and j.job_class in classes and j.team in teams]

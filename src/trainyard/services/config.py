@@ -12,6 +12,7 @@ import difflib
 import threading
 import time
 from dataclasses import dataclass
+from functools import cached_property
 
 import yaml
 from sqlalchemy import event, func, select
@@ -20,6 +21,8 @@ from sqlalchemy.orm import Session
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Forbidden, NotFound, ServiceError
 from trainyard.services.events import record
+from trainyard.sched.cluster import Node
+from trainyard.sched.types import JobClass, Team
 from trainyard.spec import EXAMPLE_CONFIG, ConfigError, ConfigSpec, parse_config
 from trainyard.store.models import ConfigVersionRow
 
@@ -40,6 +43,18 @@ class ConfigVersion:
     author: str
     created_at: float
     message: str
+
+    # Derived once per version: every submission and every loop pass reads them.
+    @cached_property
+    def nodes(self) -> list[Node]:
+        """The configuration's nodes, `count` expanded (`ClusterSpec.expand`)."""
+        return self.spec.cluster.expand()
+
+    @cached_property
+    def sched(self) -> tuple[dict[str, Team], dict[str, JobClass]]:
+        """Teams and classes as the engine takes them (`ConfigSpec.to_sched`)."""
+        _, teams, classes = self.spec.to_sched()
+        return teams, classes
 
 
 def default_config_text(nodes: list[tuple[str, int, str, int]], team: str = "default") -> str:

@@ -137,9 +137,9 @@ def _check_against_config(sub: JobSubmit, team: str, cls: str, shape: tuple, cfg
         raise _bad(f"unknown team {team!r}; teams are {sorted(teams)}", "team")
     if cls not in classes:
         raise _bad(f"unknown class {cls!r}; classes are {sorted(classes)}", "class")
-    nodes = [n for n in spec.cluster.expand() if n.pool == sub.pool]
+    nodes = [n for n in cfg.nodes if n.pool == sub.pool]
     if not nodes:
-        pools = sorted({n.pool for n in spec.cluster.expand()})
+        pools = sorted({n.pool for n in cfg.nodes})
         raise _bad(f"unknown pool {sub.pool!r}; pools are {pools}", "pool")
     lo, hi, gpn, total = shape
     max_gpn = max(n.gpus for n in nodes)

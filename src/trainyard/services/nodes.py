@@ -35,7 +35,7 @@ def gpus_in_use(s: Session) -> dict[str, set[int]]:
 def list_nodes(s: Session, cfg: ConfigVersion) -> list[dict[str, Any]]:
     states, used = node_states(s), gpus_in_use(s)
     out = []
-    for n in cfg.spec.cluster.expand():
+    for n in cfg.nodes:
         st = states.get(n.name)
         busy = len(used.get(n.name, ()))
         out.append({"name": n.name, "pool": n.pool, "gpus": n.gpus, "gpus_used": busy, "gpus_free": n.gpus - busy,
