@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _calibration import calibrate_ms  # noqa: F401 (re-exported to the benchmarks)
 
 BIN = Path(sys.executable).parent
 YARD = str(BIN / "yard")
@@ -34,18 +35,6 @@ YARD = str(BIN / "yard")
 def yard_command() -> list[str]:
     """The server command: `.venv/bin/yard`, or `$YARD_BENCH_SERVER` (e.g. another build's `yard`)."""
     return shlex.split(os.environ.get("YARD_BENCH_SERVER", "")) or [YARD]
-
-
-def calibrate_ms(reps: int = 3) -> float:
-    """The README's calibration: a plain Python loop of 1M additions, median of `reps`, in ms."""
-    out = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        x = 0
-        for i in range(1_000_000):
-            x += i
-        out.append((time.perf_counter() - t0) * 1000)
-    return round(statistics.median(out), 1)
 
 
 def conditions() -> dict[str, Any]:

@@ -34,13 +34,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from _calibration import calibrate_ms
+
 
 def calibration_ms() -> float:
-    t = time.perf_counter()
-    x = 0
-    for i in range(1_000_000):
-        x += i
-    return round((time.perf_counter() - t) * 1000, 1)
+    return calibrate_ms(reps=1)
 
 
 def rank_main(a: argparse.Namespace) -> None:
