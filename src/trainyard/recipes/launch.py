@@ -20,7 +20,7 @@ what trainyard's local backend is to a job, minus the control plane:
 4. when a rank fails, the others get `fail_grace_s` to notice (their next collective fails) and
    are then killed, as a job's ranks are;
 5. the exit code: 0 when every rank finished; 75 when they stopped on a notice (checkpointed);
-   else the first failure's (128 + N for a rank killed by signal N).
+   else that of a rank killed from outside (128 + N for signal N), else the first failure's.
 
 Running the same command again with the same OUT resumes from the newest complete checkpoint:
 the runtime finds it under OUT/checkpoints.
@@ -244,6 +244,7 @@ class Launcher:
         """Wait for every rank; (exit code, a summary line)."""
         first_failure: tuple[int, int] | None = None  # (rank, code)
         failed_at: float | None = None
+        forwarded_kill = False
         codes: dict[int, int] = {}
         while len(codes) < len(self.procs):
             for r, p in enumerate(self.procs):
@@ -257,11 +258,15 @@ class Launcher:
                     self._note(f"rank {r} {how}; the other ranks get {self.fail_grace_s:g} s to stop")
             if failed_at is not None and time.monotonic() - failed_at > self.fail_grace_s:
                 self._forward(signal.SIGKILL)
-                failed_at = float("inf")
+                failed_at, forwarded_kill = float("inf"), True
             if len(codes) < len(self.procs):
                 time.sleep(0.05)
         if first_failure is not None:
-            return first_failure[1], f"failed: exit codes by rank {[codes[r] for r in range(len(self.procs))]}"
+            # A rank killed from outside is the cause, whichever exit was seen first: its peers then
+            # fail on their own (a collective breaks: exit 1). Signals this launcher forwarded don't count.
+            killed = [r for r in sorted(codes) if codes[r] > 128 and not (forwarded_kill and r != first_failure[0])]
+            code = codes[killed[0]] if killed else first_failure[1]
+            return code, f"failed: exit codes by rank {[codes[r] for r in range(len(self.procs))]}"
         if any(c == REQUEUE_EXIT for c in codes.values()):
             return REQUEUE_EXIT, (f"preempted: the ranks checkpointed and stopped (exit {REQUEUE_EXIT}); "
                                   "run the same command again to resume")
