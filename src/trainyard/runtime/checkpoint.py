@@ -173,6 +173,7 @@ class _Pending:
     future: Future
     started: float
     done: threading.Event
+    committed_before: int | None = None  # the last committed step when this save began
     error: BaseException | None = None
     committed: bool = False
 
@@ -251,6 +252,7 @@ class CheckpointManager:
         self.last_blocking_s: float | None = None  # how long the last save() blocked the caller
         self.on_commit: list[Any] = []  # callbacks(step, path, seconds) after each commit (rank 0)
         self._pending: _Pending | None = None
+        self._last_async: _Pending | None = None  # settled; named if another rank reports it failed
         found = committed_steps(self.directory)
         if found:
             self.last_committed_step = found[-1][0]
@@ -320,7 +322,7 @@ class CheckpointManager:
         except CheckpointSaveError as e:
             previous = e
         if not self._all_ok(previous is None):
-            raise previous or CheckpointSaveError("the previous checkpoint failed on another rank")
+            raise previous or self.failed_elsewhere()
         if step == self.last_saved_step:
             self.last_blocking_s = time.perf_counter() - t0
             return
@@ -369,7 +371,8 @@ class CheckpointManager:
             self._discard(path)
             raise CheckpointSaveError(_describe_save_failure(path, e, self.last_committed_step)) from e
         fut: Future = getattr(res, "upload_completion", res)
-        pending = _Pending(step=step, path=path, future=fut, started=t0, done=threading.Event())
+        pending = _Pending(step=step, path=path, future=fut, started=t0, done=threading.Event(),
+                           committed_before=self.last_committed_step)
         self._pending = pending
         self.last_saved_step = step
         fut.add_done_callback(lambda f, p=pending: self._finish_async(p, f))
@@ -471,8 +474,21 @@ class CheckpointManager:
         p.done.wait()
         return self._settle(p)
 
+    def failed_elsewhere(self) -> CheckpointSaveError:
+        """The error for a rank whose part of the last async save went through while another
+        rank's did not: the step never committed, so this rank forgets it too, and its log names
+        the checkpoint that was lost, as the failing rank's does."""
+        p = self._pending or self._last_async
+        if p is None:
+            return CheckpointSaveError("a checkpoint failed on another rank")
+        self._pending = None
+        self.last_committed_step = self.last_saved_step = p.committed_before
+        return CheckpointSaveError(_describe_save_failure(
+            p.path, RuntimeError("another rank failed to write its part"), p.committed_before))
+
     def _settle(self, p: _Pending) -> int | None:
         self._pending = None
+        self._last_async = p
         if p.error is not None:
             self.last_saved_step = self.last_committed_step
             if isinstance(p.error, CheckpointSaveError):

@@ -220,7 +220,7 @@ class Run:
                     self.checkpoints.wait()
                 except CheckpointSaveError as e:
                     self._save_error = e
-            raise self._save_error or CheckpointSaveError(f"step-{step}: a checkpoint failed on another rank")
+            raise self._save_error or self.checkpoints.failed_elsewhere()
         if stop:
             return self._preempt(step)
         if (self.checkpoint_every and step % self.checkpoint_every == 0) or due:
