@@ -51,7 +51,9 @@ def test_reference_run_lowers_the_loss_and_checkpoints(reference):
     first, last = m[1]["loss"], m[STEPS]["loss"]
     assert last < first - 1.0, (first, last)  # ~5.5 (uniform over 264 tokens) → ~3
     assert m[STEPS]["samples"] == 8 * STEPS and m[STEPS]["tokens"] == 8 * 64 * STEPS
-    assert [r["step"] for r in records(reference) if r.get("event") == "checkpoint"] == list(range(4, STEPS + 1, 4))
+    saved = [r["step"] for r in records(reference) if r.get("event") == "checkpoint"]
+    # every 4 steps at most: the cadence starts a save early when its commit takes steps
+    assert saved[0] == 4 and saved[-1] == STEPS and all(0 < b - a <= 4 for a, b in zip(saved, saved[1:])), saved
     assert newest_checkpoint(reference / "checkpoints")[0] == STEPS
     assert (reference / "checkpoints" / "recipe.yaml").is_file()
     assert (reference / "logs" / "rank-1.log").is_file() and run_info(reference)["attempt"] == 1

@@ -50,10 +50,14 @@ def test_reference_metrics(reference):
         assert key in rec, key
     assert rec["samples"] == 8 * STEPS
     events = [json.loads(x) for x in (reference / "metrics" / "metrics.jsonl").read_text().splitlines()]
-    assert [e["step"] for e in events if e.get("event") == "checkpoint"] == [5, 10, 15, 20, 25, 30]
+    # The first save at step 5; then each starts early enough that no step boundary leaves more
+    # than 5 steps uncommitted (the cadence counts commit lag); the last one is the final step.
+    saved = [e["step"] for e in events if e.get("event") == "checkpoint"]
+    assert saved[0] == 5 and saved[-1] == STEPS and saved == sorted(set(saved))
+    assert all(b - a <= 5 for a, b in zip(saved, saved[1:])), saved
     assert events[-1]["event"] == "finished"
     # retention: keep_last 3
-    assert [p.name for p in sorted((reference / "ckpt").iterdir())] == ["step-20", "step-25", "step-30"]
+    assert sorted(int(p.name.split("-")[1]) for p in (reference / "ckpt").iterdir()) == saved[-3:]
 
 
 def test_sigusr1_to_one_rank_all_checkpoint_same_step_exit_75_then_exact_resume(reference, tmp_path):
@@ -85,8 +89,9 @@ def test_kill_9_of_one_rank_then_rerun_resumes_from_newest_complete(reference, t
     codes = first.wait(timeout=120)
     assert codes[1] == -signal.SIGKILL and codes[0] not in (0, REQUEUE_EXIT)
     found = newest_checkpoint(out / "ckpt")
-    assert found is not None and found[0] >= 15
     done_before = trace(out, 0)[-1]["step"]
+    # the work lost is at most one checkpoint interval (5), async commits included
+    assert found is not None and done_before - 5 <= found[0] <= done_before, (found, done_before)
 
     second = Ranks(out, 2, ARGS, attempt=1)
     assert second.wait() == [0, 0], second.log(0)[-3000:]

@@ -250,6 +250,7 @@ class CheckpointManager:
         self.last_committed_step: int | None = None
         self.last_committed_time: float | None = None
         self.last_blocking_s: float | None = None  # how long the last save() blocked the caller
+        self.last_commit_s: float | None = None  # how long the last save took to commit, start to marker
         self.on_commit: list[Any] = []  # callbacks(step, path, seconds) after each commit (rank 0)
         self._pending: _Pending | None = None
         self._last_async: _Pending | None = None  # settled; named if another rank reports it failed
@@ -431,6 +432,7 @@ class CheckpointManager:
                 self._remove(path)
                 raise CheckpointSaveError(_describe_save_failure(path, e, self.last_committed_step)) from e
             self.last_committed_step, self.last_committed_time = step, manifest["time"]
+            self.last_commit_s = time.perf_counter() - t0
             self._retain()
             for cb in list(self.on_commit):
                 try:
@@ -439,6 +441,7 @@ class CheckpointManager:
                     print(f"trainyard.runtime: on_commit hook failed: {e!r}", flush=True)
         else:
             self.last_committed_step, self.last_committed_time = step, time.time()
+            self.last_commit_s = time.perf_counter() - t0
 
     def poll(self) -> int | None:
         """Non-blocking: the step of an async save that has just committed, else None.

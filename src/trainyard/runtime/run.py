@@ -18,7 +18,8 @@ At the end of every step (`step_done`, which `steps()` calls for you) it, in thi
    the same step or all stop (a notice takes effect one step after the one it arrived in);
 4. on a notice: waits for any save in flight, saves this step synchronously, exits 75;
 5. on a failed save: raises `CheckpointSaveError` on every rank (the job fails, clearly);
-6. starts the periodic checkpoint (asynchronous by default) when one is due;
+6. starts the periodic checkpoint (asynchronous by default) when one is due, and waits for
+   the one in flight if it would otherwise leave more than `checkpoint_every` steps uncommitted;
 7. queues a progress report for the control plane (rank 0; rate-limited; never blocks).
 
 Everything here is also usable piece by piece (`CheckpointManager`, `PreemptionHandler`,
@@ -36,6 +37,7 @@ import torch
 import torch.distributed as dist
 
 from trainyard.contracts import REQUEUE_EXIT
+from trainyard.runtime.cadence import CheckpointCadence
 from trainyard.runtime.checkpoint import CheckpointManager, CheckpointSaveError
 from trainyard.runtime.init import Context, init
 from trainyard.runtime.metrics import MetricsLogger
@@ -53,7 +55,11 @@ class Run:
         model, optimizer, scheduler, sampler: what a checkpoint saves and restores.
         extra: more named objects with state_dict()/load_state_dict() to checkpoint.
         checkpoint_dir: default `TRAINYARD_CHECKPOINT_DIR` (or ./checkpoints).
-        checkpoint_every: save every N steps; None: only on preemption and at the end.
+        checkpoint_every: the most steps an incident may cost; None: save only on preemption and
+            at the end. Blocking saves happen at its multiples. Asynchronous saves start early
+            enough that the newest *committed* checkpoint is never more than N steps behind:
+            `CheckpointCadence` learns how many steps a commit takes and starts that much
+            sooner, and the loop waits for a commit that runs later than that.
         checkpoint_every_s: also save when this much time has passed since the last save.
         keep_last, keep_every: retention (see `CheckpointManager`).
         async_checkpoint: periodic saves overlap training (preemption saves are always blocking).
@@ -130,6 +136,8 @@ class Run:
         self.progress = ProgressReporter(env.api if self.rank == 0 else None, env.job_id, env.token,
                                          attempt=env.attempt, interval_s=progress_every_s)
         self.checkpoints.on_commit.append(self._on_commit)
+        self.cadence = (CheckpointCadence(checkpoint_every, pipeline=1 if self.ctx.distributed else 0)
+                        if checkpoint_every and self.checkpoints.async_save else None)
         timeout = watchdog_s if watchdog_s is not None else env.watchdog_s
         self.watchdog = (Watchdog(timeout, first_timeout_s=first_step_timeout_s, rank=self.rank).start()
                          if timeout else None)
@@ -154,6 +162,8 @@ class Run:
         self._report(event="resume" if step else "start")
         self.metrics.start_clock()
         self._last_save_t = time.monotonic()
+        if self.cadence is not None:
+            self.cadence.started(self.step)
         return self.step
 
     def steps(self, total: int, *, finish: bool = True) -> Iterator[int]:
@@ -211,8 +221,13 @@ class Run:
                 self.checkpoints.poll()
             except CheckpointSaveError as e:
                 self._save_error = e  # raised once every rank knows (below), so all fail together
-        time_due = (self.rank == 0 and self.checkpoint_every_s is not None
-                    and time.monotonic() - self._last_save_t >= self.checkpoint_every_s)
+        time_due = False
+        if self.rank == 0:
+            now = time.monotonic()
+            time_due = self.checkpoint_every_s is not None and now - self._last_save_t >= self.checkpoint_every_s
+            if self.cadence is not None:
+                self.cadence.step_ended(now)
+                time_due = self.cadence.due(step) or time_due
         stop, failed, due = self._agree(self.preemption.local, self._save_error is not None, time_due)
         if failed:
             if self._save_error is None:
@@ -223,8 +238,13 @@ class Run:
             raise self._save_error or self.checkpoints.failed_elsewhere()
         if stop:
             return self._preempt(step)
-        if (self.checkpoint_every and step % self.checkpoint_every == 0) or due:
+        if self.cadence is not None:
+            save_now = self.cadence.should_save(step, due)
+        else:
+            save_now = due or bool(self.checkpoint_every and step % self.checkpoint_every == 0)
+        if save_now:
             self.checkpoint()
+        self._hold_lost_work_bound(step)
         if write:
             self._report()
         return False
@@ -264,12 +284,36 @@ class Run:
         """Save the state after the current step now (collective). Blocking saves get the
         watchdog's checkpoint allowance."""
         self._last_save_t = time.monotonic()
+        if self.cadence is not None:
+            self.cadence.started(self.step)
         sync = blocking if blocking is not None else not self.checkpoints.async_save
         if self.watchdog is not None and sync:
             with self.watchdog.allow(self.checkpoint_timeout_s, f"checkpoint of step {self.step}"):
                 self.checkpoints.save(self.step, blocking=True)
         else:
             self.checkpoints.save(self.step, blocking=sync)
+
+    def _hold_lost_work_bound(self, step: int) -> None:
+        """Wait for the save in flight if, without its commit, the next step would leave more
+        than `checkpoint_every` steps uncommitted. A failure found here is raised on every rank
+        at the next agreement, like one `poll()` finds."""
+        if self.cadence is None or not self.checkpoints.in_flight:
+            return
+        if not self.cadence.must_wait(step, self.checkpoints.last_committed_step or 0):
+            return
+        try:
+            if self.watchdog is not None:
+                # A commit that takes far longer than the last one is a hung peer, not slow storage:
+                # leave the watchdog its step timeout on top of three times the last commit.
+                last = self.checkpoints.last_commit_s
+                allowance = (self.checkpoint_timeout_s if last is None
+                             else min(self.checkpoint_timeout_s, self.watchdog.timeout_s + 3 * last))
+                with self.watchdog.allow(allowance, "the commit of the checkpoint in flight"):
+                    self.checkpoints.wait()
+            else:
+                self.checkpoints.wait()
+        except CheckpointSaveError as e:
+            self._save_error = self._save_error or e
 
     def _preempt(self, step: int) -> bool:
         sig = self.preemption.received.name if self.preemption.received is not None else "another rank's notice"
@@ -308,6 +352,8 @@ class Run:
     # -- control plane -----------------------------------------------------------------------------
 
     def _on_commit(self, step: int, path: Any, seconds: float) -> None:
+        if self.cadence is not None:
+            self.cadence.committed(seconds)
         self.metrics.event("checkpoint", step, seconds=round(seconds, 3), path=str(path))
         self._report(event="checkpoint", step=step)
 
