@@ -47,15 +47,23 @@ def test_a_dead_node_is_drained_and_its_job_resumes_on_another_node(plane):
     wait_until(lambda: node_state(plane, node) == "up")
 
 
-def test_a_hung_rank_is_killed_and_the_job_resumes(plane):
+def test_a_hung_rank_is_killed_and_the_job_resumes_away_from_its_node(plane):
     j = plane.submit(command=WORK, gpus=2, team="vision")
-    plane.wait(j["id"], "RUNNING")
+    first = plane.wait(j["id"], "RUNNING")
+    suspect = first["placement"][0]["node"]
     ck = plane.cp.data_dir / "jobs" / str(j["id"]) / "checkpoints"
     wait_until(lambda: (ck / "step-5" / "COMMITTED").exists())
     plane.cp.backend.hang_rank(j["id"], 1, 1)
     done = plane.wait(j["id"], "COMPLETED", timeout=40)
     a1 = done["attempts"][0]
     assert a1["cause"] == "hung" and done["retries"] == 1 and done["attempt"] == 2
+    # the frozen rank's node is a suspect: with the other node free, the next attempt went there
+    assert done["avoid_nodes"] == [suspect]
+    assert {p["node"] for p in done["attempts"][1]["placement"]} == {"node-1" if suspect == "node-0" else "node-0"}
+    events = plane.admin.get("/api/v1/events", params={"job": j["id"], "limit": 100}).json()["events"]
+    assert any(e["kind"] == "job.avoid_node" and suspect in e["message"] for e in events)
+    # training time lost, not wall time: the ranks were frozen for most of the attempt's end
+    assert a1["lost_gpu_s"] < 2 * (5 + 1) * 0.1 + 1.0, a1
 
 
 def test_an_operator_drain_is_not_undone_by_the_health_check(plane):

@@ -185,13 +185,16 @@ def show(job_id: int = typer.Argument(..., help="job id"), as_json: bool = JSON)
         typer.echo(f"{k:>22}: {'' if j[k] is None else time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(j[k]))}")
     typer.echo(f"{'placement':>22}: {nodelist(j['placement'])}")
     typer.echo(f"{'retries':>22}: {j.get('retries', 0)}")
-    typer.echo(f"{'lost GPU-seconds':>22}: {j.get('lost_gpu_s', 0):.0f} (work since the last checkpoint, all attempts)")
+    typer.echo(f"{'lost GPU-seconds':>22}: {j.get('lost_gpu_s', 0):.1f} (work since the last checkpoint, all attempts)")
+    if j.get("avoid_nodes"):
+        typer.echo(f"{'avoids':>22}: {','.join(j['avoid_nodes'])} (earlier attempts failed there; used only if "
+                   "nothing else fits)")
     if j.get("attempts"):
         table(["ATTEMPT", "STATE", "CAUSE", "STARTED", "RAN", "EXIT", "SIGNAL", "LOST GPU-s", "RECOVERY", "NODES",
                "REASON"],
               [[a["attempt"], a["state"], a.get("cause", ""), clock(a["started_at"]),
                 duration((a["ended_at"] or time.time()) - a["started_at"]), "" if a["exit_code"] is None else a["exit_code"],
-                "" if a["signal"] is None else a["signal"], f"{a.get('lost_gpu_s') or 0:.0f}",
+                "" if a["signal"] is None else a["signal"], f"{a.get('lost_gpu_s') or 0:.1f}",
                 "" if a.get("recover_s") is None else f"{a['recover_s']:.1f}s",
                 nodelist(a["placement"]), a["reason"]] for a in j["attempts"]])
 

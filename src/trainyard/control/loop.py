@@ -33,6 +33,7 @@ from sqlalchemy import and_, bindparam, or_, select, update
 
 from trainyard.backends.base import AttemptState, Backend, BackendError, LaunchSpec, RankLaunch
 from trainyard.contracts import newest_checkpoint
+from trainyard.control.lost_work import lost_work_s
 from trainyard.control.outcome import classify, first_failure
 from trainyard.control.retry import backoff_s, should_retry
 from trainyard.control.snapshot import NodeIndex, build_snapshot, decayed_usage, USAGE_HALF_LIFE_S
@@ -59,7 +60,7 @@ HEALTH = "health"  # the actor of node-health events, and the mark of a node the
 # What `snapshot.pending_of` and the reason bookkeeping read of a waiting job.
 PENDING_COLUMNS = ("id", "team", "job_class", "pool", "submit_time", "gpus", "gpus_per_node", "nodes_min", "nodes_max",
                    "gpu_mem_mib", "time_limit_s", "checkpoint_interval_s", "attempt", "queued_since", "progress_s",
-                   "attained_gpu_s", "held", "reason", "est_start")
+                   "attained_gpu_s", "held", "reason", "est_start", "avoid_nodes")
 
 
 @dataclass
@@ -78,6 +79,9 @@ class LoopStats:
     errors: int = 0
     last_error: str = ""
     started: list[str] = field(default_factory=list)
+
+
+MAX_AVOIDED = 4  # suspect nodes remembered per job (the most recent)
 
 
 def ranks_for(placement: list[dict], tasks_per_node: int | None) -> list[RankLaunch]:
@@ -102,6 +106,7 @@ class ControlLoop:
         self.stats = LoopStats()
         self._last_facts: list[AttemptState] = []
         self._stopped_since: dict[tuple[int, int], float] = {}
+        self._stopped_seen: dict[tuple[int, int], set[int]] = {}  # ranks seen frozen, per attempt
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -207,7 +212,7 @@ class ControlLoop:
                job_id=j.id, at=now)
 
     def _finish(self, s, j: JobRow, st: AttemptState, now: float, cfg: ConfigVersion) -> None:  # noqa: ANN001
-        self._note_checkpoint(j)
+        checkpoint = self._note_checkpoint(j)
         attempt = self._attempt_row(s, j)
         made_progress = (attempt is not None and attempt.first_step_at is not None) or \
             (j.last_checkpoint is not None and j.start_time is not None and j.last_checkpoint >= j.start_time)
@@ -217,10 +222,12 @@ class ControlLoop:
         if j.start_time is not None:
             j.attained_gpu_s += gpus * max(0.0, now - j.start_time)
             if out.cause not in ("completed", "cancelled", "timeout", "user_error"):
-                saved = max(j.start_time, j.last_checkpoint or j.start_time)
-                lost = gpus * max(0.0, now - saved)  # work since the last checkpoint, thrown away
+                # work since the last checkpoint, thrown away (training time, not wall time)
+                lost = gpus * lost_work_s(job_dir(self.data_dir, j.id), j.attempt, start_time=j.start_time,
+                                          checkpoint=checkpoint, now=now)
                 j.lost_gpu_s += lost
         self._end_attempt(s, j, out.attempt_state, out.reason, out.exit_code, out.signal, now, out.cause, lost)
+        self._note_suspects(s, j, st, out.cause, now)
         max_retries = next((c.max_retries for c in cfg.spec.classes if c.name == j.job_class), 0)
         retry = out.job_state not in ("REQUEUED", "COMPLETED") and should_retry(out, j.retries, max_retries)
         if out.job_state == "REQUEUED" or retry:
@@ -247,15 +254,41 @@ class ControlLoop:
             record(s, "scheduler", "job.retry", reason, job_id=j.id, at=now,
                    data={"retry": j.retries, "max_retries": max_retries, "backoff_s": j.retry_after - now})
 
+    def _note_suspects(self, s, j: JobRow, st: AttemptState, cause: str, now: float) -> None:  # noqa: ANN001
+        """Remember the nodes this attempt's failure points at, so the next attempt goes elsewhere
+        when it can: the node of a rank seen frozen (a hang), else of the rank that failed first
+        (a crash, out of memory). A lost node needs none: it is drained until it passes its checks.
+        A symmetric hang (every rank's watchdog fired, none seen frozen) names no node."""
+        frozen = self._stopped_seen.pop((j.id, j.attempt), set())
+        if cause not in ("hung", "crash", "oom"):
+            return
+        blamed = sorted(frozen)
+        if not blamed and cause != "hung":
+            bad = first_failure(st.ranks)
+            blamed = [bad.rank] if bad is not None else []
+        where = {r.rank: r.node for r in ranks_for(j.placement or [], j.tasks_per_node)}
+        suspects = sorted({where[r] for r in blamed if r in where})
+        if not suspects:
+            return
+        keep = [n for n in (j.avoid_nodes or []) if n not in suspects]
+        j.avoid_nodes = (keep + suspects)[-MAX_AVOIDED:]
+        record(s, "scheduler", "job.avoid_node",
+               f"attempt {j.attempt} {cause} with rank {', '.join(map(str, blamed))} on {', '.join(suspects)}; "
+               f"the next attempts go elsewhere when they can", job_id=j.id, at=now,
+               data={"nodes": suspects, "ranks": blamed, "cause": cause})
+
     def _attempt_row(self, s, j: JobRow) -> AttemptRow | None:  # noqa: ANN001
         return s.scalars(select(AttemptRow).where(AttemptRow.job_id == j.id, AttemptRow.attempt == j.attempt)).first()
 
-    def _note_checkpoint(self, j: JobRow) -> None:
-        """The newest committed checkpoint of this attempt, as the engine's `last_checkpoint`."""
+    def _note_checkpoint(self, j: JobRow) -> tuple[int, float] | None:
+        """The newest committed checkpoint of this attempt, as the engine's `last_checkpoint`;
+        returns its (step, commit time), or None if this attempt made none."""
         found = newest_checkpoint(job_dir(self.data_dir, j.id) / "checkpoints")
-        if found is not None and j.start_time is not None and found[2] >= j.start_time:
-            if j.last_checkpoint is None or found[2] > j.last_checkpoint:
-                j.last_checkpoint = found[2]
+        if found is None or j.start_time is None or found[2] < j.start_time:
+            return None
+        if j.last_checkpoint is None or found[2] > j.last_checkpoint:
+            j.last_checkpoint = found[2]
+        return found[0], found[2]
 
     def _end_attempt(self, s, j: JobRow, state: str, reason: str, code, sig, now: float,  # noqa: ANN001
                      cause: str = "", lost: float = 0.0) -> None:
@@ -332,9 +365,11 @@ class ControlLoop:
         """Attempts with a rank stopped for at least `hung_after_s` (remembered across passes)."""
         seen: dict[tuple[int, int], float] = {}
         for a in self._last_facts:
-            if any(r.running and r.stopped for r in a.ranks):
+            frozen = {r.rank for r in a.ranks if r.running and r.stopped}
+            if frozen:
                 key = (a.job_id, a.attempt)
                 seen[key] = self._stopped_since.get(key, now)
+                self._stopped_seen.setdefault(key, set()).update(frozen)
         self._stopped_since = seen
         return {k for k, t in seen.items() if now - t >= self.p.hung_after_s}
 

@@ -58,6 +58,7 @@ def request_of(j: JobRow) -> JobRequest:
         min_nodes=j.nodes_min, max_nodes=j.nodes_max,
         gpu_mem=None if j.gpu_mem_mib is None else j.gpu_mem_mib / 1024,
         est_runtime_s=j.time_limit_s, checkpoint_interval_s=j.checkpoint_interval_s, pool=j.pool,
+        avoid=frozenset(j.avoid_nodes or ()),
     )
 
 

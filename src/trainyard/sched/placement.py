@@ -8,6 +8,8 @@ Rules, in the order they are applied:
    which keeps large holes free for large jobs.
 3. Topology: a multi-node job is put inside one block (and one rack) when any can hold it,
    choosing the tightest such domain; otherwise it spans as few blocks as possible.
+4. Suspects: nodes in the job's `avoid` set (where an earlier attempt hung or crashed) are used
+   only when the job fits nowhere else right now: a preference, so no job waits on it forever.
 
 `place` returns the placement, or None with the reason it failed (capacity, topology or memory).
 It never modifies the state; callers `allocate` what they decide to keep.
@@ -23,6 +25,17 @@ from trainyard.sched.types import JobRequest, Reason
 
 def place(state: ClusterState, req: JobRequest, n_nodes: int | None = None) -> tuple[Placement | None, Reason | None]:
     """Find a placement for `req` (at `n_nodes` nodes for a node-shaped, possibly elastic job)."""
+    if req.avoid:
+        avoid = frozenset(i for i, n in enumerate(state.nodes) if n.name in req.avoid)
+        if avoid:
+            found = _place(state, req, n_nodes, avoid)
+            if found[0] is not None:
+                return found
+    return _place(state, req, n_nodes, frozenset())
+
+
+def _place(state: ClusterState, req: JobRequest, n_nodes: int | None,
+           avoid: frozenset[int]) -> tuple[Placement | None, Reason | None]:
     pool = req.pool
     max_node = state.max_gpus.get(pool, 0)
     mem = None if req.gpu_mem is None else gb_to_mib(req.gpu_mem)
@@ -45,12 +58,12 @@ def place(state: ClusterState, req: JobRequest, n_nodes: int | None = None) -> t
 
     if n == 1:
         k = need
-        node = _best_single_node(state, pool, k, mem)
+        node = _best_single_node(state, pool, k, mem, avoid)
         if node is None:
             return None, _why_not(state, pool, need, mem)
         return _take(state, [(node, k)], mem), None
 
-    candidates = _usable_nodes(state, pool, mem)
+    candidates = _usable_nodes(state, pool, mem, avoid)
     if gpn is not None:
         eligible = [(i, c) for i, c in candidates if c >= gpn]
         chosen = _choose_gang(state, eligible, n, gpn)
@@ -74,17 +87,18 @@ def _why_not(state: ClusterState, pool: str, need: int, mem: int | None) -> Reas
     return Reason.TOPOLOGY if usable >= need else Reason.MEMORY
 
 
-def _best_single_node(state: ClusterState, pool: str, k: int, mem: int | None) -> int | None:
+def _best_single_node(state: ClusterState, pool: str, k: int, mem: int | None,
+                      avoid: frozenset[int] = frozenset()) -> int | None:
     if mem is None:
         buckets = state.buckets[pool]
         for free in range(k, len(buckets)):
-            b = buckets[free]
+            b = buckets[free] - avoid if avoid else buckets[free]
             if b:
                 return min(b)
         return None
     best, best_key = None, None
     for i, node in enumerate(state.nodes):
-        if node.pool != pool or not node.healthy:
+        if node.pool != pool or not node.healthy or i in avoid:
             continue
         c = state.usable_on_node(i, mem)
         if c >= k:
@@ -95,17 +109,18 @@ def _best_single_node(state: ClusterState, pool: str, k: int, mem: int | None) -
     return best
 
 
-def _usable_nodes(state: ClusterState, pool: str, mem: int | None) -> list[tuple[int, int]]:
+def _usable_nodes(state: ClusterState, pool: str, mem: int | None,
+                  avoid: frozenset[int] = frozenset()) -> list[tuple[int, int]]:
     if mem is None:
         out = []
         for free, nodes in enumerate(state.buckets[pool]):
             if free:
-                out.extend((i, free) for i in nodes)
+                out.extend((i, free) for i in nodes if i not in avoid)
         out.sort()
         return out
     out = []
     for i, node in enumerate(state.nodes):
-        if node.pool == pool and node.healthy:
+        if node.pool == pool and node.healthy and i not in avoid:
             c = state.usable_on_node(i, mem)
             if c:
                 out.append((i, c))

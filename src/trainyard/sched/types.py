@@ -79,6 +79,7 @@ class JobRequest:
     est_runtime_s: float | None = None
     checkpoint_interval_s: float | None = None
     pool: str = "default"
+    avoid: frozenset[str] = frozenset()  # node names to use only when nothing else fits (suspects)
 
     # Derived once at construction: read on every job in every cycle.
     min_gpus: int = field(init=False, compare=False, repr=False)

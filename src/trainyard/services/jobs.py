@@ -222,7 +222,8 @@ _SHOWN = (("id", "id"), ("name", "name"), ("user", "user"), ("team", "team"), ("
           ("start_time", "start_time"), ("end_time", "end_time"), ("est_start", "est_start"), ("attempt", "attempt"),
           ("placement", "placement"), ("exit_code", "exit_code"), ("signal", "signal"),
           ("last_checkpoint", "last_checkpoint"), ("progress", "progress"), ("retries", "retries"),
-         ("retry_after", "retry_after"), ("lost_gpu_s", "lost_gpu_s"), ("command", "command"),
+         ("retry_after", "retry_after"), ("lost_gpu_s", "lost_gpu_s"), ("avoid_nodes", "avoid_nodes"),
+          ("command", "command"),
           ("workdir", "workdir"), ("env", "env"), ("output", "output"))
 _KEYS = tuple(k for k, _ in _SHOWN)
 _COLUMNS = tuple(c for _, c in _SHOWN)

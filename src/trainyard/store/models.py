@@ -77,6 +77,8 @@ class JobRow(Base):
     retries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     retry_after: Mapped[float | None] = mapped_column(Float, nullable=True)  # backoff: not scheduled before
     lost_gpu_s: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")  # work thrown away, in total
+    # nodes its failures pointed at (a hung or crashed rank's node): placed elsewhere when it can be
+    avoid_nodes: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
 
     # a stop in progress: why (preempt, cancel, timeout, requeue, node) and since when
     stop_kind: Mapped[str | None] = mapped_column(String(20), nullable=True)

@@ -1,0 +1,63 @@
+"""How much work an ended attempt threw away: the training time since its last checkpoint.
+
+Wall time since the checkpoint overstates it whenever the job was not training at the end: ranks
+frozen for half a minute before the plane called them hung, or a control plane that was down
+while the ranks checkpointed and exited. The runtime's `metrics.jsonl` (rank 0) says when each
+step finished, so the work lost is the time from the checkpoint to the last step finished after
+it, plus the step that was in progress when the attempt died (at most one step time). A job
+that writes no step records (not using the runtime) falls back to wall time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+TAIL_BYTES = 256 * 1024  # the end of metrics.jsonl holds the attempt's last steps
+
+
+def last_steps(metrics_file: Path, attempt: int, limit: int = 64) -> list[dict]:
+    """The last step records of `attempt` (oldest first), read from the end of the file."""
+    try:
+        with open(metrics_file, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - TAIL_BYTES))
+            tail = fh.read().decode(errors="replace").splitlines()
+    except OSError:
+        return []
+    if size > TAIL_BYTES:
+        tail = tail[1:]  # the first line is cut
+    out = []
+    for line in tail:
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(r, dict) and "event" not in r and r.get("attempt") == attempt and "step" in r and "time" in r:
+            out.append(r)
+    return out[-limit:]
+
+
+def lost_work_s(job_dir: Path, attempt: int, *, start_time: float, checkpoint: tuple[int, float] | None,
+                now: float) -> float:
+    """Seconds of training the attempt did after its newest checkpoint, which the next attempt redoes.
+
+    Args:
+        checkpoint: (step, commit time) of the newest committed checkpoint, or None.
+    """
+    ck_step, ck_time = checkpoint if checkpoint is not None else (0, start_time)
+    saved = max(start_time, ck_time)
+    steps = last_steps(job_dir / "metrics" / "metrics.jsonl", attempt)
+    if not steps:
+        return max(0.0, now - saved)
+    last = steps[-1]
+    if last["step"] <= ck_step:
+        return 0.0  # it checkpointed its last step (a preemption) and stopped
+    step_s = last.get("step_time_s")
+    if not isinstance(step_s, (int, float)) or step_s <= 0:
+        times = [r["time"] for r in steps]
+        step_s = (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else 0.0
+    in_progress = min(max(0.0, now - last["time"]), step_s)
+    return max(0.0, last["time"] + in_progress - saved)
