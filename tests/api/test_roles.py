@@ -97,8 +97,9 @@ def team_of(role: str) -> str | None:
 
 TEAM_ACTIONS = ("submit", "get", "job_events", "cancel", "hold", "release", "requeue", "logs")
 GLOBAL_ACTIONS = ("list", "events", "nodes", "node", "teams", "team", "config_get", "config_versions", "config_diff",
-                  "whoami", "drain", "resume", "update_quota", "config_apply", "config_rollback", "create_token")
-READS = {"list", "events", "nodes", "node", "teams", "team", "config_get", "config_versions", "config_diff", "whoami"}
+                  "metrics", "whoami", "drain", "resume", "update_quota", "config_apply", "config_rollback", "create_token")
+READS = {"list", "events", "nodes", "node", "teams", "team", "config_get", "config_versions", "config_diff", "metrics",
+         "whoami"}
 
 
 def allowed_team_action(role: str, action: str, relation: str) -> bool:
@@ -207,7 +208,8 @@ def _global_action(w: World, client: Any, action: str) -> tuple[Any, Callable[[A
     simple_reads = {"list": "/api/v1/jobs", "events": "/api/v1/events", "nodes": "/api/v1/nodes",
                     "node": "/api/v1/nodes/node-1", "teams": "/api/v1/teams", "team": "/api/v1/teams/nlp",
                     "config_get": "/api/v1/cluster/config", "config_versions": "/api/v1/cluster/config/versions",
-                    "config_diff": "/api/v1/cluster/config/diff?from=1&to=1", "whoami": "/api/v1/whoami"}
+                    "config_diff": "/api/v1/cluster/config/diff?from=1&to=1", "whoami": "/api/v1/whoami",
+                    "metrics": "/metrics"}
     if action in simple_reads:
         r = client.get(simple_reads[action])
         if action == "list":

@@ -10,10 +10,12 @@ from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse
+from prometheus_client import CollectorRegistry
 
 from trainyard.api.routers import cluster, jobs, misc, nodes, teams
 from trainyard.control.plane import ControlPlane
 from trainyard.services.errors import ServiceError
+from trainyard.services.metrics import PlaneCollector
 from trainyard.spec import ConfigError
 
 
@@ -21,6 +23,8 @@ def create_app(cp: ControlPlane) -> FastAPI:
     app = FastAPI(title="trainyard", version="0.1.0",
                   description="Self-hosted manager for GPU training clusters shared by several teams.")
     app.state.plane = cp
+    app.state.metrics = CollectorRegistry(auto_describe=False)  # what GET /metrics exposes
+    app.state.metrics.register(PlaneCollector(cp.store))
 
     @app.exception_handler(ServiceError)
     async def _service_error(_: Request, e: ServiceError) -> JSONResponse:

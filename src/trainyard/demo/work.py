@@ -3,6 +3,8 @@
 It follows the contracts (`trainyard.contracts`) without any GPU: resumes from the newest
 committed checkpoint, commits `step-<N>/` every `--ckpt-every` steps (rank 0 writes), and on
 SIGUSR1 checkpoints at the next step boundary and exits 75 so that it is requeued, not lost.
+Rank 0 reports its steps and checkpoints to the control plane as the runtime does, so `yard show`
+has its progress and recovery times.
 
     python -m trainyard.demo.work --steps 40 --step-time 0.5 --ckpt-every 5
 """
@@ -17,6 +19,8 @@ import time
 from pathlib import Path
 
 from trainyard.contracts import CHECKPOINT_MARKER, NOTICE_SIGNAL, REQUEUE_EXIT, newest_checkpoint
+from trainyard.runtime.env import JobEnv
+from trainyard.runtime.progress import ProgressReporter
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,24 +42,37 @@ def main(argv: list[str] | None = None) -> int:
     step = found[0] if found else 0
     print(f"rank {rank}: attempt {os.environ.get('TRAINYARD_ATTEMPT', '?')} starts at step {step}", flush=True)
 
+    env = JobEnv.from_environ()
+    progress = ProgressReporter(env.api if rank == 0 else None, env.job_id, env.token, attempt=env.attempt,
+                                interval_s=2.0)
+    last_ckpt: tuple[int, float] | None = (found[0], found[2]) if found else None
+
     def checkpoint(at: int) -> None:
+        nonlocal last_ckpt
         if rank == 0:
             d = ckdir / f"step-{at}"
             d.mkdir(parents=True, exist_ok=True)
             (d / "state.txt").write_text(str(at))
             (d / CHECKPOINT_MARKER).write_text("")
+            last_ckpt = (at, time.time())
+            progress.report(at, event="checkpoint", last_checkpoint_step=at, last_checkpoint_time=last_ckpt[1])
 
-    while step < a.steps:
-        time.sleep(a.step_time)
-        step += 1
-        if noticed:
-            checkpoint(step)
-            print(f"rank {rank}: preemption notice: checkpointed step {step}, exiting {REQUEUE_EXIT}", flush=True)
-            return REQUEUE_EXIT
-        if step % a.ckpt_every == 0:
-            checkpoint(step)
-    print(f"rank {rank}: done after {step} steps", flush=True)
-    return 0
+    try:
+        while step < a.steps:
+            time.sleep(a.step_time)
+            step += 1
+            progress.report(step, last_checkpoint_step=last_ckpt and last_ckpt[0],
+                            last_checkpoint_time=last_ckpt and last_ckpt[1])
+            if noticed:
+                checkpoint(step)
+                print(f"rank {rank}: preemption notice: checkpointed step {step}, exiting {REQUEUE_EXIT}", flush=True)
+                return REQUEUE_EXIT
+            if step % a.ckpt_every == 0:
+                checkpoint(step)
+        print(f"rank {rank}: done after {step} steps", flush=True)
+        return 0
+    finally:
+        progress.close(timeout_s=1.0)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,14 @@
-"""Tokens, the caller's identity, the event log and the health check."""
+"""Tokens, the caller's identity, the event log, the health check and the Prometheus metrics."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Body, Depends, Query
+from fastapi import APIRouter, Body, Depends, Query, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy.orm import Session
 
-from trainyard.api.deps import MAX_ID, plane, principal, session, storable_input
+from trainyard.api.deps import MAX_ID, plane, principal, reader, session, storable_input
 from trainyard.control.plane import ControlPlane
 from trainyard.services import auth, events
 from trainyard.services.auth import Principal
@@ -51,3 +52,10 @@ def healthz(cp: ControlPlane = Depends(plane)) -> dict[str, Any]:
     st = cp.loop.stats
     return {"ok": True, "loop": {"steps": st.steps, "last_step_ms": round(st.last_step_ms, 1), "errors": st.errors,
                                  "last_error": st.last_error}}
+
+
+@router.get("/metrics", response_class=Response)
+def metrics(request: Request, _: Principal = Depends(reader)) -> Response:
+    """Prometheus exposition (text format 0.0.4). Needs a token like every read here: give
+    Prometheus a viewer token (`authorization: {credentials_file: ...}` in its scrape config)."""
+    return Response(generate_latest(request.app.state.metrics), media_type=CONTENT_TYPE_LATEST)
