@@ -14,7 +14,7 @@ What is exported (issue 5's accounting; issue 7 adds the cluster and queue serie
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -40,13 +40,14 @@ def histogram_buckets(values: list[float], bounds: tuple[float, ...]) -> list[tu
 
 
 class PlaneCollector(Collector):
-    """A prometheus_client collector reading the control plane's store."""
+    """A prometheus_client collector reading a store, found at each scrape through `store_of()`
+    (the app is built before its control plane has opened the store in some tests)."""
 
-    def __init__(self, store: Store) -> None:
-        self.store = store
+    def __init__(self, store_of: Callable[[], Store]) -> None:
+        self.store_of = store_of
 
     def collect(self) -> Iterator[Metric]:
-        with self.store.session() as s:
+        with self.store_of().session() as s:
             yield from self._attempts(s)
             yield from self._recovery(s)
             yield from self._jobs(s)
