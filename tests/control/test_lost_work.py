@@ -27,7 +27,7 @@ def test_a_frozen_job_loses_its_steps_since_the_checkpoint_and_one_step_in_progr
     # the ranks froze after step 13 and the plane ended the attempt at 160
     write(tmp_path, steps(1, 1, 13, 100.0))
     lost = lost_work_s(tmp_path, 1, start_time=100.0, checkpoint=(10, 110.5), now=160.0)
-    assert lost == pytest.approx(113.0 + 1.0 - 110.5)
+    assert lost == pytest.approx(113.0 + 1.0 - 110.0)  # from the end of step 10
 
 
 def test_an_attempt_that_checkpointed_its_last_step_lost_nothing(tmp_path):
@@ -54,3 +54,10 @@ def test_the_tail_of_a_long_file_is_enough_and_a_cut_or_bad_line_is_skipped(tmp_
         fh.write("{not json\n")
     got = last_steps(tmp_path / "metrics" / "metrics.jsonl", 1)
     assert got and got[-1]["step"] == 500 and [r["step"] for r in got] == list(range(got[0]["step"], 501))
+
+
+def test_an_async_checkpoint_counts_from_the_step_it_holds_not_from_its_commit(tmp_path):
+    # step 10 finished at 110; its checkpoint committed at 112.5, during step 13
+    write(tmp_path, steps(1, 1, 14, 100.0))
+    lost = lost_work_s(tmp_path, 1, start_time=100.0, checkpoint=(10, 112.5), now=114.2)
+    assert lost == pytest.approx(114.2 - 110.0)  # steps 11..14 and 0.2 s of step 15

@@ -3,8 +3,9 @@
 Wall time since the checkpoint overstates it whenever the job was not training at the end: ranks
 frozen for half a minute before the plane called them hung, or a control plane that was down
 while the ranks checkpointed and exited. The runtime's `metrics.jsonl` (rank 0) says when each
-step finished, so the work lost is the time from the checkpoint to the last step finished after
-it, plus the step that was in progress when the attempt died (at most one step time). A job
+step finished, so the work lost is the time from the end of the step the checkpoint holds (an
+asynchronous one commits later) to the last step finished after it, plus the step that was in
+progress when the attempt died (at most one step time). A job
 that writes no step records (not using the runtime) falls back to wall time.
 """
 
@@ -55,6 +56,11 @@ def lost_work_s(job_dir: Path, attempt: int, *, start_time: float, checkpoint: t
     last = steps[-1]
     if last["step"] <= ck_step:
         return 0.0  # it checkpointed its last step (a preemption) and stopped
+    # An asynchronous checkpoint commits some steps after the step it holds: the work kept ends
+    # when that step finished, not at the commit.
+    at_ck = next((r["time"] for r in reversed(steps) if r["step"] == ck_step), None)
+    if at_ck is not None:
+        saved = max(start_time, min(saved, at_ck))
     step_s = last.get("step_time_s")
     if not isinstance(step_s, (int, float)) or step_s <= 0:
         times = [r["time"] for r in steps]
