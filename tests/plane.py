@@ -125,16 +125,21 @@ YARD = str(Path(sys.executable).parent / "yard")
 class YardServer:
     """`yard up` as a real process on a data dir: start it, kill -9 it, start it again."""
 
-    def __init__(self, data_dir: Path):
+    def __init__(self, data_dir: Path, *, config_file: Path = TWO_TEAMS, args: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None):
         self.data_dir = data_dir
+        self.config_file = config_file
+        self.args = args  # more `yard up` options (e.g. --backend slurm)
+        self.env = env  # the server's environment (default: this process's)
         self.proc: subprocess.Popen | None = None
 
     def start(self, config: bool = True) -> httpx.Client:
         (self.data_dir / "server.json").unlink(missing_ok=True)
-        args = [YARD, "up", "--data-dir", str(self.data_dir), "--port", "0", "--tick", "0.2"]
+        args = [YARD, "up", "--data-dir", str(self.data_dir), "--port", "0", "--tick", "0.2", *self.args]
         if config:
-            args += ["--config", str(TWO_TEAMS)]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=open(self.data_dir / "up.log", "a"))
+            args += ["--config", str(self.config_file)]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=open(self.data_dir / "up.log", "a"),
+                                     env=self.env)
         deadline = time.monotonic() + 30
         while not (self.data_dir / "server.json").exists():
             assert self.proc.poll() is None, (self.data_dir / "up.log").read_text()

@@ -174,6 +174,10 @@ class SlurmBackend:
             out.append(NodeInfo(name, gpus, model, mem, healthy=healthy, state=why))
         return out
 
+    def set_gpu_memory(self, mib: dict[str, int]) -> None:
+        """GPU memory per node, from the cluster configuration (Slurm's GRES does not say)."""
+        self._gpu_mem = dict(mib)
+
     def node_addr(self, name: str) -> str:
         return self._nodes().get(name, {}).get("NodeAddr", name)
 
@@ -356,10 +360,12 @@ class SlurmBackend:
             except OSError:
                 pass
 
-    def _cancel(self, att: _Attempt) -> None:
+    def _cancel(self, att: _Attempt, wait_s: float = 2.0) -> None:
+        """Kill every process of the batch job and cancel it. Slurm finishes that on its own
+        (COMPLETING, epilog): wait only briefly, the control loop must not stall on it."""
         self._run("scancel", "--full", "--signal=KILL", str(att.slurm_id), check=False)
         self._run("scancel", str(att.slurm_id), check=False)
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             state = self._job_states([att.slurm_id]).get(att.slurm_id)
             if state is None or state not in ACTIVE_JOB_STATES:

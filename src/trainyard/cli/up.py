@@ -28,8 +28,12 @@ def up(
                                                 help="GPUs per emulated node (default: NVML's, else 4)"),
     db: Optional[str] = typer.Option(None, "--db", help="postgresql://… (default: SQLite in the data dir)"),
     tick: float = typer.Option(1.0, "--tick", min=0.05, max=60, help="seconds between scheduling passes when idle"),
+    backend: str = typer.Option("local", "--backend", help="local (processes on this machine) or slurm (an "
+                                "existing Slurm cluster, through sbatch/squeue/scancel/scontrol)"),
+    partition: Optional[str] = typer.Option(None, "--partition", help="with --backend slurm: the partition "
+                                            "trainyard's jobs go to (default: Slurm's default)"),
 ) -> None:
-    """Start the control plane: API, store, control loop and the local backend."""
+    """Start the control plane: API, store, control loop and a backend (local by default, or Slurm)."""
     import uvicorn
 
     from trainyard.api.app import create_app
@@ -49,6 +53,12 @@ def up(
         nodes = 1
     if config is not None and nodes is not None:
         fail("--nodes/--gpus-per-node describe an emulated cluster; give them or --config, not both")
+    if backend not in ("local", "slurm"):
+        fail(f"--backend: expected local or slurm, got {backend!r}")
+    if backend == "slurm" and nodes is not None:
+        fail("--nodes/--gpus-per-node emulate nodes on this machine; with --backend slurm the nodes are Slurm's")
+    if partition is not None and backend != "slurm":
+        fail("--partition goes with --backend slurm")
     if db is not None and not db.startswith(("postgresql://", "postgresql+psycopg://", "sqlite:///")):
         fail(f"--db: expected a postgresql:// or sqlite:/// URL, got {db!r}")
     # IPPROTO_TCP named explicitly: uvicorn sets TCP_NODELAY only on sockets that say so, and
@@ -61,8 +71,14 @@ def up(
         fail(f"--port: cannot listen on {host}:{port}: {e.strerror or e}")
     port = sock.getsockname()[1]
     url = f"http://{host if ':' not in host else '[' + host + ']'}:{port}"
-    cp = ControlPlane(data_dir or default_data_dir(), db_url=db, config_text=text, nodes=nodes,
-                      gpus_per_node=gpus_per_node, loop_params=LoopParams(tick_s=tick), api_url=url)
+    from trainyard.backends.base import BackendError
+
+    try:
+        cp = ControlPlane(data_dir or default_data_dir(), db_url=db, config_text=text, nodes=nodes,
+                          gpus_per_node=gpus_per_node, loop_params=LoopParams(tick_s=tick), api_url=url,
+                          backend_kind=backend, slurm_partition=partition)
+    except BackendError as e:
+        fail(f"--backend {backend}: {e}")
     cp.write_server_file(url)
     cp.start()
     typer.echo(f"trainyard control plane at {url}  (API docs {url}/docs, dashboard {url}/)")

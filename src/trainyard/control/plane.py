@@ -33,26 +33,35 @@ from trainyard.store.models import ConfigVersionRow
 class ControlPlane:
     def __init__(self, data_dir: str | Path, *, db_url: str | None = None, config_text: str | None = None,
                  nodes: int | None = None, gpus_per_node: int | None = None, backend: Backend | None = None,
-                 loop_params: LoopParams | None = None, api_url: str | None = None):
+                 loop_params: LoopParams | None = None, api_url: str | None = None, backend_kind: str = "local",
+                 slurm_partition: str | None = None):
         self.data_dir = Path(data_dir).resolve()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.store: Store = open_store(db_url or sqlite_url(self.data_dir))
         self.lock = threading.RLock()
         self.configs = config.ConfigCache()
         self.api_url = api_url
+        slurm = None
+        if backend is None and backend_kind == "slurm":
+            from trainyard.backends.slurm import SlurmBackend  # only where Slurm's commands are
+            slurm = SlurmBackend(self.data_dir, partition=slurm_partition)
+        elif backend is None and backend_kind != "local":
+            raise ValueError(f"unknown backend {backend_kind!r}: local or slurm")
         with self.lock, self.store.session.begin() as s:
             have = s.scalars(select(ConfigVersionRow.version)).first() is not None
             if config_text is not None:
                 config.apply(s, config_text, Principal("yard-up", "admin"), "configuration given to yard up")
             elif not have or nodes is not None:
-                found = detect_local_nodes(nodes or 1, gpus_per_node)
+                found = slurm.inventory() if slurm is not None else detect_local_nodes(nodes or 1, gpus_per_node)
                 text = config.default_config_text([(n.name, n.gpus, n.gpu_model, n.gpu_mem_mib) for n in found])
                 config.apply(s, text, Principal("yard-up", "admin"), "default configuration of this machine")
             self.admin_token = auth.ensure_admin_token(s, self.data_dir / "admin.token")
             cfg = self.configs.current(s)
         inventory = [NodeInfo(n.name, n.gpus, n.gpu_model, int(round(n.gpu_mem * 1024)))
                      for n in cfg.nodes]
-        self.backend: Backend = backend or LocalBackend(self.data_dir, inventory)
+        if slurm is not None:
+            slurm.set_gpu_memory({n.name: n.gpu_mem_mib for n in inventory})
+        self.backend: Backend = backend or slurm or LocalBackend(self.data_dir, inventory)
         self.loop = ControlLoop(self.store, self.backend, self.data_dir, self.configs, self.lock,
                                 params=loop_params, api_url=api_url)
 
