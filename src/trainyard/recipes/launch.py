@@ -266,7 +266,12 @@ class Launcher:
             # fail on their own (a collective breaks: exit 1). Signals this launcher forwarded don't count.
             killed = [r for r in sorted(codes) if codes[r] > 128 and not (forwarded_kill and r != first_failure[0])]
             code = codes[killed[0]] if killed else first_failure[1]
-            return code, f"failed: exit codes by rank {[codes[r] for r in range(len(self.procs))]}"
+            cause = ""
+            if killed:
+                name = signal.Signals(codes[killed[0]] - 128).name if codes[killed[0]] - 128 in signal.valid_signals() \
+                    else f"signal {codes[killed[0]] - 128}"
+                cause = f"; rank {killed[0]} was killed by {name}"
+            return code, f"failed: exit codes by rank {[codes[r] for r in range(len(self.procs))]}{cause}"
         if any(c == REQUEUE_EXIT for c in codes.values()):
             return REQUEUE_EXIT, (f"preempted: the ranks checkpointed and stopped (exit {REQUEUE_EXIT}); "
                                   "run the same command again to resume")
