@@ -127,3 +127,23 @@ def test_resume_on_one_process_after_two_continues_the_global_sample_order(refer
     assert got == want  # the same global order: nothing skipped, nothing repeated
     assert len(got) < n and len(set(got)) == len(got)
     assert metrics(out)[more]["samples"] == 8 * more
+
+
+@pytest.mark.slow
+def test_a_preempted_four_rank_run_resumes_bit_identical(tmp_path):
+    """With more than two ranks the all-reduce's summation order depends on DDP's bucket layout;
+    the first step after a resume must sum like the uninterrupted run (`strategies.wrap`)."""
+    run = [*TINY_PRETRAIN, "steps=16", "checkpoint_every=4"]
+    rc, log = yard_run("llama-pretrain", tmp_path / "ref", 4, run)
+    assert rc == 0, log[-4000:]
+    out = tmp_path / "run"
+    first = YardRun("llama-pretrain", out, 4, run)
+    first.wait_for_step(6)
+    first.proc.send_signal(signal.SIGUSR1)
+    assert first.wait() == REQUEUE_EXIT, first.log[-4000:]
+    stopped = max(losses(out))
+    assert stopped < 16
+    rc, log = yard_run("llama-pretrain", out, 4, run)
+    assert rc == 0, log[-4000:]
+    assert f"resumed from step {stopped}" in log
+    assert losses(out) == losses(tmp_path / "ref")

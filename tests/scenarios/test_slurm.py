@@ -62,15 +62,8 @@ def test_preemption_by_an_urgent_job_resumes_bit_for_bit(yc, reference):
     j = yc.wait(job, lambda j: j["state"] not in ("PENDING", "RUNNING", "COMPLETING", "REQUEUED"), timeout=300)
     assert j["state"] == "COMPLETED", (j["state"], j["reason"])
     assert j["attempts"][0]["state"] == "PREEMPTED" and len(j["attempts"]) >= 2
-    got = losses(yc.job_dir(job))
-    assert sorted(got) == sorted(reference)
-    # Bit for bit up to the step the preemption checkpointed: the resumed attempt starts exactly
-    # there (weights, optimizer, data order). After it, 8 ranks on gloo differ from the
-    # uninterrupted run in the last bits of the loss (2 ranks match exactly, tests/scenarios/
-    # test_chaos.py): the reduction order of a fresh process group. Issue 6 keeps this open.
-    resumed = _resumed_step(yc.job_dir(job))
-    assert all(got[s] == reference[s] for s in range(1, resumed + 1)), {s: (got[s], reference[s]) for s in got}
-    assert all(got[s] == pytest.approx(reference[s], rel=1e-6) for s in got)
+    assert losses(yc.job_dir(job)) == reference  # the last loss of every step, bit for bit, on 8 ranks
+    assert 4 <= _resumed_step(yc.job_dir(job)) < STEPS  # it did resume from the preemption checkpoint
     events = [e["kind"] for e in yc.http.get("/api/v1/events", params={"job": job, "limit": 500}).json()["events"]]
     assert "job.preempting" in events or any(k.startswith("job.preempt") for k in events), events
     yc.wait_slurm_empty()

@@ -36,7 +36,14 @@ def wrap(model: torch.nn.Module, strategy: str, device: torch.device, *, bf16: b
     if strategy == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        return DDP(model, device_ids=[device] if device.type == "cuda" else None)
+        # find_unused_parameters=True, for exact resumes: without it DDP puts every gradient in one
+        # bucket for its first step and rebuilds the buckets in gradient-ready order after it. With
+        # more than two ranks the ring all-reduce's summation order depends on a gradient's place
+        # in its bucket, so the first step after a resume was summed differently from the same
+        # step of an uninterrupted run (last-bit differences on 8 ranks). With it, the buckets
+        # keep their construction-time layout at every step of every attempt. The price is one
+        # walk of the autograd graph per step.
+        return DDP(model, device_ids=[device] if device.type == "cuda" else None, find_unused_parameters=True)
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
