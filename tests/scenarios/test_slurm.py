@@ -104,3 +104,22 @@ def test_cancel_leaves_nothing_running_in_slurm(yc):
     yc.yard("cancel", str(job))
     yc.wait(job, "CANCELLED", timeout=60)
     yc.wait_slurm_empty()
+
+
+def test_without_a_config_yard_up_takes_the_nodes_from_slurm(yc, tmp_path):
+    from tests.plane import YardServer
+
+    server = YardServer(tmp_path, args=("--backend", "slurm"), env={**yc.env(), **yc.slurm.env()})
+    http = server.start(config=False)
+    try:
+        nodes = http.get("/api/v1/nodes").json()["nodes"]
+        assert sorted((n["name"], n["gpus"], n["state"]) for n in nodes) == [("n1", 4, "up"), ("n2", 4, "up")]
+    finally:
+        server.terminate()
+
+
+def test_bad_backend_options_are_refused_with_exit_2(yc, tmp_path):
+    r = yc.yard("up", "--data-dir", str(tmp_path), "--backend", "kubernetes", check=False)
+    assert r.returncode == 2 and "--backend" in r.stderr
+    r = yc.yard("up", "--data-dir", str(tmp_path), "--backend", "slurm", "--nodes", "2", check=False)
+    assert r.returncode == 2 and "--nodes" in r.stderr

@@ -81,6 +81,18 @@ def gres_gpus(gres: str) -> tuple[int, str]:
     return 0, "gpu"
 
 
+def features_topology(features: str) -> dict[str, str]:
+    """Node features naming its place (`block=b1`, `block:b1` or `block_b1`; the same for `rack`)
+    → {"block": "b1", "rack": "r3"}: what topology-aware gang placement groups nodes by."""
+    out: dict[str, str] = {}
+    for feat in features.split(","):
+        for key in ("block", "rack"):
+            for sep in ("=", ":", "_"):
+                if feat.startswith(key + sep) and len(feat) > len(key) + 1:
+                    out[key] = feat[len(key) + 1:]
+    return out
+
+
 def node_health(state: str) -> tuple[bool, str]:
     """Slurm's node state (`IDLE`, `MIXED+DRAIN`, `DOWN*`, `IDLE+NOT_RESPONDING`) → (healthy, why)."""
     flags = state.upper().replace("*", "+NOT_RESPONDING").split("+")
@@ -173,6 +185,11 @@ class SlurmBackend:
             mem = self._gpu_mem.get(name, 81920) if isinstance(self._gpu_mem, dict) else self._gpu_mem
             out.append(NodeInfo(name, gpus, model, mem, healthy=healthy, state=why))
         return out
+
+    def topology(self) -> dict[str, dict[str, str]]:
+        """Each node's block and rack from its Slurm features (see `features_topology`)."""
+        return {name: t for name, kv in self._nodes(max_age_s=0).items()
+                if (t := features_topology(kv.get("ActiveFeatures") or kv.get("AvailableFeatures") or ""))}
 
     def set_gpu_memory(self, mib: dict[str, int]) -> None:
         """GPU memory per node, from the cluster configuration (Slurm's GRES does not say)."""

@@ -53,7 +53,8 @@ class ControlPlane:
                 config.apply(s, config_text, Principal("yard-up", "admin"), "configuration given to yard up")
             elif not have or nodes is not None:
                 found = slurm.inventory() if slurm is not None else detect_local_nodes(nodes or 1, gpus_per_node)
-                text = config.default_config_text([(n.name, n.gpus, n.gpu_model, n.gpu_mem_mib) for n in found])
+                text = config.default_config_text([(n.name, n.gpus, n.gpu_model, n.gpu_mem_mib) for n in found],
+                                                  topology=slurm.topology() if slurm is not None else None)
                 config.apply(s, text, Principal("yard-up", "admin"), "default configuration of this machine")
             self.admin_token = auth.ensure_admin_token(s, self.data_dir / "admin.token")
             cfg = self.configs.current(s)

@@ -57,14 +57,17 @@ class ConfigVersion:
         return teams, classes
 
 
-def default_config_text(nodes: list[tuple[str, int, str, int]], team: str = "default") -> str:
+def default_config_text(nodes: list[tuple[str, int, str, int]], team: str = "default",
+                        topology: dict[str, dict[str, str]] | None = None) -> str:
     """The configuration `yard up` starts with when given none: the given nodes
-    (name, GPUs, model, GPU MiB), one team owning them all, and the example's three classes."""
+    (name, GPUs, model, GPU MiB) with their `block`/`rack` from `topology` where known, one team
+    owning them all, and the example's three classes."""
     example = yaml.safe_load(EXAMPLE_CONFIG.read_text())
     total = sum(g for _, g, _, _ in nodes)
     doc = {
         "cluster": {"name": "local", "nodes": [
-            {"name": n, "gpus": g, "gpu_model": m, "gpu_mem_gb": round(mib / 1024, 3)} for n, g, m, mib in nodes]},
+            {"name": n, "gpus": g, "gpu_model": m, "gpu_mem_gb": round(mib / 1024, 3), **(topology or {}).get(n, {})}
+            for n, g, m, mib in nodes]},
         "teams": [{"name": team, "quotas": {"default": {"nominal": total}}}],
         "classes": example["classes"],
         "default_class": example.get("default_class", "training"),

@@ -1,0 +1,48 @@
+"""What the Slurm backend reads from Slurm's output: node lines, GRES, states, topology features,
+and the task layout a rank works out its environment from. Pure functions: no Slurm needed."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainyard.backends.slurm import features_topology, gres_gpus, node_health, parse_kv_line
+from trainyard.backends.slurm_task import rank_env, tasks_on_node
+
+LINE = ("NodeName=n1 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUTot=8 AvailableFeatures=block_b0,rack=r1,ib "
+        "ActiveFeatures=block_b0,rack=r1,ib Gres=gpu:a100:4(S:0-1) NodeAddr=10.0.0.1 State=IDLE+DRAIN "
+        "Partitions=main,debug")
+
+
+def test_a_node_line_gives_gpus_model_address_health_and_topology():
+    kv = parse_kv_line(LINE)
+    assert kv["NodeName"] == "n1" and kv["NodeAddr"] == "10.0.0.1" and kv["Partitions"] == "main,debug"
+    assert gres_gpus(kv["Gres"]) == (4, "a100")
+    assert node_health(kv["State"]) == (False, "drain")
+    assert features_topology(kv["ActiveFeatures"]) == {"block": "b0", "rack": "r1"}
+
+
+@pytest.mark.parametrize("gres,want", [("gpu:4", (4, "gpu")), ("gpu:h100:8,shard:16", (8, "h100")),
+                                       ("(null)", (0, "gpu")), ("shard:8", (0, "gpu"))])
+def test_gres(gres, want):
+    assert gres_gpus(gres) == want
+
+
+@pytest.mark.parametrize("state,healthy", [("IDLE", True), ("MIXED", True), ("ALLOCATED", True),
+                                           ("DOWN*", False), ("IDLE+NOT_RESPONDING", False), ("DOWN+NOT_RESPONDING", False),
+                                           ("MIXED+DRAIN", False), ("IDLE*", False), ("FAIL", False)])
+def test_node_states(state, healthy):
+    assert node_health(state)[0] is healthy
+
+
+def test_tasks_per_node_forms():
+    assert [tasks_on_node("4(x2)", i) for i in (0, 1)] == [4, 4]
+    assert [tasks_on_node("3,1", i) for i in (0, 1)] == [3, 1]
+    assert [tasks_on_node("2(x2),1", i) for i in (0, 1, 2)] == [2, 2, 1]
+
+
+def test_a_task_gets_the_contract_and_its_own_gpus_out_of_the_nodes():
+    env = rank_env({"SLURM_PROCID": "5", "SLURM_LOCALID": "1", "SLURM_NTASKS": "8", "SLURM_TASKS_PER_NODE": "4(x2)",
+                    "SLURM_NODEID": "1", "SLURMD_NODENAME": "n2", "CUDA_VISIBLE_DEVICES": "0,1,2,3",
+                    "TRAINYARD_GPUS_PER_RANK": "1"})
+    assert env["RANK"] == "5" and env["LOCAL_RANK"] == "1" and env["WORLD_SIZE"] == "8"
+    assert env["LOCAL_WORLD_SIZE"] == "4" and env["TRAINYARD_NODE"] == "n2" and env["CUDA_VISIBLE_DEVICES"] == "1"
