@@ -61,3 +61,32 @@ def test_a_crash_and_its_recovery_are_counted_by_team_and_cause(plane):
 
 def test_metrics_need_a_token(plane):
     assert plane.client("").get("/metrics").status_code == 401  # roles: tests/api/test_roles.py
+
+
+FAMILIES = {  # issue 7, item 3: every family, whether or not it has samples yet
+    "trainyard_gpus", "trainyard_nodes", "trainyard_gpu_utilization_ratio", "trainyard_queue_length",
+    "trainyard_queue_wait_seconds", "trainyard_jobs", "trainyard_attempts_ended", "trainyard_job_failures",
+    "trainyard_preemptions", "trainyard_lost_gpu_seconds", "trainyard_recovery_seconds", "trainyard_job_retries",
+    "trainyard_job_checkpoint_age_seconds",
+}
+
+
+def test_the_cluster_and_queue_families_are_there_with_the_right_numbers(plane):
+    running = plane.submit(command=WORK, gpus=2, team="vision")
+    plane.wait(running["id"], "RUNNING")
+    held = plane.submit(command=WORK, gpus=1, team="nlp", hold=True, **{"class": "batch"})
+    plane.admin.post("/api/v1/nodes/node-1/drain", json={"reason": "maintenance"})
+    r = plane.as_user("watcher", "viewer").get("/metrics")
+    families = {f.name: f for f in text_string_to_metric_families(r.text)}
+    assert FAMILIES <= set(families), FAMILIES - set(families)
+    m = scrape(plane.as_user("watcher", "viewer"))
+    pool = ("pool", "default")
+    assert m[("trainyard_gpus", (pool, ("state", "total")))] == 8
+    assert m[("trainyard_gpus", (pool, ("state", "allocated")))] == 2
+    assert m[("trainyard_gpus", (pool, ("state", "idle")))] == 6
+    assert m[("trainyard_nodes", (pool, ("state", "up")))] == 1 and m[("trainyard_nodes", (pool, ("state", "drain")))] == 1
+    assert m[("trainyard_queue_length", (("class", "batch"), ("team", "nlp")))] == 1
+    assert m[("trainyard_queue_wait_seconds_count", (("class", "training"), ("team", "vision")))] == 1
+    age = m[("trainyard_job_checkpoint_age_seconds", (("job", str(running["id"])), ("team", "vision")))]
+    assert 0 <= age < 30
+    assert held["state"] in ("PENDING",)

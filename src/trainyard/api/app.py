@@ -24,7 +24,7 @@ def create_app(cp: ControlPlane) -> FastAPI:
                   description="Self-hosted manager for GPU training clusters shared by several teams.")
     app.state.plane = cp
     app.state.metrics = CollectorRegistry(auto_describe=False)  # what GET /metrics exposes
-    app.state.metrics.register(PlaneCollector(lambda: cp.store))
+    app.state.metrics.register(PlaneCollector(lambda: cp))
 
     @app.exception_handler(ServiceError)
     async def _service_error(_: Request, e: ServiceError) -> JSONResponse:
