@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import typer
 
-from trainyard.cli import admin, bench, chaos, jobs, plan, run, up
+from trainyard.cli import admin, bench, chaos, jobs, plan, run, tboard, up
 from trainyard.cli import sim as sim_cmd
 
 app = typer.Typer(help="trainyard: a manager for GPU training clusters shared by several teams.",
@@ -42,6 +42,7 @@ app.add_typer(admin.cluster_app, name="cluster")
 app.add_typer(admin.token_app, name="token")
 app.command("run")(run.run)
 app.command("chaos")(chaos.chaos)
+app.command("tensorboard")(tboard.tensorboard)
 
 
 def main() -> None:  # `python -m trainyard.cli.main`
