@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -127,6 +127,43 @@ class JobClassSpec(_Model):
     description: str = ""
 
 
+class CheckSpec(_Model):
+    """One node health check (LBNL NHC style): an executable, or a built-in kind.
+
+    - `command`: run with TRAINYARD_NODE (and TRAINYARD_DATA_DIR) set; exit 0 OK, 1 WARN,
+      2 CRITICAL (anything else, or a time-out, counts as CRITICAL); its first output line is
+      the message.
+    - `disk`: free space under each of `paths` (`{node}` and `{data_dir}` are filled in):
+      below `critical_free_gb` CRITICAL, below `warn_free_gb` WARN.
+    - `nvml`: the node's GPUs (when NVML is present): uncorrectable ECC errors or retired pages
+      pending → CRITICAL, temperature at or above `max_temp_c` → WARN.
+    """
+
+    name: str = Field(min_length=1, max_length=100)
+    kind: Literal["command", "disk", "nvml"] = "command"
+    command: list[str] | None = None
+    paths: list[str] = Field(default_factory=lambda: ["{data_dir}"])
+    warn_free_gb: float = Field(5.0, ge=0)
+    critical_free_gb: float = Field(1.0, ge=0)
+    max_temp_c: float = Field(90.0, gt=0)
+    timeout: Duration = 30.0
+
+    @model_validator(mode="after")
+    def _shape(self) -> "CheckSpec":
+        if self.kind == "command" and not self.command:
+            raise ValueError(f"check {self.name!r}: kind command needs `command` (an argv list)")
+        if self.critical_free_gb > self.warn_free_gb:
+            raise ValueError(f"check {self.name!r}: critical_free_gb must not exceed warn_free_gb")
+        return self
+
+
+class HealthSpec(_Model):
+    """Node health checks, run on every node every `interval` and before a node returns."""
+
+    interval: Duration = 60.0
+    checks: list[CheckSpec] = Field(default_factory=list)
+
+
 class ConfigSpec(_Model):
     """A whole cluster configuration: the file `yard up --config` and `yard sim --config` read."""
 
@@ -134,6 +171,7 @@ class ConfigSpec(_Model):
     teams: list[TeamSpec] = Field(min_length=1)
     classes: list[JobClassSpec] = Field(min_length=1)
     default_class: str = "training"
+    health: HealthSpec = Field(default_factory=HealthSpec)
 
     @model_validator(mode="after")
     def _references(self) -> "ConfigSpec":

@@ -33,11 +33,13 @@ from sqlalchemy import and_, bindparam, or_, select, update
 
 from trainyard.backends.base import AttemptState, Backend, BackendError, LaunchSpec, RankLaunch
 from trainyard.contracts import newest_checkpoint
+from trainyard.control.health import CRITICAL, OK, CheckResult, HealthChecker, worst
 from trainyard.control.lost_work import lost_work_s
 from trainyard.control.outcome import classify, first_failure
 from trainyard.control.retry import backoff_s, should_retry
 from trainyard.control.snapshot import NodeIndex, build_snapshot, decayed_usage, USAGE_HALF_LIFE_S
 from trainyard.sched.engine import TrainyardPolicy
+from trainyard.spec import HealthSpec
 from trainyard.sched.policy import Policy
 from trainyard.sched.types import Reason
 from trainyard.services import auth
@@ -110,16 +112,28 @@ class ControlLoop:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.health = HealthChecker(self.data_dir, self._health_spec, self._node_names)
+        self._health_seen: dict[tuple[str, str], str] = {}  # (node, check) → last status recorded
+
+    def _health_spec(self) -> HealthSpec:
+        with self.store.session() as s:
+            return self.configs.current(s).spec.health
+
+    def _node_names(self) -> list[str]:
+        with self.store.session() as s:
+            return [n.name for n in self.configs.current(s).nodes]
 
     # -- thread ----------------------------------------------------------------------------------
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="trainyard-loop", daemon=True)
         self._thread.start()
+        self.health.start()
 
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+        self.health.stop()
         if self._thread is not None:
             self._thread.join(timeout=30)
 
@@ -319,20 +333,27 @@ class ControlLoop:
             active = list(s.scalars(select(JobRow).where(JobRow.state.in_(ACTIVE_STATES))))
             for name, info in inventory.items():
                 row = rows.get(name)
-                if not info.healthy and (row is None or row.state != "down"):
+                checks = self.health.results(name)
+                self._record_check_changes(s, name, checks, now)
+                failing = worst(checks)
+                failing = failing if failing is not None and failing.status == CRITICAL else None
+                state = info.state if not info.healthy else f"{failing.check}: {failing.message}" if failing else "up"
+                if (not info.healthy or failing) and (row is None or row.state != "down"):
                     row = row or NodeRow(name=name)
-                    row.state, row.reason, row.updated_at, row.updated_by = "down", f"{info.state} (health)", now, \
+                    row.state, row.reason, row.updated_at, row.updated_by = "down", f"{state} (health)"[:200], now, \
                         HEALTH
                     s.add(row)
-                    record(s, HEALTH, "node.down", f"node {name} is {info.state}: down, its jobs move elsewhere",
-                           node=name, at=now, data={"state": info.state})
+                    record(s, HEALTH, "node.down", f"node {name} is {state}: down, its jobs move elsewhere",
+                           node=name, at=now, data={"state": info.state, "check": failing.check if failing else None})
                     for j in active:
                         if j.stop_kind is None and any(p["node"] == name for p in j.placement or []):
                             j.stop_kind, j.stop_since, j.stop_stage = "node", now, 0
-                            j.reason = f"node {name} {info.state}"
-                            record(s, HEALTH, "job.node_failed", f"node {name} is {info.state}; stopping the job "
+                            j.reason = f"node {name} {state}"[:200]
+                            record(s, HEALTH, "job.node_failed", f"node {name} is {state}; stopping the job "
                                    "to resume it elsewhere", job_id=j.id, node=name, at=now)
-                elif info.healthy and row is not None and row.state == "down" and row.updated_by == HEALTH:
+                elif info.healthy and not failing and row is not None and row.state == "down" \
+                        and row.updated_by == HEALTH and all(c.at > row.updated_at for c in checks):
+                    # back only after a round of its checks newer than its going down has passed
                     ok, why = self.backend.check_node(name)
                     if ok:
                         row.state, row.reason, row.updated_at = "up", "", now
@@ -345,6 +366,16 @@ class ControlLoop:
                     j.reason = f"ranks stopped for {self.p.hung_after_s:.0f}s"
                     record(s, HEALTH, "job.hung", f"ranks made no progress (stopped) for {self.p.hung_after_s:.0f}s; "
                            "killing it to resume from its checkpoint", job_id=j.id, at=now)
+
+    def _record_check_changes(self, s, node: str, checks: list[CheckResult], now: float) -> None:  # noqa: ANN001
+        """An event each time a check's status on a node changes (WARN and CRITICAL are findings)."""
+        for c in checks:
+            key = (node, c.check)
+            before = self._health_seen.get(key, OK)
+            if c.status != before:
+                self._health_seen[key] = c.status
+                record(s, HEALTH, f"node.check_{c.status}", f"node {node}: check {c.check} {c.status.upper()}: "
+                       f"{c.message}", node=node, at=now, data={"check": c.check, "status": c.status})
 
     def _grow_elastic(self, s, active: list[JobRow], now: float) -> None:  # noqa: ANN001
         """A node came back: elastic jobs running below their size restart (by checkpoint) to grow,
