@@ -157,11 +157,34 @@ class CheckSpec(_Model):
         return self
 
 
+class ActionSpec(_Model):
+    """A remediation step (reboot, reimage, replace…): a command run with TRAINYARD_NODE set."""
+
+    name: str = Field(min_length=1, max_length=100)
+    command: list[str] = Field(min_length=1)
+    timeout: Duration = 600.0
+
+
+class RemediationSpec(_Model):
+    """What to do with a node its checks took out of service: run `actions` in order, then
+    check again; again after `cooldown` if it still fails; after `max_attempts`, leave it down
+    and alert a person."""
+
+    actions: list[ActionSpec] = Field(default_factory=list)
+    cooldown: Duration = 600.0
+    max_attempts: int = Field(3, ge=1)
+
+
 class HealthSpec(_Model):
-    """Node health checks, run on every node every `interval` and before a node returns."""
+    """Node health checks, run on every node every `interval` and before a node returns.
+
+    A WARN makes a node `suspect` (no new work; its jobs run on), CRITICAL takes it `down` (its
+    jobs checkpoint and resume elsewhere) and, with `remediation.actions`, through `remediating`.
+    """
 
     interval: Duration = 60.0
     checks: list[CheckSpec] = Field(default_factory=list)
+    remediation: RemediationSpec = Field(default_factory=RemediationSpec)
 
 
 class ConfigSpec(_Model):

@@ -62,9 +62,9 @@ def test_bad_check_config_names_the_field():
         parse_config(yaml.safe_dump(base))
 
 
-def plane_with(tmp_path: Path, checks: list[dict]) -> Plane:
+def plane_with(tmp_path: Path, checks: list[dict], remediation: dict | None = None) -> Plane:
     doc = yaml.safe_load(TWO_TEAMS.read_text())
-    doc["health"] = {"interval": "0.3s", "checks": checks}
+    doc["health"] = {"interval": "0.3s", "checks": checks, **({"remediation": remediation} if remediation else {})}
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(doc))
     return Plane(tmp_path / "yard", config=path)
@@ -135,5 +135,65 @@ def test_a_full_checkpoint_disk_drains_the_node_until_space_is_back(tmp_path, ti
     try:
         move_off_and_back(p, lambda n: (tiny_disks / n / fill).write_bytes(b"\0" * (int(3.5 * 2**20))),
                           lambda n: (tiny_disks / n / fill).unlink(), "GB free")
+    finally:
+        p.stop()
+
+
+WARN_CHECK = [sys.executable, "-c",
+              "import os, sys; p = os.path.join(os.environ['TRAINYARD_DATA_DIR'], 'warn-' + os.environ['TRAINYARD_NODE']);"
+              "e = os.path.exists(p); print('fan slow' if e else 'fine'); sys.exit(1 if e else 0)"]
+REBOOT = [sys.executable, "-c",  # the emulated reboot clears the node's ECC error
+          "import os; p = os.path.join(os.environ['TRAINYARD_DATA_DIR'], 'ecc-' + os.environ['TRAINYARD_NODE']);"
+          "os.path.exists(p) and os.remove(p); print('rebooted', os.environ['TRAINYARD_NODE'])"]
+NOTHING = [sys.executable, "-c", "print('tried')"]
+
+
+def kinds_for(p: Plane, node: str) -> list[str]:
+    evs = p.admin.get("/api/v1/events", params={"limit": 2000}).json()["events"]
+    return [e["kind"] for e in evs if e.get("node") == node]
+
+
+def test_a_warning_makes_the_node_suspect_no_new_work_lands_there_then_it_returns(tmp_path):
+    p = plane_with(tmp_path, [{"name": "fans", "command": WARN_CHECK}])
+    try:
+        (p.cp.data_dir / "warn-node-0").write_text("")
+        wait_until(lambda: node_state(p, "node-0")["state"] == "suspect")
+        assert "fan slow" in node_state(p, "node-0")["reason"]
+        j = p.submit(command=WORK, gpus=2, team="vision")
+        assert {q["node"] for q in p.wait(j["id"], "RUNNING")["placement"]} == {"node-1"}
+        (p.cp.data_dir / "warn-node-0").unlink()
+        wait_until(lambda: node_state(p, "node-0")["state"] == "up")
+        assert kinds_for(p, "node-0")[-3:] == ["node.suspect", "node.check_ok", "node.up"]
+    finally:
+        p.stop()
+
+
+def test_remediation_repairs_a_node_its_check_took_down(tmp_path):
+    p = plane_with(tmp_path, [{"name": "ecc", "command": ECC_CHECK}],
+                   {"actions": [{"name": "reboot", "command": REBOOT, "timeout": "20s"}], "cooldown": "1s",
+                    "max_attempts": 2})
+    try:
+        j = p.submit(command=WORK, gpus=2, team="vision")
+        node = p.wait(j["id"], "RUNNING")["placement"][0]["node"]
+        (p.cp.data_dir / f"ecc-{node}").write_text("GPU 0: 1 uncorrectable ECC error")
+        p.wait(j["id"], lambda x: x["state"] == "RUNNING" and x["attempt"] == 2, timeout=30)
+        wait_until(lambda: "node.up" in kinds_for(p, node), timeout=30)
+        ks = [k for k in kinds_for(p, node) if k.startswith("node.") and not k.startswith("node.check")]
+        assert ks == ["node.down", "node.remediating", "node.remediated", "node.up"], ks
+        assert node_state(p, node)["state"] == "up"
+    finally:
+        p.stop()
+
+
+def test_remediation_that_does_not_help_ends_in_an_alert_and_the_node_stays_down(tmp_path):
+    p = plane_with(tmp_path, [{"name": "ecc", "command": ECC_CHECK}],
+                   {"actions": [{"name": "reset-gpu", "command": NOTHING}], "cooldown": "0.5s", "max_attempts": 2})
+    try:
+        (p.cp.data_dir / "ecc-node-1").write_text("GPU 3: 9 uncorrectable ECC errors")
+        wait_until(lambda: "node.alert" in kinds_for(p, "node-1"), timeout=40)
+        ks = [k for k in kinds_for(p, "node-1") if k in ("node.remediating", "node.remediated", "node.alert")]
+        assert ks == ["node.remediating", "node.remediated", "node.remediating", "node.remediated", "node.alert"], ks
+        st = node_state(p, "node-1")
+        assert st["state"] == "down" and "needs a person" in st["reason"]
     finally:
         p.stop()

@@ -33,13 +33,13 @@ from sqlalchemy import and_, bindparam, or_, select, update
 
 from trainyard.backends.base import AttemptState, Backend, BackendError, LaunchSpec, RankLaunch
 from trainyard.contracts import newest_checkpoint
-from trainyard.control.health import CRITICAL, OK, CheckResult, HealthChecker, worst
+from trainyard.control.health import CRITICAL, OK, WARN, CheckResult, HealthChecker, Remediator, worst
 from trainyard.control.lost_work import lost_work_s
 from trainyard.control.outcome import classify, first_failure
 from trainyard.control.retry import backoff_s, should_retry
 from trainyard.control.snapshot import NodeIndex, build_snapshot, decayed_usage, USAGE_HALF_LIFE_S
 from trainyard.sched.engine import TrainyardPolicy
-from trainyard.spec import HealthSpec
+from trainyard.spec import HealthSpec, RemediationSpec
 from trainyard.sched.policy import Policy
 from trainyard.sched.types import Reason
 from trainyard.services import auth
@@ -113,6 +113,7 @@ class ControlLoop:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.health = HealthChecker(self.data_dir, self._health_spec, self._node_names)
+        self.remediator = Remediator(self.data_dir)
         self._health_seen: dict[tuple[str, str], str] = {}  # (node, check) → last status recorded
 
     def _health_spec(self) -> HealthSpec:
@@ -331,12 +332,22 @@ class ControlLoop:
         with self.lock, self.store.session.begin() as s:
             rows = node_states(s)
             active = list(s.scalars(select(JobRow).where(JobRow.state.in_(ACTIVE_STATES))))
+            remedy = self.configs.current(s).spec.health.remediation
             for name, info in inventory.items():
                 row = rows.get(name)
                 checks = self.health.results(name)
                 self._record_check_changes(s, name, checks, now)
-                failing = worst(checks)
-                failing = failing if failing is not None and failing.status == CRITICAL else None
+                finding = worst(checks)
+                failing = finding if finding is not None and finding.status == CRITICAL else None
+                warning = finding if finding is not None and finding.status == WARN else None
+                if row is not None and row.updated_by == HEALTH and row.state in ("down", "remediating") and \
+                        remedy.actions:
+                    self._remediate(s, row, info.healthy and not failing, checks, active, remedy, now)
+                    if row.state == "remediating":
+                        continue
+                if info.healthy and not failing and (row is None or row.state in ("up", "suspect")):
+                    self._suspect(s, name, row, warning, now)
+                    row = node_states(s).get(name) if row is None else row
                 state = info.state if not info.healthy else f"{failing.check}: {failing.message}" if failing else "up"
                 if (not info.healthy or failing) and (row is None or row.state != "down"):
                     row = row or NodeRow(name=name)
@@ -357,6 +368,7 @@ class ControlLoop:
                     ok, why = self.backend.check_node(name)
                     if ok:
                         row.state, row.reason, row.updated_at = "up", "", now
+                        self.remediator.reset(name)
                         record(s, HEALTH, "node.up", f"node {name} passed its checks: back in service",
                                node=name, at=now)
                         self._grow_elastic(s, active, now)
@@ -366,6 +378,51 @@ class ControlLoop:
                     j.reason = f"ranks stopped for {self.p.hung_after_s:.0f}s"
                     record(s, HEALTH, "job.hung", f"ranks made no progress (stopped) for {self.p.hung_after_s:.0f}s; "
                            "killing it to resume from its checkpoint", job_id=j.id, at=now)
+
+    def _suspect(self, s, name: str, row: NodeRow | None, warning: CheckResult | None,  # noqa: ANN001
+                 now: float) -> None:
+        """A WARN makes an up node `suspect` (no new work, its jobs run on); its end, `up` again."""
+        if warning is not None and (row is None or row.state == "up"):
+            row = row or NodeRow(name=name)
+            row.state, row.reason, row.updated_at, row.updated_by = \
+                "suspect", f"{warning.check}: {warning.message} (health)"[:200], now, HEALTH
+            s.add(row)
+            record(s, HEALTH, "node.suspect", f"node {name} is suspect ({warning.check}: {warning.message}): no new "
+                   "work until its checks are clean; its jobs run on", node=name, at=now)
+        elif warning is None and row is not None and row.state == "suspect" and row.updated_by == HEALTH:
+            row.state, row.reason, row.updated_at = "up", "", now
+            record(s, HEALTH, "node.up", f"node {name}: its checks are clean again: back in service", node=name, at=now)
+
+    def _remediate(self, s, row: NodeRow, passing: bool, checks: list[CheckResult],  # noqa: ANN001
+                   active: list[JobRow], remedy: RemediationSpec, now: float) -> None:
+        """A node its checks took down: run the remediation actions once its jobs are gone,
+        check again, repeat after the cooldown, and after the last attempt alert a person."""
+        name = row.name
+        done = self.remediator.take_finished(name)
+        if done is not None:
+            ok = all(a_ok for _, a_ok, _ in done)
+            steps = "; ".join(f"{a}: {'ok' if a_ok else 'failed'} ({m})" for a, a_ok, m in done)
+            row.state, row.updated_at = "down", now  # back only after a round of checks newer than this
+            row.reason = (f"remediated ({steps}); checking again (health)" if ok
+                          else f"remediation failed ({steps}) (health)")[:200]
+            record(s, HEALTH, "node.remediated" if ok else "node.remediation_failed",
+                   f"node {name}: {steps}", node=name, at=now, data={"actions": done})
+            return
+        if row.state != "down" or passing or not all(c.at > row.updated_at for c in checks):
+            return
+        if any(p["node"] == name for j in active for p in j.placement or []):
+            return  # its jobs are still checkpointing and stopping
+        if self.remediator.may_start(name, remedy, now):
+            n = self.remediator.start(name, remedy)
+            row.state, row.updated_at = "remediating", now
+            row.reason = f"remediation {n}/{remedy.max_attempts}: {', '.join(a.name for a in remedy.actions)}"
+            record(s, HEALTH, "node.remediating", f"node {name}: {row.reason}", node=name, at=now,
+                   data={"attempt": n, "actions": [a.name for a in remedy.actions]})
+        elif self.remediator.exhausted(name, remedy) and not self.remediator.state(name).alerted:
+            self.remediator.state(name).alerted = True
+            row.reason = f"needs a person: still failing after {remedy.max_attempts} remediation rounds (health)"
+            record(s, HEALTH, "node.alert", f"node {name} still fails its checks after {remedy.max_attempts} "
+                   "remediation rounds: it stays down until a person looks at it", node=name, at=now)
 
     def _record_check_changes(self, s, node: str, checks: list[CheckResult], now: float) -> None:  # noqa: ANN001
         """An event each time a check's status on a node changes (WARN and CRITICAL are findings)."""

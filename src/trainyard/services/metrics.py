@@ -77,7 +77,7 @@ class PlaneCollector(Collector):
     def _cluster(self, s: Session, cfg: ConfigVersion) -> Iterator[Metric]:
         gpus = GaugeMetricFamily("trainyard_gpus", "GPUs per pool: total, allocated to jobs, idle.",
                                  labels=["pool", "state"])
-        nodes = GaugeMetricFamily("trainyard_nodes", "Nodes per pool by health state (up, drain, down).",
+        nodes = GaugeMetricFamily("trainyard_nodes", "Nodes per pool by state (up, suspect, drain, down, remediating).",
                                   labels=["pool", "state"])
         per_pool: dict[str, list[int]] = {}
         per_state: dict[tuple[str, str], int] = {}
@@ -91,7 +91,7 @@ class PlaneCollector(Collector):
             gpus.add_metric([pool, "total"], total)
             gpus.add_metric([pool, "allocated"], used)
             gpus.add_metric([pool, "idle"], total - used)
-            for state in ("up", "drain", "down"):
+            for state in ("up", "suspect", "drain", "down", "remediating"):
                 nodes.add_metric([pool, state], per_state.get((pool, state), 0))
         yield gpus
         yield nodes
