@@ -77,7 +77,10 @@ class ControlPlane:
 
     def write_server_file(self, url: str) -> None:
         self.api_url = self.loop.api_url = url
-        (self.data_dir / "server.json").write_text(json.dumps({"url": url, "pid": os.getpid()}))
+        # Atomically: the CLI and tests poll for this file and must never read half of it.
+        tmp = self.data_dir / f"server.json.tmp.{os.getpid()}"
+        tmp.write_text(json.dumps({"url": url, "pid": os.getpid()}))
+        os.replace(tmp, self.data_dir / "server.json")
 
     def remove_server_file(self) -> None:
         try:
