@@ -167,4 +167,16 @@ class YardServer:
             self.proc.wait(timeout=30)
 
 
-__all__ = ["Plane", "YardServer", "TWO_TEAMS", "script", "alive", "auth"]
+def wait_until(pred: Callable[[], Any], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.05)
+
+
+def node_info(p: Plane, name: str) -> dict[str, Any]:
+    """One node as the API shows it (state, reason, GPUs)."""
+    return p.admin.get(f"/api/v1/nodes/{name}").json()
+
+
+__all__ = ["Plane", "YardServer", "TWO_TEAMS", "script", "alive", "auth", "wait_until", "node_info"]

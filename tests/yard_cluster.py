@@ -45,6 +45,11 @@ class YardCluster:
             self.stop()
             raise
 
+    def restart(self) -> None:
+        """`yard up` again on the same data dir (after the test killed it)."""
+        self.http.close()
+        self.http = self.server.start()
+
     def stop(self) -> None:
         try:
             if getattr(self, "http", None) is not None:

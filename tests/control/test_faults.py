@@ -6,20 +6,9 @@ from __future__ import annotations
 import sys
 import time
 
-from tests.plane import Plane
+from tests.plane import Plane, node_info, wait_until
 
 WORK = [sys.executable, "-m", "trainyard.demo.work", "--steps", "30", "--step-time", "0.1", "--ckpt-every", "5"]
-
-
-def node_state(p: Plane, name: str) -> str:
-    return p.admin.get(f"/api/v1/nodes/{name}").json()["state"]
-
-
-def wait_until(pred, timeout: float = 20.0) -> None:  # noqa: ANN001
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
 
 
 def test_a_dead_node_is_drained_and_its_job_resumes_on_another_node(plane):
@@ -30,7 +19,7 @@ def test_a_dead_node_is_drained_and_its_job_resumes_on_another_node(plane):
     ck = plane.cp.data_dir / "jobs" / str(j["id"]) / "checkpoints"
     wait_until(lambda: (ck / "step-5" / "COMMITTED").exists())
     plane.cp.backend.kill_node(node)
-    wait_until(lambda: node_state(plane, node) == "down")
+    wait_until(lambda: node_info(plane, node)["state"] == "down")
     again = plane.wait(j["id"], lambda x: x["state"] == "RUNNING" and x["attempt"] == 2, timeout=20)
     assert {p["node"] for p in again["placement"]} == {other}
     done = plane.wait(j["id"], "COMPLETED", timeout=30)
@@ -42,9 +31,9 @@ def test_a_dead_node_is_drained_and_its_job_resumes_on_another_node(plane):
     kinds = [e["kind"] for e in plane.admin.get("/api/v1/events", params={"limit": 1000}).json()["events"]]
     assert "node.down" in kinds and "job.retry" in kinds, kinds
     # Back after its check passes, and only then.
-    assert node_state(plane, node) == "down"
+    assert node_info(plane, node)["state"] == "down"
     plane.cp.backend.revive_node(node)
-    wait_until(lambda: node_state(plane, node) == "up")
+    wait_until(lambda: node_info(plane, node)["state"] == "up")
 
 
 def test_a_hung_rank_is_killed_and_the_job_resumes_away_from_its_node(plane):
@@ -69,7 +58,7 @@ def test_a_hung_rank_is_killed_and_the_job_resumes_away_from_its_node(plane):
 def test_an_operator_drain_is_not_undone_by_the_health_check(plane):
     plane.admin.post("/api/v1/nodes/node-1/drain", json={"reason": "maintenance"})
     time.sleep(0.5)
-    assert node_state(plane, "node-1") == "drain"
+    assert node_info(plane, "node-1")["state"] == "drain"
 
 
 def test_an_elastic_job_goes_on_with_the_nodes_left_when_one_dies(plane):

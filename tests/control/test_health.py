@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.plane import TWO_TEAMS, Plane
+from tests.plane import TWO_TEAMS, Plane, node_info, wait_until
 from trainyard.control.health import CRITICAL, OK, WARN, run_check
 from trainyard.spec import CheckSpec, ConfigError, parse_config
 
@@ -70,17 +69,6 @@ def plane_with(tmp_path: Path, checks: list[dict], remediation: dict | None = No
     return Plane(tmp_path / "yard", config=path)
 
 
-def node_state(p: Plane, name: str) -> dict:
-    return p.admin.get(f"/api/v1/nodes/{name}").json()
-
-
-def wait_until(pred, timeout: float = 20.0) -> None:  # noqa: ANN001
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
-
-
 def move_off_and_back(p: Plane, inject, clear, reason_word: str) -> None:  # noqa: ANN001
     j = p.submit(command=WORK, gpus=2, team="vision")
     first = p.wait(j["id"], "RUNNING")
@@ -89,14 +77,14 @@ def move_off_and_back(p: Plane, inject, clear, reason_word: str) -> None:  # noq
     ck = p.cp.data_dir / "jobs" / str(j["id"]) / "checkpoints"
     wait_until(lambda: (ck / "step-5" / "COMMITTED").exists())
     inject(node)
-    wait_until(lambda: node_state(p, node)["state"] == "down")
-    assert reason_word in node_state(p, node)["reason"], node_state(p, node)
+    wait_until(lambda: node_info(p, node)["state"] == "down")
+    assert reason_word in node_info(p, node)["reason"], node_info(p, node)
     again = p.wait(j["id"], lambda x: x["state"] == "RUNNING" and x["attempt"] == 2, timeout=30)
     assert {q["node"] for q in again["placement"]} == {other}
     log = (p.cp.data_dir / "jobs" / str(j["id"]) / "logs" / "rank-0.log").read_text()
     assert "attempt 2 starts at step 0" not in log  # resumed from its checkpoint
     clear(node)
-    wait_until(lambda: node_state(p, node)["state"] == "up")
+    wait_until(lambda: node_info(p, node)["state"] == "up")
     kinds = [e["kind"] for e in p.admin.get("/api/v1/events", params={"limit": 1000}).json()["events"]]
     assert "node.check_critical" in kinds and "node.down" in kinds and "node.up" in kinds
     assert p.wait(j["id"], "COMPLETED", timeout=60)["attempts"][0]["cause"] == "node_lost"
@@ -157,12 +145,12 @@ def test_a_warning_makes_the_node_suspect_no_new_work_lands_there_then_it_return
     p = plane_with(tmp_path, [{"name": "fans", "command": WARN_CHECK}])
     try:
         (p.cp.data_dir / "warn-node-0").write_text("")
-        wait_until(lambda: node_state(p, "node-0")["state"] == "suspect")
-        assert "fan slow" in node_state(p, "node-0")["reason"]
+        wait_until(lambda: node_info(p, "node-0")["state"] == "suspect")
+        assert "fan slow" in node_info(p, "node-0")["reason"]
         j = p.submit(command=WORK, gpus=2, team="vision")
         assert {q["node"] for q in p.wait(j["id"], "RUNNING")["placement"]} == {"node-1"}
         (p.cp.data_dir / "warn-node-0").unlink()
-        wait_until(lambda: node_state(p, "node-0")["state"] == "up")
+        wait_until(lambda: node_info(p, "node-0")["state"] == "up")
         assert kinds_for(p, "node-0")[-3:] == ["node.suspect", "node.check_ok", "node.up"]
     finally:
         p.stop()
@@ -180,7 +168,7 @@ def test_remediation_repairs_a_node_its_check_took_down(tmp_path):
         wait_until(lambda: "node.up" in kinds_for(p, node), timeout=30)
         ks = [k for k in kinds_for(p, node) if k.startswith("node.") and not k.startswith("node.check")]
         assert ks == ["node.down", "node.remediating", "node.remediated", "node.up"], ks
-        assert node_state(p, node)["state"] == "up"
+        assert node_info(p, node)["state"] == "up"
     finally:
         p.stop()
 
@@ -193,7 +181,7 @@ def test_remediation_that_does_not_help_ends_in_an_alert_and_the_node_stays_down
         wait_until(lambda: "node.alert" in kinds_for(p, "node-1"), timeout=40)
         ks = [k for k in kinds_for(p, "node-1") if k in ("node.remediating", "node.remediated", "node.alert")]
         assert ks == ["node.remediating", "node.remediated", "node.remediating", "node.remediated", "node.alert"], ks
-        st = node_state(p, "node-1")
+        st = node_info(p, "node-1")
         assert st["state"] == "down" and "needs a person" in st["reason"]
     finally:
         p.stop()

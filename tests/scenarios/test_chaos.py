@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.plane import YARD, YardServer
 from tests.recipes.helpers import TINY_PRETRAIN
+from tests.yard_cluster import YardCluster, losses
 
 pytestmark = pytest.mark.slow
 
@@ -27,61 +26,14 @@ RECOVER_S = 30.0
 FIGURES: dict[str, dict] = {}
 
 
-class Cluster:
-    def __init__(self, data_dir: Path):
-        self.data_dir = data_dir
-        self.server = YardServer(data_dir)
-        self.http = self.server.start()
+class Cluster(YardCluster):
+    """The local backend's two emulated nodes behind a real `yard up`; `submit()` with no
+    arguments submits the chaos job."""
 
-    def restart(self) -> None:
-        self.http.close()
-        self.http = self.server.start()
-
-    def env(self) -> dict[str, str]:
-        e = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINYARD_", "YARD_"))}
-        e["YARD_DATA_DIR"] = str(self.data_dir)
-        e["OMP_NUM_THREADS"] = "1"
-        return e
-
-    def yard(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        r = subprocess.run([YARD, *args], env=self.env(), capture_output=True, text=True, timeout=60)
-        if check:
-            assert r.returncode == 0, f"yard {' '.join(args)}: rc {r.returncode}\n{r.stdout}\n{r.stderr}"
-        return r
-
-    def submit(self) -> int:
-        args = ["submit", "--recipe", "llama-pretrain", "-G", "2", "-A", "vision"]
-        for s in SETS:
-            args += ["--set", s]
-        out = self.yard(*args).stdout
-        return int(out.split("Submitted job")[1].split()[0])
-
-    def job(self, job_id: int) -> dict:
-        r = self.http.get(f"/api/v1/jobs/{job_id}")
-        assert r.status_code == 200, r.text
-        return r.json()
-
-    def wait(self, job_id: int, pred, timeout: float = 120.0) -> dict:  # noqa: ANN001
-        deadline = time.monotonic() + timeout
-        while True:
-            j = self.job(job_id)
-            if pred(j):
-                return j
-            assert time.monotonic() < deadline, f"job {job_id}: {j['state']} ({j['reason']}) after {timeout}s"
-            time.sleep(0.05)
-
-    def job_dir(self, job_id: int) -> Path:
-        return self.data_dir / "jobs" / str(job_id)
-
-    def wait_committed(self, job_id: int, step: int, timeout: float = 90.0) -> None:
-        """Until a checkpoint of `step` or later has committed (the cadence picks the steps)."""
-        ckpt = self.job_dir(job_id) / "checkpoints"
-        deadline = time.monotonic() + timeout
-        while not any(int(p.parent.name.split("-")[1]) >= step for p in ckpt.glob("step-*/COMMITTED")):
-            j = self.job(job_id)
-            assert j["state"] in ("PENDING", "RUNNING"), f"job {job_id} {j['state']} before step {step}"
-            assert time.monotonic() < deadline, f"no checkpoint step-{step} after {timeout}s"
-            time.sleep(0.01)
+    def submit(self, *args: str) -> int:
+        if not args:
+            args = ("--recipe", "llama-pretrain", "-G", "2", "-A", "vision", *(x for s in SETS for x in ("--set", s)))
+        return super().submit(*args)
 
 
 def records(job_dir: Path) -> list[dict]:
@@ -94,10 +46,6 @@ def records(job_dir: Path) -> list[dict]:
         if "event" not in r and "step" in r and "loss" in r:
             out.append(r)
     return out
-
-
-def losses(job_dir: Path) -> dict[int, float]:
-    return {r["step"]: r["loss"] for r in records(job_dir)}
 
 
 def orphans(data_dir: Path, server_pid: int | None) -> list[str]:
@@ -118,22 +66,11 @@ def orphans(data_dir: Path, server_pid: int | None) -> list[str]:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    old = os.environ.get("OMP_NUM_THREADS")
-    os.environ["OMP_NUM_THREADS"] = "1"  # `yard up`'s ranks inherit it: two ranks share two cores
-    c = Cluster(tmp_path_factory.mktemp("chaos"))
+    c = Cluster(tmp_path_factory.mktemp("chaos"), "local")
     try:
         yield c
     finally:
-        try:
-            for j in c.http.get("/api/v1/jobs", params={"active": "true"}).json()["jobs"]:
-                c.http.post(f"/api/v1/jobs/{j['id']}/cancel")
-        except Exception:  # noqa: BLE001
-            pass
-        c.server.terminate()
-        if old is None:
-            os.environ.pop("OMP_NUM_THREADS", None)
-        else:
-            os.environ["OMP_NUM_THREADS"] = old
+        c.stop()
         if FIGURES:
             print("\nchaos figures:", json.dumps(FIGURES, indent=1))
 

@@ -43,7 +43,6 @@ are slices of real GPUs (see `gpu_offsets`), and plain j otherwise.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal as _signal
@@ -58,6 +57,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from trainyard.backends import _procfs
+from trainyard.backends._files import read_json, write_json
 from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState
 
 RUNNER = Path(__file__).with_name("rank_runner.py")
@@ -140,7 +140,7 @@ class LocalBackend:
                 raise BackendError(f"job {spec.job_id}: cannot create {e.filename}: {e.strerror}") from e
             att = _Attempt(spec.job_id, spec.attempt, run_dir, len(spec.ranks), nodes={r.rank: r.node for r in spec.ranks})
             try:
-                _write_json(run_dir / "attempt.json", _attempt_record(spec))
+                write_json(run_dir / "attempt.json", _attempt_record(spec))
                 self._start_ranks(spec, att, logs)
                 self._await_runners(att)
                 # A fault injected by another process while we were starting: it may not have
@@ -164,7 +164,7 @@ class LocalBackend:
             if att is None:
                 return
             for r in range(att.world_size):
-                rec = _read_json(att.run_dir / f"rank-{r}.json")
+                rec = read_json(att.run_dir / f"rank-{r}.json")
                 if rec is not None and _group_is_ours(rec):
                     try:
                         os.killpg(rec["pgid"], sig)
@@ -244,10 +244,10 @@ class LocalBackend:
                 if (run_dir / f"rank-{r}.exit").exists() or (run_dir / f"rank-{r}.lost").exists():
                     continue  # it ended before the node died
                 try:
-                    _write_json(run_dir / f"rank-{r}.lost", {"node": name, "reason": "node dead", "at": _now()})
+                    write_json(run_dir / f"rank-{r}.lost", {"node": name, "reason": "node dead", "at": _now()})
                 except OSError:
                     continue  # the attempt was released meanwhile
-                rec = _read_json(run_dir / f"rank-{r}.json")
+                rec = read_json(run_dir / f"rank-{r}.json")
                 if rec is not None and _group_is_ours(rec):
                     _killpg(rec["pgid"], _signal.SIGKILL)
                     killed.append(rec)
@@ -267,7 +267,7 @@ class LocalBackend:
         with self._lock:
             self._known_node(name)
             self._set_node_state(name, "hung")
-            self._stop_groups([rec for run_dir, r in self._ranks_on(name) if (rec := _read_json(run_dir / f"rank-{r}.json"))])
+            self._stop_groups([rec for run_dir, r in self._ranks_on(name) if (rec := read_json(run_dir / f"rank-{r}.json"))])
 
     def revive_node(self, name: str) -> None:
         """The node is repaired: SIGCONT the stopped rank groups still on it, mark it `up`.
@@ -279,7 +279,7 @@ class LocalBackend:
         """
         with self._lock:
             self._known_node(name)
-            recs = [rec for run_dir, r in self._ranks_on(name) if (rec := _read_json(run_dir / f"rank-{r}.json"))]
+            recs = [rec for run_dir, r in self._ranks_on(name) if (rec := read_json(run_dir / f"rank-{r}.json"))]
             self._signal_groups(recs, _signal.SIGCONT)
             self._set_node_state(name, "up")
 
@@ -290,7 +290,7 @@ class LocalBackend:
             BackendError: no such attempt or rank here (run state on disk, any owner).
         """
         with self._lock:
-            rec = _read_json(self._rank_run_dir(job_id, attempt, rank) / f"rank-{rank}.json")
+            rec = read_json(self._rank_run_dir(job_id, attempt, rank) / f"rank-{rank}.json")
             if rec is not None:
                 self._signal_groups([rec], sig)
 
@@ -302,7 +302,7 @@ class LocalBackend:
             BackendError: no such attempt or rank here (run state on disk, any owner).
         """
         with self._lock:
-            rec = _read_json(self._rank_run_dir(job_id, attempt, rank) / f"rank-{rank}.json")
+            rec = read_json(self._rank_run_dir(job_id, attempt, rank) / f"rank-{rank}.json")
             if rec is not None:
                 self._stop_groups([rec])
 
@@ -313,14 +313,14 @@ class LocalBackend:
 
     def _node_state(self, name: str) -> str:
         """Read on every use: another process (`yard chaos`) may have changed it."""
-        rec = _read_json(self._node_path(name))
+        rec = read_json(self._node_path(name))
         return str(rec.get("state", "up")) if rec else "up"
 
     def _set_node_state(self, name: str, state: str) -> None:
         path = self._node_path(name)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            _write_json(path, {"state": state, "since": _now(), "by_pid": os.getpid()})
+            write_json(path, {"state": state, "since": _now(), "by_pid": os.getpid()})
         except OSError as e:
             raise BackendError(f"node {name}: cannot record state {state!r}: {e}") from e
 
@@ -336,7 +336,7 @@ class LocalBackend:
     def _ranks_on(self, node: str) -> list[tuple[Path, int]]:
         out = []
         for run_dir in self._run_dirs():
-            meta = _read_json(run_dir / "attempt.json") or {}
+            meta = read_json(run_dir / "attempt.json") or {}
             out += [(run_dir, int(r["rank"])) for r in meta.get("ranks", []) if r.get("node") == node]
         return out
 
@@ -345,7 +345,7 @@ class LocalBackend:
         if att is not None and 0 <= rank < att.world_size:
             return att.run_dir
         for run_dir in self._run_dirs():
-            meta = _read_json(run_dir / "attempt.json") or {}
+            meta = read_json(run_dir / "attempt.json") or {}
             if (meta.get("job_id"), meta.get("attempt")) == (job_id, attempt) and 0 <= rank < meta.get("world_size", 0):
                 return run_dir
         raise BackendError(f"job {job_id} attempt {attempt}: no rank {rank} here")
@@ -432,9 +432,9 @@ class LocalBackend:
         where = f"job {att.job_id} attempt {att.attempt}"
         while waiting:
             for r in sorted(waiting):
-                rec = _read_json(att.run_dir / f"rank-{r}.json")
+                rec = read_json(att.run_dir / f"rank-{r}.json")
                 if rec is None and att.procs[r].poll() is not None:
-                    rec = _read_json(att.run_dir / f"rank-{r}.json")  # it may have written, then exited
+                    rec = read_json(att.run_dir / f"rank-{r}.json")  # it may have written, then exited
                     if rec is None:
                         raise BackendError(
                             f"{where}: rank {r}: runner exited ({att.procs[r].returncode}) before starting the command"
@@ -450,7 +450,7 @@ class LocalBackend:
 
     def _abort(self, att: _Attempt) -> None:
         """SIGKILL every group of the attempt, reap our runners, wait for the rest, delete run state."""
-        recs = [_read_json(att.run_dir / f"rank-{r}.json") for r in range(att.world_size)]
+        recs = [read_json(att.run_dir / f"rank-{r}.json") for r in range(att.world_size)]
         for r, rec in enumerate(recs):
             proc = att.procs.get(r)
             if proc is not None and proc.poll() is None:
@@ -479,7 +479,7 @@ class LocalBackend:
 
     def _rank_state(self, att: _Attempt, r: int, dead_nodes: frozenset[str] | set[str] = frozenset()) -> RankState:
         state_path, exit_path = att.run_dir / f"rank-{r}.json", att.run_dir / f"rank-{r}.exit"
-        rec = _read_json(state_path)
+        rec = read_json(state_path)
         pid = rec["pid"] if rec else None
         proc = att.procs.get(r)
         # Its node died under it: lost, whatever the runner or a watcher managed to record. A rank
@@ -491,7 +491,7 @@ class LocalBackend:
         if proc is not None:
             rc = proc.poll()
             if rc is None:
-                ex = _read_json(exit_path)
+                ex = read_json(exit_path)
                 if ex is None:
                     return RankState(r, proc.pid, running=True, exit_code=None, signal=None, stopped=_stopped(rec))
                 try:  # the runner has recorded the exit and is leaving: reap it now
@@ -500,18 +500,18 @@ class LocalBackend:
                     return _exited(r, proc.pid, ex)
             del att.procs[r]
             rc = proc.returncode
-            if rc is not None and rc < 0 and _read_json(exit_path) is None:
+            if rc is not None and rc < 0 and read_json(exit_path) is None:
                 # The runner itself was killed (SIGKILL of the group): we watched it happen, so
                 # record the fact for whoever polls after us instead of leaving it "lost".
-                _write_json(exit_path, {"exit_code": None, "signal": -rc, "observed_by": "backend"})
-        ex = _read_json(exit_path)
+                write_json(exit_path, {"exit_code": None, "signal": -rc, "observed_by": "backend"})
+        ex = read_json(exit_path)
         if ex is not None:
             return _exited(r, pid, ex)
         if rec is None:
             return RankState(r, None, running=False, exit_code=None, signal=None, lost=True)
         if _procfs.is_alive(rec["pid"], rec["start_time"]):
             return RankState(r, pid, running=True, exit_code=None, signal=None, stopped=_stopped(rec))
-        ex = _read_json(exit_path)  # it may have finished between the two reads
+        ex = read_json(exit_path)  # it may have finished between the two reads
         if ex is not None:
             return _exited(r, pid, ex)
         return RankState(r, pid, running=False, exit_code=None, signal=None, lost=True)
@@ -519,7 +519,7 @@ class LocalBackend:
     def _discover(self) -> None:
         """Re-attach to attempts left by an earlier owner: their run state is all on disk."""
         for run_dir in sorted(self._data_dir.glob("jobs/*/run/attempt-*")):
-            meta = _read_json(run_dir / "attempt.json")
+            meta = read_json(run_dir / "attempt.json")
             ranks = [int(p.stem.split("-")[1]) for p in run_dir.glob("rank-*.json") if p.stem.split("-")[1].isdigit()]
             try:
                 job_id = int(meta["job_id"]) if meta else int(run_dir.parent.parent.name)
@@ -672,22 +672,3 @@ def _free_port(addr: str) -> int:
         except OSError:
             s.bind(("", 0))
         return s.getsockname()[1]
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except (json.JSONDecodeError, OSError):
-        return None  # only possible for a file not written by us: atomic writes are whole
-
-
-def _write_json(path: Path, obj: dict) -> None:
-    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}")
-    with open(tmp, "w") as f:
-        json.dump(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

@@ -28,7 +28,6 @@ CUDA_VISIBLE_DEVICES itself.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -41,6 +40,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trainyard.backends._files import read_json, write_json
 from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState
 
 TASK = Path(__file__).with_name("slurm_task.py")
@@ -195,9 +195,6 @@ class SlurmBackend:
         """GPU memory per node, from the cluster configuration (Slurm's GRES does not say)."""
         self._gpu_mem = dict(mib)
 
-    def node_addr(self, name: str) -> str:
-        return self._nodes().get(name, {}).get("NodeAddr", name)
-
     def launch(self, spec: LaunchSpec) -> None:
         """Submit the attempt as one batch job and wait until every rank has started, or none.
 
@@ -269,7 +266,7 @@ class SlurmBackend:
             slurm_id = int(r.stdout.strip().split(";")[0])
             att = _Attempt(spec.job_id, spec.attempt, run_dir, len(spec.ranks), slurm_id,
                            nodes={r_.rank: r_.node for r_ in spec.ranks})
-            _write_json(run_dir / "attempt.json", {"job_id": spec.job_id, "attempt": spec.attempt,
+            write_json(run_dir / "attempt.json", {"job_id": spec.job_id, "attempt": spec.attempt,
                                                    "world_size": len(spec.ranks), "slurm_job_id": slurm_id,
                                                    "ranks": [{"rank": x.rank, "node": x.node} for x in spec.ranks]})
             try:
@@ -300,7 +297,7 @@ class SlurmBackend:
         where = f"job {att.job_id} attempt {att.attempt}"
         deadline = time.monotonic() + self._launch_timeout_s
         while True:
-            recs = [_read_json(att.run_dir / f"rank-{r}.json") for r in range(att.world_size)]
+            recs = [read_json(att.run_dir / f"rank-{r}.json") for r in range(att.world_size)]
             for r, rec in enumerate(recs):
                 if rec is not None and rec.get("error"):
                     raise BackendError(f"{where}: rank {r}: {rec['error']}")
@@ -340,9 +337,9 @@ class SlurmBackend:
                     for _, a in sorted(self._attempts.items())]
 
     def _rank_state(self, att: _Attempt, r: int, job_state: str | None, down: set[str]) -> RankState:
-        rec = _read_json(att.run_dir / f"rank-{r}.json")
+        rec = read_json(att.run_dir / f"rank-{r}.json")
         pid = rec["pid"] if rec else None
-        ex = _read_json(att.run_dir / f"rank-{r}.exit")
+        ex = read_json(att.run_dir / f"rank-{r}.exit")
         if ex is not None:
             return RankState(r, pid, running=False, exit_code=ex.get("exit_code"), signal=ex.get("signal"))
         try:
@@ -396,25 +393,12 @@ class SlurmBackend:
 
     def _discover(self) -> None:
         for run_dir in sorted(self._data_dir.glob("jobs/*/run/attempt-*")):
-            meta = _read_json(run_dir / "attempt.json")
+            meta = read_json(run_dir / "attempt.json")
             if not meta or "slurm_job_id" not in meta:
                 continue
             self._attempts[(int(meta["job_id"]), int(meta["attempt"]))] = _Attempt(
                 int(meta["job_id"]), int(meta["attempt"]), run_dir, int(meta["world_size"]), int(meta["slurm_job_id"]),
                 nodes={int(x["rank"]): str(x["node"]) for x in meta.get("ranks", [])})
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _write_json(path: Path, obj: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj))
-    os.replace(tmp, path)
 
 
 def _tail(path: Path, n: int = 5) -> str:

@@ -346,8 +346,7 @@ class ControlLoop:
                     if row.state == "remediating":
                         continue
                 if info.healthy and not failing and (row is None or row.state in ("up", "suspect")):
-                    self._suspect(s, name, row, warning, now)
-                    row = node_states(s).get(name) if row is None else row
+                    row = self._suspect(s, name, row, warning, now)
                 state = info.state if not info.healthy else f"{failing.check}: {failing.message}" if failing else "up"
                 if (not info.healthy or failing) and (row is None or row.state != "down"):
                     row = row or NodeRow(name=name)
@@ -380,8 +379,9 @@ class ControlLoop:
                            "killing it to resume from its checkpoint", job_id=j.id, at=now)
 
     def _suspect(self, s, name: str, row: NodeRow | None, warning: CheckResult | None,  # noqa: ANN001
-                 now: float) -> None:
-        """A WARN makes an up node `suspect` (no new work, its jobs run on); its end, `up` again."""
+                 now: float) -> NodeRow | None:
+        """A WARN makes an up node `suspect` (no new work, its jobs run on); its end, `up` again.
+        Returns the node's row (made here for a node that had none)."""
         if warning is not None and (row is None or row.state == "up"):
             row = row or NodeRow(name=name)
             row.state, row.reason, row.updated_at, row.updated_by = \
@@ -392,6 +392,7 @@ class ControlLoop:
         elif warning is None and row is not None and row.state == "suspect" and row.updated_by == HEALTH:
             row.state, row.reason, row.updated_at = "up", "", now
             record(s, HEALTH, "node.up", f"node {name}: its checks are clean again: back in service", node=name, at=now)
+        return row
 
     def _remediate(self, s, row: NodeRow, passing: bool, checks: list[CheckResult],  # noqa: ANN001
                    active: list[JobRow], remedy: RemediationSpec, now: float) -> None:
