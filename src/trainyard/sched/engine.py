@@ -32,12 +32,13 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from itertools import islice
 from dataclasses import dataclass, field
 from typing import Iterable
 
 from trainyard.sched.cluster import ClusterState, Placement
 from trainyard.sched.estimate import estimate_starts, expected_end
-from trainyard.sched.ordering import OrderingParams, fairshare_factors, is_urgent, sort_key
+from trainyard.sched.ordering import OrderingParams, fairshare_factors, is_urgent, keyed_in_order
 from trainyard.sched.placement import place
 from trainyard.sched.policy import register
 from trainyard.sched.preemption import find_victims
@@ -114,6 +115,7 @@ class _Cycle:
         self._failed: dict[tuple, Reason] = {}
         self._fledger: QuotaLedger | None = None
         self._reasons: dict[str, Reason] = {}
+        self._started: list[tuple[PendingJob, int]] = []  # what res.starts holds, as the estimate needs it
 
     # -- views ----------------------------------------------------------------------------------
 
@@ -229,8 +231,8 @@ class _Cycle:
             reasons = self._reasons
             # Like Slurm's bf_max_job_test: only the first jobs in order get an estimate; the
             # ones behind them are too far back for a guess to mean much (None).
-            ahead = [pj for _, pj in order if pj.req.id in reasons][: self.p.max_estimates]
-            est = estimate_starts(snap, ahead, self.res.starts, self.res.reservations)
+            ahead = list(islice((pj for _, pj in order if pj.req.id in reasons), self.p.max_estimates))
+            est = estimate_starts(snap, ahead, self._started, self.res.reservations)
             self.res.pending = {j: PendingInfo(why, est.get(j)) for j, why in reasons.items()}
         return self.res
 
@@ -249,18 +251,9 @@ class _Cycle:
         snap, op = self.snap, self.p.ordering
         pools = {pj.req.pool for pj in snap.pending}
         fs = {pool: fairshare_factors(snap.teams, snap.usage, pool, op.fairshare_weight) for pool in pools}
-        headroom: dict[tuple[str, str], int] = {}
-        keyed = []
-        classes, now, ledger = snap.classes, self.now, self.ledger
-        for pj in snap.pending:
-            r = pj.req
-            tp = (r.team, r.pool)
-            room = headroom.get(tp)
-            if room is None:
-                room = headroom[tp] = ledger.nominal(r.team, r.pool) - ledger.used(r.team, r.pool)
-            keyed.append((sort_key(pj, classes[r.job_class], now, r.min_gpus <= room, fs[r.pool].get(r.team, 1.0), op), pj))
-        keyed.sort(key=_first)
-        return keyed
+        ledger = self.ledger
+        return keyed_in_order(snap.pending, snap.classes, self.now,
+                              lambda team, pool: ledger.nominal(team, pool) - ledger.used(team, pool), fs, op)
 
     # Step 3.
     def admit(self, pj: PendingJob, key: tuple) -> Reason | None:
@@ -293,6 +286,7 @@ class _Cycle:
             self.commit(pl)
             self.ledger.add(req.team, req.pool, pl.gpus)
             self.res.starts.append(Start(req.id, pl))
+            self._started.append((pj, pl.gpus))
             return None
         return reason
 
@@ -397,10 +391,11 @@ class _Cycle:
             else:
                 self._no_victims.add(memo)
                 return False
-        victims = self._place_victims(req, ok, budget, quota_victims)
-        if victims is None:
+        found = self._place_victims(req, ok, budget, quota_victims)
+        if found is None:
             self._no_victims.add(memo)
             return False
+        victims, pl = found
         self.searches -= 1
         self.successes += 1
         self._no_victims.clear()
@@ -413,7 +408,8 @@ class _Cycle:
             self.fledger().add(v.req.team, v.req.pool, -v.gpus)
             kind = "priority" if self.snap.classes[v.req.job_class].priority < prio else "reclaim"
             self.res.preemptions.append(Preempt(v.req.id, kind, req.id))
-        pl, _ = place(self.fut(), req, req.min_nodes)
+        if pl is None:
+            pl, _ = place(self.fut(), req, req.min_nodes)
         if pl is not None:
             self.claim(pl)
         # The preemptor's quota is held for it while its victims leave.
@@ -425,8 +421,11 @@ class _Cycle:
         """A team's preemptible jobs, least lost work per GPU first (sorted once per cycle)."""
         got = self._sorted_team.get(team)
         if got is None:
-            got = self._sorted_team[team] = sorted(
-                (r for _, r in self._eligible_by_team().get(team, ())), key=lambda r: (self.lost(r) / r.gpus, r.req.id))
+            lost = self.lost
+            # (cost, id, job): ids are unique, so two jobs are never compared themselves.
+            keyed = [(lost(r) / r.placement.gpus, r.req.id, r) for _, r in self._eligible_by_team().get(team, ())]
+            keyed.sort()
+            got = self._sorted_team[team] = [r for _, _, r in keyed]
         return got
 
     def _patience(self, victim_class) -> float:
@@ -437,15 +436,31 @@ class _Cycle:
         self._eligible_by_team()
         return self._min_prio
 
-    def _place_victims(self, req, ok, budget: dict[str, float], chosen: list[RunningJob]) -> list[RunningJob] | None:
-        """`chosen` plus whatever more must go for `req` to fit; None if it cannot."""
+    def _place_victims(self, req, ok, budget: dict[str, float],
+                       chosen: list[RunningJob]) -> tuple[list[RunningJob], Placement | None] | None:
+        """`chosen` plus whatever more must go for `req` to fit, or None if it cannot.
+
+        With the placement `req` gets once they have left, when it was found on the way (None:
+        the caller places it). The victims already chosen are released in the `future` view for
+        the search and allocated back after it (exact, in integer MiB): a copy of the whole
+        cluster per search cost more than the search itself.
+        """
         state = self.fut()
-        if chosen:
-            state = state.copy()
+        for v in chosen:
+            state.release(v.placement)
+        try:
+            if chosen:
+                pl, _ = place(state, req, req.min_nodes)
+                if pl is not None:
+                    return chosen, pl
+            more = self._more_victims(state, req, ok, budget, chosen)
+            return None if more is None else (chosen + more, None)
+        finally:
             for v in chosen:
-                state.release(v.placement)
-            if place(state, req, req.min_nodes)[0] is not None:
-                return chosen
+                state.allocate(v.placement)
+
+    def _more_victims(self, state: ClusterState, req, ok, budget: dict[str, float],
+                      chosen: list[RunningJob]) -> list[RunningJob] | None:
         taken = {v.req.id for v in chosen}
         budget = dict(budget)
         for v in chosen:
@@ -459,9 +474,7 @@ class _Cycle:
             n, per = -(-req.gpus // max_node), max_node
         more = find_victims(state, req, n, per, self._node_jobs(), lambda r: r.req.id not in taken and ok(r),
                             self.lost, budget)
-        if not more:
-            return None
-        return chosen + more
+        return more or None
 
     # Step 6.
     def ends(self) -> list[tuple[float, str, Placement]]:
@@ -499,10 +512,6 @@ class _Cycle:
                 self.shadow = min(self.shadow, max(end, self.now))
                 return True
         return False
-
-
-def _first(kp: tuple) -> tuple:
-    return kp[0]
 
 
 def _take_where_free(view: ClusterState, placement: Placement, whole: bool = False) -> None:

@@ -145,8 +145,17 @@ class RunningJob:
         return a
 
     def lost_if_stopped(self, now: float) -> float:
-        """GPU-seconds of work an interruption now would throw away."""
-        return (now - max(self.start_time, self.saved_at(now))) * self.placement.gpus
+        """GPU-seconds of work an interruption now would throw away.
+
+        `saved_at` inlined: the engine asks this of thousands of candidate victims per cycle."""
+        a = self.last_checkpoint
+        if now < a:
+            return (now - self.start_time) * self.placement.gpus  # saved_at is start_time
+        step = self.req.checkpoint_interval_s
+        if step:
+            a += ((now - a) // step) * step
+        start = self.start_time
+        return (now - (a if a > start else start)) * self.placement.gpus
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,8 +215,11 @@ class Reservation:
     nodes: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PendingInfo:
+    """Why a job still waits, and when it may start. Not frozen: a cycle makes one per pending
+    job (thousands), and a frozen dataclass's __init__ costs twice as much."""
+
     reason: Reason
     est_start: float | None  # None: cannot be estimated (unknown run times ahead)
 
