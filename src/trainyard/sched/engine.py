@@ -40,7 +40,7 @@ from trainyard.sched.cluster import ClusterState, Placement
 from trainyard.sched.estimate import estimate_starts, expected_end
 from trainyard.sched.ordering import OrderingParams, fairshare_factors, is_urgent, keyed_in_order
 from trainyard.sched.placement import place
-from trainyard.sched.policy import register
+from trainyard.sched.policy import gc_paused, register
 from trainyard.sched.preemption import find_victims
 from trainyard.sched.quota import QuotaLedger
 from trainyard.sched.types import (
@@ -73,6 +73,7 @@ class TrainyardPolicy:
     def __init__(self, params: EngineParams | None = None):
         self.params = params or EngineParams()
 
+    @gc_paused
     def cycle(self, snap: Snapshot) -> CycleResult:
         return _Cycle(snap, self.params).run()
 

@@ -21,6 +21,7 @@ Jobs without an estimate are scored by their class's max run time or, lacking th
 from __future__ import annotations
 
 import math
+from operator import itemgetter
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
@@ -108,12 +109,8 @@ def keyed_in_order(pending: Sequence[PendingJob], classes: Mapping[str, JobClass
             remaining = 60.0
         score = log(remaining * req.min_gpus * fairshare[req.pool].get(req.team, 1.0)) - aging * frac
         append(((neg_prio, tier, 1, score, req.submit_time, req.id), pj))
-    keyed.sort(key=_first)
+    keyed.sort(key=itemgetter(0))
     return keyed
-
-
-def _first(kp: tuple) -> tuple:
-    return kp[0]
 
 
 def is_urgent(key: tuple) -> bool:

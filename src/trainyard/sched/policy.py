@@ -7,7 +7,9 @@ configuration (weights, thresholds) but no state between cycles: whatever histor
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+import functools
+import gc
+from typing import Callable, Protocol, TypeVar
 
 from trainyard.sched.types import CycleResult, Snapshot
 
@@ -16,6 +18,34 @@ class Policy(Protocol):
     name: str
 
     def cycle(self, snap: Snapshot) -> CycleResult: ...
+
+
+P = TypeVar("P")
+
+
+def gc_paused(cycle: Callable[[P, Snapshot], CycleResult]) -> Callable[[P, Snapshot], CycleResult]:
+    """Run a policy's cycle with Python's cyclic garbage collector paused.
+
+    A cycle allocates tens of thousands of short-lived tuples and small objects and builds no
+    reference cycles: all of it is freed by reference counting when the cycle returns. With the
+    collector on, those allocations keep triggering collections that rescan the snapshot's
+    ~100,000 live objects (jobs, placements, nodes) for garbage that is not there: a third of a
+    cycle's time at 13,000 jobs, and not merely deferred (30 cycles back to back took 30% less
+    wall time paused than not, the collections after them included). Every policy uses it, so
+    comparisons stay fair.
+    """
+
+    @functools.wraps(cycle)
+    def wrapper(self: P, snap: Snapshot) -> CycleResult:
+        if not gc.isenabled():
+            return cycle(self, snap)
+        gc.disable()
+        try:
+            return cycle(self, snap)
+        finally:
+            gc.enable()
+
+    return wrapper
 
 
 _REGISTRY: dict[str, Callable[[], Policy]] = {}

@@ -14,7 +14,7 @@ skipped and do not block. Elastic jobs start at `max_nodes` if that fits now, el
 from __future__ import annotations
 
 from trainyard.sched.baselines._common import Fitter, fifo_key, pools_of
-from trainyard.sched.policy import register
+from trainyard.sched.policy import gc_paused, register
 from trainyard.sched.types import CycleResult, PendingInfo, Reason, Snapshot, Start
 
 
@@ -22,6 +22,7 @@ from trainyard.sched.types import CycleResult, PendingInfo, Reason, Snapshot, St
 class Fifo:
     name = "fifo"
 
+    @gc_paused
     def cycle(self, snap: Snapshot) -> CycleResult:
         res = CycleResult()
         explain = snap.explain

@@ -48,7 +48,7 @@ from trainyard.sched.baselines._common import (
 )
 from trainyard.sched.cluster import ClusterState
 from trainyard.sched.placement import place
-from trainyard.sched.policy import register
+from trainyard.sched.policy import gc_paused, register
 from trainyard.sched.quota import QuotaLedger
 from trainyard.sched.types import CycleResult, PendingInfo, PendingJob, Preempt, Reason, RunningJob, Snapshot, Start
 
@@ -59,6 +59,7 @@ _RANK = itemgetter(0, 1, 2)
 class Kueue:
     name = "kueue"
 
+    @gc_paused
     def cycle(self, snap: Snapshot) -> CycleResult:
         res = CycleResult()
         now, explain = snap.now, snap.explain

@@ -20,7 +20,7 @@ from __future__ import annotations
 from heapq import heapify, heappop, heappush
 
 from trainyard.sched.baselines._common import Fitter, shape_gpus, shapes
-from trainyard.sched.policy import register
+from trainyard.sched.policy import gc_paused, register
 from trainyard.sched.types import CycleResult, PendingInfo, PendingJob, Reason, Snapshot, Start
 
 
@@ -32,6 +32,7 @@ def _fifo(job: PendingJob) -> tuple[float, str]:
 class Partition:
     name = "partition"
 
+    @gc_paused
     def cycle(self, snap: Snapshot) -> CycleResult:
         res = CycleResult()
         explain = snap.explain

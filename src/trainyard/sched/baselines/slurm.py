@@ -54,7 +54,7 @@ from trainyard.sched.baselines._common import (
     shapes,
 )
 from trainyard.sched.cluster import ClusterState, Placement
-from trainyard.sched.policy import register
+from trainyard.sched.policy import gc_paused, register
 from trainyard.sched.types import (
     CycleResult,
     JobRequest,
@@ -135,6 +135,7 @@ class Slurm:
 
     # -- the cycle -------------------------------------------------------------------------------
 
+    @gc_paused
     def cycle(self, snap: Snapshot) -> CycleResult:
         res = CycleResult()
         now, explain = snap.now, snap.explain

@@ -38,7 +38,7 @@ from operator import itemgetter
 
 from trainyard.sched.baselines._common import Classes, Fitter, shape_gpus, shapes
 from trainyard.sched.placement import place
-from trainyard.sched.policy import register
+from trainyard.sched.policy import gc_paused, register
 from trainyard.sched.types import CycleResult, PendingInfo, PendingJob, Preempt, Reason, RunningJob, Snapshot, Start
 
 _RANK = itemgetter(0, 1, 2)
@@ -58,6 +58,7 @@ class Tiresias:
                 return k
         return len(self.thresholds)
 
+    @gc_paused
     def cycle(self, snap: Snapshot) -> CycleResult:
         res = CycleResult()
         now, explain = snap.now, snap.explain
