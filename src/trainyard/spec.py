@@ -127,6 +127,11 @@ class JobClassSpec(_Model):
     description: str = ""
 
 
+# `dcgmi diag -r N` takes seconds (1), minutes (2), about half an hour (3), an hour or two (4):
+# a check's default time-out follows its level.
+DCGM_TIMEOUTS = {1: 300.0, 2: 1200.0, 3: 3600.0, 4: 10800.0}
+
+
 class CheckSpec(_Model):
     """One node health check (LBNL NHC style): an executable, or a built-in kind.
 
@@ -135,18 +140,28 @@ class CheckSpec(_Model):
       the message.
     - `disk`: free space under each of `paths` (`{node}` and `{data_dir}` are filled in):
       below `critical_free_gb` CRITICAL, below `warn_free_gb` WARN.
-    - `nvml`: the node's GPUs (when NVML is present): uncorrectable ECC errors or retired pages
-      pending → CRITICAL, temperature at or above `max_temp_c` → WARN.
+    - `nvml`: the node's GPUs (when NVML is present): uncorrectable ECC errors, retired pages or
+      row remappings pending, a failed remapping, a GPU NVML cannot reach, or a hardware XID
+      event → CRITICAL; temperature at or above `max_temp_c`, or an XID of unknown weight → WARN.
+    - `dcgm`: `dcgmi diag -r <level> -j` when `dcgmi` is installed (OK "dcgmi not installed"
+      otherwise): a failed test → CRITICAL (WARN when DCGM rates it a configuration or
+      monitor-only finding), a warning → WARN; dcgmi that gives no result → WARN.
+
+    `when: before_work` keeps a check out of the periodic rounds: it runs only in the round a
+    node gets before it takes new work (for invasive diagnostics such as `dcgmi diag -r 2`, which
+    should not run beside a training job).
     """
 
     name: str = Field(min_length=1, max_length=100)
-    kind: Literal["command", "disk", "nvml"] = "command"
+    kind: Literal["command", "disk", "nvml", "dcgm"] = "command"
+    when: Literal["always", "before_work"] = "always"
     command: list[str] | None = None
     paths: list[str] = Field(default_factory=lambda: ["{data_dir}"])
     warn_free_gb: float = Field(5.0, ge=0)
     critical_free_gb: float = Field(1.0, ge=0)
     max_temp_c: float = Field(90.0, gt=0)
-    timeout: Duration = 30.0
+    level: int = Field(1, ge=1, le=4)  # dcgm: the `dcgmi diag -r` level
+    timeout: Duration = Field(30.0, gt=0)  # dcgm: DCGM_TIMEOUTS[level] unless set
 
     @model_validator(mode="after")
     def _shape(self) -> "CheckSpec":
@@ -154,6 +169,8 @@ class CheckSpec(_Model):
             raise ValueError(f"check {self.name!r}: kind command needs `command` (an argv list)")
         if self.critical_free_gb > self.warn_free_gb:
             raise ValueError(f"check {self.name!r}: critical_free_gb must not exceed warn_free_gb")
+        if self.kind == "dcgm" and "timeout" not in self.model_fields_set:
+            self.timeout = DCGM_TIMEOUTS[self.level]
         return self
 
 
@@ -176,15 +193,26 @@ class RemediationSpec(_Model):
 
 
 class HealthSpec(_Model):
-    """Node health checks, run on every node every `interval` and before a node returns.
+    """Node health checks, run on every node every `interval`, and before a node takes new work
+    when its newest round is older than `before_work_max_age` (or older than an operator's
+    `resume`): such a node gets no new work until a fresh round, run in the background, passes.
 
     A WARN makes a node `suspect` (no new work; its jobs run on), CRITICAL takes it `down` (its
     jobs checkpoint and resume elsewhere) and, with `remediation.actions`, through `remediating`.
     """
 
-    interval: Duration = 60.0
+    interval: Duration = Field(60.0, gt=0)
+    before_work_max_age: Duration = Field(300.0, gt=0)
     checks: list[CheckSpec] = Field(default_factory=list)
     remediation: RemediationSpec = Field(default_factory=RemediationSpec)
+
+    @model_validator(mode="after")
+    def _unique_checks(self) -> "HealthSpec":
+        names = [c.name for c in self.checks]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"check names must be unique; {', '.join(map(repr, dup))} appears more than once")
+        return self
 
 
 class ConfigSpec(_Model):

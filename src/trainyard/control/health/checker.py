@@ -1,0 +1,132 @@
+"""Rounds of checks per node: periodic ones in a thread of their own, and before-work ones on
+request, in a small pool, so that neither a slow check nor a hung one ever stalls the control loop.
+
+A *round* runs a node's checks one after the other; its results replace the node's previous
+ones check by check. A periodic round runs the checks marked `when: always`; a before-work round
+runs all of them (also `when: before_work`). At most one round per node runs at a time: a request
+for a node whose round is running or queued is that round.
+
+`fresh(node, spec, since)` is the before-work test the loop applies: every configured check has
+a result from a run that started at or after `since`.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable
+
+from trainyard.control.health.checks import BEFORE_WORK, PERIODIC, CheckResult, run_check
+from trainyard.spec import HealthSpec
+
+BEFORE_WORK_WORKERS = 8  # before-work rounds running at once (the others queue)
+
+
+class HealthChecker:
+    """Runs the configured checks on every node every `interval`, and on request.
+
+    `results(node)` gives the newest result of each check; `request(node)` queues a before-work
+    round and returns at once; `on_round(node, context)` is called after each round (the loop
+    wakes on it, so a node that just passed takes work without waiting for the next tick).
+    """
+
+    def __init__(self, data_dir: Path, spec_of: Callable[[], HealthSpec], nodes_of: Callable[[], list[str]],
+                 on_round: Callable[[str, str], None] | None = None):
+        self.data_dir = data_dir
+        self.spec_of = spec_of
+        self.nodes_of = nodes_of
+        self.on_round = on_round
+        self._results: dict[str, dict[str, CheckResult]] = {}
+        self._busy: set[str] = set()  # nodes whose round is running
+        self._queued: set[str] = set()  # nodes with a before-work round waiting for a worker
+        self._since: dict[str, float] = {}  # findings before this are forgotten (see `forget_before`)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pool = ThreadPoolExecutor(max_workers=BEFORE_WORK_WORKERS, thread_name_prefix="trainyard-health-work")
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="trainyard-health", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            spec = self.spec_of()
+            if spec.checks:
+                for node in self.nodes_of():
+                    if self._stop.is_set():
+                        return
+                    self.run_now(node, spec)
+            self._stop.wait(spec.interval)
+
+    def run_now(self, node: str, spec: HealthSpec | None = None, context: str = PERIODIC) -> list[CheckResult] | None:
+        """One round on `node` in this thread; None (and nothing run) if one is running already."""
+        spec = spec or self.spec_of()
+        checks = [c for c in spec.checks if context == BEFORE_WORK or c.when == "always"]
+        with self._lock:
+            if node in self._busy:
+                return None
+            self._busy.add(node)
+            since = self._since.get(node, 0.0)
+        out: list[CheckResult] = []
+        try:
+            for c in checks:
+                out.append(run_check(c, node, self.data_dir, since=since, context=context))
+        finally:
+            with self._lock:
+                self._busy.discard(node)
+                names = {c.name for c in spec.checks}  # a check taken out of the configuration goes
+                merged = {k: r for k, r in self._results.get(node, {}).items() if k in names}
+                merged.update({r.check: r for r in out})
+                self._results[node] = merged
+        if self.on_round is not None:
+            self.on_round(node, context)
+        return out
+
+    def request(self, node: str) -> bool:
+        """Queue a before-work round on `node` unless one is running or queued; never waits."""
+        with self._lock:
+            if node in self._busy or node in self._queued or self._stop.is_set():
+                return False
+            self._queued.add(node)
+        try:
+            self._pool.submit(self._before_work, node)
+        except RuntimeError:  # shut down meanwhile
+            with self._lock:
+                self._queued.discard(node)
+            return False
+        return True
+
+    def _before_work(self, node: str) -> None:
+        with self._lock:
+            self._queued.discard(node)
+        self.run_now(node, context=BEFORE_WORK)
+
+    def pending(self, node: str) -> bool:
+        """A round on `node` is running or queued."""
+        with self._lock:
+            return node in self._busy or node in self._queued
+
+    def results(self, node: str) -> list[CheckResult]:
+        with self._lock:
+            return list(self._results.get(node, {}).values())
+
+    def fresh(self, node: str, spec: HealthSpec, since: float) -> bool:
+        """Every check in `spec` has a result on `node` from a run started at or after `since`."""
+        with self._lock:
+            have = self._results.get(node, {})
+            return all(c.name in have and have[c.name].at >= since for c in spec.checks)
+
+    def forget_before(self, node: str, at: float) -> None:
+        """The node was remediated or resumed by a person at `at`: stateful checks (the XID events
+        `nvml` remembers) forget what they saw before."""
+        with self._lock:
+            if at > self._since.get(node, 0.0):
+                self._since[node] = at

@@ -1,0 +1,98 @@
+"""One check on one node, now: the result type, NHC's exit codes, and the `command` and `disk`
+kinds; `nvml` and `dcgm` live in their own modules.
+
+A result is OK, WARN or CRITICAL with a one-line message, as LBNL NHC and Meta's GCM report
+them. `run_check` never raises: a check that cannot run, or runs past its time-out, is itself a
+finding (CRITICAL), so a broken check takes a node out rather than waving it through.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainyard.spec import CheckSpec
+
+OK, WARN, CRITICAL = "ok", "warn", "critical"
+RANK = {OK: 0, WARN: 1, CRITICAL: 2}
+EXIT_STATUS = {0: OK, 1: WARN, 2: CRITICAL}  # NHC's and GCM's exit codes
+
+PERIODIC, BEFORE_WORK = "periodic", "before_work"  # the two kinds of round a result can come from
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    check: str
+    status: str  # ok, warn, critical
+    message: str
+    at: float  # when the check started: it saw the node as it was from then on
+    context: str = PERIODIC  # the round it ran in: periodic or before_work
+
+
+def run_check(spec: CheckSpec, node: str, data_dir: Path, *, since: float = 0.0,
+              context: str = PERIODIC) -> CheckResult:
+    """One check on one node, now. Never raises: a check that cannot run is CRITICAL.
+
+    `since`: findings a stateful check remembers from before this moment are forgotten (the
+    node was remediated or an operator resumed it since; see `nvml` and its XID events).
+    """
+    from trainyard.control.health import dcgm, nvml  # the GPU kinds import nothing heavy until used
+
+    now = time.time()
+    try:
+        if spec.kind == "command":
+            status, msg = _command(spec, node, data_dir)
+        elif spec.kind == "disk":
+            status, msg = _disk(spec, node, data_dir)
+        elif spec.kind == "dcgm":
+            status, msg = dcgm.check(spec)
+        else:
+            status, msg = nvml.check(spec, since=since, now=now)
+    except Exception as e:  # noqa: BLE001 - the check's failure is itself the finding
+        status, msg = CRITICAL, f"check could not run: {e}"
+    return CheckResult(spec.name, status, msg[:300], now, context)
+
+
+def worst(results: list[CheckResult]) -> CheckResult | None:
+    """The most severe non-OK result, if any."""
+    bad = [r for r in results if r.status != OK]
+    return max(bad, key=lambda r: RANK[r.status]) if bad else None
+
+
+def worse(a: str, b: str) -> str:
+    return a if RANK[a] >= RANK[b] else b
+
+
+def first_line(out: str, err: str, code: int) -> str:
+    lines = (out.strip() or err.strip()).splitlines()[:1]
+    return lines[0] if lines else f"exit {code}"
+
+
+def _command(spec: CheckSpec, node: str, data_dir: Path) -> tuple[str, str]:
+    env = {**os.environ, "TRAINYARD_NODE": node, "TRAINYARD_DATA_DIR": str(data_dir)}
+    try:
+        r = subprocess.run(spec.command or [], env=env, capture_output=True, text=True, timeout=spec.timeout,
+                           stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return CRITICAL, f"timed out after {spec.timeout:g}s"
+    except OSError as e:
+        return CRITICAL, f"cannot run {spec.command[0] if spec.command else '?'}: {e.strerror}"
+    return EXIT_STATUS.get(r.returncode, CRITICAL), first_line(r.stdout, r.stderr, r.returncode)
+
+
+def _disk(spec: CheckSpec, node: str, data_dir: Path) -> tuple[str, str]:
+    status, msgs = OK, []
+    for template in spec.paths:
+        path = Path(template.format(node=node, data_dir=data_dir))
+        if not path.exists():
+            continue  # a checkpoint dir not made yet is not a problem
+        free_gb = shutil.disk_usage(path).free / 2**30
+        s = CRITICAL if free_gb < spec.critical_free_gb else WARN if free_gb < spec.warn_free_gb else OK
+        status = worse(status, s)
+        if s != OK:
+            msgs.append(f"{path}: {free_gb:.2f} GB free")
+    return status, "; ".join(msgs) or "free space ok"
