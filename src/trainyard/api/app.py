@@ -6,13 +6,11 @@ FastAPI's 422 shape, whose `loc` names the field.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import JSONResponse, RedirectResponse
 from prometheus_client import CollectorRegistry
 
-from trainyard.api.routers import cluster, jobs, misc, nodes, teams
+from trainyard.api.routers import cluster, jobs, misc, nodes, teams, ui
 from trainyard.control.plane import ControlPlane
 from trainyard.services.errors import ServiceError
 from trainyard.services.metrics import PlaneCollector
@@ -34,15 +32,12 @@ def create_app(cp: ControlPlane) -> FastAPI:
     async def _config_error(_: Request, e: ConfigError) -> JSONResponse:
         return JSONResponse({"detail": str(e), "field": e.field}, status_code=400)
 
-    for r in (jobs.router, nodes.router, teams.router, cluster.router, misc.router):
+    for r in (jobs.router, nodes.router, teams.router, cluster.router, misc.router, ui.router):
         app.include_router(r)
 
-    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
-    def dashboard() -> str:
-        """A read-only page over the API (nodes, queue, events); the token is entered in the page."""
-        return DASHBOARD.read_text()
+    @app.get("/", include_in_schema=False)
+    def home() -> RedirectResponse:
+        """The web dashboard (api/routers/ui.py)."""
+        return RedirectResponse("/ui/", status_code=307)
 
     return app
-
-
-DASHBOARD = Path(__file__).with_name("dashboard.html")

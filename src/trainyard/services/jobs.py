@@ -254,6 +254,20 @@ def get(s: Session, job_id: int, by: Principal) -> JobRow:
     return row
 
 
+def readable_logs(s: Session, job_id: int, by: Principal) -> JobRow:
+    """The job, if `by` may read its logs: admins and operators all, a member their team's, a job
+    token its own job; viewers none (`GET /jobs/{id}/logs` and the dashboard's job page).
+
+    Raises:
+        NotFound: no such job. Forbidden: the job exists but its logs are not `by`'s to read.
+    """
+    row = get(s, job_id, by)
+    if not (by.can_read_all_logs() or (by.role == "member" and by.team == row.team) or by.job_id == job_id):
+        raise Forbidden(f"a {by.role} token{' of team ' + by.team if by.team else ''} cannot read the logs of "
+                        f"job {job_id} (team {row.team!r})")
+    return row
+
+
 def _listing(q: Select, by: Principal, states: list[str] | None, team: str | None, user: str | None,
              job_class: str | None, limit: int) -> Select:
     if by.role == "job":

@@ -15,7 +15,7 @@ from trainyard.api.deps import JobId, plane, principal, session, storable_input
 from trainyard.control.plane import ControlPlane
 from trainyard.services import events, jobs, progress
 from trainyard.services.auth import Principal
-from trainyard.services.errors import Forbidden, ServiceError
+from trainyard.services.errors import ServiceError
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(storable_input)])
 
@@ -81,10 +81,7 @@ def logs(job_id: JobId, rank: int = Query(0, ge=0, le=1_000_000), offset: int = 
          follow: bool = False, by: Principal = Depends(principal), cp: ControlPlane = Depends(plane),
          s: Session = Depends(session)):  # noqa: ANN201
     """A rank's log (stdout and stderr), from byte `offset`; `follow` streams until the job ends."""
-    row = jobs.get(s, job_id, by)
-    if not (by.can_read_all_logs() or (by.role == "member" and by.team == row.team) or by.job_id == job_id):
-        raise Forbidden(f"a {by.role} token{' of team ' + by.team if by.team else ''} cannot read the logs of "
-                        f"job {job_id} (team {row.team!r})")
+    row = jobs.readable_logs(s, job_id, by)
     path = jobs.job_dir(cp.data_dir, job_id) / "logs" / f"rank-{rank}.log"
     if not follow:
         if not path.exists():

@@ -1,0 +1,135 @@
+"""Small line charts as geometry for inline SVG, computed server-side (no charting library).
+
+`line_chart` maps series of (x, y) points into a plot box and returns what the template
+`_chart.html` draws: one polyline per unbroken run of points (a `None` y breaks the line), dots
+for sparse series, "nice" axis ticks (1, 2, 5 x 10^k), vertical markers. The raw numbers go
+into `data-*` attributes too, so a test (or a curious user) reads the values, not pixels.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+Fmt = Callable[[float], str]
+LEFT, RIGHT, TOP, BOTTOM = 58, 14, 12, 28  # the plot box's margins, in px
+
+
+def fmt_number(v: float) -> str:
+    """3 significant digits; thousands and millions as k and M."""
+    a = abs(v)
+    if a >= 1e6:
+        return f"{v / 1e6:.3g}M"
+    if a >= 1e4:
+        return f"{v / 1e3:.3g}k"
+    if a != 0 and a < 1e-3:
+        return f"{v:.1e}"
+    return f"{v:.4g}" if a >= 1000 else f"{v:.3g}"
+
+
+def fmt_ago(v: float) -> str:
+    """Seconds relative to now (negative: in the past) as -45m, -6h, -2d or "now"."""
+    a = -v
+    if abs(a) < 1:
+        return "now"
+    for unit, s in (("d", 86400), ("h", 3600), ("m", 60)):
+        if a >= s:
+            return f"-{a / s:.3g}{unit}"
+    return f"-{a:.0f}s"
+
+
+def fmt_duration(v: float) -> str:
+    """Seconds as 42s, 3.5m, 2.1h, 1.5d."""
+    for unit, s in (("d", 86400), ("h", 3600), ("m", 60)):
+        if abs(v) >= s:
+            return f"{v / s:.2g}{unit}"
+    return f"{v:.2g}s" if abs(v) < 10 else f"{v:.0f}s"
+
+
+def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+    """About `n` round values from lo to hi (inclusive where they fall on a tick)."""
+    if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
+        return [lo]
+    raw = (hi - lo) / max(1, n)
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+    first = math.ceil(lo / step - 1e-9) * step
+    return [round(first + i * step, 12) for i in range(int((hi - first) / step + 1e-9) + 1)]
+
+
+@dataclass
+class Series:
+    name: str
+    points: Sequence[tuple[float, float | None]]
+    css: str = "s0"  # the stroke/fill class in dashboard.css
+    dots: bool = False  # draw each point as a dot (sparse data) instead of lines
+
+
+@dataclass
+class Chart:
+    width: int
+    height: int
+    title: str
+    lines: list[tuple[str, str, str]] = field(default_factory=list)  # (css, "x,y x,y ...", series name)
+    dots: list[tuple[str, float, float, str]] = field(default_factory=list)  # (css, x, y, tooltip)
+    x_ticks: list[tuple[float, str]] = field(default_factory=list)  # (px, label)
+    y_ticks: list[tuple[float, str]] = field(default_factory=list)
+    markers: list[tuple[float, str]] = field(default_factory=list)  # vertical lines: (px, tooltip)
+    legend: list[tuple[str, str]] = field(default_factory=list)  # (css, name)
+    data: dict[str, str] = field(default_factory=dict)  # data-* attributes of the <svg>
+    empty: str | None = None  # shown instead of a plot when there is nothing to draw
+
+    @property
+    def box(self) -> tuple[float, float, float, float]:
+        return LEFT, TOP, self.width - RIGHT, self.height - BOTTOM
+
+
+def line_chart(title: str, series: list[Series], *, width: int = 640, height: int = 200,
+               x_range: tuple[float, float] | None = None, y_min: float | None = None,
+               y_max: float | None = None, x_fmt: Fmt = fmt_number, y_fmt: Fmt = fmt_number,
+               markers: Sequence[tuple[float, str]] = (), x_tick_values: Sequence[float] | None = None,
+               empty: str = "no data yet") -> Chart:
+    c = Chart(width, height, title, legend=[(s.css, s.name) for s in series if s.name])
+    xs = [x for s in series for x, y in s.points if y is not None]
+    ys = [y for s in series for _, y in s.points if y is not None]
+    if not xs:
+        c.empty = empty
+        return c
+    x0, x1 = x_range or (min(xs), max(xs))
+    lo = min(ys) if y_min is None else min(y_min, min(ys))
+    hi = max(ys) if y_max is None else max(y_max, max(ys))
+    if hi == lo:
+        lo, hi = (lo - 1, hi + 1) if lo else (0.0, 1.0)
+    elif y_min is None:  # a little air below a free-floating curve
+        lo -= (hi - lo) * 0.05
+    if x1 == x0:
+        x0, x1 = x0 - 1, x1 + 1
+    left, top, right, bottom = c.box
+
+    def px(x: float) -> float:
+        return round(left + (x - x0) / (x1 - x0) * (right - left), 1)
+
+    def py(y: float) -> float:
+        return round(bottom - (y - lo) / (hi - lo) * (bottom - top), 1)
+
+    for s in series:
+        pts = list(s.points)
+        run: list[str] = []
+        for i, (x, y) in enumerate(pts + [(0.0, None)]):  # the sentinel closes the last run
+            if y is None:
+                if len(run) > 1:
+                    c.lines.append((s.css, " ".join(run), s.name))
+                elif run:  # a lone point between gaps: a dot, or it would not show
+                    x_, y_ = pts[i - 1]
+                    c.dots.append((s.css, px(x_), py(y_), f"{s.name}: {y_fmt(y_)} at {x_fmt(x_)}"))
+                run = []
+            elif s.dots:
+                c.dots.append((s.css, px(x), py(y), f"{s.name}: {y_fmt(y)} at {x_fmt(x)}"))
+            else:
+                run.append(f"{px(x)},{py(y)}")
+    ticks = nice_ticks(x0, x1, 6) if x_tick_values is None else [t for t in x_tick_values if x0 <= t <= x1]
+    c.x_ticks = [(px(t), x_fmt(t)) for t in ticks]
+    c.y_ticks = [(py(t), y_fmt(t)) for t in nice_ticks(lo, hi, 4) if lo <= t <= hi]
+    c.markers = [(px(x), tip) for x, tip in markers if x0 <= x <= x1]
+    return c
