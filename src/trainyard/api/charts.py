@@ -53,7 +53,7 @@ def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
         return [lo]
     raw = (hi - lo) / max(1, n)
     mag = 10 ** math.floor(math.log10(raw))
-    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+    step = min((m * mag for m in (1, 2, 5, 10)), key=lambda st: abs((hi - lo) / st - n))
     first = math.ceil(lo / step - 1e-9) * step
     return [round(first + i * step, 12) for i in range(int((hi - first) / step + 1e-9) + 1)]
 

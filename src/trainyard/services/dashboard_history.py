@@ -28,7 +28,7 @@ from trainyard.services.config import ConfigVersion
 from trainyard.services.jobs import PENDING_STATES
 from trainyard.store.models import AttemptRow, JobRow
 
-WINDOWS = {"1h": 3600.0, "6h": 6 * 3600.0, "24h": 86400.0, "7d": 7 * 86400.0}
+WINDOWS = {"15m": 900.0, "1h": 3600.0, "6h": 6 * 3600.0, "24h": 86400.0, "7d": 7 * 86400.0}
 BUCKETS = 60
 
 

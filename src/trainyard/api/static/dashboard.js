@@ -57,7 +57,7 @@ function lossReadout() {
     const cx = left + (steps[i] - x0) / (x1 - x0) * (right - left);
     cursor.setAttribute("x1", String(cx)); cursor.setAttribute("x2", String(cx));
     if (!cursor.parentNode) svg.appendChild(cursor);
-    out.textContent = `step ${steps[i]}: loss ${values[i]}`;
+    out.textContent = `step ${steps[i]}: loss ${Number(values[i].toPrecision(6))}`;
   });
   svg.addEventListener("mouseleave", () => { cursor.remove(); out.textContent = ""; });
 }

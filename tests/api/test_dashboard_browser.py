@@ -1,0 +1,249 @@
+"""The web dashboard in a real headless Chromium (Playwright, the system's browser) against a real
+`yard up` on the local backend's two emulated 4-GPU nodes.
+
+One cluster for the module: a short `llama-pretrain` recipe job (a real loss curve), `sleep` jobs
+of both teams filling the GPUs, and jobs left waiting behind them (one named with HTML in it).
+The tests log in with the admin token (and a bad one), read the cluster map, the queue and the
+job page as a person would see them, and compare every number with what the API and the job's
+metrics.jsonl say; a viewer and a member of the other team are refused the logs. Screenshots go
+to test-artifacts/dashboard/ (or $TRAINYARD_ARTIFACTS/dashboard/).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any, Iterator
+
+import pytest
+
+from tests.browser import artifacts_dir, browser_available, chromium_path
+from tests.recipes.helpers import TINY_PRETRAIN
+from tests.yard_cluster import YardCluster, losses
+
+STEPS = 24
+EVIL = '<img src=x onerror="window.pwned=1">&amp;'
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    reason = browser_available()
+    if reason:
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(chromium_path()), headless=True)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+class World:
+    """The cluster and what was submitted to it."""
+
+    def __init__(self, c: YardCluster):
+        self.c = c
+        self.url = c.server.url
+        self.admin_token = c.server.token
+        self.recipe = c.submit("--recipe", "llama-pretrain", "-G", "1", "-A", "vision", "-J", "tiny-llama",
+                               *(x for s in [*TINY_PRETRAIN, f"steps={STEPS}", "checkpoint_every=8"]
+                                 for x in ("--set", s)))
+        sleep = ("--", "sleep", "600")
+        self.busy = [c.submit("-G", "3", "-A", "vision", "-J", "vision-sleeper", "-t", "20", *sleep),
+                     c.submit("-G", "4", "-A", "nlp", "-J", "nlp-sleeper", "-t", "20", *sleep)]
+        for j in self.busy:
+            c.wait(j, "RUNNING", timeout=60)
+        # Behind them, jobs that must wait: none fits in the one GPU the recipe job frees.
+        self.waiting = [c.submit("-N", "2", "--gpus-per-node", "4", "-A", "nlp", "-q", "batch", "-J", "big-sweep",
+                                 "-t", "30", *sleep),
+                        c.submit("-G", "2", "-A", "vision", "-J", EVIL, "-t", "10", *sleep),
+                        c.submit("-G", "2", "-A", "nlp", "-J", "nlp-probe", "-t", "10", *sleep)]
+        self.tokens = {name: self.token(name, role, team) for name, role, team in
+                       (("vic", "viewer", None), ("nora", "member", "nlp"), ("vera", "member", "vision"))}
+
+    def token(self, user: str, role: str, team: str | None) -> str:
+        r = self.c.http.post("/api/v1/tokens", json={"user": user, "role": role, "team": team})
+        assert r.status_code == 201, r.text
+        return r.json()["token"]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> Iterator[World]:
+    c = YardCluster(tmp_path_factory.mktemp("dash"), "local")
+    try:
+        yield World(c)
+    finally:
+        c.stop()
+
+
+def login(browser: Any, url: str, token: str) -> Any:
+    """A fresh browser context (its own cookies) logged in with `token`; returns its page."""
+    ctx = browser.new_context(viewport={"width": 1360, "height": 900})
+    page = ctx.new_page()
+    page.goto(url + "/ui/")
+    assert "/ui/login" in page.url
+    page.fill("input[name=token]", token)
+    page.click("button[type=submit]")
+    page.wait_for_url(re.compile(r".*/ui/$"))
+    return page
+
+
+def shot(page: Any, name: str) -> None:
+    page.screenshot(path=str(artifacts_dir() / f"{name}.png"), full_page=True)
+
+
+def test_login_refuses_a_bad_token_and_takes_a_good_one(world, chromium):
+    ctx = chromium.new_context(viewport={"width": 1000, "height": 640})
+    page = ctx.new_page()
+    page.goto(world.url + "/")
+    assert page.url.endswith("/ui/login")  # / → /ui/ → not logged in → the login form
+    page.fill("input[name=token]", "ty_not-a-token")
+    page.click("button[type=submit]")
+    assert page.locator("#error").inner_text() == "unknown or revoked token"
+    shot(page, "login-bad-token")
+    page.fill("input[name=token]", world.admin_token)
+    page.click("button[type=submit]")
+    page.wait_for_url(re.compile(r".*/ui/$"))
+    assert page.locator("#who").inner_text().startswith("admin · admin")
+    cookie = next(c for c in ctx.cookies() if c["name"] == "yard_session")
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["path"] == "/ui"
+    assert page.evaluate("document.cookie") == ""  # the page's scripts never see the token
+    page.click("form.logout button")
+    page.wait_for_url(re.compile(r".*/ui/login$"))
+    page.goto(world.url + "/ui/")
+    assert "/ui/login" in page.url
+    ctx.close()
+
+
+def test_cluster_map_shows_every_node_gpu_and_job(world, chromium):
+    page = login(chromium, world.url, world.admin_token)
+    api_nodes = world.c.http.get("/api/v1/nodes").json()["nodes"]
+    for n in api_nodes:
+        card = page.locator(f'.node[data-node="{n["name"]}"]')
+        assert card.get_attribute("data-state") == n["state"] == "up"
+        assert card.locator(".gpu").count() == n["gpus"] == 4
+    running = world.c.http.get("/api/v1/jobs", params={"state": "RUNNING"}).json()["jobs"]
+    for jid in world.busy:
+        j = next(x for x in running if x["id"] == jid)
+        for part in j["placement"]:
+            for g in part["gpus"]:
+                cell = page.locator(f'.node[data-node="{part["node"]}"] .gpu[data-gpu="{g}"]')
+                assert cell.get_attribute("data-job") == str(jid)
+                assert cell.get_attribute("href") == f"/ui/jobs/{jid}"
+                assert j["name"] in cell.get_attribute("title") and j["team"] in cell.get_attribute("title")
+    held = sum(len(p["gpus"]) for j in running for p in j["placement"])
+    assert page.locator(".gpu.busy").count() == held
+    assert page.locator(".gpu.free").count() == 8 - held
+    assert page.locator("#summary").inner_text().startswith(f"{held} / 8 GPUs allocated")
+    assert page.locator("#history svg.chart").count() >= 2  # allocation and waiting over the last hour
+    shot(page, "overview")
+    page.context.close()
+
+
+def test_queue_groups_waiting_jobs_by_team_and_class_with_reason_and_estimate(world, chromium):
+    page = login(chromium, world.url, world.admin_token)
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    deadline = time.monotonic() + 30
+    while True:  # the engine names a reason for each waiting job within a pass or two
+        api = {j["id"]: j for j in world.c.http.get("/api/v1/jobs", params={"state": "PENDING"}).json()["jobs"]}
+        if all(api.get(j, {}).get("reason") not in (None, "None") for j in world.waiting):
+            break
+        assert time.monotonic() < deadline, api
+        time.sleep(0.2)
+    page.reload()
+    for jid in world.waiting:
+        j = api[jid]
+        row = page.locator(f'.queue-team[data-team="{j["team"]}"] table[data-class="{j["class"]}"] tr[data-job="{jid}"]')
+        assert row.count() == 1, f"job {jid} not under {j['team']}/{j['class']}"
+        assert row.locator("td.reason").inner_text() == j["reason"]
+        assert row.locator("td.jstate").inner_text() == "PENDING"
+        est = row.locator("td.est-start")
+        if j["est_start"] is not None:
+            assert abs(float(est.get_attribute("data-est")) - j["est_start"]) < 120
+            assert re.fullmatch(r"in \S+|now|\S+ ago", est.inner_text())
+        else:
+            assert est.inner_text() == "—"
+    assert any(api[j]["est_start"] is not None for j in world.waiting), "the engine estimated no start"
+    # A job name is text, never markup: shown verbatim, nothing ran.
+    evil = page.locator(f'tr[data-job="{world.waiting[1]}"] td.name')
+    assert evil.inner_text() == EVIL
+    assert page.locator("#queue img").count() == 0 and page.evaluate("window.pwned") is None and not dialogs
+    page.locator("#queue").screenshot(path=str(artifacts_dir() / "queue.png"))
+    page.context.close()
+
+
+def test_job_page_draws_the_loss_curve_of_every_step_with_events(world, chromium):
+    world.c.wait(world.recipe, "COMPLETED", timeout=120)
+    want = losses(world.c.job_dir(world.recipe))
+    assert sorted(want) == list(range(1, STEPS + 1))
+    page = login(chromium, world.url, world.admin_token)
+    page.click(f'a[href="/ui/jobs/{world.recipe}"] >> nth=0')  # from the recent events
+    page.wait_for_url(re.compile(rf".*/ui/jobs/{world.recipe}$"))
+    svg = page.locator("svg#loss-curve")
+    steps = [int(x) for x in svg.get_attribute("data-steps").split(",")]
+    values = [float(x) for x in svg.get_attribute("data-values").split(",")]
+    assert steps == sorted(want) and values == [want[s] for s in steps]
+    points = " ".join(page.locator("svg#loss-curve polyline.line").evaluate_all(
+        "els => els.map(e => e.getAttribute('points'))")).split()
+    assert len(points) == STEPS  # one vertex per step
+    ys = [float(p.split(",")[1]) for p in points]  # SVG y grows downwards: the highest loss is the top-most
+    assert ys.index(min(ys)) == values.index(max(values))
+    assert page.locator("#job .jstate").inner_text() == "COMPLETED"
+    kinds = page.locator("#events tr.event").evaluate_all("els => els.map(e => e.dataset.kind)")
+    assert {"job.submitted", "job.started"} <= set(kinds)
+    assert "job.runtime.finished" in kinds or any(k.startswith("job.runtime") for k in kinds)
+    assert "trainyard" in page.locator("#log").inner_text()  # the admin reads the logs
+    box = svg.bounding_box()
+    page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
+    assert page.locator("#loss-readout").inner_text().startswith("step ")
+    shot(page, "job")
+    page.context.close()
+
+
+def test_viewer_sees_map_and_queue_but_no_logs(world, chromium):
+    page = login(chromium, world.url, world.tokens["vic"])
+    assert page.locator("#who").inner_text().startswith("vic · viewer")
+    assert page.locator(".node").count() == 2
+    assert page.locator(f'#queue tr[data-job="{world.waiting[0]}"]').count() == 1
+    page.goto(f"{world.url}/ui/jobs/{world.recipe}")
+    assert page.locator("svg#loss-curve").count() == 1  # the loss is shown like the job's progress
+    assert page.locator("#log").count() == 0
+    assert page.locator("#logs-denied").inner_text().startswith("a viewer token cannot read the logs")
+    assert page.locator("#job td code").count() == 0  # command and workdir are the team's
+    shot(page, "job-as-viewer")
+    page.context.close()
+
+
+def test_member_reads_own_team_logs_only(world, chromium):
+    nora = login(chromium, world.url, world.tokens["nora"])
+    nora.goto(f"{world.url}/ui/jobs/{world.recipe}")
+    assert nora.locator("#job .name").inner_text() == "tiny-llama"  # metadata as the API shows it
+    assert nora.locator("#log").count() == 0
+    assert nora.locator("#logs-denied").inner_text() == (
+        f"a member token of team nlp cannot read the logs of job {world.recipe} (team 'vision')")
+    api = world.c.http.__class__(base_url=world.url, headers={"Authorization": f"Bearer {world.tokens['nora']}"})
+    assert api.get(f"/api/v1/jobs/{world.recipe}/logs").status_code == 403  # the same rule as the API
+    shot(nora, "job-as-other-team")
+    nora.context.close()
+    vera = login(chromium, world.url, world.tokens["vera"])
+    vera.goto(f"{world.url}/ui/jobs/{world.recipe}")
+    assert vera.locator("#log").count() == 1 and vera.locator("#logs-denied").count() == 0
+    vera.context.close()
+
+
+def test_a_drained_node_shows_its_state_and_reason(world, chromium):
+    r = world.c.http.post("/api/v1/nodes/node-1/drain", json={"reason": "bad fan <rack 3>"})
+    assert r.status_code == 200, r.text
+    try:
+        page = login(chromium, world.url, world.tokens["vic"])
+        card = page.locator('.node[data-node="node-1"]')
+        assert card.get_attribute("data-state") == "drain"
+        assert card.locator(".node-reason").inner_text() == "bad fan <rack 3>"
+        assert card.locator(".gpu.busy").count() == 4  # what runs there runs on
+        page.locator("#cluster-map").screenshot(path=str(artifacts_dir() / "cluster-map-drained.png"))
+        page.context.close()
+    finally:
+        world.c.http.post("/api/v1/nodes/node-1/resume")
