@@ -33,13 +33,13 @@ from sqlalchemy import and_, bindparam, or_, select, update
 
 from trainyard.backends.base import AttemptState, Backend, BackendError, LaunchSpec, RankLaunch
 from trainyard.contracts import newest_checkpoint
-from trainyard.control.health import CRITICAL, OK, WARN, CheckResult, HealthChecker, Remediator, worst
+from trainyard.control.health import BEFORE_WORK, CRITICAL, OK, WARN, CheckResult, HealthChecker, Remediator, worst
 from trainyard.control.lost_work import lost_work_s
 from trainyard.control.outcome import classify, first_failure
 from trainyard.control.retry import backoff_s, should_retry
 from trainyard.control.snapshot import NodeIndex, build_snapshot, decayed_usage, USAGE_HALF_LIFE_S
 from trainyard.sched.engine import TrainyardPolicy
-from trainyard.spec import HealthSpec, RemediationSpec
+from trainyard.spec import HealthSpec
 from trainyard.sched.policy import Policy
 from trainyard.sched.types import Reason
 from trainyard.services import auth
@@ -112,7 +112,9 @@ class ControlLoop:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.health = HealthChecker(self.data_dir, self._health_spec, self._node_names)
+        # a finished round wakes the loop: a node that just passed takes its work at once
+        self.health = HealthChecker(self.data_dir, self._health_spec, self._node_names,
+                                    on_round=lambda node, context: self.wake())
         self.remediator = Remediator(self.data_dir)
         self._health_seen: dict[tuple[str, str], str] = {}  # (node, check) → last status recorded
 
@@ -332,17 +334,23 @@ class ControlLoop:
         with self.lock, self.store.session.begin() as s:
             rows = node_states(s)
             active = list(s.scalars(select(JobRow).where(JobRow.state.in_(ACTIVE_STATES))))
-            remedy = self.configs.current(s).spec.health.remediation
+            hspec = self.configs.current(s).spec.health
+            remedy = hspec.remediation
             for name, info in inventory.items():
                 row = rows.get(name)
                 checks = self.health.results(name)
+                if row is not None and row.state == "up" and row.updated_by != HEALTH:
+                    # resumed by a person: what the checks found before is forgotten, and only
+                    # rounds run since count (the before-work gate holds its work until one passes)
+                    self.health.forget_before(name, row.updated_at)
+                    checks = [c for c in checks if c.at >= row.updated_at]
                 self._record_check_changes(s, name, checks, now)
                 finding = worst(checks)
                 failing = finding if finding is not None and finding.status == CRITICAL else None
                 warning = finding if finding is not None and finding.status == WARN else None
                 if row is not None and row.updated_by == HEALTH and row.state in ("down", "remediating") and \
                         remedy.actions:
-                    self._remediate(s, row, info.healthy and not failing, checks, active, remedy, now)
+                    self._remediate(s, row, info.healthy and not failing, hspec, active, now)
                     if row.state == "remediating":
                         continue
                 if info.healthy and not failing and (row is None or row.state in ("up", "suspect")):
@@ -362,7 +370,7 @@ class ControlLoop:
                             record(s, HEALTH, "job.node_failed", f"node {name} is {state}; stopping the job "
                                    "to resume it elsewhere", job_id=j.id, node=name, at=now)
                 elif info.healthy and not failing and row is not None and row.state == "down" \
-                        and row.updated_by == HEALTH and all(c.at > row.updated_at for c in checks):
+                        and row.updated_by == HEALTH and self._checked_since(name, hspec, row.updated_at):
                     # back only after a round of its checks newer than its going down has passed
                     ok, why = self.backend.check_node(name)
                     if ok:
@@ -394,22 +402,24 @@ class ControlLoop:
             record(s, HEALTH, "node.up", f"node {name}: its checks are clean again: back in service", node=name, at=now)
         return row
 
-    def _remediate(self, s, row: NodeRow, passing: bool, checks: list[CheckResult],  # noqa: ANN001
-                   active: list[JobRow], remedy: RemediationSpec, now: float) -> None:
+    def _remediate(self, s, row: NodeRow, passing: bool, hspec: HealthSpec,  # noqa: ANN001
+                   active: list[JobRow], now: float) -> None:
         """A node its checks took down: run the remediation actions once its jobs are gone,
         check again, repeat after the cooldown, and after the last attempt alert a person."""
-        name = row.name
+        name, remedy = row.name, hspec.remediation
         done = self.remediator.take_finished(name)
         if done is not None:
             ok = all(a_ok for _, a_ok, _ in done)
             steps = "; ".join(f"{a}: {'ok' if a_ok else 'failed'} ({m})" for a, a_ok, m in done)
             row.state, row.updated_at = "down", now  # back only after a round of checks newer than this
+            if ok:
+                self.health.forget_before(name, now)  # the GPUs were reset: XIDs seen before are history
             row.reason = (f"remediated ({steps}); checking again (health)" if ok
                           else f"remediation failed ({steps}) (health)")[:200]
             record(s, HEALTH, "node.remediated" if ok else "node.remediation_failed",
                    f"node {name}: {steps}", node=name, at=now, data={"actions": done})
             return
-        if row.state != "down" or passing or not all(c.at > row.updated_at for c in checks):
+        if row.state != "down" or passing or not self._checked_since(name, hspec, row.updated_at):
             return
         if any(p["node"] == name for j in active for p in j.placement or []):
             return  # its jobs are still checkpointing and stopping
@@ -432,8 +442,19 @@ class ControlLoop:
             before = self._health_seen.get(key, OK)
             if c.status != before:
                 self._health_seen[key] = c.status
-                record(s, HEALTH, f"node.check_{c.status}", f"node {node}: check {c.check} {c.status.upper()}: "
-                       f"{c.message}", node=node, at=now, data={"check": c.check, "status": c.status})
+                where = " (before work)" if c.context == BEFORE_WORK else ""
+                record(s, HEALTH, f"node.check_{c.status}", f"node {node}: check {c.check} {c.status.upper()}{where}: "
+                       f"{c.message}", node=node, at=now,
+                       data={"check": c.check, "status": c.status, "context": c.context})
+
+    def _checked_since(self, name: str, hspec: HealthSpec, at: float) -> bool:
+        """Every configured check has run on the node since `at` (its going down, its remediation);
+        if not, a round is asked for in the background rather than waiting for the periodic one,
+        which may be an hour away."""
+        if self.health.fresh(name, hspec, at):
+            return True
+        self.health.request(name)
+        return False
 
     def _grow_elastic(self, s, active: list[JobRow], now: float) -> None:  # noqa: ANN001
         """A node came back: elastic jobs running below their size restart (by checkpoint) to grow,
@@ -512,9 +533,10 @@ class ControlLoop:
     # 3. schedule -------------------------------------------------------------------------------
 
     def schedule(self, now: float) -> None:
+        unhealthy = [n.name for n in self.backend.inventory() if not n.healthy]
         with self.store.session() as s:
             cfg = self.configs.current(s)
-            idx = NodeIndex.build(cfg, node_states(s), [n.name for n in self.backend.inventory() if not n.healthy])
+            states = node_states(s)
             running = list(s.scalars(select(JobRow).where(JobRow.state.in_(ACTIVE_STATES))))
             t = JobRow.__table__
             # Plain rows of the columns the engine reads, not ORM objects: with thousands waiting,
@@ -527,15 +549,19 @@ class ControlLoop:
             spans = s.execute(select(JobRow.team, AttemptRow.placement, AttemptRow.started_at, AttemptRow.ended_at)
                               .join(JobRow, JobRow.id == AttemptRow.job_id)
                               .where(or_(AttemptRow.ended_at.is_(None), AttemptRow.ended_at > horizon))).all()
+            if not pending:
+                return
+            unchecked, checking = self._before_work(cfg, states, unhealthy, running, pending, now)
+            idx = NodeIndex.build(cfg, states, unhealthy + sorted(unchecked))
         usage = decayed_usage(((t, sum(len(p["gpus"]) for p in pl), a, b) for t, pl, a, b in spans), now)
-        if not pending:
-            return
         snap = build_snapshot(cfg, idx, running, pending, usage, now)
         result = self.policy.cycle(snap)
         by_id = {j.id: j for j in pending}
         launches: list[LaunchSpec] = []
         with self.lock, self.store.session.begin() as s:
             for pre in result.preemptions:
+                if checking:
+                    break  # a node being checked may be free for it in a moment: no preemption meanwhile
                 v = s.get(JobRow, int(pre.job_id))
                 if v is None or v.state != "RUNNING" or v.stop_kind is not None:
                     continue
@@ -560,6 +586,49 @@ class ControlLoop:
                           .values(reason=bindparam("r"), est_start=bindparam("e")), updates)
         for spec in launches:
             self._launch(spec, now)
+
+    def _before_work(self, cfg: ConfigVersion, states: dict[str, NodeRow], unhealthy: list[str],
+                     running: list[JobRow], pending: list, now: float) -> tuple[set[str], bool]:
+        """The before-work gate (Slurm's HealthCheckProgram at registration, NHC in a prolog):
+        a node takes new work only on a round of its checks that passed, started within
+        `health.before_work_max_age` and, when a person resumed the node, after that. Returns the
+        nodes that may not take work now and whether a round is under way for one of them.
+
+        A node that could take some of the waiting work (free GPUs, a pool a waiting job asks
+        for) gets a before-work round in the background; the loop never waits for it, and the
+        round's end wakes the loop. A round that finds a problem acts like a periodic one
+        (`watch_nodes`: WARN → suspect, CRITICAL → down)."""
+        hspec = cfg.spec.health
+        if not hspec.checks:
+            return set(), False
+        used: dict[str, int] = {}
+        for j in running:
+            for part in j.placement or []:
+                used[part["node"]] = used.get(part["node"], 0) + len(part["gpus"])
+        pools = {p.pool for p in pending}
+        horizon = now - hspec.before_work_max_age
+        unchecked, checking = set(), False
+        for n in cfg.nodes:
+            row = states.get(n.name)
+            wanted = n.pool in pools
+            if n.name in unhealthy:
+                continue
+            if row is not None and row.state != "up":
+                # no work for it anyway; but one its checks took down is checked again as often
+                # while work waits for its pool, so that it returns as soon as it passes
+                if row.state == "down" and row.updated_by == HEALTH and wanted \
+                        and not self.health.fresh(n.name, hspec, max(horizon, row.updated_at)):
+                    self.health.request(n.name)
+                    checking = True
+                continue
+            since = horizon if row is None or row.updated_by == HEALTH else max(horizon, row.updated_at)
+            if self.health.fresh(n.name, hspec, since) and worst(self.health.results(n.name)) is None:
+                continue
+            unchecked.add(n.name)
+            if wanted and used.get(n.name, 0) < n.gpus:
+                self.health.request(n.name)
+                checking = True
+        return unchecked, checking
 
     def _start(self, s, j: JobRow, placement: list[dict], now: float) -> LaunchSpec:  # noqa: ANN001
         j.attempt += 1

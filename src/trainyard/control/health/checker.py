@@ -12,13 +12,16 @@ a result from a run that started at or after `since`.
 
 from __future__ import annotations
 
+import logging
+import queue
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
 from trainyard.control.health.checks import BEFORE_WORK, PERIODIC, CheckResult, run_check
 from trainyard.spec import HealthSpec
+
+log = logging.getLogger("trainyard.health")
 
 BEFORE_WORK_WORKERS = 8  # before-work rounds running at once (the others queue)
 
@@ -44,7 +47,8 @@ class HealthChecker:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._pool = ThreadPoolExecutor(max_workers=BEFORE_WORK_WORKERS, thread_name_prefix="trainyard-health-work")
+        self._requests: queue.Queue[str] = queue.Queue()
+        self._workers: list[threading.Thread] = []  # daemons: a hung check must not hold up the exit
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="trainyard-health", daemon=True)
@@ -52,7 +56,8 @@ class HealthChecker:
 
     def stop(self) -> None:
         self._stop.set()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        for _ in self._workers:
+            self._requests.put("")  # wakes a worker to see the stop
         if self._thread is not None:
             self._thread.join(timeout=5)
 
@@ -96,18 +101,24 @@ class HealthChecker:
             if node in self._busy or node in self._queued or self._stop.is_set():
                 return False
             self._queued.add(node)
-        try:
-            self._pool.submit(self._before_work, node)
-        except RuntimeError:  # shut down meanwhile
-            with self._lock:
-                self._queued.discard(node)
-            return False
+            if len(self._workers) < min(BEFORE_WORK_WORKERS, len(self._queued) + len(self._busy)):
+                t = threading.Thread(target=self._work, name=f"trainyard-health-work-{len(self._workers)}", daemon=True)
+                self._workers.append(t)
+                t.start()
+        self._requests.put(node)
         return True
 
-    def _before_work(self, node: str) -> None:
-        with self._lock:
-            self._queued.discard(node)
-        self.run_now(node, context=BEFORE_WORK)
+    def _work(self) -> None:
+        while not self._stop.is_set():
+            node = self._requests.get()
+            if not node or self._stop.is_set():
+                continue
+            with self._lock:
+                self._queued.discard(node)
+            try:
+                self.run_now(node, context=BEFORE_WORK)
+            except Exception:  # noqa: BLE001 - run_check never raises; a failing spec_of must not kill the worker
+                log.exception("before-work round on %s failed", node)
 
     def pending(self, node: str) -> bool:
         """A round on `node` is running or queued."""

@@ -45,7 +45,7 @@ def run_check(spec: CheckSpec, node: str, data_dir: Path, *, since: float = 0.0,
     now = time.time()
     try:
         if spec.kind == "command":
-            status, msg = _command(spec, node, data_dir)
+            status, msg = _command(spec, node, data_dir, context)
         elif spec.kind == "disk":
             status, msg = _disk(spec, node, data_dir)
         elif spec.kind == "dcgm":
@@ -72,8 +72,9 @@ def first_line(out: str, err: str, code: int) -> str:
     return lines[0] if lines else f"exit {code}"
 
 
-def _command(spec: CheckSpec, node: str, data_dir: Path) -> tuple[str, str]:
-    env = {**os.environ, "TRAINYARD_NODE": node, "TRAINYARD_DATA_DIR": str(data_dir)}
+def _command(spec: CheckSpec, node: str, data_dir: Path, context: str) -> tuple[str, str]:
+    env = {**os.environ, "TRAINYARD_NODE": node, "TRAINYARD_DATA_DIR": str(data_dir),
+           "TRAINYARD_CHECK_CONTEXT": context}  # periodic or before_work, as NHC's context
     try:
         r = subprocess.run(spec.command or [], env=env, capture_output=True, text=True, timeout=spec.timeout,
                            stdin=subprocess.DEVNULL)
