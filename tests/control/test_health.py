@@ -1,4 +1,4 @@
-"""Node health checks (control/health.py): NHC-style exit codes, the disk check, and the loop
+"""Node health checks (control/health/): NHC-style exit codes, the disk check, and the loop
 taking a node whose check goes CRITICAL out of service — its job resumes on the other node — and
 back once its checks pass again. Faults injected on emulated nodes: an ECC error reported by an
 executable check, and a full checkpoint disk (a real 4 MiB tmpfs)."""
@@ -59,6 +59,16 @@ def test_bad_check_config_names_the_field():
     base["health"] = {"checks": [{"name": "x", "kind": "smart"}]}
     with pytest.raises(ConfigError, match="kind"):
         parse_config(yaml.safe_dump(base))
+    base["health"] = {"checks": [{"name": "x", "kind": "disk", "when": "sometimes"}]}
+    with pytest.raises(ConfigError, match="health.checks.0.when"):
+        parse_config(yaml.safe_dump(base))
+    base["health"] = {"before_work_max_age": "0s", "checks": []}
+    with pytest.raises(ConfigError, match="health.before_work_max_age.*greater than 0"):
+        parse_config(yaml.safe_dump(base))
+    base["health"] = {"checks": [{"name": "x", "kind": "disk"}, {"name": "x", "kind": "nvml"}]}
+    with pytest.raises(ConfigError, match="check names must be unique; 'x'"):
+        parse_config(yaml.safe_dump(base))
+    assert parse_config(yaml.safe_dump({**base, "health": {}})).health.before_work_max_age == 300
 
 
 def plane_with(tmp_path: Path, checks: list[dict], remediation: dict | None = None) -> Plane:

@@ -70,7 +70,8 @@ def parse_diag(text: str) -> tuple[str, str]:
     try:
         doc = _json_in(text)
     except ValueError:
-        return WARN, f"dcgmi diag gave no result: {first_line(text, '', 0)[:150] or 'no output'}"
+        first = text.strip().splitlines()[:1]
+        return WARN, f"dcgmi diag gave no result: {first[0][:150] if first else 'no output'}"
     root = doc.get("DCGM Diagnostic") or doc.get("DCGM GPU Diagnostic") if isinstance(doc, dict) else None
     if not isinstance(root, dict):
         return WARN, "dcgmi diag gave no result: no diagnostic in its JSON"

@@ -130,8 +130,8 @@ def evaluate(readings: Iterable[GpuReading], xids: Iterable[XidEvent], *, max_te
     for s, _ in found:
         status = worse(status, s)
     found.sort(key=lambda f: -RANK[f[0]])  # the message is cut at 300 characters: the worst first
-    msgs = [m for _, m in found] + (app if found else []) + list(notes)
-    return status, "; ".join(msgs) or "GPUs ok"
+    msgs = ([m for _, m in found] + app) if found else ["GPUs ok"]
+    return status, "; ".join(msgs + list(notes))
 
 
 class NvmlSession:
