@@ -21,6 +21,10 @@ from tests.browser import artifacts_dir, browser_available, chromium_path
 from tests.recipes.helpers import TINY_PRETRAIN
 from tests.yard_cluster import YardCluster, losses
 
+# One cluster for the module: under `pytest -n 2 --dist loadgroup` (make test) its tests stay on one
+# worker instead of each worker starting its own.
+pytestmark = pytest.mark.xdist_group("dashboard-browser")
+
 STEPS = 24
 EVIL = '<img src=x onerror="window.pwned=1">&amp;'
 
@@ -172,6 +176,21 @@ def test_queue_groups_waiting_jobs_by_team_and_class_with_reason_and_estimate(wo
     assert evil.inner_text() == EVIL
     assert page.locator("#queue img").count() == 0 and page.evaluate("window.pwned") is None and not dialogs
     page.locator("#queue").screenshot(path=str(artifacts_dir() / "queue.png"))
+    page.context.close()
+
+
+def test_the_cluster_page_updates_itself(world, chromium):
+    """Our script re-fetches the page every few seconds: a new job shows up without a reload."""
+    page = login(chromium, world.url, world.admin_token)
+    page.goto(world.url + "/ui/?refresh=1")
+    page.evaluate("document.body.dataset.before = 'yes'")  # gone if the page were reloaded
+    jid = world.c.submit("-H", "-G", "1", "-A", "vision", "-J", "live-one", "--", "true")
+    try:
+        page.wait_for_selector(f'#queue tr[data-job="{jid}"]', timeout=10_000)
+        assert page.locator(f'#queue tr[data-job="{jid}"] td.jstate').inner_text() == "PENDING (held)"
+        assert page.evaluate("document.body.dataset.before") == "yes"
+    finally:
+        world.c.yard("cancel", str(jid))
     page.context.close()
 
 

@@ -129,6 +129,7 @@ def test_user_input_is_escaped_everywhere(plane):
     ("/ui/jobs/abc", 404), ("/ui/jobs/0", 404), ("/ui/jobs/99999999999999999999", 404), ("/ui/jobs/-1", 404),
     ("/ui/jobs/%00", 404), ("/ui/jobs/424242", 404), ("/ui/jobs/1?rank=x", 400), ("/ui/jobs/1?rank=-1", 400),
     ("/ui/jobs/1?rank=99999999999999", 400), ("/ui/?window=forever", 400), ("/ui/?window=%00", 400),
+    ("/ui/?refresh=-1", 400), ("/ui/?refresh=1e9", 400), ("/ui/?refresh=99999", 400),
 ])
 def test_bad_input_gets_a_page_and_a_4xx(plane, path, status):
     plane.submit(command=script("pass"), team="vision")

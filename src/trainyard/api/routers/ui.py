@@ -222,12 +222,15 @@ def static(name: str) -> Response:
 
 @router.get("/")
 @page
-def overview(request: Request, window: str = "1h", cp: ControlPlane = Depends(plane),
+def overview(request: Request, window: str = "1h", refresh: str | None = None, cp: ControlPlane = Depends(plane),
              s: Session = Depends(session)) -> Response:
+    """`window`: the span of the charts; `refresh`: seconds between updates (0: none; a wall screen
+    may want 60)."""
     who = reader(caller(request, s))  # cluster-wide reads: the API's rule
     if window not in dashboard_history.WINDOWS:
-        raise ServiceError(f"unknown window {window!r}; windows are {list(dashboard_history.WINDOWS)}",
+        raise ServiceError(f"unknown window {window[:50]!r}; windows are {list(dashboard_history.WINDOWS)}",
                            field="window")
+    every = _refresh(refresh)
     cfg = cp.configs.current(s)
     now = time.time()
     cards = dashboard.cluster_map(s, cfg, who)
@@ -239,7 +242,8 @@ def overview(request: Request, window: str = "1h", cp: ControlPlane = Depends(pl
                   summary=dashboard.summary(cards, groups, active), config_version=cfg.version,
                   team_class={t: f"t{i % 8}" for i, t in enumerate(teams)}, teams=teams,
                   charts=_history_charts(hist, now), window=window, windows=list(dashboard_history.WINDOWS),
-                  events=events.list_events(s, limit=20, newest=True)[::-1], refresh=REFRESH_S)
+                  events=events.list_events(s, limit=20, newest=True)[::-1], refresh=every,
+                  refresh_arg="" if refresh is None else f"&refresh={every}")
 
 
 @router.get("/jobs/{job_id}")
@@ -267,6 +271,14 @@ def job(request: Request, job_id: str, rank: str = "0", cp: ControlPlane = Depen
     active = j["state"] in ("PENDING", "REQUEUED", "RUNNING", "COMPLETING")
     return render("job.html", who=who, now=time.time(), j=j, attempts=data["attempts"], events=data["events"],
                   loss=loss, chart=chart, logs=data["logs"], refresh=REFRESH_S if active else 0)
+
+
+def _refresh(value: str | None) -> int:
+    if value is None:
+        return REFRESH_S
+    if not value.isdigit() or int(value) > 3600:
+        raise ServiceError(f"refresh must be whole seconds from 0 (off) to 3600, not {value[:50]!r}", field="refresh")
+    return int(value)
 
 
 def _history_charts(h: dashboard_history.History, now: float) -> list[charts.Chart]:
