@@ -22,11 +22,12 @@ demo: venv
 demo-sim: venv
 	$(BIN)/yard sim --format synthetic --jobs 400 --cluster 8x8 --policies all --estimates user --seed 1 --out .demo-out/sim
 
+# --dist loadgroup: tests marked xdist_group (a module sharing one cluster) stay on one worker.
 test: venv
-	$(BIN)/pytest -n 2 -q
+	$(BIN)/pytest -n 2 --dist loadgroup -q
 
 test-fast: venv
-	$(BIN)/pytest -n 2 -q -m "not slow"
+	$(BIN)/pytest -n 2 --dist loadgroup -q -m "not slow"
 
 bench: venv
 	$(BIN)/python bench/run_all.py
