@@ -135,7 +135,8 @@ DCGM_TIMEOUTS = {1: 300.0, 2: 1200.0, 3: 3600.0, 4: 10800.0}
 class CheckSpec(_Model):
     """One node health check (LBNL NHC style): an executable, or a built-in kind.
 
-    - `command`: run with TRAINYARD_NODE (and TRAINYARD_DATA_DIR) set; exit 0 OK, 1 WARN,
+    - `command`: run with TRAINYARD_NODE, TRAINYARD_DATA_DIR and TRAINYARD_CHECK_CONTEXT
+      (`periodic` or `before_work`) set; exit 0 OK, 1 WARN,
       2 CRITICAL (anything else, or a time-out, counts as CRITICAL); its first output line is
       the message.
     - `disk`: free space under each of `paths` (`{node}` and `{data_dir}` are filled in):
