@@ -124,3 +124,30 @@ def test_the_loop_never_waits_for_a_before_work_round(tmp_path):
         assert node_info(p, "node-0")["state"] == "up"
     finally:
         p.stop()
+
+
+# -- the checker's rounds, without a control plane --------------------------------------------------
+
+def test_rounds_periodic_and_before_work(tmp_path):
+    from trainyard.control.health import BEFORE_WORK, PERIODIC, HealthChecker
+    from trainyard.spec import HealthSpec
+
+    spec = HealthSpec(interval=3600, checks=[{"name": "ecc", "command": CHECK},
+                                             {"name": "diag", "command": CHECK, "when": "before_work"}])
+    rounds: list[tuple[str, str]] = []
+    hc = HealthChecker(tmp_path, lambda: spec, lambda: ["node-0"], on_round=lambda n, c: rounds.append((n, c)))
+    t0 = time.time()
+    assert [r.check for r in hc.run_now("node-0")] == ["ecc"]  # a periodic round leaves before-work checks out
+    assert not hc.fresh("node-0", spec, t0)  # diag never ran
+    (tmp_path / "slow-node-0").write_text("1")
+    assert hc.request("node-0") and hc.pending("node-0")
+    assert not hc.request("node-0")  # one round per node at a time: asking again is that round
+    wait_until(lambda: not hc.pending("node-0"), timeout=10)
+    assert hc.fresh("node-0", spec, t0) and not hc.fresh("node-0", spec, time.time())
+    assert {r.check: r.context for r in hc.results("node-0")} == {"ecc": BEFORE_WORK, "diag": BEFORE_WORK}
+    assert rounds == [("node-0", PERIODIC), ("node-0", BEFORE_WORK)]
+    assert runs(tmp_path) == [("node-0", "periodic"), ("node-0", "before_work"), ("node-0", "before_work")]
+    smaller = HealthSpec(checks=[{"name": "ecc", "command": CHECK}])  # diag taken out of the configuration
+    hc.run_now("node-0", smaller)
+    assert [r.check for r in hc.results("node-0")] == ["ecc"]
+    hc.stop()

@@ -345,6 +345,8 @@ class ControlLoop:
                     self.health.forget_before(name, row.updated_at)
                     checks = [c for c in checks if c.at >= row.updated_at]
                 self._record_check_changes(s, name, checks, now)
+                if info.healthy and row is not None and row.state == "down" and row.updated_by == HEALTH:
+                    self._checked_since(name, hspec, row.updated_at)  # a round at once, not at the next interval
                 finding = worst(checks)
                 failing = finding if finding is not None and finding.status == CRITICAL else None
                 warning = finding if finding is not None and finding.status == WARN else None
