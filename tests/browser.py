@@ -59,7 +59,8 @@ def _check() -> str | None:
                     out = "timed out after 900 s"
                 if not _runs(browser):
                     tail = "\n".join(out.splitlines()[-8:])
-                    return f"Chromium not installable here: {browser} still missing after scripts/{SETUP_SCRIPT.name}: {tail}"
+                    return (f"Chromium not installable here: {browser} still missing after "
+                            f"scripts/{SETUP_SCRIPT.name}: {tail}")
     if not _runs(browser):
         how = "set" if os.environ.get(NO_INSTALL_ENV) == "1" else "not set"
         return (f"no Chromium at {browser}; run `sudo scripts/browser-setup.sh` (installs Debian's chromium) or set "

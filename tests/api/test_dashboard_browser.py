@@ -15,6 +15,7 @@ import re
 import time
 from typing import Any, Iterator
 
+import httpx
 import pytest
 
 from tests.browser import artifacts_dir, browser_available, chromium_path
@@ -160,7 +161,8 @@ def test_queue_groups_waiting_jobs_by_team_and_class_with_reason_and_estimate(wo
     page.reload()
     for jid in world.waiting:
         j = api[jid]
-        row = page.locator(f'.queue-team[data-team="{j["team"]}"] table[data-class="{j["class"]}"] tr[data-job="{jid}"]')
+        group = f'.queue-team[data-team="{j["team"]}"] table[data-class="{j["class"]}"]'
+        row = page.locator(f'{group} tr[data-job="{jid}"]')
         assert row.count() == 1, f"job {jid} not under {j['team']}/{j['class']}"
         assert row.locator("td.reason").inner_text() == j["reason"]
         assert row.locator("td.jstate").inner_text() == "PENDING"
@@ -243,8 +245,8 @@ def test_member_reads_own_team_logs_only(world, chromium):
     assert nora.locator("#log").count() == 0
     assert nora.locator("#logs-denied").inner_text() == (
         f"a member token of team nlp cannot read the logs of job {world.recipe} (team 'vision')")
-    api = world.c.http.__class__(base_url=world.url, headers={"Authorization": f"Bearer {world.tokens['nora']}"})
-    assert api.get(f"/api/v1/jobs/{world.recipe}/logs").status_code == 403  # the same rule as the API
+    with httpx.Client(base_url=world.url, headers={"Authorization": f"Bearer {world.tokens['nora']}"}) as api:
+        assert api.get(f"/api/v1/jobs/{world.recipe}/logs").status_code == 403  # the same rule as the API
     shot(nora, "job-as-other-team")
     nora.context.close()
     vera = login(chromium, world.url, world.tokens["vera"])

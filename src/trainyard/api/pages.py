@@ -1,0 +1,106 @@
+"""The dashboard's rendering: Jinja2 templates (`api/templates/`, autoescaped: job names, reasons
+and log lines are user input), the filters they use, the security headers of every page, and the
+charts' geometry from the data services (`api/charts.py` draws nothing itself: `_chart.html` does).
+"""
+
+from __future__ import annotations
+
+import shlex
+from datetime import datetime, timezone
+from typing import Any
+
+import jinja2
+from fastapi.responses import HTMLResponse
+from markupsafe import Markup
+
+from trainyard.api import charts
+from trainyard.services.dashboard import LossCurve
+from trainyard.services.dashboard_history import History
+
+# Only our own script and stylesheet run or apply; no page may frame ours.
+HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+                               "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+
+def _when(t: float | None) -> Markup:
+    """A time as <time>: UTC in the HTML, the browser's local time once our script ran."""
+    if t is None:
+        return Markup("—")
+    utc = datetime.fromtimestamp(t, timezone.utc)
+    return Markup('<time datetime="{}" data-t="{}">{}</time>').format(
+        utc.isoformat(timespec="seconds"), f"{t:.3f}", utc.strftime("%Y-%m-%d %H:%M:%S UTC"))
+
+
+def _relative(t: float | None, now: float) -> str:
+    """'in 4m', '12s ago', or '—'."""
+    if t is None:
+        return "—"
+    d = t - now
+    if abs(d) < 1:
+        return "now"
+    return f"in {charts.fmt_duration(d)}" if d > 0 else f"{charts.fmt_duration(-d)} ago"
+
+
+def _shape(j: dict[str, Any]) -> str:
+    """A job's GPU request: '8 GPUs', '2 nodes × 4 GPUs', '1-2 nodes × 4 GPUs'."""
+    if j.get("gpus_per_node") is None or (j["nodes_min"] == j["nodes_max"] == 1):
+        return f"{j['gpus']} GPU{'s' if j['gpus'] != 1 else ''}"
+    nodes = str(j["nodes_min"]) if j["nodes_min"] == j["nodes_max"] else f"{j['nodes_min']}-{j['nodes_max']}"
+    return f"{nodes} nodes × {j['gpus_per_node']} GPUs"
+
+
+def _placement(p: list[dict[str, Any]] | None) -> str:
+    return " ".join(f"{x['node']}[{','.join(map(str, x['gpus']))}]" for x in p or []) or "—"
+
+
+ENV = jinja2.Environment(loader=jinja2.PackageLoader("trainyard.api", "templates"), autoescape=True,
+                         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+ENV.filters.update(when=_when, shape=_shape, placement=_placement, argv=shlex.join, duration=charts.fmt_duration,
+                   number=charts.fmt_number)
+ENV.globals.update(relative=_relative)
+
+
+def render(name: str, status: int = 200, **ctx: Any) -> HTMLResponse:
+    ctx.setdefault("who", None)
+    html = ENV.get_template(name).render(**ctx)
+    return HTMLResponse(html, status_code=status, headers=HEADERS)
+
+
+def loss_chart(loss: LossCurve) -> charts.Chart:
+    """The job page's loss per step; the drawn values ride along as data-* attributes (and feed
+    the readout under the pointer)."""
+    chart = charts.line_chart(
+        "loss per step", [charts.Series("loss", list(zip(loss.steps, loss.values)), "s0")], width=760, height=260,
+        markers=[(st, f"resumed from the checkpoint of step {st}") for st in loss.resumes],
+        empty="no step metrics (the job writes none, or has not logged its first step)")
+    chart.data.update(steps=",".join(map(str, loss.steps)), values=",".join(map(repr, loss.values)),
+                      total=str(loss.total_steps))
+    if not chart.empty:
+        left, _, right, _ = chart.box
+        last = loss.steps[-1] if loss.steps[-1] > loss.steps[0] else loss.steps[0] + 1
+        chart.data.update(x0=str(loss.steps[0]), x1=str(last), left=str(left), right=str(right))
+    return chart
+
+
+def history_charts(h: dashboard_history.History, now: float) -> list[charts.Chart]:
+    """Allocation, jobs waiting and wait of started attempts over the window, x in seconds from now."""
+    xs = [c - now for c in h.centers]
+    span = h.end - h.start
+    ticks = [-span + i * span / 6 for i in range(7)]
+    opts = dict(width=460, height=180, x_range=(-span, 0.0), x_fmt=charts.fmt_ago, x_tick_values=ticks)
+    pct = [100.0 * a / h.capacity if h.capacity else 0.0 for a in h.allocated]
+    return [
+        charts.line_chart(f"GPUs allocated (% of {h.capacity})", [charts.Series("allocated", list(zip(xs, pct)))],
+                          y_min=0.0, y_max=100.0, y_fmt=lambda v: f"{v:.0f}%", **opts),
+        charts.line_chart("jobs waiting", [charts.Series("waiting", list(zip(xs, h.waiting)), "s1")],
+                          y_min=0.0, **opts),
+        charts.line_chart("wait of the attempts started",
+                          [charts.Series("mean", list(zip(xs, h.wait_mean_s)), "s2", dots=True),
+                           charts.Series("max", list(zip(xs, h.wait_max_s)), "s3", dots=True)],
+                          y_min=0.0, y_fmt=charts.fmt_duration, empty="no job started in this window", **opts),
+    ]
