@@ -81,7 +81,7 @@ def up(
         fail(f"--backend {backend}: {e}")
     cp.write_server_file(url)
     cp.start()
-    typer.echo(f"trainyard control plane at {url}  (API docs {url}/docs, dashboard {url}/)")
+    typer.echo(f"trainyard control plane at {url}  (API docs {url}/docs, dashboard {url}/ui/)")
     typer.echo(f"data dir {cp.data_dir}; admin token in {cp.data_dir / 'admin.token'}")
     server = uvicorn.Server(uvicorn.Config(create_app(cp), log_level="warning", access_log=False))
     # uvicorn re-raises SIGTERM/SIGINT once it has shut down; let that be a SystemExit so that the

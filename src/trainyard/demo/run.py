@@ -246,9 +246,9 @@ def print_summary(console: Console, s: dict[str, Any], url: str, data_dir: Path,
                              "from a checkpoint and completed)")
     t.add_row("processes left", str(left))
     console.print(t)
-    console.print(f"API: {url}/api/v1 (OpenAPI docs {url}/docs)   dashboard: {url}/")
+    console.print(f"API: {url}/api/v1 (OpenAPI docs {url}/docs)   dashboard: {url}/ui/")
     console.print(f"The demo stopped its control plane. Bring it back with the demo's jobs, events and logs:\n"
-                  f"  yard up --data-dir {data_dir}    # then open the dashboard with the token in "
+                  f"  yard up --data-dir {data_dir}    # then open its /ui/ and log in with the token in "
                   f"{data_dir / 'admin.token'}")
 
 
