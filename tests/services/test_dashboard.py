@@ -48,6 +48,8 @@ def test_cluster_map_puts_each_running_job_on_its_gpus_and_shows_node_health(pla
     b = submit(plane, team="nlp", nodes=2, gpus_per_node=1, name="b")
     edit(plane, a, state="RUNNING", placement=[{"node": "node-0", "gpus": [1, 2]}], start_time=time.time())
     edit(plane, b, state="COMPLETING", placement=[{"node": "node-0", "gpus": [0]}, {"node": "node-1", "gpus": [3]}])
+    shares = submit(plane, team="nlp", gpu_mem_gb=4, name="shares a GPU")
+    edit(plane, shares, state="RUNNING", placement=[{"node": "node-1", "gpus": [3]}])
     with plane.cp.store.session.begin() as s:
         s.add(NodeRow(name="node-1", state="suspect", reason="ecc: 3 corrected errors (health)"))
     with plane.cp.store.session() as s:
@@ -56,12 +58,13 @@ def test_cluster_map_puts_each_running_job_on_its_gpus_and_shows_node_health(pla
     n0, n1 = cards
     assert [g.job["id"] if g.job else None for g in n0.gpus] == [b, a, a, None]
     assert [g.job["id"] if g.job else None for g in n1.gpus] == [None, None, None, b]
+    assert [x["id"] for x in n1.gpus[3].jobs] == [b, shares]  # jobs asking for GPU memory share a GPU
     assert n0.used == 3 and n0.state == "up"
     assert (n1.state, n1.reason) == ("suspect", "ecc: 3 corrected errors (health)")
     assert n0.gpus[1].job == {"id": a, "name": "a", "team": "vision", "user": "admin", "class": "training",
                               "placement": [{"node": "node-0", "gpus": [1, 2]}]}
     s = dashboard.summary(cards, [], [])
-    assert (s["gpus"], s["gpus_used"], s["gpus_idle"]) == (8, 4, 4)
+    assert (s["gpus"], s["gpus_used"], s["gpus_idle"]) == (8, 4, 4)  # a shared GPU counts once
     assert s["nodes_by_state"] == {"up": 1, "suspect": 1}
 
 
@@ -187,5 +190,7 @@ def test_charts_break_lines_at_gaps_and_pick_round_ticks():
     xs = [float(p.split(",")[0]) for _, pts, _ in c.lines for p in pts.split()]
     assert xs[0] == left and xs[-1] == right
     assert charts.line_chart("t", [charts.Series("s", [(0, None)])]).empty == "no data yet"
+    assert charts.duration_ticks(0, 420, 4) == [0, 120, 240, 360]  # 2-minute steps, not 100 s
+    assert charts.duration_ticks(0, 7 * 3600, 4) == [0, 7200, 14400, 21600]
     assert charts.fmt_ago(-3600) == "-1h" and charts.fmt_ago(0) == "now" and charts.fmt_ago(-600) == "-10m"
     assert charts.fmt_duration(42) == "42s" and charts.fmt_duration(5400) == "1.5h"

@@ -43,7 +43,8 @@ def fmt_duration(v: float) -> str:
     """Seconds as 42s, 3.5m, 2.1h, 1.5d."""
     for unit, s in (("d", 86400), ("h", 3600), ("m", 60)):
         if abs(v) >= s:
-            return f"{v / s:.2g}{unit}"
+            x = v / s
+            return f"{x:.2g}{unit}" if abs(x) < 10 else f"{x:.0f}{unit}"
     return f"{v:.2g}s" if abs(v) < 10 else f"{v:.0f}s"
 
 
@@ -56,6 +57,20 @@ def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     step = min((m * mag for m in (1, 2, 5, 10)), key=lambda st: abs((hi - lo) / st - n))
     first = math.ceil(lo / step - 1e-9) * step
     return [round(first + i * step, 12) for i in range(int((hi - first) / step + 1e-9) + 1)]
+
+
+# Round steps for a time axis, in seconds: 1 2 5 10 15 30 s, 1 2 5 10 15 30 min, 1 2 3 6 12 h, 1 2 7 days.
+DURATION_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200,
+                  86400, 172800, 604800)
+
+
+def duration_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+    """About `n` ticks on whole seconds, minutes, hours or days (not 100 s, 200 s: 1.7m, 3.3m)."""
+    if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo or (hi - lo) / DURATION_STEPS[-1] > 50:
+        return nice_ticks(lo, hi, n)
+    step = min(DURATION_STEPS, key=lambda st: abs((hi - lo) / st - n))
+    first = math.ceil(lo / step - 1e-9) * step
+    return [first + i * step for i in range(int((hi - first) / step + 1e-9) + 1)]
 
 
 @dataclass
@@ -88,6 +103,7 @@ class Chart:
 def line_chart(title: str, series: list[Series], *, width: int = 640, height: int = 200,
                x_range: tuple[float, float] | None = None, y_min: float | None = None,
                y_max: float | None = None, x_fmt: Fmt = fmt_number, y_fmt: Fmt = fmt_number,
+               y_ticks: Callable[[float, float, int], list[float]] = nice_ticks,
                markers: Sequence[tuple[float, str]] = (), x_tick_values: Sequence[float] | None = None,
                empty: str = "no data yet") -> Chart:
     c = Chart(width, height, title, legend=[(s.css, s.name) for s in series if s.name])
@@ -130,6 +146,6 @@ def line_chart(title: str, series: list[Series], *, width: int = 640, height: in
                 run.append(f"{px(x)},{py(y)}")
     ticks = nice_ticks(x0, x1, 6) if x_tick_values is None else [t for t in x_tick_values if x0 <= t <= x1]
     c.x_ticks = [(px(t), x_fmt(t)) for t in ticks]
-    c.y_ticks = [(py(t), y_fmt(t)) for t in nice_ticks(lo, hi, 4) if lo <= t <= hi]
+    c.y_ticks = [(py(t), y_fmt(t)) for t in y_ticks(lo, hi, 4) if lo <= t <= hi]
     c.markers = [(px(x), tip) for x, tip in markers if x0 <= x <= x1]
     return c

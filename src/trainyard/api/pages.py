@@ -92,7 +92,7 @@ def history_charts(h: dashboard_history.History, now: float) -> list[charts.Char
     xs = [c - now for c in h.centers]
     span = h.end - h.start
     ticks = [-span + i * span / 6 for i in range(7)]
-    opts = dict(width=460, height=180, x_range=(-span, 0.0), x_fmt=charts.fmt_ago, x_tick_values=ticks)
+    opts = dict(width=400, height=180, x_range=(-span, 0.0), x_fmt=charts.fmt_ago, x_tick_values=ticks)
     pct = [100.0 * a / h.capacity if h.capacity else 0.0 for a in h.allocated]
     return [
         charts.line_chart(f"GPUs allocated (% of {h.capacity})", [charts.Series("allocated", list(zip(xs, pct)))],
@@ -102,5 +102,5 @@ def history_charts(h: dashboard_history.History, now: float) -> list[charts.Char
         charts.line_chart("wait of the attempts started",
                           [charts.Series("mean", list(zip(xs, h.wait_mean_s)), "s2", dots=True),
                            charts.Series("max", list(zip(xs, h.wait_max_s)), "s3", dots=True)],
-                          y_min=0.0, y_fmt=charts.fmt_duration, empty="no job started in this window", **opts),
+                          y_min=0.0, y_fmt=charts.fmt_duration, y_ticks=charts.duration_ticks, empty="no job started in this window", **opts),
     ]

@@ -36,7 +36,12 @@ NODE_STATES = ("up", "suspect", "drain", "down", "remediating")
 @dataclass
 class GpuCell:
     index: int
-    job: dict[str, Any] | None = None  # id, name, team, user of the job holding it
+    jobs: list[dict[str, Any]] = field(default_factory=list)  # id, name, team, user, class of the jobs on it
+
+    @property
+    def job(self) -> dict[str, Any] | None:
+        """The (first) job holding it; jobs asking for GPU memory (`--gpu-mem`) may share a GPU."""
+        return self.jobs[0] if self.jobs else None
 
 
 @dataclass
@@ -63,17 +68,17 @@ def team_order(cfg: ConfigVersion) -> list[str]:
 
 def cluster_map(s: Session, cfg: ConfigVersion, by: Principal) -> list[NodeCard]:
     """Every node of the configuration with its health state and, per GPU, the job holding it."""
-    holder: dict[tuple[str, int], dict[str, Any]] = {}
+    holders: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for j in jobs.list_job_dicts(s, by, states=list(jobs.ACTIVE_STATES),
                                  fields=["id", "name", "team", "user", "class", "placement"]):
         for part in j["placement"] or []:
             for g in part["gpus"]:
-                holder[(part["node"], g)] = j
+                holders.setdefault((part["node"], g), []).append(j)
     cards = []
     for n in nodes.list_nodes(s, cfg):
         cards.append(NodeCard(n["name"], n["pool"], n["state"], n["reason"], n["gpu_model"], n["gpu_mem_gb"],
                               n["block"], n["rack"],
-                              [GpuCell(i, holder.get((n["name"], i))) for i in range(n["gpus"])]))
+                              [GpuCell(i, holders.get((n["name"], i), [])) for i in range(n["gpus"])]))
     return cards
 
 

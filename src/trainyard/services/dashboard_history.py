@@ -4,6 +4,7 @@ keeps: no sampling, no table of its own.
 - GPUs allocated: each attempt holds its placement's GPUs from `started_at` to `ended_at` (still
   running: to now); averaged over each bucket of the window. This is allocation, what the
   scheduler controls; NVML busy-ness is not kept over time (Prometheus scrapes it, `/metrics`).
+  A GPU shared by jobs that ask for GPU memory (`--gpu-mem`) counts once per job.
 - Jobs waiting: a job waits from its submission to its first attempt's start, from each attempt's
   end to the next one's start, and, while it is pending, from `queued_since` to now (held jobs
   count: they are in the queue, as in `trainyard_queue_length`); a job cancelled while waiting
