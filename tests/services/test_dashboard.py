@@ -192,5 +192,6 @@ def test_charts_break_lines_at_gaps_and_pick_round_ticks():
     assert charts.line_chart("t", [charts.Series("s", [(0, None)])]).empty == "no data yet"
     assert charts.duration_ticks(0, 420, 4) == [0, 120, 240, 360]  # 2-minute steps, not 100 s
     assert charts.duration_ticks(0, 7 * 3600, 4) == [0, 7200, 14400, 21600]
+    assert charts.duration_ticks(0, 0.06, 4) == [0, 0.02, 0.04, 0.06]  # under a second: decimal steps
     assert charts.fmt_ago(-3600) == "-1h" and charts.fmt_ago(0) == "now" and charts.fmt_ago(-600) == "-10m"
     assert charts.fmt_duration(42) == "42s" and charts.fmt_duration(5400) == "1.5h"

@@ -66,7 +66,7 @@ DURATION_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200,
 
 def duration_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     """About `n` ticks on whole seconds, minutes, hours or days (not 100 s, 200 s: 1.7m, 3.3m)."""
-    if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo or (hi - lo) / DURATION_STEPS[-1] > 50:
+    if not (math.isfinite(lo) and math.isfinite(hi)) or not 2 <= hi - lo <= 50 * DURATION_STEPS[-1]:
         return nice_ticks(lo, hi, n)
     step = min(DURATION_STEPS, key=lambda st: abs((hi - lo) / st - n))
     first = math.ceil(lo / step - 1e-9) * step
