@@ -128,7 +128,7 @@ def test_user_input_is_escaped_everywhere(plane):
 
 @pytest.mark.parametrize("path,status", [
     ("/ui/jobs/abc", 404), ("/ui/jobs/0", 404), ("/ui/jobs/99999999999999999999", 404), ("/ui/jobs/-1", 404),
-    ("/ui/jobs/%00", 404), ("/ui/jobs/424242", 404), ("/ui/jobs/1?rank=x", 400), ("/ui/jobs/1?rank=-1", 400),
+    ("/ui/jobs/%00", 404), ("/ui/jobs/%C2%B2", 404), ("/ui/jobs/1?rank=%C2%B2", 400), ("/ui/?refresh=%C2%B2", 400), ("/ui/jobs/424242", 404), ("/ui/jobs/1?rank=x", 400), ("/ui/jobs/1?rank=-1", 400),
     ("/ui/jobs/1?rank=99999999999999", 400), ("/ui/?window=forever", 400), ("/ui/?window=%00", 400),
     ("/ui/?refresh=-1", 400), ("/ui/?refresh=1e9", 400), ("/ui/?refresh=99999", 400),
 ])
@@ -173,3 +173,26 @@ def test_bearer_header_works_for_scripts_and_ui_stays_out_of_the_openapi_schema(
     assert r.status_code == 200 and 'id="cluster-map"' in r.text
     paths = create_app(None).openapi()["paths"]  # type: ignore[arg-type]
     assert not [p for p in paths if p.startswith("/ui") or p == "/"]
+
+
+def test_no_query_or_path_text_makes_a_5xx(plane):
+    """Whatever text lands in the job id, rank, window, refresh or next: a page, never a 5xx."""
+    from urllib.parse import quote
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    plane.submit(command=script("pass"), team="vision")
+    c = browser(plane, plane.admin_token)
+    text = st.text(st.characters(codec="utf-8"), max_size=30)
+
+    @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(job=text, rank=text, window=text, refresh=text, nxt=text)
+    def check(job: str, rank: str, window: str, refresh: str, nxt: str) -> None:
+        for r in (c.get(f"/ui/jobs/{quote(job, safe='')}", params={"rank": rank}),
+                  c.get("/ui/", params={"window": window, "refresh": refresh}),
+                  c.get("/ui/login", params={"next": nxt}),
+                  TestClient(plane.app).post("/ui/login", data={"token": job, "next": nxt}, follow_redirects=False)):
+            assert r.status_code < 500, (r.request.url, r.text[:300])
+
+    check()

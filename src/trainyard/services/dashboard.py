@@ -190,7 +190,7 @@ def job_logs(s: Session, data_dir: Path, job_id: int, by: Principal, rank: int =
     except Forbidden as e:
         return LogView(False, e.message, rank)
     logs = jobs.job_dir(data_dir, job_id) / "logs"
-    ranks = sorted(int(p.stem[5:]) for p in logs.glob("rank-*.log") if p.stem[5:].isdigit())
+    ranks = sorted(int(p.stem[5:]) for p in logs.glob("rank-*.log") if p.stem[5:].isascii() and p.stem[5:].isdigit())
     text, cut = "", False
     path = logs / f"rank-{rank}.log"
     try:

@@ -199,9 +199,9 @@ def overview(request: Request, window: str = "1h", refresh: str | None = None, c
 def job(request: Request, job_id: str, rank: str = "0", cp: ControlPlane = Depends(plane),
         s: Session = Depends(session)) -> Response:
     who = caller(request, s)
-    if not job_id.isdigit() or not 1 <= int(job_id) <= MAX_ID:
+    if not _whole(job_id) or not 1 <= int(job_id) <= MAX_ID:
         raise NotFound(f"no job {job_id[:50]!r}: job ids are whole numbers from 1")
-    if not rank.isdigit() or int(rank) > 1_000_000:
+    if not _whole(rank) or int(rank) > 1_000_000:
         raise ServiceError(f"rank must be a whole number from 0, not {rank[:50]!r}", field="rank")
     data = dashboard.job_page(s, cp.data_dir, int(job_id), who, int(rank))
     j = data["job"]
@@ -211,9 +211,14 @@ def job(request: Request, job_id: str, rank: str = "0", cp: ControlPlane = Depen
                         loss=data["loss"], chart=chart, logs=data["logs"], refresh=REFRESH_S if active else 0)
 
 
+def _whole(text: str) -> bool:
+    """ASCII digits only: str.isdigit() also takes '²', which int() refuses."""
+    return text.isascii() and text.isdigit() and len(text) <= 20
+
+
 def _refresh(value: str | None) -> int:
     if value is None:
         return REFRESH_S
-    if not value.isdigit() or int(value) > 3600:
+    if not _whole(value) or int(value) > 3600:
         raise ServiceError(f"refresh must be whole seconds from 0 (off) to 3600, not {value[:50]!r}", field="refresh")
     return int(value)
