@@ -229,11 +229,28 @@ def test_reclaim_waits_for_natural_turnover_first():
     state = ClusterState(ns)
     run = full_node_of([(f"b{i}", "b") for i in range(8)], state)
     tm = teams(a=4, b=4)
-    fresh = ENGINE.cycle(snapshot(ns, tm, run, [pending(req("a1", "a", submit=5000 - 60))], now=5000.0))
+    fresh = ENGINE.cycle(snapshot(ns, tm, run, [pending(req("a1", "a", submit=5000 - 30))], now=5000.0))
     assert fresh.preemptions == []
     assert fresh.pending["a1"].reason == Reason.CAPACITY
-    patient = ENGINE.cycle(snapshot(ns, tm, run, [pending(req("a1", "a", submit=5000 - 301))], now=5000.0))
+    patient = ENGINE.cycle(snapshot(ns, tm, run, [pending(req("a1", "a", submit=5000 - 61))], now=5000.0))
     assert len(patient.preemptions) == 1
+
+
+def test_a_job_not_yet_patient_does_not_stop_a_patient_one_from_reclaiming():
+    """Regression: a failed victim search is remembered for jobs of the same shape, and the
+    patience the job has waited out is part of that shape. A short job of the owed team that
+    waited past the batch class's patience but not the training class's came first in order,
+    found no victim among b's training jobs, and made the older job of the same shape skip its
+    search; the owed team stayed below its quota (35 minutes in the Philly week of Sep 30)."""
+    ns = nodes(1)
+    state = ClusterState(ns)
+    run = full_node_of([(f"b{i}", "b") for i in range(8)], state)
+    tm = teams(a=4, b=4)
+    young = pending(req("a1", "a", submit=5000 - 30, est_runtime_s=600.0))  # first in order: shorter
+    old = pending(req("a2", "a", submit=5000 - 100, est_runtime_s=3600.0))
+    res = ENGINE.cycle(snapshot(ns, tm, run, [young, old], now=5000.0))
+    assert [p.for_job for p in res.preemptions] == ["a2"]
+    assert res.pending["a2"].reason == Reason.PREEMPTING and res.pending["a1"].reason == Reason.CAPACITY
 
 
 def test_quota_freed_by_leaving_victims_goes_to_the_job_they_leave_for_only():
