@@ -263,7 +263,8 @@ class ControlLoop:
             j.exit_code, j.signal = out.exit_code, out.signal
             j.stop_kind, j.stop_since, j.stop_stage = None, None, 0
         record(s, "backend", f"job.{out.attempt_state.lower()}",
-               f"attempt {j.attempt} ended {out.attempt_state} ({out.cause}): {out.reason}"
+               f"attempt {j.attempt} ended {out.attempt_state} ({out.cause})"
+               + (f": {out.reason}" if out.reason not in ("", "None") else "")
                + (f"; lost {lost:.0f} GPU-s since its last checkpoint" if lost else ""), job_id=j.id, at=now,
                data={"exit_code": out.exit_code, "signal": out.signal, "attempt": j.attempt, "cause": out.cause,
                      "lost_gpu_s": lost})
