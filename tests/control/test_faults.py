@@ -3,6 +3,7 @@ their checkpoint, the node returned after its check (the local backend's fault i
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 
@@ -34,6 +35,30 @@ def test_a_dead_node_is_drained_and_its_job_resumes_on_another_node(plane):
     assert node_info(plane, node)["state"] == "down"
     plane.cp.backend.revive_node(node)
     wait_until(lambda: node_info(plane, node)["state"] == "up")
+
+
+def test_a_frozen_node_is_drained_its_job_resumes_elsewhere_and_it_returns_once_its_check_passes(plane):
+    """A frozen GPU or node (every rank on it stopped, the node's check says `hung`)."""
+    j = plane.submit(command=WORK, gpus=2, team="vision")
+    first = plane.wait(j["id"], "RUNNING")
+    node = first["placement"][0]["node"]
+    other = "node-1" if node == "node-0" else "node-0"
+    ck = plane.cp.data_dir / "jobs" / str(j["id"]) / "checkpoints"
+    wait_until(lambda: (ck / "step-5" / "COMMITTED").exists())
+    plane.cp.backend.hang_node(node)
+    wait_until(lambda: node_info(plane, node)["state"] == "down", timeout=20)
+    again = plane.wait(j["id"], lambda x: x["state"] == "RUNNING" and x["attempt"] == 2, timeout=30)
+    assert {p["node"] for p in again["placement"]} == {other}
+    done = plane.wait(j["id"], "COMPLETED", timeout=40)
+    log = (plane.cp.data_dir / "jobs" / str(j["id"]) / "logs" / "rank-0.log").read_text()
+    resumed = re.search(r"attempt 2 starts at step (\d+)", log)
+    assert resumed and int(resumed.group(1)) >= 5, log  # from its checkpoint, not from the start
+    assert done["attempts"][0]["state"] != "COMPLETED"
+    assert node_info(plane, node)["state"] == "down"  # not back while its check fails
+    plane.cp.backend.revive_node(node)
+    wait_until(lambda: node_info(plane, node)["state"] == "up", timeout=20)
+    kinds = [e["kind"] for e in plane.admin.get("/api/v1/events", params={"limit": 1000}).json()["events"]]
+    assert "node.down" in kinds and "node.up" in kinds, kinds
 
 
 def test_a_hung_rank_is_killed_and_the_job_resumes_away_from_its_node(plane):
