@@ -86,6 +86,28 @@ def test_an_operator_drain_is_not_undone_by_the_health_check(plane):
     assert node_info(plane, "node-1")["state"] == "drain"
 
 
+def test_a_drained_node_that_fails_moves_its_jobs_and_stays_drained_after_it_recovers(plane):
+    """As Slurm's DRAIN: a failure on a drained node moves its jobs, and its recovery does not
+    put it back in service; only a person's resume does."""
+    plane.admin.post("/api/v1/nodes/node-1/drain", json={"reason": "new cables"})
+    j = plane.submit(command=WORK, gpus=2, team="vision")
+    assert {p["node"] for p in plane.wait(j["id"], "RUNNING")["placement"]} == {"node-0"}
+    plane.admin.post("/api/v1/nodes/node-1/resume")
+    plane.admin.post("/api/v1/nodes/node-0/drain", json={"reason": "firmware"})
+    ck = plane.cp.data_dir / "jobs" / str(j["id"]) / "checkpoints"
+    wait_until(lambda: (ck / "step-5" / "COMMITTED").exists())
+    plane.cp.backend.kill_node("node-0")
+    again = plane.wait(j["id"], lambda x: x["state"] == "RUNNING" and x["attempt"] == 2, timeout=30)
+    assert {p["node"] for p in again["placement"]} == {"node-1"}
+    info = node_info(plane, "node-0")
+    assert info["state"] == "drain" and "firmware" in info["reason"] and "(health)" in info["reason"], info
+    plane.cp.backend.revive_node("node-0")
+    plane.wait(j["id"], "COMPLETED", timeout=40)
+    assert node_info(plane, "node-0")["state"] == "drain"  # recovered, still drained
+    plane.admin.post("/api/v1/nodes/node-0/resume")
+    wait_until(lambda: node_info(plane, "node-0")["state"] == "up")
+
+
 def test_an_elastic_job_goes_on_with_the_nodes_left_when_one_dies(plane):
     j = plane.submit(command=WORK, nodes="1-2", gpus_per_node=2, team="vision")
     first = plane.wait(j["id"], "RUNNING")

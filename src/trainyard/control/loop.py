@@ -59,6 +59,7 @@ REASONS = {
 }
 NOTICE, TERM, KILL = 1, 2, 3
 HEALTH = "health"  # the actor of node-health events, and the mark of a node the loop took down itself
+HEALTH_MARK = "(health)"  # ends the reason of a node the checks found failing
 # What `snapshot.pending_of` and the reason bookkeeping read of a waiting job.
 PENDING_COLUMNS = ("id", "team", "job_class", "pool", "submit_time", "gpus", "gpus_per_node", "nodes_min", "nodes_max",
                    "gpu_mem_mib", "time_limit_s", "checkpoint_interval_s", "attempt", "queued_since", "progress_s",
@@ -359,19 +360,23 @@ class ControlLoop:
                 if info.healthy and not failing and (row is None or row.state in ("up", "suspect")):
                     row = self._suspect(s, name, row, warning, now)
                 state = info.state if not info.healthy else f"{failing.check}: {failing.message}" if failing else "up"
-                if (not info.healthy or failing) and (row is None or row.state != "down"):
+                # An operator's drain outlives a failure (as Slurm's DRAIN does): the node stays
+                # `drain`, its jobs still move, and it comes back only when a person resumes it.
+                drained = row is not None and row.state == "drain" and row.updated_by != HEALTH
+                if (not info.healthy or failing) and drained and HEALTH_MARK not in (row.reason or ""):
+                    row.reason = f"{row.reason or 'drained'}; {state} {HEALTH_MARK}"[:200]
+                    record(s, HEALTH, "node.down", f"node {name} is {state}; it stays drained and its jobs move "
+                           "elsewhere", node=name, at=now, data={"state": info.state, "drained": True,
+                                                               "check": failing.check if failing else None})
+                    self._stop_jobs_on(s, active, name, state, now)
+                elif (not info.healthy or failing) and not drained and (row is None or row.state != "down"):
                     row = row or NodeRow(name=name)
-                    row.state, row.reason, row.updated_at, row.updated_by = "down", f"{state} (health)"[:200], now, \
+                    row.state, row.reason, row.updated_at, row.updated_by = "down", f"{state} {HEALTH_MARK}"[:200], now, \
                         HEALTH
                     s.add(row)
                     record(s, HEALTH, "node.down", f"node {name} is {state}: down, its jobs move elsewhere",
                            node=name, at=now, data={"state": info.state, "check": failing.check if failing else None})
-                    for j in active:
-                        if j.stop_kind is None and any(p["node"] == name for p in j.placement or []):
-                            j.stop_kind, j.stop_since, j.stop_stage = "node", now, 0
-                            j.reason = f"node {name} {state}"[:200]
-                            record(s, HEALTH, "job.node_failed", f"node {name} is {state}; stopping the job "
-                                   "to resume it elsewhere", job_id=j.id, node=name, at=now)
+                    self._stop_jobs_on(s, active, name, state, now)
                 elif info.healthy and not failing and row is not None and row.state == "down" \
                         and row.updated_by == HEALTH and self._checked_since(name, hspec, row.updated_at):
                     # back only after a round of its checks newer than its going down has passed
@@ -388,6 +393,16 @@ class ControlLoop:
                     j.reason = f"ranks stopped for {self.p.hung_after_s:.0f}s"
                     record(s, HEALTH, "job.hung", f"ranks made no progress (stopped) for {self.p.hung_after_s:.0f}s; "
                            "killing it to resume from its checkpoint", job_id=j.id, at=now)
+
+    @staticmethod
+    def _stop_jobs_on(s, active: list[JobRow], name: str, state: str, now: float) -> None:  # noqa: ANN001
+        """Stop every job with a rank on a failed node, to resume it elsewhere."""
+        for j in active:
+            if j.stop_kind is None and any(p["node"] == name for p in j.placement or []):
+                j.stop_kind, j.stop_since, j.stop_stage = "node", now, 0
+                j.reason = f"node {name} {state}"[:200]
+                record(s, HEALTH, "job.node_failed", f"node {name} is {state}; stopping the job "
+                       "to resume it elsewhere", job_id=j.id, node=name, at=now)
 
     def _suspect(self, s, name: str, row: NodeRow | None, warning: CheckResult | None,  # noqa: ANN001
                  now: float) -> NodeRow | None:
