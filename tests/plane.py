@@ -138,8 +138,8 @@ class YardServer:
         args = [YARD, "up", "--data-dir", str(self.data_dir), "--port", "0", "--tick", "0.2", *self.args]
         if config:
             args += ["--config", str(self.config_file)]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=open(self.data_dir / "up.log", "a"),
-                                     env=self.env)
+        with open(self.data_dir / "up.log", "a") as log:  # the child keeps its own copy of the descriptor
+            self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log, env=self.env)
         deadline = time.monotonic() + 30
         while not (self.data_dir / "server.json").exists():
             assert self.proc.poll() is None, (self.data_dir / "up.log").read_text()
