@@ -64,6 +64,13 @@ def test_a_watchdog_exit_is_told_apart_from_a_crash(tmp_path: Path):
     assert out.job_state == "FAILED" and out.reason.startswith("Hung") and out.exit_code == 86
 
 
+def test_a_watchdog_exit_is_the_cause_when_a_peer_failed_on_the_closed_connection(tmp_path):
+    # The hung rank's watchdog fired first; its peer, blocked in the all-reduce, saw the
+    # connection close (exit 1) before its own watchdog fired: a hang, not a crash.
+    out = classify(att(1, 86), None, tmp_path, made_progress=True)
+    assert out.cause == "hung" and out.exit_code == 86 and "rank 1" in out.reason
+
+
 def test_a_lost_rank_is_blamed_not_the_ones_stopped_after_it(tmp_path: Path):
     out = classify(att((None, 15), (None, None, True)), "failed", tmp_path, made_progress=True)
     assert out.cause == "node_lost" and "rank 1" in out.reason

@@ -46,15 +46,19 @@ def _signame(sig: int) -> str:
 
 
 def first_failure(ranks: list[RankState]) -> RankState | None:
-    """The rank to blame: one lost (its node or supervisor died), else one that exited with a bad
-    code, else one killed by a signal (lowest rank first).
+    """The rank to blame: one lost (its node or supervisor died), else one its watchdog ended
+    (exit 86), else one that exited with another bad code, else one killed by a signal (lowest
+    rank first).
 
     A lost rank comes first because its peers then fail on their own (a collective times out, a
-    connection resets: exit 1); and codes before signals because when one rank fails the control
-    loop stops the others with SIGTERM: those are the consequence, not the cause.
+    connection resets: exit 1). So does a hung rank's watchdog exit: the peers waiting for it in
+    a collective see the connection close and fail with exit 1 before their own watchdogs fire.
+    Codes come before signals because when one rank fails the control loop stops the others with
+    SIGTERM: those are the consequence, not the cause.
     """
     bad = [r for r in ranks if r.lost or r.signal is not None or r.exit_code not in (None, 0, REQUEUE_EXIT)]
-    bad.sort(key=lambda r: (0 if r.lost else 1 if r.exit_code is not None else 2, r.rank))
+    bad.sort(key=lambda r: (0 if r.lost else 1 if r.exit_code == WATCHDOG_EXIT else 2 if r.exit_code is not None
+                            else 3, r.rank))
     return bad[0] if bad else None
 
 
