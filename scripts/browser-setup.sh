@@ -13,28 +13,10 @@ if [ -x "$browser" ]; then
     exit 0
 fi
 
-fail() {
-    echo "browser-setup: $*" >&2
-    exit 1
-}
-
-[ "$(id -u)" = 0 ] || fail "no Chromium at ${browser}; installing it needs root (run: sudo $0)"
-command -v apt-get >/dev/null 2>&1 || fail "no Chromium at ${browser}; no apt-get on this machine (install Chromium and set TRAINYARD_CHROMIUM to its path)"
-
-export DEBIAN_FRONTEND=noninteractive
-apt_opts=(-y -q -o DPkg::Lock::Timeout=300 -o Dpkg::Use-Pty=0)
-log=$(mktemp /tmp/browser-setup.XXXXXX.log)
-echo "browser-setup: installing chromium; log in ${log}" >&2
-if ! apt-get "${apt_opts[@]}" update >"$log" 2>&1; then
-    tail -n 20 "$log" >&2
-    fail "apt-get update failed (no network to the package mirror?)"
-fi
-# --no-install-recommends: the recommended extras (sandbox helpers, l10n, drivers) are not needed headless.
-if ! apt-get "${apt_opts[@]}" install --no-install-recommends chromium fonts-dejavu-core >>"$log" 2>&1; then
-    tail -n 20 "$log" >&2
-    fail "apt-get install chromium failed"
-fi
+NAME=browser-setup
+# shellcheck source=scripts/_apt-install.sh
+source "$(dirname "$0")/_apt-install.sh"
+apt_install "no Chromium at ${browser}" chromium fonts-dejavu-core
 
 [ -x "$browser" ] || fail "installed chromium but ${browser} is still missing"
-rm -f "$log"
 echo "browser-setup: installed $("$browser" --version 2>/dev/null || echo chromium)" >&2

@@ -12,11 +12,10 @@ repository, which git ignores).
 
 from __future__ import annotations
 
-import fcntl
 import os
-import subprocess
-import tempfile
 from pathlib import Path
+
+from tests.setup_once import install_once
 
 REPO = Path(__file__).resolve().parents[1]
 SETUP_SCRIPT = REPO / "scripts" / "browser-setup.sh"
@@ -48,19 +47,9 @@ def _check() -> str | None:
     except ImportError:
         return "the dashboard's browser tests need Playwright: pip install -e '.[test]'"
     browser = chromium_path()
-    if not _runs(browser) and os.geteuid() == 0 and os.environ.get(NO_INSTALL_ENV) != "1" and SETUP_SCRIPT.exists():
-        with open(Path(tempfile.gettempdir()) / "trainyard-browser-setup.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not _runs(browser):
-                try:
-                    p = subprocess.run(["bash", str(SETUP_SCRIPT)], capture_output=True, text=True, timeout=900)
-                    out = (p.stdout + p.stderr).strip()
-                except subprocess.TimeoutExpired:
-                    out = "timed out after 900 s"
-                if not _runs(browser):
-                    tail = "\n".join(out.splitlines()[-8:])
-                    return (f"Chromium not installable here: {browser} still missing after "
-                            f"scripts/{SETUP_SCRIPT.name}: {tail}")
+    failed = install_once(SETUP_SCRIPT, lambda: not _runs(browser), NO_INSTALL_ENV)
+    if failed is not None:
+        return f"Chromium not installable here: {browser} still missing after scripts/{SETUP_SCRIPT.name}: {failed}"
     if not _runs(browser):
         how = "set" if os.environ.get(NO_INSTALL_ENV) == "1" else "not set"
         return (f"no Chromium at {browser}; run `sudo scripts/browser-setup.sh` (installs Debian's chromium) or set "

@@ -65,7 +65,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
-import fcntl
 import os
 import random
 import shutil
@@ -78,6 +77,8 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+
+from tests.setup_once import install_once
 
 REPO = Path(__file__).resolve().parent.parent
 SETUP_SCRIPT = REPO / "scripts" / "slurm-setup.sh"
@@ -122,27 +123,10 @@ def slurm_available() -> str | None:
 def _check_available() -> str | None:
     if not Path("/proc/self/fd").is_dir():
         return "Slurm tests need Linux /proc"
+    failed = install_once(SETUP_SCRIPT, lambda: bool(_missing_binaries()), NO_INSTALL_ENV)
     missing = _missing_binaries()
-    if missing and os.geteuid() == 0 and os.environ.get(NO_INSTALL_ENV) != "1" and SETUP_SCRIPT.exists():
-        with open(Path(tempfile.gettempdir()) / "trainyard-slurm-setup.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            missing = _missing_binaries()
-            if missing:
-                try:
-                    p = subprocess.run(
-                        ["bash", str(SETUP_SCRIPT)], capture_output=True, text=True, timeout=900
-                    )
-                    out = (p.stdout + p.stderr).strip()
-                except subprocess.TimeoutExpired:
-                    p, out = None, "timed out after 900 s"
-                missing = _missing_binaries()
-                if missing:
-                    tail = "\n".join(out.splitlines()[-8:])
-                    rc = p.returncode if p is not None else "timeout"
-                    return (
-                        f"Slurm not installable here: {', '.join(missing)} still missing after "
-                        f"scripts/{SETUP_SCRIPT.name} (exit {rc}): {tail}"
-                    )
+    if failed is not None:
+        return f"Slurm not installable here: {', '.join(missing)} still missing after scripts/{SETUP_SCRIPT.name} ({failed})"
     if missing:
         how = "set" if os.environ.get(NO_INSTALL_ENV) == "1" else "not set"
         return (

@@ -12,13 +12,19 @@ from tests.plane import Plane, node_info, wait_until
 WORK = [sys.executable, "-m", "trainyard.demo.work", "--steps", "30", "--step-time", "0.1", "--ckpt-every", "5"]
 
 
-def test_a_dead_node_is_drained_and_its_job_resumes_on_another_node(plane):
-    j = plane.submit(command=WORK, gpus=2, team="vision")
+def _checkpointed(plane, j: dict) -> dict:
+    """The job once running, after its first checkpoint (step 5) is committed."""
     first = plane.wait(j["id"], "RUNNING")
-    node = first["placement"][0]["node"]
-    other = "node-1" if node == "node-0" else "node-0"
     ck = plane.cp.data_dir / "jobs" / str(j["id"]) / "checkpoints"
     wait_until(lambda: (ck / "step-5" / "COMMITTED").exists())
+    return first
+
+
+def test_a_dead_node_is_drained_and_its_job_resumes_on_another_node(plane):
+    j = plane.submit(command=WORK, gpus=2, team="vision")
+    first = _checkpointed(plane, j)
+    node = first["placement"][0]["node"]
+    other = "node-1" if node == "node-0" else "node-0"
     plane.cp.backend.kill_node(node)
     wait_until(lambda: node_info(plane, node)["state"] == "down")
     again = plane.wait(j["id"], lambda x: x["state"] == "RUNNING" and x["attempt"] == 2, timeout=20)
@@ -40,11 +46,9 @@ def test_a_dead_node_is_drained_and_its_job_resumes_on_another_node(plane):
 def test_a_frozen_node_is_drained_its_job_resumes_elsewhere_and_it_returns_once_its_check_passes(plane):
     """A frozen GPU or node (every rank on it stopped, the node's check says `hung`)."""
     j = plane.submit(command=WORK, gpus=2, team="vision")
-    first = plane.wait(j["id"], "RUNNING")
+    first = _checkpointed(plane, j)
     node = first["placement"][0]["node"]
     other = "node-1" if node == "node-0" else "node-0"
-    ck = plane.cp.data_dir / "jobs" / str(j["id"]) / "checkpoints"
-    wait_until(lambda: (ck / "step-5" / "COMMITTED").exists())
     plane.cp.backend.hang_node(node)
     wait_until(lambda: node_info(plane, node)["state"] == "down", timeout=20)
     again = plane.wait(j["id"], lambda x: x["state"] == "RUNNING" and x["attempt"] == 2, timeout=30)
@@ -63,10 +67,8 @@ def test_a_frozen_node_is_drained_its_job_resumes_elsewhere_and_it_returns_once_
 
 def test_a_hung_rank_is_killed_and_the_job_resumes_away_from_its_node(plane):
     j = plane.submit(command=WORK, gpus=2, team="vision")
-    first = plane.wait(j["id"], "RUNNING")
+    first = _checkpointed(plane, j)
     suspect = first["placement"][0]["node"]
-    ck = plane.cp.data_dir / "jobs" / str(j["id"]) / "checkpoints"
-    wait_until(lambda: (ck / "step-5" / "COMMITTED").exists())
     plane.cp.backend.hang_rank(j["id"], 1, 1)
     done = plane.wait(j["id"], "COMPLETED", timeout=40)
     a1 = done["attempts"][0]
@@ -94,8 +96,7 @@ def test_a_drained_node_that_fails_moves_its_jobs_and_stays_drained_after_it_rec
     assert {p["node"] for p in plane.wait(j["id"], "RUNNING")["placement"]} == {"node-0"}
     plane.admin.post("/api/v1/nodes/node-1/resume")
     plane.admin.post("/api/v1/nodes/node-0/drain", json={"reason": "firmware"})
-    ck = plane.cp.data_dir / "jobs" / str(j["id"]) / "checkpoints"
-    wait_until(lambda: (ck / "step-5" / "COMMITTED").exists())
+    _checkpointed(plane, j)
     plane.cp.backend.kill_node("node-0")
     again = plane.wait(j["id"], lambda x: x["state"] == "RUNNING" and x["attempt"] == 2, timeout=30)
     assert {p["node"] for p in again["placement"]} == {"node-1"}
@@ -110,10 +111,8 @@ def test_a_drained_node_that_fails_moves_its_jobs_and_stays_drained_after_it_rec
 
 def test_an_elastic_job_goes_on_with_the_nodes_left_when_one_dies(plane):
     j = plane.submit(command=WORK, nodes="1-2", gpus_per_node=2, team="vision")
-    first = plane.wait(j["id"], "RUNNING")
+    first = _checkpointed(plane, j)
     assert len(first["placement"]) == 2  # room for its maximum: it starts on both nodes
-    ck = plane.cp.data_dir / "jobs" / str(j["id"]) / "checkpoints"
-    wait_until(lambda: (ck / "step-5" / "COMMITTED").exists())
     dead = first["placement"][1]["node"]
     t0 = time.monotonic()
     plane.cp.backend.kill_node(dead)
@@ -128,10 +127,8 @@ def test_an_elastic_job_goes_on_with_the_nodes_left_when_one_dies(plane):
 def test_an_elastic_job_grows_back_when_the_node_returns(plane):
     work = WORK[:WORK.index("--steps") + 1] + ["120"] + WORK[WORK.index("--steps") + 2:]
     j = plane.submit(command=work, nodes="1-2", gpus_per_node=2, team="vision")
-    first = plane.wait(j["id"], "RUNNING")
+    first = _checkpointed(plane, j)
     dead = first["placement"][1]["node"]
-    ck = plane.cp.data_dir / "jobs" / str(j["id"]) / "checkpoints"
-    wait_until(lambda: (ck / "step-5" / "COMMITTED").exists())
     plane.cp.backend.kill_node(dead)
     plane.wait(j["id"], lambda x: x["state"] == "RUNNING" and x["attempt"] == 2 and len(x["placement"]) == 1)
     plane.cp.backend.revive_node(dead)

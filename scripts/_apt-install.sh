@@ -1,0 +1,34 @@
+# Sourced by the *-setup.sh scripts: install Debian packages for the tests, or fail with the reason.
+#
+#   NAME=slurm-setup; source "$(dirname "$0")/_apt-install.sh"
+#   apt_install "why they are needed" package…
+#
+# Needs root and apt-get (says so and exits 1 otherwise); apt-get waits up to 5 min for a dpkg
+# lock another installer holds; --no-install-recommends, since the recommended extras are never
+# needed by the tests. The apt log is kept (and its tail shown) only when a step fails.
+
+fail() {
+    echo "${NAME}: $*" >&2
+    exit 1
+}
+
+apt_install() {
+    local why="$1"
+    shift
+    [ "$(id -u)" = 0 ] || fail "${why}; installing $* needs root (run: sudo $0)"
+    command -v apt-get >/dev/null 2>&1 || fail "${why}; no apt-get on this machine (need the Debian/Ubuntu packages $*)"
+    export DEBIAN_FRONTEND=noninteractive
+    local apt_opts=(-y -q -o DPkg::Lock::Timeout=300 -o Dpkg::Use-Pty=0)
+    local log
+    log=$(mktemp "/tmp/${NAME}.XXXXXX.log")
+    echo "${NAME}: installing $* (${why}); log in ${log}" >&2
+    if ! apt-get "${apt_opts[@]}" update >"$log" 2>&1; then
+        tail -n 20 "$log" >&2
+        fail "apt-get update failed (no network to the package mirror?)"
+    fi
+    if ! apt-get "${apt_opts[@]}" install --no-install-recommends "$@" >>"$log" 2>&1; then
+        tail -n 20 "$log" >&2
+        fail "apt-get install $* failed"
+    fi
+    rm -f "$log"
+}
