@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Iterator
+from typing import Annotated, Any, AsyncIterator
 
 from fastapi import Depends, Header, Path, Request
+from starlette.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
 from trainyard.control.plane import ControlPlane
-from trainyard.services.auth import Principal, authenticate
+from trainyard.services.auth import Principal, authenticate, cached_principal
 from trainyard.services.errors import Forbidden, ServiceError
 
 # The largest id the store compares with: INTEGER columns are 32-bit on PostgreSQL (64-bit on
@@ -24,26 +25,49 @@ async def plane(request: Request) -> ControlPlane:
     return request.app.state.plane
 
 
-def session(cp: ControlPlane = Depends(plane)) -> Iterator[Session]:
-    with cp.store.session() as s:
+async def session(cp: ControlPlane = Depends(plane)) -> AsyncIterator[Session]:
+    """A session for the route. async: opening one touches no database (the connection is taken
+    at its first query, on the route's worker thread), and a sync generator would cost two
+    thread-pool hops per request, to open and to close it."""
+    s = cp.store.session()
+    try:
         yield s
+    finally:
+        s.close()
 
 
-def principal(authorization: str | None = Header(None, description="Bearer <token>"),
-              s: Session = Depends(session)) -> Principal:
+async def principal(authorization: str | None = Header(None, description="Bearer <token>"),
+                    cp: ControlPlane = Depends(plane)) -> Principal:
+    """The caller. async, and apart from the route's session: a token checked recently is answered
+    from the process's cache without a thread-pool hop (each hop costs more than the check, and a
+    sync dependency on the session costs two more, to open and to close it); an unknown one is
+    looked up in the store on a worker thread."""
     token = None
     if authorization:
         scheme, _, value = authorization.partition(" ")
         token = value.strip() if scheme.lower() == "bearer" else None
-    return authenticate(s, token)
+    who = cached_principal(token)
+    if who is not None:
+        return who
+    return await run_in_threadpool(_authenticate, cp, token)
 
 
-def reader(by: Principal = Depends(principal)) -> Principal:
-    """The caller of a cluster-wide read (queue-wide events, nodes, teams, configuration): anyone but
-    a job token, which reads its own job only (see `services/auth.py`)."""
+def _authenticate(cp: ControlPlane, token: str | None) -> Principal:
+    with cp.store.session() as s:
+        return authenticate(s, token)
+
+
+def cluster_reader(by: Principal) -> Principal:
+    """`by`, if it may make a cluster-wide read (queue-wide events, nodes, teams, configuration):
+    anyone but a job token, which reads its own job only (see `services/auth.py`)."""
     if by.role == "job":
         raise Forbidden("a job token reads only its own job")
     return by
+
+
+async def reader(by: Principal = Depends(principal)) -> Principal:
+    """The caller of a cluster-wide read (`cluster_reader` as a route dependency)."""
+    return cluster_reader(by)
 
 
 def _unstorable(value: Any, path: tuple) -> tuple[tuple, str] | None:

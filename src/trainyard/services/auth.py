@@ -95,6 +95,15 @@ def forget_cached_tokens() -> None:
         _cache.clear()
 
 
+def cached_principal(token: str | None) -> Principal | None:
+    """The caller of a token this process checked within CACHE_TTL_S, without touching the store
+    (the API answers most requests of a known token without a trip through the thread pool)."""
+    if not token:
+        return None
+    hit = _cache.get(hash_token(token))
+    return hit[0] if hit is not None and hit[1] > time.monotonic() else None
+
+
 def authenticate(s: Session, token: str | None) -> Principal:
     if not token:
         raise Unauthorized("no token: send 'Authorization: Bearer <token>' (the CLI reads YARD_TOKEN)")

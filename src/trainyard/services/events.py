@@ -5,18 +5,22 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
 from trainyard.store.models import EventRow
 
 
 def record(s: Session, actor: str, kind: str, message: str, *, job_id: int | None = None, node: str | None = None,
-           data: dict[str, Any] | None = None, at: float | None = None) -> EventRow:
-    row = EventRow(time=time.time() if at is None else at, actor=actor, kind=kind, job_id=job_id, node=node,
-                   message=message, data=data or {})
-    s.add(row)
-    return row
+           data: dict[str, Any] | None = None, at: float | None = None) -> None:
+    """Add an event to the session's transaction: it lands, or is rolled back, with the change it
+    records. Written at once with a plain INSERT (no ORM object: events are never changed), which
+    costs a fraction of a unit-of-work flush on the API's hot paths (every submission records one)."""
+    s.execute(_INSERT, {"time": time.time() if at is None else at, "actor": actor, "kind": kind, "job_id": job_id,
+                        "node": node, "message": message, "data": data or {}})
+
+
+_INSERT = insert(EventRow.__table__)
 
 
 def event_dict(e: EventRow) -> dict[str, Any]:

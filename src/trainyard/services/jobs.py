@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
-from sqlalchemy import Select, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Select, insert, select
+from sqlalchemy.orm import Session, make_transient_to_detached
 
 from trainyard.services.auth import Principal
 from trainyard.services.config import ConfigVersion
@@ -189,22 +189,32 @@ def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_d
         raise _bad(f"working directory {workdir!r} does not exist", "workdir")
     lo, hi, gpn, total = shape
     now = time.time()
-    row = JobRow(
+    values = dict(
         name=sub.name or (Path(sub.command[0]).name if sub.command else "script"), user=by.user, team=team,
         job_class=cls, pool=sub.pool, state="PENDING", reason="JobHeldUser" if sub.hold else "None", held=sub.hold,
         command=list(sub.command), script=sub.script, workdir=workdir, env=dict(sub.env), output=sub.output,
         nodes_min=lo, nodes_max=hi, gpus_per_node=gpn, gpus=total, tasks_per_node=sub.tasks_per_node,
         gpu_mem_mib=None if sub.gpu_mem_gb is None else int(round(sub.gpu_mem_gb * 1024)),
         time_limit_s=parse_duration(sub.time), checkpoint_interval_s=parse_duration(sub.checkpoint_interval),
-        submit_time=now, queued_since=now, attempt=0, progress_s=0.0, attained_gpu_s=0.0,
-        stop_stage=0,
+        submit_time=now, queued_since=now, attempt=0, progress_s=0.0, attained_gpu_s=0.0, est_start=None,
+        start_time=None, end_time=None, placement=None, last_checkpoint=None, exit_code=None, signal=None,
+        progress=None, retries=0, retry_after=None, lost_gpu_s=0.0, avoid_nodes=None, stop_kind=None,
+        stop_since=None, stop_stage=0,
     )
+    # A plain INSERT, then the row attached as if loaded: the same persistent object a flush would
+    # give (callers may change it further in the transaction), for a third of a flush's cost.
+    # (None left out: a JSON column would store it as JSON null, not SQL NULL as a flush does)
+    jid = s.execute(_INSERT_JOB, {k: v for k, v in values.items() if v is not None}).inserted_primary_key[0]
+    row = JobRow(id=jid, **values)
+    make_transient_to_detached(row)
     s.add(row)
-    s.flush()  # assigns the id
     record(s, by.user, "job.submitted", f"submitted by {by.user} for team {team}, class {cls}"
-           + (", held" if sub.hold else ""), job_id=row.id, at=now,
+           + (", held" if sub.hold else ""), job_id=jid, at=now,
            data={"gpus": total, "nodes": [lo, hi], "gpus_per_node": gpn})
     return row
+
+
+_INSERT_JOB = insert(JobRow.__table__)
 
 
 def job_dir(data_dir: Path, job_id: int) -> Path:

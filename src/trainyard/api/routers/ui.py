@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from trainyard.api import pages
-from trainyard.api.deps import MAX_ID, plane, reader, session
+from trainyard.api.deps import MAX_ID, cluster_reader, plane, session
 from trainyard.control.plane import ControlPlane
 from trainyard.services import auth, dashboard, dashboard_history, events
 from trainyard.services.auth import Principal
@@ -174,7 +174,7 @@ def overview(request: Request, window: str = "1h", refresh: str | None = None, c
              s: Session = Depends(session)) -> Response:
     """`window`: the span of the charts; `refresh`: seconds between updates (0: none; a wall screen
     may want 60)."""
-    who = reader(caller(request, s))  # cluster-wide reads: the API's rule
+    who = cluster_reader(caller(request, s))  # cluster-wide reads: the API's rule
     if window not in dashboard_history.WINDOWS:
         raise ServiceError(f"unknown window {window[:50]!r}; windows are {list(dashboard_history.WINDOWS)}",
                            field="window")
