@@ -37,7 +37,7 @@ from trainyard.control.health import BEFORE_WORK, CRITICAL, OK, WARN, CheckResul
 from trainyard.control.lost_work import lost_work_s
 from trainyard.control.outcome import classify, first_failure
 from trainyard.control.retry import backoff_s, should_retry
-from trainyard.control.snapshot import NodeIndex, build_snapshot, decayed_usage, USAGE_HALF_LIFE_S
+from trainyard.control.snapshot import NodeIndex, PendingCache, build_snapshot, decayed_usage, USAGE_HALF_LIFE_S
 from trainyard.sched.engine import TrainyardPolicy
 from trainyard.spec import HealthSpec
 from trainyard.sched.policy import Policy
@@ -107,6 +107,7 @@ class ControlLoop:
         self.lock, self.policy, self.p = write_lock, policy or TrainyardPolicy(), params or LoopParams()
         self.api_url, self.clock = api_url, clock
         self.stats = LoopStats()
+        self._pending_cache = PendingCache(PENDING_COLUMNS)  # waiting jobs unchanged since the last pass are not rebuilt
         self._last_facts: list[AttemptState] = []
         self._stopped_since: dict[tuple[int, int], float] = {}
         self._stopped_seen: dict[tuple[int, int], set[int]] = {}  # ranks seen frozen, per attempt
@@ -572,7 +573,7 @@ class ControlLoop:
             unchecked, checking = self._before_work(cfg, states, unhealthy, running, pending, now)
             idx = NodeIndex.build(cfg, states, unhealthy + sorted(unchecked))
         usage = decayed_usage(((t, sum(len(p["gpus"]) for p in pl), a, b) for t, pl, a, b in spans), now)
-        snap = build_snapshot(cfg, idx, running, pending, usage, now)
+        snap = build_snapshot(cfg, idx, running, pending, usage, now, cache=self._pending_cache)
         result = self.policy.cycle(snap)
         by_id = {j.id: j for j in pending}
         launches: list[LaunchSpec] = []

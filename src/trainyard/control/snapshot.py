@@ -10,6 +10,7 @@ A job's wall-time limit is the run-time estimate the engine backfills with, as i
 from __future__ import annotations
 
 import math
+from operator import itemgetter
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
@@ -92,11 +93,49 @@ def decayed_usage(spans: Iterable[tuple[str, int, float, float | None]], now: fl
     return out
 
 
+# The columns `pending_of` reads: a waiting job whose values of these are unchanged since the last
+# pass gets the same `PendingJob` back (`PendingCache`).
+PENDING_KEY = ("id", "team", "job_class", "pool", "submit_time", "gpus", "gpus_per_node", "nodes_min", "nodes_max",
+               "gpu_mem_mib", "time_limit_s", "checkpoint_interval_s", "attempt", "queued_since", "progress_s",
+               "attained_gpu_s", "held", "avoid_nodes")
+
+
+class PendingCache:
+    """The `PendingJob`s of the last pass, reused for waiting jobs whose rows did not change.
+
+    With thousands waiting, building them (two frozen dataclasses per job, from SQL rows whose
+    attribute access costs half a microsecond a column) was the largest part of a control-loop
+    pass, and most waiting jobs are the same from one pass to the next. `columns` names the rows'
+    columns in order (plain SQL rows, read by position); entries are keyed by every column
+    `pending_of` reads, so a changed row is rebuilt, and only the current pass's jobs are kept."""
+
+    def __init__(self, columns: Sequence[str]) -> None:
+        at = [columns.index(c) for c in PENDING_KEY]
+        self._avoid = at.pop()
+        self._key = itemgetter(*at)
+        self._last: dict[tuple, PendingJob] = {}
+
+    def __call__(self, rows: Iterable[Sequence[Any]]) -> list[PendingJob]:
+        last, new, out, key_of, avoid = self._last, {}, [], self._key, self._avoid
+        for j in rows:
+            nodes = j[avoid]
+            key = (key_of(j), tuple(nodes) if nodes else ())
+            p = last.get(key)
+            if p is None:
+                p = pending_of(j)
+            new[key] = p
+            out.append(p)
+        self._last = new
+        return out
+
+
 def build_snapshot(cfg: ConfigVersion, idx: NodeIndex, running_rows: Sequence[JobRow], pending_rows: Sequence[JobRow],
-                   usage: dict[str, float], now: float, explain: bool = True) -> Snapshot:
+                   usage: dict[str, float], now: float, explain: bool = True,
+                   cache: PendingCache | None = None) -> Snapshot:
     teams, classes = cfg.sched
     running = [r for r in (running_of(j, idx) for j in running_rows) if r is not None]
     cluster = ClusterState.build(idx.nodes, [r.placement for r in running])
-    pending = [pending_of(j) for j in pending_rows if not j.held and j.job_class in classes and j.team in teams]
+    waiting = [j for j in pending_rows if not j.held and j.job_class in classes and j.team in teams]
+    pending = cache(waiting) if cache is not None else [pending_of(j) for j in waiting]
     return Snapshot(now=now, cluster=cluster, teams=teams, classes=classes, running=running, pending=pending,
                     usage=usage, explain=explain)

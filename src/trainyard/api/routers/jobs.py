@@ -26,7 +26,8 @@ def submit(body: jobs.JobSubmit, by: Principal = Depends(principal), cp: Control
         cfg = cp.configs.current(s)
         row = jobs.submit(s, body, by, cfg, cp.data_dir)
         out = jobs.job_dict(row, by)
-    cp.loop.wake()
+    if not body.hold:  # a held job is nothing for the scheduler until it is released (which wakes it)
+        cp.loop.wake()
     return out
 
 

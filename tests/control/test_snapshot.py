@@ -1,0 +1,41 @@
+"""The loop's snapshot of waiting jobs: `PendingCache` gives the same jobs as building them anew."""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+from trainyard.control.loop import PENDING_COLUMNS
+from trainyard.control.snapshot import PendingCache, pending_of
+
+Row = namedtuple("Row", PENDING_COLUMNS)  # like a SQL row: by position and by name
+
+
+def row(jid: int, **kw: object) -> Row:
+    """A plain row with the columns the loop reads of a waiting job."""
+    base = dict(id=jid, team="vision", job_class="training", pool="default", submit_time=100.0 + jid, gpus=2,
+                gpus_per_node=None, nodes_min=1, nodes_max=1, gpu_mem_mib=None, time_limit_s=3600.0,
+                checkpoint_interval_s=None, attempt=0, queued_since=100.0 + jid, progress_s=0.0, attained_gpu_s=0.0,
+                held=False, reason="None", est_start=None, avoid_nodes=None)
+    base.update(kw)
+    return Row(**base)
+
+
+def test_unchanged_rows_give_the_same_jobs_and_changed_ones_are_rebuilt() -> None:
+    cache = PendingCache(PENDING_COLUMNS)
+    first = cache([row(1), row(2), row(3, avoid_nodes=["node-1"])])
+    assert first == [pending_of(r) for r in (row(1), row(2), row(3, avoid_nodes=["node-1"]))]
+    # the next pass: job 1 unchanged (a new reason and estimate do not matter), job 2 requeued
+    # (attempt and queue time changed), job 3 avoids another node now, job 4 is new
+    second = cache([row(1, reason="Priority", est_start=500.0), row(2, attempt=1, queued_since=400.0),
+                    row(3, avoid_nodes=["node-2"]), row(4, gpus=8)])
+    assert second[0] is first[0]
+    assert second[1] is not first[1] and second[1] == pending_of(row(2, attempt=1, queued_since=400.0))
+    assert second[2].req.avoid == frozenset({"node-2"})
+    assert second[3] == pending_of(row(4, gpus=8))
+
+
+def test_only_the_current_pass_is_kept() -> None:
+    cache = PendingCache(PENDING_COLUMNS)
+    cache([row(i) for i in range(100)])
+    cache([row(1)])
+    assert len(cache._last) == 1
