@@ -63,3 +63,16 @@ def test_listing_shape_and_privacy(cp):
     assert (j["command"], j["env"], j["output"]) == (["python", "-c", "print(1)"], {"A": "b"}, "out-%j.log")
     [o] = other
     assert (o["command"], o["workdir"], o["env"], o["output"]) == (None, None, None, "out-%j.log")
+
+
+@pytest.mark.parametrize("who", [ADMIN, Principal("n", "member", "nlp"), Principal("v", "viewer")])
+def test_listing_some_fields_is_the_full_listing_cut_to_them(cp, who):
+    """`fields` reads only those columns: the same values as the full listing, privacy included."""
+    cuts = [["id", "state", "reason"], ["command", "env", "gpu_mem_gb", "team"], ["placement", "id", "placement"],
+            ["workdir"], list(jobs._KEYS)]
+    with cp.store.session() as s:
+        full = jobs.list_job_dicts(s, who)
+        for keys in cuts:
+            got = jobs.list_job_dicts(s, who, fields=keys)
+            assert got == [{k: d[k] for k in keys} for d in full], keys
+            assert [list(d) for d in got] == [list(dict.fromkeys(keys))] * len(full), keys

@@ -14,7 +14,7 @@ from typing import NoReturn
 
 import typer
 
-from trainyard.spec import ConfigError, parse_duration
+from trainyard.parsing import ConfigError, parse_duration
 
 FORMATS = ("philly", "synthetic")
 EXIT_BAD_INPUT = 2

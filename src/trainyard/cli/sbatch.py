@@ -15,7 +15,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from trainyard.spec import parse_duration, parse_node_range
+from trainyard.parsing import parse_duration, parse_node_range
 
 
 class SbatchError(ValueError):

@@ -312,10 +312,26 @@ def list_job_dicts(s: Session, by: Principal, *, states: list[str] | None = None
         if bad:
             raise _bad(f"unknown field {bad[0]!r}; fields are {list(_KEYS)}", "fields")
     t = JobRow.__table__
-    q = _listing(select(*(t.c[c] for c in _COLUMNS)), by, states, team, user, job_class, limit)
-    out = [_shown(list(r), by) for r in s.execute(q)]
-    if fields:
-        out = [{k: d[k] for k in fields} for d in out]
+    if not fields:
+        q = _listing(select(*(t.c[c] for c in _COLUMNS)), by, states, team, user, job_class, limit)
+        return [_shown(list(r), by) for r in s.execute(q)]
+    # Only the asked-for columns (and the team, which decides what is private): each JSON column
+    # left out (command, env, placement…) is a JSON decode per job saved.
+    keys = list(dict.fromkeys(fields))
+    cols = [_COLUMNS[_KEYS.index(k)] for k in keys]
+    q = _listing(select(*(t.c[c] for c in cols), t.c.team), by, states, team, user, job_class, limit)
+    mem = keys.index("gpu_mem_gb") if "gpu_mem_gb" in keys else None
+    private = [i for i, c in enumerate(cols) if _COLUMNS.index(c) in _PRIVATE]
+    out = []
+    for r in s.execute(q):
+        values = list(r)
+        row_team = values.pop()
+        if mem is not None and values[mem] is not None:
+            values[mem] = values[mem] / 1024
+        if private and not (by is None or by.can_manage_team(row_team)):
+            for i in private:
+                values[i] = None
+        out.append(dict(zip(keys, values)))
     return out
 
 
