@@ -14,10 +14,10 @@ import os
 from pathlib import Path
 from typing import Any, Iterator, NoReturn
 
-import httpx
 import typer
 
 from trainyard.cli.common import EXIT_BAD_INPUT
+from trainyard.cli.http import HttpClient, Response, TransportError
 from trainyard.defaults import DEFAULT_PORT, default_data_dir
 
 EXIT_UNAVAILABLE = 1
@@ -48,7 +48,7 @@ def token() -> str | None:
         return None
 
 
-def error_message(r: httpx.Response) -> str:
+def error_message(r: Response) -> str:
     """One line from an API error: the field it names, then the message."""
     try:
         body = r.json()
@@ -68,12 +68,15 @@ class Client:
     def __init__(self, url: str | None = None, tok: str | None = None, timeout: float = 30.0):
         self.url = url or server_url()
         headers = {"Authorization": f"Bearer {tok or token() or ''}"}
-        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        try:
+            self.http = HttpClient(self.url, headers=headers, timeout=timeout)
+        except ValueError as e:
+            _die(f"YARD_URL: {e}", EXIT_BAD_INPUT)
 
     def request(self, method: str, path: str, **kw: Any) -> Any:
         try:
             r = self.http.request(method, path, **kw)
-        except httpx.TransportError as e:
+        except TransportError as e:
             _die(f"cannot reach the trainyard server at {self.url} ({type(e).__name__}); "
                  "is `yard up` running? (set YARD_URL)", EXIT_UNAVAILABLE)
         if r.status_code >= 500:
@@ -99,7 +102,7 @@ class Client:
                     r.read()
                     _die(error_message(r), EXIT_BAD_INPUT if r.status_code < 500 else EXIT_UNAVAILABLE)
                 yield from r.iter_text()
-        except httpx.TransportError as e:
+        except TransportError as e:
             _die(f"lost the trainyard server at {self.url} ({type(e).__name__})", EXIT_UNAVAILABLE)
 
 

@@ -11,8 +11,6 @@ import time
 from typing import Any, Sequence
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 RICH_MAX_ROWS = 200
 
@@ -53,6 +51,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], title: str | No
         lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
         typer.echo("\n".join(lines))
         return
+    from rich.console import Console  # here: a big listing's command need not import Rich at all
+    from rich.table import Table
+
     t = Table(title=title, box=None, header_style="bold", pad_edge=False)
     for h in headers:
         t.add_column(h, no_wrap=True)
