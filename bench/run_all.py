@@ -17,6 +17,8 @@ BENCHES = [
      [str(BIN / "yard"), "bench", "sched", "--nodes", "1250", "--gpus-per-node", "8", "--pending", "5000",
       "--running", "8000", "--json"]),
     ("full Philly replay, trainyard, 352 x 8 GPUs", [sys.executable, str(HERE / "replay_philly.py")]),
+    ("issue 2's acceptance rule on ten Philly windows, every policy (~4 min on 2 cores)",
+     [sys.executable, str(HERE / "philly_windows.py"), "--json"]),
     ("1,000 job submissions over HTTP to yard up on SQLite (held/unheld, 1 and 4 clients)",
      [sys.executable, str(HERE / "submit_http.py"), "--json"]),
     ("yard queue with 10,000 jobs stored (yard up on SQLite)", [sys.executable, str(HERE / "queue_10k.py"), "--json"]),
