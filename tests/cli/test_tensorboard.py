@@ -3,7 +3,6 @@ loss the job logged; a job with no events, or no such job, is refused clearly.""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ import pytest
 from tests.plane import YARD
 from tests.recipes.helpers import TINY_PRETRAIN
 from tests.yard_cluster import YardCluster
+from trainyard.ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -23,12 +23,6 @@ def yc(tmp_path_factory):
     c = YardCluster(tmp_path_factory.mktemp("tb"), "local")
     yield c
     c.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_tensorboard_shows_the_loss_of_a_finished_job(yc):

@@ -10,20 +10,15 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from trainyard.ports import free_port
+
 SCRIPT = Path(__file__).with_name("train_script.py")
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def base_env(out: Path, attempt: int, extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -49,10 +49,11 @@ async def principal(authorization: str | None = Header(None, description="Bearer
     who = cached_principal(token)
     if who is not None:
         return who
-    return await run_in_threadpool(_authenticate, cp, token)
+    return await run_in_threadpool(authenticate_token, cp, token)
 
 
-def _authenticate(cp: ControlPlane, token: str | None) -> Principal:
+def authenticate_token(cp: ControlPlane, token: str | None) -> Principal:
+    """The caller of `token`, looked up in the store (blocking: call it on a worker thread)."""
     with cp.store.session() as s:
         return authenticate(s, token)
 

@@ -46,7 +46,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal as _signal
-import socket
 import subprocess
 import sys
 import threading
@@ -59,6 +58,7 @@ from pathlib import Path
 from trainyard.backends import _procfs
 from trainyard.backends._files import read_json, write_json
 from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState
+from trainyard.ports import free_port
 
 RUNNER = Path(__file__).with_name("rank_runner.py")
 EMULATED_MODEL = "emulated"
@@ -389,7 +389,7 @@ class LocalBackend:
             raise BackendError(f"{where}: workdir {spec.workdir!r} is not a directory")
 
     def _start_ranks(self, spec: LaunchSpec, att: _Attempt, logs: Path) -> None:
-        port = _free_port(self._master_addr)
+        port = free_port(self._master_addr)  # rank 0 binds it moments later (the usual torchrun race)
         ranks = sorted(spec.ranks, key=lambda r: r.rank)
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         for rl in ranks:
@@ -662,13 +662,3 @@ def _killpg(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except ProcessLookupError:
         pass
-
-
-def _free_port(addr: str) -> int:
-    """A TCP port free right now on `addr`; rank 0 binds it moments later (the usual torchrun race)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((addr, 0))
-        except OSError:
-            s.bind(("", 0))
-        return s.getsockname()[1]

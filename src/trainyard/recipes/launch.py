@@ -32,7 +32,6 @@ import ctypes
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -41,15 +40,10 @@ from pathlib import Path
 from typing import TextIO
 
 from trainyard.contracts import REQUEUE_EXIT
+from trainyard.ports import free_port
 
 RUN_FILE = "run.json"
 HANDLED = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _child_setup() -> None:  # runs in the child between fork and exec

@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from trainyard.api import pages
-from trainyard.api.deps import MAX_ID, cluster_reader, plane, session
+from trainyard.api.deps import MAX_ID, authenticate_token, cluster_reader, plane, session
 from trainyard.control.plane import ControlPlane
 from trainyard.services import auth, dashboard, dashboard_history, events
 from trainyard.services.auth import Principal
@@ -133,7 +133,7 @@ async def login(request: Request, cp: ControlPlane = Depends(plane)) -> Response
                             error="paste a token (yard token create …, or the data dir's admin.token)" if not token
                             else "unknown or revoked token")
     try:
-        who = await run_in_threadpool(_authenticate, cp, token)  # the store is synchronous
+        who = await run_in_threadpool(authenticate_token, cp, token)  # the store is synchronous
     except Unauthorized as e:
         return pages.render("login.html", status=401, next=target, error=e.message)
     if who.role == "job":
@@ -143,11 +143,6 @@ async def login(request: Request, cp: ControlPlane = Depends(plane)) -> Response
     r.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/ui",
                  secure=request.url.scheme == "https" or request.headers.get("x-forwarded-proto") == "https")
     return r
-
-
-def _authenticate(cp: ControlPlane, token: str) -> Principal:
-    with cp.store.session() as s:
-        return auth.authenticate(s, token)
 
 
 @router.post("/logout")
