@@ -115,3 +115,28 @@ def test_config_without_a_class_the_workload_uses(tmp_path):
     r = yard("sim", "--format", "synthetic", "--jobs", "20", "--cluster", "2x8", "--policies", "fifo",
              "--config", cfg, "--out", out)
     assert r.returncode == 2 and "'batch'" in r.stderr and not out.exists()
+
+
+@pytest.mark.parametrize("url", ["ftp://example.org", "127.0.0.1:8080", "http://"])
+def test_a_yard_url_that_is_not_http_is_bad_input(monkeypatch, tmp_path, url):
+    """The client commands refuse a malformed YARD_URL with exit 2, naming it, before any request."""
+    monkeypatch.setenv("YARD_URL", url)
+    monkeypatch.setenv("YARD_TOKEN", "t")
+    monkeypatch.setenv("YARD_DATA_DIR", str(tmp_path))
+    r = yard("submit", "--", "true")
+    assert r.returncode == 2
+    assert "YARD_URL" in r.stderr and "not an http" in r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_unreachable_server_is_exit_1_with_the_url(monkeypatch, tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here once the socket closes
+    monkeypatch.setenv("YARD_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("YARD_TOKEN", "t")
+    r = yard("queue")
+    assert r.returncode == 1
+    assert f"cannot reach the trainyard server at http://127.0.0.1:{port}" in r.stderr

@@ -573,7 +573,7 @@ class ControlLoop:
             unchecked, checking = self._before_work(cfg, states, unhealthy, running, pending, now)
             idx = NodeIndex.build(cfg, states, unhealthy + sorted(unchecked))
         usage = decayed_usage(((t, sum(len(p["gpus"]) for p in pl), a, b) for t, pl, a, b in spans), now)
-        snap = build_snapshot(cfg, idx, running, pending, usage, now, cache=self._pending_cache)
+        snap = build_snapshot(cfg, idx, running, pending, usage, now, self._pending_cache)
         result = self.policy.cycle(snap)
         by_id = {j.id: j for j in pending}
         launches: list[LaunchSpec] = []

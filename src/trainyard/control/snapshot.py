@@ -93,11 +93,11 @@ def decayed_usage(spans: Iterable[tuple[str, int, float, float | None]], now: fl
     return out
 
 
-# The columns `pending_of` reads: a waiting job whose values of these are unchanged since the last
-# pass gets the same `PendingJob` back (`PendingCache`).
+# The columns `pending_of` reads: a waiting job whose values of these (and of `avoid_nodes`, a
+# list) are unchanged since the last pass gets the same `PendingJob` back (`PendingCache`).
 PENDING_KEY = ("id", "team", "job_class", "pool", "submit_time", "gpus", "gpus_per_node", "nodes_min", "nodes_max",
                "gpu_mem_mib", "time_limit_s", "checkpoint_interval_s", "attempt", "queued_since", "progress_s",
-               "attained_gpu_s", "held", "avoid_nodes")
+               "attained_gpu_s", "held")
 
 
 class PendingCache:
@@ -110,9 +110,8 @@ class PendingCache:
     `pending_of` reads, so a changed row is rebuilt, and only the current pass's jobs are kept."""
 
     def __init__(self, columns: Sequence[str]) -> None:
-        at = [columns.index(c) for c in PENDING_KEY]
-        self._avoid = at.pop()
-        self._key = itemgetter(*at)
+        self._key = itemgetter(*(columns.index(c) for c in PENDING_KEY))
+        self._avoid = columns.index("avoid_nodes")
         self._last: dict[tuple, PendingJob] = {}
 
     def __call__(self, rows: Iterable[Sequence[Any]]) -> list[PendingJob]:
@@ -130,12 +129,10 @@ class PendingCache:
 
 
 def build_snapshot(cfg: ConfigVersion, idx: NodeIndex, running_rows: Sequence[JobRow], pending_rows: Sequence[JobRow],
-                   usage: dict[str, float], now: float, explain: bool = True,
-                   cache: PendingCache | None = None) -> Snapshot:
+                   usage: dict[str, float], now: float, cache: PendingCache, explain: bool = True) -> Snapshot:
     teams, classes = cfg.sched
     running = [r for r in (running_of(j, idx) for j in running_rows) if r is not None]
     cluster = ClusterState.build(idx.nodes, [r.placement for r in running])
-    waiting = [j for j in pending_rows if not j.held and j.job_class in classes and j.team in teams]
-    pending = cache(waiting) if cache is not None else [pending_of(j) for j in waiting]
+    pending = cache(j for j in pending_rows if not j.held and j.job_class in classes and j.team in teams)
     return Snapshot(now=now, cluster=cluster, teams=teams, classes=classes, running=running, pending=pending,
                     usage=usage, explain=explain)

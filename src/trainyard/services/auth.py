@@ -107,10 +107,10 @@ def cached_principal(token: str | None) -> Principal | None:
 def authenticate(s: Session, token: str | None) -> Principal:
     if not token:
         raise Unauthorized("no token: send 'Authorization: Bearer <token>' (the CLI reads YARD_TOKEN)")
+    who = cached_principal(token)
+    if who is not None:
+        return who
     h = hash_token(token)
-    hit = _cache.get(h)
-    if hit is not None and hit[1] > time.monotonic():
-        return hit[0]
     row = s.scalars(select(TokenRow).where(TokenRow.token_hash == h)).first()
     if row is None or row.revoked:
         raise Unauthorized("unknown or revoked token")
