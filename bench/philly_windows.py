@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/philly_windows.py [--starts 2017-09-18,2017-09-22,...] [--days 9]
         [--warmup-days 2] [--cluster 80x8] [--estimates user] [--seed 1] [--workers 2] [--json]
+        [--share-below GPU_S]
 
 Each window is what `yard sim --from START --to START+days --warmup-days 2 --policies all` runs
 (the validation command's shape: two warm-up days, seven measured), every policy side by side.
@@ -26,6 +27,7 @@ from multiprocessing import Pool
 from pathlib import Path
 from typing import Any
 
+from trainyard.sched.engine import EngineParams, TrainyardPolicy
 from trainyard.sched.policy import get_policy, policy_names
 from trainyard.sim.estimates import apply_estimates
 from trainyard.sim.philly import load_philly
@@ -45,7 +47,11 @@ def run_one(task: tuple[dict[str, Any], str, str]) -> tuple[str, str, dict[str, 
                     cluster=args["cluster"], seed=args["seed"])
     w.jobs = apply_estimates(w.jobs, args["estimates"], args["seed"])
     t0 = time.perf_counter()
-    m = metrics(simulate(w, get_policy(policy)))
+    if policy == OURS and args.get("share_below") is not None:
+        pol = TrainyardPolicy(EngineParams(share_below_gpu_s=args["share_below"]))
+    else:
+        pol = get_policy(policy)
+    m = metrics(simulate(w, pol))
     return start, policy, m, time.perf_counter() - t0
 
 
@@ -84,13 +90,15 @@ def main() -> None:
                     help="the policies compared (default: all but partition, which is never the best)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--json", action="store_true", help="one JSON line")
+    ap.add_argument("--share-below", type=float, default=None, metavar="GPU_S",
+                    help="trainyard with time-sharing of borrowed GPUs on (EngineParams.share_below_gpu_s)")
     a = ap.parse_args()
     policies = [p.strip() for p in a.policies.split(",") if p.strip()]
     if OURS not in policies:
         ap.error(f"--policies must include {OURS}")
     starts = [s.strip() for s in a.starts.split(",") if s.strip()]
     shared = {"trace": a.trace, "days": a.days, "warmup_days": a.warmup_days, "cluster": a.cluster,
-              "estimates": a.estimates, "seed": a.seed}
+              "estimates": a.estimates, "seed": a.seed, "share_below": a.share_below}
     results: dict[str, dict[str, dict[str, Any]]] = {s: {} for s in starts}
     t0 = time.perf_counter()
     with Pool(a.workers) as pool:

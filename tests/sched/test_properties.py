@@ -2,7 +2,8 @@
 
 - no GPU and no GPU memory over-allocated (ClusterState.allocate raises if it would be);
 - no team beyond nominal + borrowing limit, nor beyond what its cohort can lend;
-- victims are preemptible, past their min run time, and of lower priority or borrowing;
+- victims are preemptible, past their min run time, and of lower priority or borrowing; a victim
+  of time-sharing leaves its team at or above its nominal quota once the jobs it leaves for start;
 - a backfilled start never delays a reservation: recomputing after the starts gives a shadow
   time no later than the one promised;
 - the same snapshot gives the same result.
@@ -10,18 +11,24 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trainyard.sched.cluster import ClusterState, Node
-from trainyard.sched.engine import TrainyardPolicy
+from trainyard.sched.engine import EngineParams, TrainyardPolicy
 from trainyard.sched.placement import place
 from trainyard.sched.quota import QuotaLedger
 from trainyard.sched.types import JobRequest, PendingJob, Quota, RunningJob, Snapshot, Team
 
 from tests.sched.builders import CLASSES
 
-ENGINE = TrainyardPolicy()
+# The default engine, and one that time-shares at every chance (every job counts as short, every
+# victim as long, whatever its lost work) so that random snapshots exercise that step too.
+ENGINES = [TrainyardPolicy(), TrainyardPolicy(EngineParams(share_below_gpu_s=1e12, share_above_gpu_s=0.0,
+                                                           share_max_lost_s=float("inf"), share_ratio=0.0,
+                                                           share_min_attempt_s=0.0))]
+each_engine = pytest.mark.parametrize("engine", ENGINES, ids=["default", "sharing"])
 
 
 @st.composite
@@ -78,10 +85,11 @@ def _request(draw, jid, names, classes, gpus, now) -> JobRequest:
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+@each_engine
 @SETTINGS
 @given(snapshots())
-def test_no_overallocation_and_quotas_hold(snap: Snapshot):
-    res = ENGINE.cycle(snap)
+def test_no_overallocation_and_quotas_hold(engine, snap: Snapshot):
+    res = engine.cycle(snap)
     state = snap.cluster.copy()
     ledger = QuotaLedger(snap.teams, ((r.req.team, r.req.pool, r.gpus) for r in snap.running))
     pending = {pj.req.id: pj for pj in snap.pending}
@@ -96,10 +104,11 @@ def test_no_overallocation_and_quotas_hold(snap: Snapshot):
             assert all(snap.cluster.cap_mib[i] >= pj.req.gpu_mem * 1024 for i, _ in s.placement.nodes)
 
 
+@each_engine
 @SETTINGS
 @given(snapshots())
-def test_victims_follow_the_rules(snap: Snapshot):
-    res = ENGINE.cycle(snap)
+def test_victims_follow_the_rules(engine, snap: Snapshot):
+    res = engine.cycle(snap)
     running = {r.req.id: r for r in snap.running}
     pending = {pj.req.id: pj for pj in snap.pending}
     ledger = QuotaLedger(snap.teams, ((r.req.team, r.req.pool, r.gpus) for r in snap.running))
@@ -110,19 +119,37 @@ def test_victims_follow_the_rules(snap: Snapshot):
         assert snap.now - v.start_time >= cls.min_run_s
         preemptor = pending[p.for_job]
         lower = cls.priority < snap.classes[preemptor.req.job_class].priority
-        assert lower or ledger.borrowed(v.req.team, v.req.pool) > 0
+        if p.reason == "share":
+            assert cls.priority == snap.classes[preemptor.req.job_class].priority
+        else:
+            assert lower or ledger.borrowed(v.req.team, v.req.pool) > 0
+    # Once the victims have left and the jobs they left for have started, no team that lost a
+    # job to time-sharing is below its nominal quota.
+    after = ledger.copy()
+    leaving = [r for r in snap.running if r.preempting] + [running[p.job_id] for p in res.preemptions]
+    for v in leaving:
+        after.add(v.req.team, v.req.pool, -v.gpus)
+    for jid in {p.for_job for p in res.preemptions}:
+        r = pending[jid].req
+        after.add(r.team, r.pool, r.min_gpus)
+    for p in res.preemptions:
+        if p.reason == "share":
+            v = running[p.job_id].req
+            assert after.used(v.team, v.pool) >= after.nominal(v.team, v.pool)
 
 
+@each_engine
 @SETTINGS
 @given(snapshots())
-def test_same_input_same_output(snap: Snapshot):
-    assert repr(ENGINE.cycle(snap)) == repr(ENGINE.cycle(snap))
+def test_same_input_same_output(engine, snap: Snapshot):
+    assert repr(engine.cycle(snap)) == repr(engine.cycle(snap))
 
 
+@each_engine
 @SETTINGS
 @given(snapshots())
-def test_backfill_never_delays_a_reservation(snap: Snapshot):
-    res = ENGINE.cycle(snap)
+def test_backfill_never_delays_a_reservation(engine, snap: Snapshot):
+    res = engine.cycle(snap)
     if not res.reservations:
         return
     # Apply the starts as running jobs, then ask for the reservations again.
@@ -135,7 +162,7 @@ def test_backfill_never_delays_a_reservation(snap: Snapshot):
     stopping = {p.job_id for p in res.preemptions}
     running = [r if r.req.id not in stopping else _leaving(r) for r in running]
     reserved = {r.job_id for r in res.reservations}
-    again = ENGINE.cycle(Snapshot(snap.now, state, snap.teams, snap.classes, running,
+    again = engine.cycle(Snapshot(snap.now, state, snap.teams, snap.classes, running,
                                   [pending[j] for j in reserved], snap.usage, explain=False))
     promised = {r.job_id: r.start_at for r in res.reservations}
     for r in again.reservations:

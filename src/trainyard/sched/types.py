@@ -204,7 +204,7 @@ class Start:
 @dataclass(frozen=True, slots=True)
 class Preempt:
     job_id: str
-    reason: str  # "reclaim" (quota taken back) or "priority"
+    reason: str  # "reclaim" (quota taken back), "priority" or "share" (time-sharing by attained service)
     for_job: str
 
 
