@@ -130,11 +130,10 @@ class _Cycle:
         self._no_victims: set[tuple] = set()
         self._lost: dict[str, float] = {}
         self._by_node: dict[int, list[RunningJob]] | None = None
-        self._sorted_team: dict[str, list[RunningJob]] = {}
+        self._sorted_team: dict[str | None, list[RunningJob]] = {}
         self._failed: dict[tuple, Reason] = {}
         self.share_searches = 0
         self._no_share: set[tuple] = set()
-        self._all_sorted: list[RunningJob] | None = None
         self._fledger: QuotaLedger | None = None
         self._reasons: dict[str, Reason] = {}
         self._started: list[tuple[PendingJob, int]] = []  # what res.starts holds, as the estimate needs it
@@ -403,22 +402,8 @@ class _Cycle:
             return False
         ok, budget = self._victim_rules(pj, prio, own_team_only)
         self.searches += 1  # given back below if it finds victims
-        # Quota first: stop the team's own lower-priority jobs, least lost work first, until the
-        # job fits its team's quota again.
-        quota_victims: list[RunningJob] = []
-        ledger = self.fledger().copy()
-        if not ledger.fits(req.team, req.pool, req.min_gpus):
-            for r in self._cheapest_first(req.team):
-                if not ok(r):
-                    continue
-                quota_victims.append(r)
-                ledger.add(r.req.team, r.req.pool, -r.gpus)
-                if ledger.fits(req.team, req.pool, req.min_gpus):
-                    break
-            else:
-                self._no_victims.add(memo)
-                return False
-        found = self._place_victims(req, ok, budget, quota_victims)
+        # Quota first: the team's own lower-priority jobs give quota back to it.
+        found = self._find_victims(req, ok, budget, req.team)
         if found is None:
             self._no_victims.add(memo)
             return False
@@ -503,23 +488,8 @@ class _Cycle:
             return _remaining_s(rq, r.progress_s + ran, classes[rq.job_class], p) * g >= least
 
         self.share_searches += 1
-        chosen: list[RunningJob] = []
-        ledger = fl.copy()
-        if not ledger.fits(req.team, req.pool, req.min_gpus):
-            spent: dict[str, float] = {}
-            for r in self._all_cheapest_first():
-                t = r.req.team
-                if not ok(r) or spent.get(t, 0) + r.gpus > budget[t]:
-                    continue
-                spent[t] = spent.get(t, 0) + r.gpus
-                chosen.append(r)
-                ledger.add(t, r.req.pool, -r.gpus)
-                if ledger.fits(req.team, req.pool, req.min_gpus):
-                    break
-            else:
-                self._no_share.add(memo)
-                return False
-        found = self._place_victims(req, ok, budget, chosen)
+        # Quota first: any borrowing team's shareable jobs give cohort slack back.
+        found = self._find_victims(req, ok, budget, None)
         if found is None:
             self._no_share.add(memo)
             return False
@@ -528,23 +498,38 @@ class _Cycle:
         self._stop_for(pj, prio, victims, pl, shared=True)
         return True
 
-    def _all_cheapest_first(self) -> list[RunningJob]:
-        """Every preemptible job, least lost work per GPU first (sorted once per cycle)."""
-        if self._all_sorted is None:
-            lost = self.lost
-            keyed = [(lost(r) / r.placement.gpus, r.req.id, r)
-                     for jobs in self._eligible_by_team().values() for _, r in jobs]
-            keyed.sort()
-            self._all_sorted = [r for _, _, r in keyed]
-        return self._all_sorted
+    def _find_victims(self, req, ok, budget: dict[str, float],
+                      quota_from: str | None) -> tuple[list[RunningJob], Placement | None] | None:
+        """Victims for `req`, or None: first, if it does not fit its quota, jobs of `quota_from`
+        (a team; None: every team) least lost work first until it does; then whatever more
+        must go for it to fit (`_place_victims`). No team loses more than its `budget`."""
+        chosen: list[RunningJob] = []
+        ledger = self.fledger().copy()
+        if not ledger.fits(req.team, req.pool, req.min_gpus):
+            spent: dict[str, float] = {}
+            for r in self._cheapest_first(quota_from):
+                t = r.req.team
+                if not ok(r) or spent.get(t, 0) + r.gpus > budget.get(t, math.inf):
+                    continue
+                spent[t] = spent.get(t, 0) + r.gpus
+                chosen.append(r)
+                ledger.add(t, r.req.pool, -r.gpus)
+                if ledger.fits(req.team, req.pool, req.min_gpus):
+                    break
+            else:
+                return None
+        return self._place_victims(req, ok, budget, chosen)
 
-    def _cheapest_first(self, team: str) -> list[RunningJob]:
-        """A team's preemptible jobs, least lost work per GPU first (sorted once per cycle)."""
+    def _cheapest_first(self, team: str | None) -> list[RunningJob]:
+        """A team's preemptible jobs (None: every team's), least lost work per GPU first
+        (sorted once per cycle)."""
         got = self._sorted_team.get(team)
         if got is None:
             lost = self.lost
+            eligible = self._eligible_by_team()
+            teams = eligible.values() if team is None else (eligible.get(team, ()),)
             # (cost, id, job): ids are unique, so two jobs are never compared themselves.
-            keyed = [(lost(r) / r.placement.gpus, r.req.id, r) for _, r in self._eligible_by_team().get(team, ())]
+            keyed = [(lost(r) / r.placement.gpus, r.req.id, r) for jobs in teams for _, r in jobs]
             keyed.sort()
             got = self._sorted_team[team] = [r for _, _, r in keyed]
         return got
