@@ -16,6 +16,7 @@ import yaml
 
 from tests.api.helpers import job_count, store_snapshot
 from tests.plane import TWO_TEAMS, Plane, script
+from trainyard.services.jobs import job_dir
 
 
 @pytest.fixture(scope="module")
@@ -284,12 +285,26 @@ def test_log_of_a_rank_that_does_not_exist_is_400(p: Plane) -> None:
     done = p.submit(p.admin, command=script("print('only rank 0')"), team="vision")
     p.wait(done["id"], "COMPLETED")
     r = p.admin.get(f"/api/v1/jobs/{done['id']}/logs", params={"rank": 3})
-    assert r.status_code == 400 and r.json()["field"] == "rank"
+    assert r.status_code == 400 and r.json()["field"] == "rank" and "ranks 0..0" in r.text
     assert p.admin.get(f"/api/v1/jobs/{done['id']}/logs", params={"rank": -1}).status_code == 422
     r = p.admin.get(f"/api/v1/jobs/{done['id']}/logs", params={"offset": 2**62})
     assert r.status_code == 200 and r.text == ""  # past the end: nothing (it was a 500)
     r = p.admin.get(f"/api/v1/jobs/{done['id']}/logs", params={"offset": 2**62, "follow": True})
     assert r.status_code == 200 and r.text == ""
+
+
+def test_log_of_a_rank_of_the_world_not_written_yet_is_empty(p: Plane) -> None:
+    """On Slurm a task creates its log file a moment after the job runs: `yard logs --rank N`
+    then shows nothing yet rather than calling a rank of the job's world a mistake."""
+    job = p.submit(p.admin, command=script("import time; time.sleep(60)"), team="vision", gpus=2)
+    p.wait(job["id"], "RUNNING")
+    (job_dir(p.cp.data_dir, job["id"]) / "logs" / "rank-1.log").unlink()  # as if rank 1 had not started
+    r = p.admin.get(f"/api/v1/jobs/{job['id']}/logs", params={"rank": 1})
+    assert r.status_code == 200 and r.text == ""
+    r = p.admin.get(f"/api/v1/jobs/{job['id']}/logs", params={"rank": 2})
+    assert r.status_code == 400 and "ranks 0..1" in r.text
+    assert p.admin.post(f"/api/v1/jobs/{job['id']}/cancel").status_code == 200
+    p.wait(job["id"], "CANCELLED")
 
 
 @pytest.mark.parametrize("params,field", [({"state": "RUNNNING"}, "state"), ({"limit": 0}, "limit"),

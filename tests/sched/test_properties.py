@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,7 +21,7 @@ from trainyard.sched.cluster import ClusterState, Node
 from trainyard.sched.engine import EngineParams, TrainyardPolicy
 from trainyard.sched.placement import place
 from trainyard.sched.quota import QuotaLedger
-from trainyard.sched.types import JobRequest, PendingJob, Quota, RunningJob, Snapshot, Team
+from trainyard.sched.types import JobRequest, PendingJob, Quota, Reason, RunningJob, Snapshot, Team
 
 from tests.sched.builders import CLASSES
 
@@ -108,6 +110,8 @@ def test_no_overallocation_and_quotas_hold(engine, snap: Snapshot):
 @SETTINGS
 @given(snapshots())
 def test_victims_follow_the_rules(engine, snap: Snapshot):
+    # With reasons: the jobs that wait for GPUs being freed (PREEMPTING) hold quota already.
+    snap = replace(snap, explain=True)
     res = engine.cycle(snap)
     running = {r.req.id: r for r in snap.running}
     pending = {pj.req.id: pj for pj in snap.pending}
@@ -123,15 +127,21 @@ def test_victims_follow_the_rules(engine, snap: Snapshot):
             assert cls.priority == snap.classes[preemptor.req.job_class].priority
         else:
             assert lower or ledger.borrowed(v.req.team, v.req.pool) > 0
-    # Once the victims have left and the jobs they left for have started, no team that lost a
-    # job to time-sharing is below its nominal quota.
+    # Once the victims have left and the jobs waiting for their GPUs have started, no team that
+    # lost a job to time-sharing is below its nominal quota. Every job started in this cycle, or
+    # waiting for GPUs being freed (the preemptors and those that claim a leaving job's GPUs),
+    # counts: the engine shares a team's GPUs only beyond what it holds with them.
     after = ledger.copy()
     leaving = [r for r in snap.running if r.preempting] + [running[p.job_id] for p in res.preemptions]
     for v in leaving:
         after.add(v.req.team, v.req.pool, -v.gpus)
-    for jid in {p.for_job for p in res.preemptions}:
-        r = pending[jid].req
-        after.add(r.team, r.pool, r.min_gpus)
+    for s in res.starts:
+        r = pending[s.job_id].req
+        after.add(r.team, r.pool, s.placement.gpus)
+    for jid, info in res.pending.items():
+        if info.reason == Reason.PREEMPTING:
+            r = pending[jid].req
+            after.add(r.team, r.pool, r.min_gpus)
     for p in res.preemptions:
         if p.reason == "share":
             v = running[p.job_id].req
@@ -170,5 +180,4 @@ def test_backfill_never_delays_a_reservation(engine, snap: Snapshot):
 
 
 def _leaving(r: RunningJob) -> RunningJob:
-    from dataclasses import replace
     return replace(r, preempting=True)

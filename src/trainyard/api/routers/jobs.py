@@ -12,6 +12,7 @@ from fastapi.responses import PlainTextResponse, StreamingResponse
 from sqlalchemy.orm import Session
 
 from trainyard.api.deps import JobId, plane, principal, session, storable_input
+from trainyard.control.loop import ranks_for
 from trainyard.control.plane import ControlPlane
 from trainyard.services import events, jobs, progress
 from trainyard.services.auth import Principal
@@ -86,9 +87,14 @@ def logs(job_id: JobId, rank: int = Query(0, ge=0, le=1_000_000), offset: int = 
     path = jobs.job_dir(cp.data_dir, job_id) / "logs" / f"rank-{rank}.log"
     if not follow:
         if not path.exists():
-            if row.attempt == 0:
+            # A rank of the job's world whose process has not written yet (Slurm creates the
+            # file when the task starts, a moment after the job runs) has an empty log; a rank
+            # beyond the world is a mistake.
+            world = len(ranks_for(row.placement, row.tasks_per_node)) if row.placement else None
+            if row.attempt == 0 or (world is not None and rank < world):
                 return PlainTextResponse("")
-            raise ServiceError(f"job {job_id} has no rank {rank} log", field="rank")
+            ranks = f"ranks 0..{world - 1}" if world else "no ranks"
+            raise ServiceError(f"job {job_id} has no rank {rank} log (its last attempt had {ranks})", field="rank")
         return PlainTextResponse(_read(path, offset, -1).decode("utf-8", "replace"))
     return StreamingResponse(_follow(cp, job_id, path, offset), media_type="text/plain")
 
