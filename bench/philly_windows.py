@@ -96,6 +96,8 @@ def main() -> None:
     policies = [p.strip() for p in a.policies.split(",") if p.strip()]
     if OURS not in policies:
         ap.error(f"--policies must include {OURS}")
+    if len(set(policies)) < 2:
+        ap.error(f"--policies needs at least one policy besides {OURS} to compare it with")
     starts = [s.strip() for s in a.starts.split(",") if s.strip()]
     shared = {"trace": a.trace, "days": a.days, "warmup_days": a.warmup_days, "cluster": a.cluster,
               "estimates": a.estimates, "seed": a.seed, "share_below": a.share_below}

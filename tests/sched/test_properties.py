@@ -5,12 +5,13 @@
 - victims are preemptible, past their min run time, and of lower priority or borrowing; a victim
   of time-sharing leaves its team at or above its nominal quota once the jobs it leaves for start;
 - a backfilled start never delays a reservation: recomputing after the starts gives a shadow
-  time no later than the one promised;
+  time (the earliest reservation) no later than the one promised;
 - the same snapshot gives the same result.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -174,9 +175,12 @@ def test_backfill_never_delays_a_reservation(engine, snap: Snapshot):
     reserved = {r.job_id for r in res.reservations}
     again = engine.cycle(Snapshot(snap.now, state, snap.teams, snap.classes, running,
                                   [pending[j] for j in reserved], snap.usage, explain=False))
-    promised = {r.job_id: r.start_at for r in res.reservations}
-    for r in again.reservations:
-        assert r.start_at <= promised[r.job_id] + 1e-6
+    # The shadow time, not each reservation: jobs started in the cycle hold their GPUs past every
+    # reservation made in it (docs/scheduler.md, step 6), so the next cycle, knowing their ends,
+    # may reorder the later reservations (found by hypothesis: the second of two moved 1 s).
+    shadow = min(r.start_at for r in res.reservations)
+    earliest = min([r.start_at for r in again.reservations] + [snap.now for _ in again.starts], default=math.inf)
+    assert earliest <= shadow + 1e-6, (res.reservations, again)
 
 
 def _leaving(r: RunningJob) -> RunningJob:
