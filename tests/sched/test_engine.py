@@ -179,6 +179,42 @@ def test_backfill_never_delays_a_reservation():
     assert res.pending["l"].reason == Reason.RESERVATION
 
 
+def test_an_urgent_job_waiting_for_gpu_memory_gets_a_reservation():
+    """Waiting for memory other jobs hold is waiting like any other: the urgent job is reserved
+    for at their end (it used to get none, so backfill could hold it past its max wait). A job
+    no GPU could ever hold gets none."""
+    ns = nodes(1)
+    state = ClusterState(ns)
+    held = [running(state, req(f"r{g}", "b", gpus=1, gpu_mem=60.0, est_runtime_s=1000.0 + g), at=None)
+            for g in range(8)]
+    tm = teams(a=8, b=8)
+    now = 100.0
+    urgent = pending(req("u", "a", gpus=8, gpu_mem=40.0, submit=now - 13 * 3600, est_runtime_s=3600.0))
+    res = ENGINE.cycle(snapshot(ns, tm, held, [urgent], now=now))
+    assert res.pending["u"].reason == Reason.RESERVATION
+    assert [(r.job_id, r.start_at) for r in res.reservations] == [("u", 1007.0)]
+    never = pending(req("v", "a", gpus=1, gpu_mem=100.0, submit=now - 13 * 3600, est_runtime_s=3600.0))
+    res = ENGINE.cycle(snapshot(ns, tm, held, [never], now=now))
+    assert res.reservations == [] and res.pending["v"].reason == Reason.MEMORY
+
+
+def test_a_claim_on_leaving_gpus_counts_the_starts_made_before_it():
+    """A job may claim GPUs that a leaving job frees if its team's quota, once that job has
+    gone, has room. A job of the same team started earlier in the cycle takes some of that room
+    (the future ledger missed such starts, and the claim broke the team's quota)."""
+    ns = nodes(2)
+    state = ClusterState(ns)
+    leaving = running(state, req("L", "a", cls="batch", gpus=2), preempting=True)
+    tm = teams(a=(4, 0, None), b=(4, 0, None))  # no borrowing
+    now = 1000.0
+    first = pending(req("x", "b", cls="interactive", gpus=20, submit=now))  # looks at the future first
+    starts = pending(req("y", "a", gpus=2, submit=now - 100))
+    claims = pending(req("z", "a", gpus=4, submit=now))
+    res = ENGINE.cycle(snapshot(ns, tm, [leaving], [first, starts, claims], now=now))
+    assert [s.job_id for s in res.starts] == ["y"]
+    assert res.pending["z"].reason == Reason.QUOTA  # 2 (y) + 4 > 4, with L gone or not
+
+
 def test_aging_puts_a_long_waiting_job_first():
     ns = nodes(1)
     state = ClusterState(ns)

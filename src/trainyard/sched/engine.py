@@ -42,7 +42,7 @@ from typing import Iterable
 from trainyard.sched.cluster import ClusterState, Placement
 from trainyard.sched.estimate import estimate_starts, expected_end
 from trainyard.sched.ordering import OrderingParams, fairshare_factors, is_urgent, keyed_in_order
-from trainyard.sched.placement import place
+from trainyard.sched.placement import memory_ever_fits, place
 from trainyard.sched.policy import gc_paused, register
 from trainyard.sched.preemption import find_victims
 from trainyard.sched.quota import QuotaLedger
@@ -152,6 +152,13 @@ class _Cycle:
                 self.future.release(r.placement)
         return self.future
 
+    def hold_quota(self, team: str, pool: str, gpus: int) -> None:
+        """A start or a claim: count its GPUs now and, once built, in the future ledger too (a
+        start that only `ledger` saw let a later claim on leaving GPUs exceed the team's quota)."""
+        self.ledger.add(team, pool, gpus)
+        if self._fledger is not None:
+            self._fledger.add(team, pool, gpus)
+
     def fledger(self) -> QuotaLedger:
         """Quota as it will be once the leaving jobs (and victims chosen now) have left.
 
@@ -228,8 +235,7 @@ class _Cycle:
                     pl, _ = self.place_in(self.fut(), r, r.min_nodes)
                     if pl is not None:
                         self.claim(pl)
-                        self.ledger.add(r.team, r.pool, r.min_gpus)
-                        self.fledger().add(r.team, r.pool, r.min_gpus)
+                        self.hold_quota(r.team, r.pool, r.min_gpus)
                         self.pend(pj, Reason.PREEMPTING)
                         continue
             if reason == Reason.QUOTA:
@@ -244,7 +250,7 @@ class _Cycle:
                 self.pend(pj, Reason.PREEMPTING)
                 continue
             # Step 6: reservation for urgent jobs.
-            if is_urgent(key) and len(self.res.reservations) < self.p.max_reservations and reason != Reason.MEMORY:
+            if is_urgent(key) and len(self.res.reservations) < self.p.max_reservations:
                 if self.reserve(pj):
                     self.pend(pj, Reason.RESERVATION)
                     continue
@@ -306,7 +312,7 @@ class _Cycle:
                 reason = why or reason
                 continue
             self.commit(pl)
-            self.ledger.add(req.team, req.pool, pl.gpus)
+            self.hold_quota(req.team, req.pool, pl.gpus)
             self.res.starts.append(Start(req.id, pl))
             self._started.append((pj, pl.gpus))
             return None
@@ -434,8 +440,7 @@ class _Cycle:
         if pl is not None:
             self.claim(pl)
         # The preemptor's quota is held for it while its victims leave.
-        self.ledger.add(req.team, req.pool, req.min_gpus)
-        self.fledger().add(req.team, req.pool, req.min_gpus)
+        self.hold_quota(req.team, req.pool, req.min_gpus)
 
     def try_share(self, pj: PendingJob, prio: int) -> bool:
         """Step 5b: time-sharing by attained service among jobs of the same priority.
@@ -597,6 +602,8 @@ class _Cycle:
 
     def reserve(self, pj: PendingJob) -> bool:
         req = pj.req
+        if not memory_ever_fits(self.cur(), req):
+            return False  # no GPU of its pool is big enough: no end of any job helps
         view = (self.long_state or self.cur()).copy()
         need = req.min_gpus
         step = max(1, need // 4)

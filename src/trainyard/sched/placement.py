@@ -80,6 +80,13 @@ def _any_gpu_big_enough(state: ClusterState, pool: str, mem: int) -> bool:
     return any(n.pool == pool and n.healthy and c >= mem for n, c in zip(state.nodes, state.cap_mib))
 
 
+def memory_ever_fits(state: ClusterState, req: JobRequest) -> bool:
+    """Whether some healthy GPU of the job's pool is big enough for its `gpu_mem` once empty
+    (always true without one): a job waiting for memory that others hold may be reserved for;
+    one no GPU could ever hold may not."""
+    return req.gpu_mem is None or _any_gpu_big_enough(state, req.pool, gb_to_mib(req.gpu_mem))
+
+
 def _why_not(state: ClusterState, pool: str, need: int, mem: int | None) -> Reason:
     if mem is None:
         return Reason.TOPOLOGY if state.free_gpus(pool) >= need else Reason.CAPACITY
