@@ -139,10 +139,9 @@ def test_victims_follow_the_rules(engine, snap: Snapshot):
     for s in res.starts:
         r = pending[s.job_id].req
         after.add(r.team, r.pool, s.placement.gpus)
-    for jid, info in res.pending.items():
-        if info.reason == Reason.PREEMPTING:
-            r = pending[jid].req
-            after.add(r.team, r.pool, r.min_gpus)
+    for jid in _claiming(res):
+        r = pending[jid].req
+        after.add(r.team, r.pool, r.min_gpus)
     for p in res.preemptions:
         if p.reason == "share":
             v = running[p.job_id].req
@@ -175,7 +174,7 @@ def test_backfill_never_delays_a_reservation(engine, snap: Snapshot):
     stopping = {p.job_id for p in res.preemptions}
     running = [r if r.req.id not in stopping else _leaving(r) for r in running]
     reserved = {r.job_id for r in res.reservations}
-    claiming = {j for j, i in res.pending.items() if i.reason == Reason.PREEMPTING}
+    claiming = _claiming(res)
     again = engine.cycle(Snapshot(snap.now, state, snap.teams, snap.classes, running,
                                   [pj for j, pj in pending.items() if j in reserved | claiming], snap.usage,
                                   explain=True))
@@ -186,8 +185,7 @@ def test_backfill_never_delays_a_reservation(engine, snap: Snapshot):
     # their grace time, no longer by estimates), is not delayed. A reservation holds GPUs, not
     # quota (docs, step 6): one that a backfilled job's quota now blocks is not this property's
     # business.
-    if any(s.job_id in reserved for s in again.starts) or any(
-            j in reserved and i.reason == Reason.PREEMPTING for j, i in again.pending.items()):
+    if any(s.job_id in reserved for s in again.starts) or reserved & _claiming(again):
         return
     reserved -= {j for j, i in again.pending.items() if i.reason == Reason.QUOTA}
     if not reserved:
@@ -195,6 +193,12 @@ def test_backfill_never_delays_a_reservation(engine, snap: Snapshot):
     shadow = min(r.start_at for r in res.reservations if r.job_id in reserved)
     earliest = min((r.start_at for r in again.reservations if r.job_id in reserved), default=math.inf)
     assert earliest <= shadow + 1e-6, (res.reservations, again)
+
+
+def _claiming(res) -> set[str]:
+    """Jobs of a cycle (run with `explain`) that wait for GPUs being freed: preemptors, and jobs
+    that claim a leaving job's GPUs. They hold quota and GPUs already."""
+    return {j for j, i in res.pending.items() if i.reason == Reason.PREEMPTING}
 
 
 def _leaving(r: RunningJob) -> RunningJob:

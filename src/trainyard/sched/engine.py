@@ -602,7 +602,7 @@ class _Cycle:
 
     def reserve(self, pj: PendingJob) -> bool:
         req = pj.req
-        if not memory_ever_fits(self.cur(), req):
+        if not memory_ever_fits(self.snap.cluster, req):  # capacities, not what is free
             return False  # no GPU of its pool is big enough: no end of any job helps
         view = (self.long_state or self.cur()).copy()
         need = req.min_gpus
