@@ -182,11 +182,13 @@ def test_no_query_or_path_text_makes_a_5xx(plane):
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
+    from tests.hypothesis_setup import examples
+
     plane.submit(command=script("pass"), team="vision")
     c = browser(plane, plane.admin_token)
     text = st.text(st.characters(codec="utf-8"), max_size=30)
 
-    @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck))
     @given(job=text, rank=text, window=text, refresh=text, nxt=text)
     def check(job: str, rank: str, window: str, refresh: str, nxt: str) -> None:
         for r in (c.get(f"/ui/jobs/{quote(job, safe='')}", params={"rank": rank}),

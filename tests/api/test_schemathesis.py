@@ -9,8 +9,9 @@ reach outside the scratch directory are replaced with harmless values: a path as
 shell script, an absolute, `..` or `%x` output path, env names (PATH, BASH_ENV, LD_PRELOAD...).
 Log streaming (`follow`) is switched off: it waits for a job's end by design.
 
-The run is derandomized (the same examples every time, 25 per operation). To search longer with
-fresh examples: `FUZZ_N=300 .venv/bin/pytest tests/api/test_schemathesis.py`.
+`make test` runs the same 25 examples per operation every time (`tests/hypothesis_setup.py`). To
+search longer with fresh examples:
+`HYPOTHESIS_PROFILE=explore HYPOTHESIS_SCALE=12 .venv/bin/pytest tests/api/test_schemathesis.py`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from schemathesis.checks import not_a_server_error
 
 from tests.plane import TWO_TEAMS, Plane, script
 from trainyard.api.app import create_app
+from tests.hypothesis_setup import examples
 
 # The spec does not depend on the plane (create_app only stores it), so it is built once, here.
 schema = schemathesis.openapi.from_dict(create_app(None).openapi())  # type: ignore[arg-type]
@@ -106,7 +108,7 @@ def _steer(case: Any) -> None:
 
 
 @schema.parametrize()
-@settings(max_examples=int(os.environ.get("FUZZ_N", 25)), deadline=None, derandomize=not os.environ.get("FUZZ_N"),
+@settings(max_examples=examples(25), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
 def test_no_server_error(case: Any, fuzzed: Fuzzed) -> None:
     headers = {k: v for k, v in (case.headers or {}).items() if k.lower() != "authorization"}

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainyard.runtime.cadence import CheckpointCadence
+from tests.hypothesis_setup import examples
 
 
 def simulate(every: int, lags: list[int], pipeline: int, steps: int = 60) -> tuple[list[int], int, list[int]]:
@@ -45,7 +46,7 @@ def simulate(every: int, lags: list[int], pipeline: int, steps: int = 60) -> tup
 
 @given(every=st.integers(1, 12), lags=st.lists(st.integers(0, 15), min_size=1, max_size=8),
        pipeline=st.sampled_from([0, 1]))
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 def test_no_boundary_leaves_more_than_every_steps_uncommitted(every, lags, pipeline):
     _, _, spans = simulate(every, lags, pipeline)
     assert max(spans) <= every

@@ -24,6 +24,7 @@ from trainyard.sched.placement import place
 from trainyard.sched.quota import QuotaLedger
 from trainyard.sched.types import JobRequest, PendingJob, Quota, Reason, RunningJob, Snapshot, Team
 
+from tests.hypothesis_setup import examples
 from tests.sched.builders import CLASSES
 
 # The default engine, and one that time-shares at every chance (every job counts as short, every
@@ -85,7 +86,7 @@ def _request(draw, jid, names, classes, gpus, now) -> JobRequest:
                       min_nodes=lo, max_nodes=lo + draw(st.integers(0, 1)), gpu_mem=mem, est_runtime_s=est)
 
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @each_engine
