@@ -2,9 +2,9 @@
 
 `make test` (and so CI) runs the **repeatable** profile: hypothesis derives each test's examples
 from the test itself (`derandomize=True`), so a run passes or fails on the code, never on the
-seed it happened to draw. Twice a random seed made CI fail on a counterexample the change under
-test had nothing to do with (the bugs were real; the timing was chance), and a stop that fails
-CI loses its whole session's work until the next.
+seed it happened to draw. With random seeds, a change that breaks a property can pass its own CI
+run and fail a later, unrelated one, and a stop whose CI fails does not land: that is how a
+counterexample found by chance held back a whole session's work once.
 
 Hunting for new counterexamples is a separate, deliberate run with fresh random examples, as
 many times more as you like:
