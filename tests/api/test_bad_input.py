@@ -307,8 +307,8 @@ def test_log_of_a_rank_of_the_world_not_written_yet_is_empty(p: Plane) -> None:
     p.wait(job["id"], "CANCELLED")
 
 
-@pytest.mark.parametrize("params,field", [({"state": "RUNNNING"}, "state"), ({"limit": 0}, "limit"),
-                                          ({"active": "maybe"}, "active"), ({"team": "a\x00"}, "team"),
+@pytest.mark.parametrize("params,field", [({"state": "RUNNNING"}, "state"), ({"state": "PD,XX"}, "state"),
+                                          ({"limit": 0}, "limit"), ({"active": "maybe"}, "active"), ({"team": "a\x00"}, "team"),
                                           ({"user": "\x00"}, "user"), ({"class": "\x00"}, "class")])
 def test_bad_queue_filters(p: Plane, params: dict[str, Any], field: str) -> None:
     r = p.admin.get("/api/v1/jobs", params=params)

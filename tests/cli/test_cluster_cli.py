@@ -60,6 +60,11 @@ def test_submit_command_then_queue_show_logs_events(yard):
     assert "rank 0" in yard("logs", str(jid), "-f").stdout  # follow ends when the job has ended
     q = yard("queue", "--all").stdout
     assert "JOBID" in q and "hello" in q and "COMPLETED" in q
+    for states in ("all", "cd,R", "COMPLETED"):  # squeue -t: every state, its codes, its names
+        assert [j["id"] for j in json.loads(yard("queue", "-t", states, "--json").stdout) if j["id"] == jid] == [jid]
+    assert jid not in [j["id"] for j in json.loads(yard("queue", "-t", "PD,R", "--json").stdout)]
+    bad = yard("queue", "-t", "PD,DONE", ok=False)
+    assert bad.returncode == 2 and "field 'state'" in bad.stderr and "'DONE'" in bad.stderr
     ev = yard("events", str(jid)).stdout
     assert "job.submitted" in ev and "job.started" in ev and "job.completed" in ev
     shown = yard("show", str(jid)).stdout

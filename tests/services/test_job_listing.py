@@ -6,7 +6,7 @@ from tests.plane import TWO_TEAMS
 from trainyard.control.plane import ControlPlane
 from trainyard.services import jobs
 from trainyard.services.auth import Principal
-from trainyard.services.errors import Forbidden
+from trainyard.services.errors import Forbidden, ServiceError
 
 ADMIN = Principal("admin", "admin")
 
@@ -76,3 +76,13 @@ def test_listing_some_fields_is_the_full_listing_cut_to_them(cp, who):
             got = jobs.list_job_dicts(s, who, fields=keys)
             assert got == [{k: d[k] for k in keys} for d in full], keys
             assert [list(d) for d in got] == [list(dict.fromkeys(keys))] * len(full), keys
+
+
+def test_states_are_read_as_squeue_reads_them():
+    assert jobs.parse_states("pd,R ,cd") == ["PENDING", "RUNNING", "COMPLETED"]  # codes and names, any case
+    assert jobs.parse_states("running,R") == ["RUNNING"]
+    assert jobs.parse_states("all") is None and jobs.parse_states("PD,all") is None  # every state
+    assert jobs.parse_states("") is None and jobs.parse_states(None) is None
+    with pytest.raises(ServiceError) as e:
+        jobs.parse_states("PD,XX")
+    assert e.value.field == "state" and "'XX'" in e.value.message and "codes PD, RQ, R" in e.value.message

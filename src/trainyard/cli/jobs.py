@@ -151,7 +151,8 @@ def _queue_rows(jobs: list[dict], now: float) -> list[list[Any]]:
 def queue(
     team: Optional[str] = typer.Option(None, "-A", "--team", help="only this team's jobs"),
     user: Optional[str] = typer.Option(None, "-u", "--user", help="only this user's jobs"),
-    state: Optional[str] = typer.Option(None, "-t", "--states", help="comma-separated states"),
+    state: Optional[str] = typer.Option(None, "-t", "--states",
+                                        help="comma-separated states or squeue codes (PD,R,CD...); 'all': every state"),
     all_jobs: bool = typer.Option(False, "-a", "--all", help="finished jobs too"),
     as_json: bool = JSON,
 ) -> None:

@@ -30,6 +30,27 @@ PENDING_STATES = ("PENDING", "REQUEUED")
 ACTIVE_STATES = ("RUNNING", "COMPLETING")
 TERMINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "PREEMPTED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
 ALL_STATES = PENDING_STATES + ACTIVE_STATES + TERMINAL_STATES
+# squeue's compact state codes (`squeue -t PD,R`), which Slurm users type out of habit.
+STATE_CODES = {"PD": "PENDING", "RQ": "REQUEUED", "R": "RUNNING", "CG": "COMPLETING", "CD": "COMPLETED",
+               "F": "FAILED", "CA": "CANCELLED", "PR": "PREEMPTED", "TO": "TIMEOUT", "NF": "NODE_FAIL",
+               "OOM": "OUT_OF_MEMORY"}
+
+
+def parse_states(text: str | None) -> list[str] | None:
+    """A `-t/--states` list as squeue takes it: names or compact codes, any case, comma-separated;
+    `all` means every state (None: no filter). An unknown one is a 400 naming the field."""
+    names = [x.strip().upper() for x in (text or "").split(",") if x.strip()]
+    if not names or "ALL" in names:
+        return None
+    out = []
+    for name in names:
+        full = STATE_CODES.get(name, name)
+        if full not in ALL_STATES:
+            raise _bad(f"unknown state {name!r}; states are {list(ALL_STATES)} (or squeue's codes "
+                       f"{', '.join(STATE_CODES)}, or 'all')", "state")
+        if full not in out:
+            out.append(full)
+    return out
 
 
 class JobSubmit(BaseModel):

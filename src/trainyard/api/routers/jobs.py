@@ -33,14 +33,15 @@ def submit(body: jobs.JobSubmit, by: Principal = Depends(principal), cp: Control
 
 
 @router.get("")
-def list_jobs(state: str | None = Query(None, description="comma-separated states, e.g. PENDING,RUNNING"),
+def list_jobs(state: str | None = Query(None, description="comma-separated states or squeue codes, e.g. "
+                                        "PENDING,RUNNING or PD,R; 'all' for every state"),
               team: str | None = None, user: str | None = None, job_class: str | None = Query(None, alias="class"),
               active: bool = Query(False, description="only pending and running jobs (what squeue shows)"),
               limit: int = Query(100_000, ge=1, le=100_000),
               fields: str | None = Query(None, max_length=1000, description="comma-separated keys to return, "
                                          "e.g. id,state,reason (default: all)"),
               by: Principal = Depends(principal), s: Session = Depends(session)) -> dict[str, Any]:
-    states = [x.strip().upper() for x in state.split(",") if x.strip()] if state else None
+    states = jobs.parse_states(state)
     keys = [x.strip() for x in fields.split(",") if x.strip()] if fields else None
     if active:
         states = [x for x in (states or jobs.PENDING_STATES + jobs.ACTIVE_STATES)
