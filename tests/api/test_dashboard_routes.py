@@ -198,3 +198,15 @@ def test_no_query_or_path_text_makes_a_5xx(plane):
             assert r.status_code < 500, (r.request.url, r.text[:300])
 
     check()
+
+
+def test_a_job_waiting_on_a_dependency_says_so(plane):
+    gate = plane.cp.data_dir / "gate"
+    first = plane.submit(command=script(f"import os, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)"),
+                         team="vision")["id"]
+    then = plane.submit(command=script("pass"), team="vision", dependency=f"afterok:{first}")["id"]
+    c = browser(plane, plane.admin_token)
+    page = c.get(f"/ui/jobs/{then}").text
+    assert f'<td colspan="5" class="dependency">afterok:{first}</td>' in page and "Dependency" in page
+    assert 'class="dependency"' not in c.get(f"/ui/jobs/{first}").text  # no row when there is none
+    gate.touch()

@@ -71,6 +71,21 @@ def test_submit_command_then_queue_show_logs_events(yard):
     assert "COMPLETED" in shown and "ATTEMPT" in shown
 
 
+def test_a_pipeline_from_the_shell_with_parsable_and_dependency(yard, tmp_path):
+    """JOB=$(sbatch --parsable a.sh); sbatch --dependency=afterok:$JOB b.sh — the same here."""
+    first = yard("submit", "--parsable", "-A", "nlp", "--", sys.executable, "-c", "import time; time.sleep(1)")
+    jid = int(first.stdout.strip())  # the id alone
+    script = tmp_path / "stage2.sh"
+    script.write_text(f"#!/bin/bash\n#SBATCH -A nlp\n#SBATCH --dependency=afterok:{jid}\necho stage two\n")
+    second = job_id_of(yard("submit", str(script), cwd=tmp_path))
+    shown = yard("show", str(second)).stdout
+    assert f"dependency: afterok:{jid}" in shown
+    done = wait_state(yard, second, ("COMPLETED",))
+    assert done["start_time"] >= wait_state(yard, jid, ("COMPLETED",))["end_time"]
+    bad = yard("submit", "-d", "afterok:nope", "-A", "nlp", "--", "true", ok=False)
+    assert bad.returncode == 2 and "dependency" in bad.stderr and "'nope'" in bad.stderr
+
+
 def test_batch_script_directives_are_honoured(yard, tmp_path):
     script = tmp_path / "train.sh"
     script.write_text("#!/bin/bash\n#SBATCH -N 2\n#SBATCH --gres=gpu:1\n#SBATCH -J scripted --qos=batch\n"

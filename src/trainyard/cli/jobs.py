@@ -51,6 +51,10 @@ def submit(
     workdir: Optional[str] = typer.Option(None, "-D", "--chdir", help="working directory (default: here)"),
     env: list[str] = typer.Option([], "--env", "-e", help="KEY=VALUE for the job's environment (repeatable)"),
     hold: bool = typer.Option(False, "-H", "--hold", help="submit held; `yard release` lets it run"),
+    dependency: Optional[str] = typer.Option(None, "-d", "--dependency",
+                                             help="wait for other jobs, as sbatch: afterok:12[:13], afterany:12, "
+                                                  "afternotok:12, after:12, singleton; ',' joins parts"),
+    parsable: bool = typer.Option(False, "--parsable", help="print only the job id (for scripts, as sbatch)"),
     recipe: Optional[str] = typer.Option(None, "--recipe", help="a training recipe (llama-pretrain, gemma-pretrain, "
                                          "sft, rl, or a YAML file) instead of a command"),
     sets: list[str] = typer.Option([], "--set", help="with --recipe: override a recipe field, KEY=VALUE (repeatable)"),
@@ -108,7 +112,7 @@ def submit(
         time_limit = slurm_time(time_limit)
     given = {"nodes": nodes, "gpus_per_node": gpus_per_node, "gpus": gpus, "gpu_mem_gb": gpu_mem, "time": time_limit,
              "team": team, "class": job_class, "name": name, "output": output, "tasks_per_node": tasks_per_node,
-             "checkpoint_interval": checkpoint_interval, "pool": pool, "workdir": workdir}
+             "checkpoint_interval": checkpoint_interval, "pool": pool, "workdir": workdir, "dependency": dependency}
     body.update({k: v for k, v in given.items() if v is not None})
     if hold:
         body["hold"] = True
@@ -127,6 +131,8 @@ def submit(
     job = Client().post("/api/v1/jobs", json=body)
     if as_json:
         print_json(job)
+    elif parsable:
+        typer.echo(str(job["id"]))
     else:
         typer.echo(f"Submitted job {job['id']}")
 
@@ -178,7 +184,7 @@ def show(job_id: int = typer.Argument(..., help="job id"), as_json: bool = JSON)
         return
     keys = ["id", "name", "user", "team", "class", "pool", "state", "reason", "held", "nodes_min", "nodes_max",
             "gpus_per_node", "gpus", "tasks_per_node", "gpu_mem_gb", "time_limit_s", "checkpoint_interval_s",
-            "attempt", "exit_code", "signal", "workdir", "output"]
+            "attempt", "dependency", "exit_code", "signal", "workdir", "output"]
     for k in keys:
         typer.echo(f"{k:>22}: {'' if j.get(k) is None else j.get(k)}")
     typer.echo(f"{'command':>22}: {' '.join(j['command'] or []) or '(batch script)'}")

@@ -10,10 +10,13 @@ One pass (`step`) does, in order:
    class's grace period, then SIGKILL after `kill_wait_s`; cancel, time limit and a failed rank
    go straight to SIGTERM then SIGKILL (Slurm's KillWait). The stage reached is stored, so a
    restarted loop carries on where the last one stopped.
-3. **schedule**: a `Snapshot` from the store, `policy.cycle()`, then its decisions applied under
+3. **dependencies**: jobs waiting on a `--dependency` that now holds join the queue; those whose
+   dependency never can are cancelled (`services.dependencies`).
+4. **schedule**: a `Snapshot` from the store, `policy.cycle()`, then its decisions applied under
    the write lock, each re-checked against the store (a job cancelled meanwhile is not started).
    A start is committed *before* the backend launches it, so a crash can leave a committed start
-   without processes (requeued at step 1) but never processes without a row.
+   without processes (requeued at step 1) but never processes without a row. Held jobs and jobs
+   still waiting on a dependency are not in the snapshot.
 
 It runs on its own thread: `wake()` (after any change through the API) or a short tick.
 """
@@ -45,7 +48,7 @@ from trainyard.sched.types import Reason
 from trainyard.services import auth
 from trainyard.services.config import ConfigCache, ConfigVersion
 from trainyard.services.events import record
-from trainyard.services.jobs import ACTIVE_STATES, PENDING_STATES, job_dir
+from trainyard.services.jobs import ACTIVE_STATES, PENDING_STATES, job_dir, settle_dependencies
 from trainyard.services.nodes import node_states
 from trainyard.store.db import Store
 from trainyard.store.models import AttemptRow, JobRow, NodeRow, TokenRow
@@ -170,6 +173,7 @@ class ControlLoop:
         self.reconcile(now)
         self.watch_nodes(now)
         self.drive_stops(now)
+        self.settle_dependencies(now)
         self.schedule(self.clock())
         self.stats.steps += 1
 
@@ -549,7 +553,15 @@ class ControlLoop:
             return TERM
         return KILL if now - since >= self.p.kill_wait_s else j.stop_stage
 
-    # 3. schedule -------------------------------------------------------------------------------
+    # 3. dependencies --------------------------------------------------------------------------
+
+    def settle_dependencies(self, now: float) -> None:
+        """Jobs whose `--dependency` now holds join the queue in this same pass; jobs whose
+        dependency never can are cancelled (`services.jobs.settle_dependencies`)."""
+        with self.lock, self.store.session.begin() as s:
+            settle_dependencies(s, now)
+
+    # 4. schedule -------------------------------------------------------------------------------
 
     def schedule(self, now: float) -> None:
         unhealthy = [n.name for n in self.backend.inventory() if not n.healthy]
@@ -562,6 +574,7 @@ class ControlLoop:
             # loading them was most of a pass. Held jobs are not the engine's business.
             pending = s.execute(select(*(t.c[c] for c in PENDING_COLUMNS))
                                 .where(t.c.state.in_(PENDING_STATES), t.c.held.is_(False),
+                                       t.c.dependency_pending.is_(False),
                                        or_(t.c.retry_after.is_(None), t.c.retry_after <= now))
                                 .order_by(t.c.id)).all()
             horizon = now - 6 * USAGE_HALF_LIFE_S

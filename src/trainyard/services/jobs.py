@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_v
 from sqlalchemy import Select, insert, select
 from sqlalchemy.orm import Session, make_transient_to_detached
 
+from trainyard.services import dependencies
 from trainyard.services.auth import Principal
 from trainyard.services.config import ConfigVersion
 from trainyard.services.errors import Conflict, Forbidden, NotFound, ServiceError
@@ -81,6 +82,14 @@ class JobSubmit(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     output: str | None = Field(None, max_length=1000)
     hold: bool = False
+    dependency: str | None = Field(None, max_length=20_000,
+                                   description="as sbatch --dependency: after, afterany, afterok, afternotok "
+                                               "with job ids (afterok:12:13), singleton; ',' joins parts")
+
+    @field_validator("dependency")
+    @classmethod
+    def _dependency(cls, v: str | None) -> str | None:
+        return None if v is None else dependencies.normalize(dependencies.parse(v))
 
     @field_validator("nodes")
     @classmethod
@@ -210,9 +219,12 @@ def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_d
         raise _bad(f"working directory {workdir!r} does not exist", "workdir")
     lo, hi, gpn, total = shape
     now = time.time()
+    name = sub.name or (Path(sub.command[0]).name if sub.command else "script")
+    waits = _dependency_at_submit(s, sub.dependency, name, by.user) if sub.dependency else False
     values = dict(
-        name=sub.name or (Path(sub.command[0]).name if sub.command else "script"), user=by.user, team=team,
-        job_class=cls, pool=sub.pool, state="PENDING", reason="JobHeldUser" if sub.hold else "None", held=sub.hold,
+        name=name, user=by.user, team=team, job_class=cls, pool=sub.pool, state="PENDING",
+        reason="JobHeldUser" if sub.hold else "Dependency" if waits else "None", held=sub.hold,
+        dependency=sub.dependency, dependency_pending=waits,
         command=list(sub.command), script=sub.script, workdir=workdir, env=dict(sub.env), output=sub.output,
         nodes_min=lo, nodes_max=hi, gpus_per_node=gpn, gpus=total, tasks_per_node=sub.tasks_per_node,
         gpu_mem_mib=None if sub.gpu_mem_gb is None else int(round(sub.gpu_mem_gb * 1024)),
@@ -230,12 +242,80 @@ def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_d
     make_transient_to_detached(row)
     s.add(row)
     record(s, by.user, "job.submitted", f"submitted by {by.user} for team {team}, class {cls}"
-           + (", held" if sub.hold else ""), job_id=jid, at=now,
+           + (", held" if sub.hold else "") + (f", dependency {sub.dependency}" if sub.dependency else ""),
+           job_id=jid, at=now,
            data={"gpus": total, "nodes": [lo, hi], "gpus_per_node": gpn})
     return row
 
 
 _INSERT_JOB = insert(JobRow.__table__)
+
+
+def dependency_targets(s: Session, ids: list[int]) -> dict[int, dependencies.Target]:
+    """The states of the jobs a dependency names (those that exist)."""
+    t = JobRow.__table__
+    out: dict[int, dependencies.Target] = {}
+    for i in range(0, len(ids), 500):  # bound the IN list
+        for jid, state, started in s.execute(select(t.c.id, t.c.state, t.c.attempt > 0)
+                                             .where(t.c.id.in_(ids[i:i + 500]))):
+            out[jid] = dependencies.Target(state, bool(started))
+    return out
+
+
+def singleton_blocker(s: Session, name: str, user: str, before: int | None) -> int | None:
+    """An earlier job (id below `before`; any, if None) of this name and user that has not ended."""
+    t = JobRow.__table__
+    q = select(t.c.id).where(t.c.name == name, t.c.user == user, t.c.state.not_in(TERMINAL_STATES))
+    if before is not None:
+        q = q.where(t.c.id < before)
+    return s.execute(q.order_by(t.c.id).limit(1)).scalar()
+
+
+def settle_dependencies(s: Session, now: float) -> int:
+    """Jobs waiting on a dependency: those whose dependency now holds become the scheduler's (their
+    reason goes back to None, or stays a hold's); those whose dependency never can are cancelled
+    (`DependencyNeverSatisfied`). In id order, so a cancelled stage's dependents, which came
+    later, see it cancelled in the same pass. Returns how many became ready."""
+    waiting = list(s.scalars(select(JobRow).where(JobRow.dependency_pending.is_(True),
+                                                  JobRow.state.in_(PENDING_STATES)).order_by(JobRow.id)))
+    if not waiting:
+        return 0
+    parsed = {j.id: dependencies.parse(j.dependency or "") for j in waiting}
+    targets = dependency_targets(s, sorted({i for d in parsed.values() for i in dependencies.job_ids(d)}))
+    ready = 0
+    for j in waiting:
+        deps = parsed[j.id]
+        blocker = singleton_blocker(s, j.name, j.user, j.id) if any(d.kind == "singleton" for d in deps) else None
+        verdict, why = dependencies.verdict(deps, targets, blocker)
+        if verdict == "met":
+            j.dependency_pending = False
+            if not j.held:
+                j.reason = "None"
+            record(s, "scheduler", "job.dependency_met", f"dependency {j.dependency} met", job_id=j.id, at=now)
+            ready += 1
+        elif verdict == "never":
+            j.state, j.reason, j.end_time, j.est_start = "CANCELLED", "DependencyNeverSatisfied", now, None
+            j.dependency_pending = False
+            record(s, "scheduler", "job.cancelled", f"cancelled: {why}", job_id=j.id, at=now,
+                   data={"dependency": j.dependency})
+            if j.id in targets:
+                targets[j.id] = dependencies.Target("CANCELLED", targets[j.id].started)
+    return ready
+
+
+def _dependency_at_submit(s: Session, text: str, name: str, user: str) -> bool:
+    """Whether a new job must wait on its dependency; one that names no job, or can never be met
+    any more, is refused as Slurm refuses it ("Job dependency problem")."""
+    deps = dependencies.parse(text)
+    targets = dependency_targets(s, dependencies.job_ids(deps))
+    missing = [j for j in dependencies.job_ids(deps) if j not in targets]
+    if missing:
+        raise _bad(f"no job {missing[0]} to depend on", "dependency")
+    blocker = singleton_blocker(s, name, user, None) if any(d.kind == "singleton" for d in deps) else None
+    verdict, why = dependencies.verdict(deps, targets, blocker)
+    if verdict == "never":
+        raise _bad(why, "dependency")
+    return verdict == "wait"
 
 
 def job_dir(data_dir: Path, job_id: int) -> Path:
@@ -254,7 +334,7 @@ _SHOWN = (("id", "id"), ("name", "name"), ("user", "user"), ("team", "team"), ("
           ("placement", "placement"), ("exit_code", "exit_code"), ("signal", "signal"),
           ("last_checkpoint", "last_checkpoint"), ("progress", "progress"), ("retries", "retries"),
          ("retry_after", "retry_after"), ("lost_gpu_s", "lost_gpu_s"), ("avoid_nodes", "avoid_nodes"),
-          ("command", "command"),
+          ("dependency", "dependency"), ("command", "command"),
           ("workdir", "workdir"), ("env", "env"), ("output", "output"))
 _KEYS = tuple(k for k, _ in _SHOWN)
 _COLUMNS = tuple(c for _, c in _SHOWN)
@@ -400,7 +480,7 @@ def release(s: Session, job_id: int, by: Principal) -> JobRow:
         raise Conflict(f"job {job_id} is not held")
     if row.reason == "JobHeldAdmin" and by.role not in ("admin", "operator"):
         raise Forbidden(f"job {job_id} is held by an operator or admin (JobHeldAdmin); only they can release it")
-    row.held, row.reason = False, "None"
+    row.held, row.reason = False, "Dependency" if row.dependency_pending else "None"
     record(s, by.user, "job.released", f"released by {by.user}", job_id=job_id)
     return row
 

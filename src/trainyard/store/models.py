@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -79,6 +79,9 @@ class JobRow(Base):
     lost_gpu_s: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")  # work thrown away, in total
     # nodes its failures pointed at (a hung or crashed rank's node): placed elsewhere when it can be
     avoid_nodes: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
+    # `--dependency` as stored (services/dependencies.py), and whether the job still waits on it
+    dependency: Mapped[str | None] = mapped_column(Text, nullable=True)
+    dependency_pending: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
     # a stop in progress: why (preempt, cancel, timeout, requeue, node) and since when
     stop_kind: Mapped[str | None] = mapped_column(String(20), nullable=True)

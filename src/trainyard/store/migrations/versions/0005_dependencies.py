@@ -1,0 +1,24 @@
+"""jobs.dependency, jobs.dependency_pending: `--dependency` as Slurm takes it
+
+Revision ID: 0005
+Revises: 0004
+"""
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0005"
+down_revision = "0004"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("jobs") as b:
+        b.add_column(sa.Column("dependency", sa.Text(), nullable=True))
+        b.add_column(sa.Column("dependency_pending", sa.Boolean(), nullable=False, server_default=sa.false()))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("jobs") as b:
+        b.drop_column("dependency_pending")
+        b.drop_column("dependency")
