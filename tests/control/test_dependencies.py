@@ -32,6 +32,9 @@ def test_a_pipeline_runs_in_order_and_a_failed_stage_cancels_what_needed_it(plan
     done = plane.wait(first["id"], "COMPLETED")
     second = plane.wait(ok["id"], "COMPLETED")
     assert second["start_time"] >= done["end_time"]
+    # its wait against the class's max_wait counts from then (Slurm's EligibleTime), not from its submission
+    assert second["eligible_time"] >= done["end_time"] > second["submit_time"]
+    assert done["eligible_time"] == done["submit_time"]
     assert "job.dependency_met" in events(plane, ok["id"])
 
     plane.wait(bad["id"], "FAILED", timeout=60)
@@ -65,13 +68,16 @@ def test_a_held_job_keeps_waiting_on_its_dependency_when_released(plane: Plane):
     first = plane.submit(command=script(f"import os, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)"),
                          team="vision")
     then = plane.submit(command=script("pass"), team="vision", hold=True, dependency=f"afterok:{first['id']}")
-    assert then["reason"] == "JobHeldUser"
+    assert then["reason"] == "JobHeldUser" and then["eligible_time"] is None
     assert plane.admin.post(f"/api/v1/jobs/{then['id']}/release").status_code == 200
-    assert plane.job(then["id"])["reason"] == "Dependency"
+    assert plane.job(then["id"])["reason"] == "Dependency" and plane.job(then["id"])["eligible_time"] is None
     plane.wait(first["id"], "RUNNING")
     assert plane.job(then["id"])["state"] == "PENDING"
     gate.touch()
-    plane.wait(then["id"], "COMPLETED")
+    assert plane.wait(then["id"], "COMPLETED")["eligible_time"] >= plane.job(first["id"])["end_time"]
+    held = plane.submit(command=script("pass"), team="vision", hold=True)
+    assert plane.admin.post(f"/api/v1/jobs/{held['id']}/release").status_code == 200
+    assert plane.wait(held["id"], "COMPLETED")["eligible_time"] > held["submit_time"]  # released: eligible from then
 
 
 def test_what_can_never_be_met_is_refused_at_submission_and_nothing_is_written(plane: Plane):

@@ -15,7 +15,7 @@ def row(jid: int, **kw: object) -> Row:
     base = dict(id=jid, team="vision", job_class="training", pool="default", submit_time=100.0 + jid, gpus=2,
                 gpus_per_node=None, nodes_min=1, nodes_max=1, gpu_mem_mib=None, time_limit_s=3600.0,
                 checkpoint_interval_s=None, attempt=0, queued_since=100.0 + jid, progress_s=0.0, attained_gpu_s=0.0,
-                held=False, reason="None", est_start=None, avoid_nodes=None)
+                held=False, reason="None", est_start=None, avoid_nodes=None, eligible_time=None)
     base.update(kw)
     return Row(**base)
 
@@ -32,6 +32,9 @@ def test_unchanged_rows_give_the_same_jobs_and_changed_ones_are_rebuilt() -> Non
     assert second[1] is not first[1] and second[1] == pending_of(row(2, attempt=1, queued_since=400.0))
     assert second[2].req.avoid == frozenset({"node-2"})
     assert second[3] == pending_of(row(4, gpus=8))
+    # a job whose dependency was met (or that was released) since: its wait counts from then
+    third = cache([row(1, eligible_time=900.0)])
+    assert third[0] is not second[0] and third[0].req.submit_time == 900.0 and second[0].req.submit_time == 101.0
 
 
 def test_only_the_current_pass_is_kept() -> None:

@@ -188,7 +188,7 @@ def show(job_id: int = typer.Argument(..., help="job id"), as_json: bool = JSON)
     for k in keys:
         typer.echo(f"{k:>22}: {'' if j.get(k) is None else j.get(k)}")
     typer.echo(f"{'command':>22}: {' '.join(j['command'] or []) or '(batch script)'}")
-    for k in ("submit_time", "start_time", "end_time", "est_start"):
+    for k in ("submit_time", "eligible_time", "start_time", "end_time", "est_start"):
         typer.echo(f"{k:>22}: {'' if j[k] is None else time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(j[k]))}")
     typer.echo(f"{'placement':>22}: {nodelist(j['placement'])}")
     typer.echo(f"{'retries':>22}: {j.get('retries', 0)}")

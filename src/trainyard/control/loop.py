@@ -66,7 +66,7 @@ HEALTH_MARK = "(health)"  # ends the reason of a node the checks found failing
 # What `snapshot.pending_of` and the reason bookkeeping read of a waiting job.
 PENDING_COLUMNS = ("id", "team", "job_class", "pool", "submit_time", "gpus", "gpus_per_node", "nodes_min", "nodes_max",
                    "gpu_mem_mib", "time_limit_s", "checkpoint_interval_s", "attempt", "queued_since", "progress_s",
-                   "attained_gpu_s", "held", "reason", "est_start", "avoid_nodes")
+                   "attained_gpu_s", "held", "reason", "est_start", "avoid_nodes", "eligible_time")
 
 
 @dataclass

@@ -51,10 +51,11 @@ class NodeIndex:
 
 
 def request_of(j: JobRow) -> JobRequest:
-    """`j` is a job row, or any object with its columns as attributes (a plain SQL row)."""
+    """`j` is a job row, or any object with its columns as attributes (a plain SQL row). The engine's
+    `submit_time` is the job's eligible time (`JobRow.eligible_time`), when it has one."""
     gpn = j.gpus_per_node
     return JobRequest(
-        str(j.id), j.team, j.job_class, j.submit_time,
+        str(j.id), j.team, j.job_class, j.submit_time if j.eligible_time is None else j.eligible_time,
         gpus=j.gpus if gpn is None else gpn * j.nodes_min, gpus_per_node=gpn,
         min_nodes=j.nodes_min, max_nodes=j.nodes_max,
         gpu_mem=None if j.gpu_mem_mib is None else j.gpu_mem_mib / 1024,
@@ -97,7 +98,7 @@ def decayed_usage(spans: Iterable[tuple[str, int, float, float | None]], now: fl
 # list) are unchanged since the last pass gets the same `PendingJob` back (`PendingCache`).
 PENDING_KEY = ("id", "team", "job_class", "pool", "submit_time", "gpus", "gpus_per_node", "nodes_min", "nodes_max",
                "gpu_mem_mib", "time_limit_s", "checkpoint_interval_s", "attempt", "queued_since", "progress_s",
-               "attained_gpu_s", "held")
+               "attained_gpu_s", "held", "eligible_time")
 
 
 class PendingCache:

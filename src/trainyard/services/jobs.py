@@ -225,6 +225,7 @@ def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_d
         name=name, user=by.user, team=team, job_class=cls, pool=sub.pool, state="PENDING",
         reason="JobHeldUser" if sub.hold else "Dependency" if waits else "None", held=sub.hold,
         dependency=sub.dependency, dependency_pending=waits,
+        eligible_time=None if sub.hold or waits else now,
         command=list(sub.command), script=sub.script, workdir=workdir, env=dict(sub.env), output=sub.output,
         nodes_min=lo, nodes_max=hi, gpus_per_node=gpn, gpus=total, tasks_per_node=sub.tasks_per_node,
         gpu_mem_mib=None if sub.gpu_mem_gb is None else int(round(sub.gpu_mem_gb * 1024)),
@@ -290,7 +291,7 @@ def settle_dependencies(s: Session, now: float) -> int:
         if verdict == "met":
             j.dependency_pending = False
             if not j.held:
-                j.reason = "None"
+                j.reason, j.eligible_time = "None", now
             record(s, "scheduler", "job.dependency_met", f"dependency {j.dependency} met", job_id=j.id, at=now)
             ready += 1
         elif verdict == "never":
@@ -330,7 +331,7 @@ _SHOWN = (("id", "id"), ("name", "name"), ("user", "user"), ("team", "team"), ("
           ("nodes_max", "nodes_max"), ("gpus_per_node", "gpus_per_node"), ("gpus", "gpus"),
           ("tasks_per_node", "tasks_per_node"), ("gpu_mem_gb", "gpu_mem_mib"), ("time_limit_s", "time_limit_s"),
           ("checkpoint_interval_s", "checkpoint_interval_s"), ("submit_time", "submit_time"),
-          ("start_time", "start_time"), ("end_time", "end_time"), ("est_start", "est_start"), ("attempt", "attempt"),
+          ("eligible_time", "eligible_time"), ("start_time", "start_time"), ("end_time", "end_time"), ("est_start", "est_start"), ("attempt", "attempt"),
           ("placement", "placement"), ("exit_code", "exit_code"), ("signal", "signal"),
           ("last_checkpoint", "last_checkpoint"), ("progress", "progress"), ("retries", "retries"),
          ("retry_after", "retry_after"), ("lost_gpu_s", "lost_gpu_s"), ("avoid_nodes", "avoid_nodes"),
@@ -481,6 +482,8 @@ def release(s: Session, job_id: int, by: Principal) -> JobRow:
     if row.reason == "JobHeldAdmin" and by.role not in ("admin", "operator"):
         raise Forbidden(f"job {job_id} is held by an operator or admin (JobHeldAdmin); only they can release it")
     row.held, row.reason = False, "Dependency" if row.dependency_pending else "None"
+    if not row.dependency_pending:
+        row.eligible_time = time.time()
     record(s, by.user, "job.released", f"released by {by.user}", job_id=job_id)
     return row
 

@@ -1,4 +1,5 @@
-"""jobs.dependency, jobs.dependency_pending: `--dependency` as Slurm takes it
+"""jobs.dependency, jobs.dependency_pending, jobs.eligible_time: `--dependency` as Slurm takes it,
+and the time a job became free to run (Slurm's EligibleTime)
 
 Revision ID: 0005
 Revises: 0004
@@ -16,9 +17,11 @@ def upgrade() -> None:
     with op.batch_alter_table("jobs") as b:
         b.add_column(sa.Column("dependency", sa.Text(), nullable=True))
         b.add_column(sa.Column("dependency_pending", sa.Boolean(), nullable=False, server_default=sa.false()))
+        b.add_column(sa.Column("eligible_time", sa.Float(), nullable=True))
 
 
 def downgrade() -> None:
     with op.batch_alter_table("jobs") as b:
+        b.drop_column("eligible_time")
         b.drop_column("dependency_pending")
         b.drop_column("dependency")
