@@ -22,6 +22,7 @@ BENCHES = [
     ("1,000 job submissions over HTTP to yard up on SQLite (held/unheld, 1 and 4 clients)",
      [sys.executable, str(HERE / "submit_http.py"), "--json"]),
     ("yard queue with 10,000 jobs stored (yard up on SQLite)", [sys.executable, str(HERE / "queue_10k.py"), "--json"]),
+    ("the loop's dependency step with 10,000 jobs pending", [sys.executable, str(HERE / "dependencies.py"), "--json"]),
 ]
 
 
