@@ -86,6 +86,17 @@ def test_a_pipeline_from_the_shell_with_parsable_and_dependency(yard, tmp_path):
     assert bad.returncode == 2 and "dependency" in bad.stderr and "'nope'" in bad.stderr
 
 
+def test_cancel_of_several_acts_on_each_it_can_as_scancel(yard):
+    done = job_id_of(yard("submit", "-A", "nlp", "--", "true"))
+    wait_state(yard, done, ("COMPLETED",))
+    sleepers = [job_id_of(yard("submit", "-A", "nlp", "-H", "--", "sleep", "60")) for _ in range(2)]
+    r = yard("cancel", str(done), str(sleepers[0]), "424242", str(sleepers[1]), ok=False)
+    assert r.returncode == 2
+    assert f"job {done} is already COMPLETED" in r.stderr and "no job 424242" in r.stderr
+    for jid in sleepers:  # the refusals before them did not stop the command
+        assert wait_state(yard, jid, ("CANCELLED",))["state"] == "CANCELLED"
+
+
 def test_batch_script_directives_are_honoured(yard, tmp_path):
     script = tmp_path / "train.sh"
     script.write_text("#!/bin/bash\n#SBATCH -N 2\n#SBATCH --gres=gpu:1\n#SBATCH -J scripted --qos=batch\n"

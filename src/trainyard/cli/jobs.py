@@ -12,7 +12,7 @@ from typing import Any, Optional
 import typer
 
 from trainyard.cli.client import Client
-from trainyard.cli.common import fail
+from trainyard.cli.common import EXIT_BAD_INPUT, fail
 from trainyard.cli.render import ago, clock, duration, nodelist, print_json, table
 from trainyard.cli.sbatch import SbatchError, parse_sbatch, slurm_time
 
@@ -208,13 +208,25 @@ def show(job_id: int = typer.Argument(..., help="job id"), as_json: bool = JSON)
 
 def _act(verb: str):  # noqa: ANN202
     def command(job_ids: list[int] = typer.Argument(..., help="job ids"), as_json: bool = JSON) -> None:
-        c = Client()
-        out = [c.post(f"/api/v1/jobs/{j}/{verb}") for j in job_ids]
+        # As scancel does: a job that cannot be acted on (already ended, not yours) is reported and
+        # the others are still acted on; the exit code is 2 if any was refused. An unreachable
+        # server stops at once (exit 1).
+        c, out, refused = Client(), [], 0
+        for jid in job_ids:
+            try:
+                j = c.post(f"/api/v1/jobs/{jid}/{verb}")
+            except typer.Exit as e:
+                if e.exit_code != EXIT_BAD_INPUT:
+                    raise
+                refused = e.exit_code  # _die has printed why
+                continue
+            out.append(j)
+            if not as_json:
+                typer.echo(f"job {j['id']}: {j['state']}" + (f" ({j['reason']})" if j["reason"] not in ("", "None") else ""))
         if as_json:
             print_json(out)
-        else:
-            for j in out:
-                typer.echo(f"job {j['id']}: {j['state']}" + (f" ({j['reason']})" if j["reason"] not in ("", "None") else ""))
+        if refused:
+            raise typer.Exit(refused)
     command.__doc__ = {"cancel": "Cancel jobs (scancel): pending ones at once, running ones get SIGTERM, then SIGKILL.",
                        "hold": "Hold pending jobs: they keep their place but do not start.",
                        "release": "Release held jobs.",
