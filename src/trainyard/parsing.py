@@ -71,3 +71,48 @@ def parse_node_range(value: Any) -> tuple[int, int]:
     if hi < lo:
         raise ValueError(f"node range {value!r} has its maximum below its minimum")
     return lo, hi
+
+
+_BEGIN_UNITS = {"": 1, "s": 1, "sec": 1, "second": 1, "seconds": 1, "m": 60, "min": 60, "minute": 60, "minutes": 60,
+                "h": 3600, "hour": 3600, "hours": 3600, "d": 86400, "day": 86400, "days": 86400,
+                "w": 604800, "week": 604800, "weeks": 604800}
+_NAMED = {"midnight": (0, 0), "tomorrow": (0, 0), "noon": (12, 0), "teatime": (16, 0)}
+
+
+def parse_begin(value: str, now: float) -> float:
+    """A start time as `sbatch --begin` takes it → UNIX seconds, in this machine's time zone.
+
+    `now` and `today`, `now+90` (seconds), `now+30minutes` / `now+2hours` / `now+1days` (Slurm's
+    units, also `s`, `m`, `h`, `d`, `w`), `HH:MM[:SS]` and `midnight` (or `tomorrow`), `noon`,
+    `teatime` (the next such time, today or tomorrow), `YYYY-MM-DD[THH:MM[:SS]]`. Raises ValueError naming what it cannot read."""
+    import datetime as dt
+
+    s = value.strip().lower()
+    if s == "today":
+        return now
+    m = re.fullmatch(r"now(?:\+(\d+)\s*([a-z]*))?", s)
+    if m:
+        if m.group(1) is None:
+            return now
+        if m.group(2) not in _BEGIN_UNITS:
+            raise ValueError(f"unknown unit {m.group(2)!r} in {value!r}; units are seconds, minutes, hours, days, weeks")
+        return now + int(m.group(1)) * _BEGIN_UNITS[m.group(2)]
+    here = dt.datetime.fromtimestamp(now).astimezone()
+    hm = _NAMED.get(s)
+    m = re.fullmatch(r"(\d{1,2}):(\d{2})(?::(\d{2}))?", s)
+    if hm or m:
+        h, mi, se = (*hm, 0) if hm else (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
+        try:
+            at = here.replace(hour=h, minute=mi, second=se, microsecond=0)
+        except ValueError:
+            raise ValueError(f"{value!r} is not a time of day") from None
+        return (at if at.timestamp() > now else at + dt.timedelta(days=1)).timestamp()
+    m = re.fullmatch(r"(\d{4})-(\d{2})-(\d{2})(?:t(\d{1,2}):(\d{2})(?::(\d{2}))?)?", s)
+    if m:
+        y, mo, d, h, mi, se = (int(x) if x else 0 for x in m.groups())
+        try:
+            return dt.datetime(y, mo, d, h, mi, se).astimezone().timestamp()
+        except ValueError as e:
+            raise ValueError(f"{value!r} is not a date: {e}") from None
+    raise ValueError(f"cannot read {value!r} as a start time (examples: now+1hour, now+30minutes, 16:00, "
+                     "2026-12-24T08:00, midnight)")

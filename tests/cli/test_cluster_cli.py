@@ -86,6 +86,21 @@ def test_a_pipeline_from_the_shell_with_parsable_and_dependency(yard, tmp_path):
     assert bad.returncode == 2 and "dependency" in bad.stderr and "'nope'" in bad.stderr
 
 
+def test_begin_is_read_in_the_users_time_zone_and_bad_ones_name_the_option_or_line(yard, tmp_path):
+    before = time.time()
+    jid = job_id_of(yard("submit", "-A", "nlp", "--begin", "now+1hour", "--", "true"))
+    j = json.loads(yard("show", str(jid), "--json").stdout)
+    assert j["reason"] == "BeginTime" and before + 3600 <= j["begin_time"] <= time.time() + 3600
+    assert "begin_time: " in yard("show", str(jid)).stdout
+    yard("cancel", str(jid))
+    bad = yard("submit", "-A", "nlp", "--begin", "soon", "--", "true", ok=False)
+    assert bad.returncode == 2 and "--begin: cannot read 'soon'" in bad.stderr
+    script = tmp_path / "late.sh"
+    script.write_text("#!/bin/bash\n#SBATCH -A nlp\n#SBATCH --begin=25:00\ntrue\n")
+    bad = yard("submit", str(script), ok=False, cwd=tmp_path)
+    assert bad.returncode == 2 and "late.sh:3" in bad.stderr and "not a time of day" in bad.stderr
+
+
 def test_cancel_of_several_acts_on_each_it_can_as_scancel(yard):
     done = job_id_of(yard("submit", "-A", "nlp", "--", "true"))
     wait_state(yard, done, ("COMPLETED",))

@@ -55,8 +55,8 @@ def test_listing_shape_and_privacy(cp):
     [j] = mine
     assert list(j) == ["id", "name", "user", "team", "class", "pool", "state", "reason", "held", "nodes_min",
                        "nodes_max", "gpus_per_node", "gpus", "tasks_per_node", "gpu_mem_gb", "time_limit_s",
-                       "checkpoint_interval_s", "submit_time", "eligible_time", "start_time", "end_time", "est_start",
-                       "attempt", "placement", "exit_code", "signal", "last_checkpoint", "progress", "retries",
+                       "checkpoint_interval_s", "submit_time", "begin_time", "eligible_time", "start_time", "end_time",
+                       "est_start", "attempt", "placement", "exit_code", "signal", "last_checkpoint", "progress", "retries",
                        "retry_after", "lost_gpu_s", "avoid_nodes", "dependency", "command", "workdir", "env", "output"]
     assert (j["class"], j["state"], j["reason"], j["held"], j["gpus"], j["gpu_mem_gb"], j["time_limit_s"]) == \
         ("batch", "PENDING", "JobHeldUser", True, 2, 8.0, 7200.0)

@@ -15,6 +15,7 @@ from trainyard.cli.client import Client
 from trainyard.cli.common import EXIT_BAD_INPUT, fail
 from trainyard.cli.render import ago, clock, duration, nodelist, print_json, table
 from trainyard.cli.sbatch import SbatchError, parse_sbatch, slurm_time
+from trainyard.parsing import parse_begin
 
 JSON = typer.Option(False, "--json", help="print JSON instead of a table")
 SCRIPT_SUFFIXES = (".sh", ".sbatch", ".slurm", ".bash")
@@ -54,6 +55,9 @@ def submit(
     dependency: Optional[str] = typer.Option(None, "-d", "--dependency",
                                              help="wait for other jobs, as sbatch: afterok:12[:13], afterany:12, "
                                                   "afternotok:12, after:12, singleton; ',' joins parts"),
+    begin: Optional[str] = typer.Option(None, "-b", "--begin",
+                                        help="not before this time, as sbatch: now+1hour, now+30minutes, 16:00, "
+                                             "2026-12-24T08:00, midnight"),
     parsable: bool = typer.Option(False, "--parsable", help="print only the job id (for scripts, as sbatch)"),
     recipe: Optional[str] = typer.Option(None, "--recipe", help="a training recipe (llama-pretrain, gemma-pretrain, "
                                          "sft, rl, or a YAML file) instead of a command"),
@@ -112,8 +116,14 @@ def submit(
         time_limit = slurm_time(time_limit)
     given = {"nodes": nodes, "gpus_per_node": gpus_per_node, "gpus": gpus, "gpu_mem_gb": gpu_mem, "time": time_limit,
              "team": team, "class": job_class, "name": name, "output": output, "tasks_per_node": tasks_per_node,
-             "checkpoint_interval": checkpoint_interval, "pool": pool, "workdir": workdir, "dependency": dependency}
+             "checkpoint_interval": checkpoint_interval, "pool": pool, "workdir": workdir, "dependency": dependency,
+             "begin": begin}
     body.update({k: v for k, v in given.items() if v is not None})
+    if isinstance(body.get("begin"), str):  # read here, in the user's time zone; the API gets seconds
+        try:
+            body["begin"] = parse_begin(body["begin"], time.time())
+        except ValueError as e:
+            fail(f"--begin: {e}")
     if hold:
         body["hold"] = True
     if "nodes" in body and isinstance(body["nodes"], str) and body["nodes"].isdigit():
@@ -188,7 +198,7 @@ def show(job_id: int = typer.Argument(..., help="job id"), as_json: bool = JSON)
     for k in keys:
         typer.echo(f"{k:>22}: {'' if j.get(k) is None else j.get(k)}")
     typer.echo(f"{'command':>22}: {' '.join(j['command'] or []) or '(batch script)'}")
-    for k in ("submit_time", "eligible_time", "start_time", "end_time", "est_start"):
+    for k in ("submit_time", "begin_time", "eligible_time", "start_time", "end_time", "est_start"):
         typer.echo(f"{k:>22}: {'' if j[k] is None else time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(j[k]))}")
     typer.echo(f"{'placement':>22}: {nodelist(j['placement'])}")
     typer.echo(f"{'retries':>22}: {j.get('retries', 0)}")

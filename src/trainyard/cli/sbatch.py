@@ -4,7 +4,7 @@ As in Slurm, directives are read from the top of the script until the first line
 neither blank nor a comment; options on the command line win over the script's. Supported:
 `-N/--nodes`, `--gres=gpu[:type]:N`, `--gpus-per-node`, `-G/--gpus`, `-t/--time`, `-J/--job-name`,
 `--qos` (→ class), `-A/--account` (→ team), `-o/--output`, `-p/--partition` (→ pool),
-`--ntasks-per-node`, `-D/--chdir`, `-H/--hold`, `-d/--dependency`. Options that make sense to Slurm but not here
+`--ntasks-per-node`, `-D/--chdir`, `-H/--hold`, `-d/--dependency`, `-b/--begin`. Options that make sense to Slurm but not here
 (`--mem`, `--cpus-per-task`, `--mail-*`, …) are ignored with a warning; anything else is an error
 that names the line.
 """
@@ -15,7 +15,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from trainyard.parsing import parse_duration, parse_node_range
+from trainyard.parsing import parse_begin, parse_duration, parse_node_range
 
 
 class SbatchError(ValueError):
@@ -39,6 +39,7 @@ _FIELDS = {
     "-D": "workdir", "--chdir": "workdir",
     "--gres": "gres",
     "-d": "dependency", "--dependency": "dependency",
+    "-b": "begin", "--begin": "begin",
 }
 _FLAGS = {"-H": "hold", "--hold": "hold"}
 IGNORED = {"--mem", "--mem-per-cpu", "--mem-per-gpu", "-c", "--cpus-per-task", "--mail-type", "--mail-user",
@@ -70,6 +71,9 @@ def _value(field_name: str, raw: str, file: str, line: int) -> object:
         if field_name == "time":
             raw = slurm_time(raw)
             parse_duration(raw)
+            return raw
+        if field_name == "begin":
+            parse_begin(raw, 0.0)  # checked here so that the error names the line; read at submission
             return raw
         if field_name == "gres":
             m = re.fullmatch(r"gpu(?::[A-Za-z0-9_.-]+)?:(\d+)", raw.strip())

@@ -575,6 +575,7 @@ class ControlLoop:
             pending = s.execute(select(*(t.c[c] for c in PENDING_COLUMNS))
                                 .where(t.c.state.in_(PENDING_STATES), t.c.held.is_(False),
                                        t.c.dependency_pending.is_(False),
+                                       or_(t.c.begin_time.is_(None), t.c.begin_time <= now),
                                        or_(t.c.retry_after.is_(None), t.c.retry_after <= now))
                                 .order_by(t.c.id)).all()
             horizon = now - 6 * USAGE_HALF_LIFE_S

@@ -10,12 +10,13 @@ marks the job (`stop_kind`) and wakes the loop, which signals the ranks and reco
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, field_validator
 from sqlalchemy import Select, insert, select
 from sqlalchemy.orm import Session, make_transient_to_detached
 
@@ -24,6 +25,7 @@ from trainyard.services.auth import Principal
 from trainyard.services.config import ConfigVersion
 from trainyard.services.errors import Conflict, Forbidden, NotFound, ServiceError
 from trainyard.services.events import record
+from trainyard.parsing import parse_begin
 from trainyard.spec import parse_duration, parse_node_range
 from trainyard.store.models import AttemptRow, JobRow
 
@@ -31,6 +33,7 @@ PENDING_STATES = ("PENDING", "REQUEUED")
 ACTIVE_STATES = ("RUNNING", "COMPLETING")
 TERMINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "PREEMPTED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
 ALL_STATES = PENDING_STATES + ACTIVE_STATES + TERMINAL_STATES
+LATEST_BEGIN = 4_102_444_800.0  # 2100-01-01
 # squeue's compact state codes (`squeue -t PD,R`), which Slurm users type out of habit.
 STATE_CODES = {"PD": "PENDING", "RQ": "REQUEUED", "R": "RUNNING", "CG": "COMPLETING", "CD": "COMPLETED",
                "F": "FAILED", "CA": "CANCELLED", "PR": "PREEMPTED", "TO": "TIMEOUT", "NF": "NODE_FAIL",
@@ -85,6 +88,20 @@ class JobSubmit(BaseModel):
     dependency: str | None = Field(None, max_length=20_000,
                                    description="as sbatch --dependency: after, afterany, afterok, afternotok "
                                                "with job ids (afterok:12:13), singleton; ',' joins parts")
+
+    begin: StrictFloat | StrictInt | StrictStr | None = Field(
+        None, description="not before this time, as sbatch --begin: UNIX seconds, or now+1hour, 16:00, "
+                          "2026-12-24T08:00 … (read in the server's time zone; the CLI sends seconds)")
+
+    @field_validator("begin")
+    @classmethod
+    def _begin(cls, v: Any) -> float | None:
+        if v is None:
+            return None
+        at = parse_begin(v, time.time()) if isinstance(v, str) else float(v)
+        if not math.isfinite(at) or not 0 <= at <= LATEST_BEGIN:
+            raise ValueError("a start time must be UNIX seconds before 2100")
+        return at
 
     @field_validator("dependency")
     @classmethod
@@ -221,11 +238,12 @@ def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_d
     now = time.time()
     name = sub.name or (Path(sub.command[0]).name if sub.command else "script")
     waits = _dependency_at_submit(s, sub.dependency, name, by.user) if sub.dependency else False
+    begin = sub.begin if sub.begin is not None and sub.begin > now else None  # a past time is now
     values = dict(
         name=name, user=by.user, team=team, job_class=cls, pool=sub.pool, state="PENDING",
-        reason="JobHeldUser" if sub.hold else "Dependency" if waits else "None", held=sub.hold,
-        dependency=sub.dependency, dependency_pending=waits,
-        eligible_time=None if sub.hold or waits else now,
+        reason="JobHeldUser" if sub.hold else "Dependency" if waits else _free_reason(begin, now), held=sub.hold,
+        dependency=sub.dependency, dependency_pending=waits, begin_time=begin,
+        eligible_time=None if sub.hold or waits else max(now, begin or now),
         command=list(sub.command), script=sub.script, workdir=workdir, env=dict(sub.env), output=sub.output,
         nodes_min=lo, nodes_max=hi, gpus_per_node=gpn, gpus=total, tasks_per_node=sub.tasks_per_node,
         gpu_mem_mib=None if sub.gpu_mem_gb is None else int(round(sub.gpu_mem_gb * 1024)),
@@ -250,6 +268,11 @@ def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_d
 
 
 _INSERT_JOB = insert(JobRow.__table__)
+
+
+def _free_reason(begin: float | None, now: float) -> str:
+    """The reason of a job nothing holds back but, perhaps, its `--begin` time."""
+    return "BeginTime" if begin is not None and begin > now else "None"
 
 
 def dependency_targets(s: Session, ids: list[int]) -> dict[int, dependencies.Target]:
@@ -291,7 +314,7 @@ def settle_dependencies(s: Session, now: float) -> int:
         if verdict == "met":
             j.dependency_pending = False
             if not j.held:
-                j.reason, j.eligible_time = "None", now
+                j.reason, j.eligible_time = _free_reason(j.begin_time, now), max(now, j.begin_time or now)
             record(s, "scheduler", "job.dependency_met", f"dependency {j.dependency} met", job_id=j.id, at=now)
             ready += 1
         elif verdict == "never":
@@ -331,7 +354,8 @@ _SHOWN = (("id", "id"), ("name", "name"), ("user", "user"), ("team", "team"), ("
           ("nodes_max", "nodes_max"), ("gpus_per_node", "gpus_per_node"), ("gpus", "gpus"),
           ("tasks_per_node", "tasks_per_node"), ("gpu_mem_gb", "gpu_mem_mib"), ("time_limit_s", "time_limit_s"),
           ("checkpoint_interval_s", "checkpoint_interval_s"), ("submit_time", "submit_time"),
-          ("eligible_time", "eligible_time"), ("start_time", "start_time"), ("end_time", "end_time"), ("est_start", "est_start"), ("attempt", "attempt"),
+          ("begin_time", "begin_time"), ("eligible_time", "eligible_time"),
+          ("start_time", "start_time"), ("end_time", "end_time"), ("est_start", "est_start"), ("attempt", "attempt"),
           ("placement", "placement"), ("exit_code", "exit_code"), ("signal", "signal"),
           ("last_checkpoint", "last_checkpoint"), ("progress", "progress"), ("retries", "retries"),
          ("retry_after", "retry_after"), ("lost_gpu_s", "lost_gpu_s"), ("avoid_nodes", "avoid_nodes"),
@@ -481,9 +505,10 @@ def release(s: Session, job_id: int, by: Principal) -> JobRow:
         raise Conflict(f"job {job_id} is not held")
     if row.reason == "JobHeldAdmin" and by.role not in ("admin", "operator"):
         raise Forbidden(f"job {job_id} is held by an operator or admin (JobHeldAdmin); only they can release it")
-    row.held, row.reason = False, "Dependency" if row.dependency_pending else "None"
+    now = time.time()
+    row.held, row.reason = False, "Dependency" if row.dependency_pending else _free_reason(row.begin_time, now)
     if not row.dependency_pending:
-        row.eligible_time = time.time()
+        row.eligible_time = max(now, row.begin_time or now)
     record(s, by.user, "job.released", f"released by {by.user}", job_id=job_id)
     return row
 

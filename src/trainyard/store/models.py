@@ -82,11 +82,14 @@ class JobRow(Base):
     # `--dependency` as stored (services/dependencies.py), and whether the job still waits on it
     dependency: Mapped[str | None] = mapped_column(Text, nullable=True)
     dependency_pending: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
-    # Slurm's EligibleTime: when it last became free to run (submitted, dependency met, released).
+    # Slurm's EligibleTime: when it last became free to run (submitted, begin time reached,
+    # dependency met, released).
     # The scheduler counts a job's wait against its class's max_wait from here, not from its
     # submission: a day spent waiting on another job, or held, is no reason to jump the queue.
     # None: not yet eligible, or a row from before this column (which counts from submit_time).
     eligible_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # `--begin`: not scheduled before this time (reason BeginTime until then)
+    begin_time: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     # a stop in progress: why (preempt, cancel, timeout, requeue, node) and since when
     stop_kind: Mapped[str | None] = mapped_column(String(20), nullable=True)

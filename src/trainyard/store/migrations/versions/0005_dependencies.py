@@ -1,5 +1,5 @@
-"""jobs.dependency, jobs.dependency_pending, jobs.eligible_time: `--dependency` as Slurm takes it,
-and the time a job became free to run (Slurm's EligibleTime)
+"""jobs.dependency, jobs.dependency_pending, jobs.eligible_time, jobs.begin_time: `--dependency`
+and `--begin` as Slurm takes them, and the time a job became free to run (Slurm's EligibleTime)
 
 Revision ID: 0005
 Revises: 0004
@@ -18,10 +18,12 @@ def upgrade() -> None:
         b.add_column(sa.Column("dependency", sa.Text(), nullable=True))
         b.add_column(sa.Column("dependency_pending", sa.Boolean(), nullable=False, server_default=sa.false()))
         b.add_column(sa.Column("eligible_time", sa.Float(), nullable=True))
+        b.add_column(sa.Column("begin_time", sa.Float(), nullable=True))
 
 
 def downgrade() -> None:
     with op.batch_alter_table("jobs") as b:
+        b.drop_column("begin_time")
         b.drop_column("eligible_time")
         b.drop_column("dependency_pending")
         b.drop_column("dependency")
