@@ -101,6 +101,31 @@ def test_begin_is_read_in_the_users_time_zone_and_bad_ones_name_the_option_or_li
     assert bad.returncode == 2 and "late.sh:3" in bad.stderr and "not a time of day" in bad.stderr
 
 
+def test_an_array_is_shown_and_cancelled_as_squeue_and_scancel_do(yard, tmp_path):
+    script = tmp_path / "sweep.sh"
+    script.write_text("#!/bin/bash\n#SBATCH -A nlp -J sweep\n#SBATCH --array=0-3%2\n"
+                      "echo lr index $SLURM_ARRAY_TASK_ID; sleep 60\n")
+    aid = int(yard("submit", "--parsable", "-H", str(script), cwd=tmp_path).stdout)
+    rows = [line.split()[0] for line in yard("queue", "-A", "nlp").stdout.splitlines()[1:]]
+    assert [f"{aid}_{i}" for i in range(4)] == [r for r in rows if r.startswith(f"{aid}_")]  # squeue's ARRAY_TASK
+    assert "array_task_id: 2" in yard("show", f"{aid}_2").stdout
+    assert yard("cancel", f"{aid}_1").stdout.startswith(f"job {aid}_1: CANCELLED")  # one task
+    assert yard("release", str(aid)).returncode == 0  # the array's id: every task still waiting
+    wait_state(yard, aid, ("RUNNING",))
+    deadline = time.monotonic() + 20
+    while "lr index 0" not in yard("logs", f"{aid}_0").stdout:  # the task's own index, read by its script
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    yard("cancel", str(aid))  # the whole array
+    states = {t["array_task_id"]: wait_state(yard, t["id"], ("CANCELLED",))["state"]
+              for t in json.loads(yard("queue", "-t", "all", "--json").stdout) if t.get("array_job_id") == aid}
+    assert states == {0: "CANCELLED", 1: "CANCELLED", 2: "CANCELLED", 3: "CANCELLED"}
+    bad = yard("show", f"{aid}_7", ok=False)
+    assert bad.returncode == 2 and f"no task 7 in job array {aid}" in bad.stderr
+    bad = yard("submit", "--array", "3-1", "-A", "nlp", "--", "true", ok=False)
+    assert bad.returncode == 2 and "field 'array'" in bad.stderr
+
+
 def test_cancel_of_several_acts_on_each_it_can_as_scancel(yard):
     done = job_id_of(yard("submit", "-A", "nlp", "--", "true"))
     wait_state(yard, done, ("COMPLETED",))

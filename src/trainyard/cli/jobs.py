@@ -58,6 +58,9 @@ def submit(
     begin: Optional[str] = typer.Option(None, "-b", "--begin",
                                         help="not before this time, as sbatch: now+1hour, now+30minutes, 16:00, "
                                              "2026-12-24T08:00, midnight"),
+    array: Optional[str] = typer.Option(None, "-a", "--array",
+                                        help="a job array, as sbatch: 0-9, 1,3,5, 0-15:4, 0-99%8 (at most 8 at once); "
+                                             "each task sees $SLURM_ARRAY_TASK_ID"),
     parsable: bool = typer.Option(False, "--parsable", help="print only the job id (for scripts, as sbatch)"),
     recipe: Optional[str] = typer.Option(None, "--recipe", help="a training recipe (llama-pretrain, gemma-pretrain, "
                                          "sft, rl, or a YAML file) instead of a command"),
@@ -117,7 +120,7 @@ def submit(
     given = {"nodes": nodes, "gpus_per_node": gpus_per_node, "gpus": gpus, "gpu_mem_gb": gpu_mem, "time": time_limit,
              "team": team, "class": job_class, "name": name, "output": output, "tasks_per_node": tasks_per_node,
              "checkpoint_interval": checkpoint_interval, "pool": pool, "workdir": workdir, "dependency": dependency,
-             "begin": begin}
+             "begin": begin, "array": array}
     body.update({k: v for k, v in given.items() if v is not None})
     if isinstance(body.get("begin"), str):  # read here, in the user's time zone; the API gets seconds
         try:
@@ -148,7 +151,12 @@ def submit(
 
 
 QUEUE_FIELDS = ("id,name,team,user,class,state,start_time,submit_time,nodes_min,nodes_max,gpus,gpus_per_node,"
-                "placement,reason,est_start")
+                "placement,reason,est_start,array_job_id,array_task_id")
+
+
+def _shown_id(j: dict) -> str:
+    """As squeue shows it: an array's task as ARRAY_TASK, any other job by its id."""
+    return str(j["id"]) if j.get("array_job_id") is None else f"{j['array_job_id']}_{j['array_task_id']}"
 
 
 def _queue_rows(jobs: list[dict], now: float) -> list[list[Any]]:
@@ -159,7 +167,7 @@ def _queue_rows(jobs: list[dict], now: float) -> list[list[Any]]:
         size = (f"{j['nodes_min']}" if j["nodes_min"] == j["nodes_max"] else f"{j['nodes_min']}-{j['nodes_max']}")
         gpus = j["gpus"] if j["gpus_per_node"] is None else f"{size}x{j['gpus_per_node']}"
         where = nodelist(j["placement"]) if running else f"({j['reason']})"
-        rows.append([j["id"], j["name"][:20], j["team"], j["user"], j["class"], j["state"], t, gpus,
+        rows.append([_shown_id(j), j["name"][:20], j["team"], j["user"], j["class"], j["state"], t, gpus,
                      clock(j["est_start"]) if not running else "", where])
     return rows
 
@@ -186,15 +194,36 @@ def queue(
           _queue_rows(jobs, time.time()))
 
 
-def show(job_id: int = typer.Argument(..., help="job id"), as_json: bool = JSON) -> None:
+def _task_id(c: Client, array_id: int, index: int) -> int | None:
+    for t in c.get("/api/v1/jobs", params={"array": array_id, "fields": "id,array_task_id"})["jobs"]:
+        if t["array_task_id"] == index:
+            return t["id"]
+    return None
+
+
+def resolve(c: Client, text: str) -> int:
+    """A job named on the command line: its id, or `ARRAY_TASK` (`42_3`: task 3 of array 42)."""
+    a, sep, t = text.partition("_")
+    if not (a.isascii() and a.isdigit() and (not sep or (t.isascii() and t.isdigit()))) or len(text) > 40:
+        fail(f"{text!r} is not a job id (42) nor an array task (42_3)")
+    if not sep:
+        return int(a)
+    jid = _task_id(c, int(a), int(t))
+    if jid is None:
+        fail(f"no task {t} in job array {a}")
+    return jid
+
+
+def show(job_id: str = typer.Argument(..., help="job id, or ARRAY_TASK (42_3)"), as_json: bool = JSON) -> None:
     """Everything about one job, with its attempts (scontrol show job)."""
-    j = Client().get(f"/api/v1/jobs/{job_id}")
+    c = Client()
+    j = c.get(f"/api/v1/jobs/{resolve(c, job_id)}")
     if as_json:
         print_json(j)
         return
     keys = ["id", "name", "user", "team", "class", "pool", "state", "reason", "held", "nodes_min", "nodes_max",
             "gpus_per_node", "gpus", "tasks_per_node", "gpu_mem_gb", "time_limit_s", "checkpoint_interval_s",
-            "attempt", "dependency", "exit_code", "signal", "workdir", "output"]
+            "attempt", "dependency", "array_job_id", "array_task_id", "exit_code", "signal", "workdir", "output"]
     for k in keys:
         typer.echo(f"{k:>22}: {'' if j.get(k) is None else j.get(k)}")
     typer.echo(f"{'command':>22}: {' '.join(j['command'] or []) or '(batch script)'}")
@@ -216,13 +245,34 @@ def show(job_id: int = typer.Argument(..., help="job id"), as_json: bool = JSON)
                 nodelist(a["placement"]), a["reason"]] for a in j["attempts"]])
 
 
+def _expand(c: Client, texts: list[str], verb: str) -> list[int]:
+    """The jobs a cancel, hold, release or requeue acts on. As scancel reads it, an array's id means
+    every task of the array (those not yet ended, but for a requeue), `42_3` one task."""
+    out: list[int] = []
+    for text in texts:
+        jid = resolve(c, text)
+        if "_" not in text:
+            tasks = c.get("/api/v1/jobs", params={"array": jid, "fields": "id,state"})["jobs"]
+            live = [t["id"] for t in tasks if verb == "requeue" or t["state"] not in TERMINAL]
+            if live:  # (an array whose tasks have all ended: the array's own job reports it)
+                out += live
+                continue
+        out.append(jid)
+    return list(dict.fromkeys(out))
+
+
+TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "PREEMPTED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
+
+
 def _act(verb: str):  # noqa: ANN202
-    def command(job_ids: list[int] = typer.Argument(..., help="job ids"), as_json: bool = JSON) -> None:
+    def command(job_ids: list[str] = typer.Argument(..., help="job ids; an array's id means all its tasks, "
+                                                              "ARRAY_TASK (42_3) one of them"),
+                as_json: bool = JSON) -> None:
         # As scancel does: a job that cannot be acted on (already ended, not yours) is reported and
         # the others are still acted on; the exit code is 2 if any was refused. An unreachable
         # server stops at once (exit 1).
         c, out, refused = Client(), [], 0
-        for jid in job_ids:
+        for jid in _expand(c, job_ids, verb):
             try:
                 j = c.post(f"/api/v1/jobs/{jid}/{verb}")
             except typer.Exit as e:
@@ -232,7 +282,8 @@ def _act(verb: str):  # noqa: ANN202
                 continue
             out.append(j)
             if not as_json:
-                typer.echo(f"job {j['id']}: {j['state']}" + (f" ({j['reason']})" if j["reason"] not in ("", "None") else ""))
+                typer.echo(f"job {_shown_id(j)}: {j['state']}"
+                           + (f" ({j['reason']})" if j["reason"] not in ("", "None") else ""))
         if as_json:
             print_json(out)
         if refused:
@@ -248,11 +299,12 @@ def _act(verb: str):  # noqa: ANN202
 cancel, hold, release, requeue = (_act(v) for v in ("cancel", "hold", "release", "requeue"))
 
 
-def logs(job_id: int = typer.Argument(..., help="job id"),
+def logs(job_id: str = typer.Argument(..., help="job id, or ARRAY_TASK (42_3)"),
          follow: bool = typer.Option(False, "-f", "--follow", help="keep printing until the job ends"),
          rank: int = typer.Option(0, "--rank", "-r", help="which rank's log")) -> None:
     """A job's log (stdout and stderr of one rank)."""
     c = Client()
+    job_id = str(resolve(c, job_id))
     if not follow:
         sys.stdout.write(c.get(f"/api/v1/jobs/{job_id}/logs", params={"rank": rank}))
         return

@@ -4,7 +4,7 @@ As in Slurm, directives are read from the top of the script until the first line
 neither blank nor a comment; options on the command line win over the script's. Supported:
 `-N/--nodes`, `--gres=gpu[:type]:N`, `--gpus-per-node`, `-G/--gpus`, `-t/--time`, `-J/--job-name`,
 `--qos` (→ class), `-A/--account` (→ team), `-o/--output`, `-p/--partition` (→ pool),
-`--ntasks-per-node`, `-D/--chdir`, `-H/--hold`, `-d/--dependency`, `-b/--begin`. Options that make sense to Slurm but not here
+`--ntasks-per-node`, `-D/--chdir`, `-H/--hold`, `-d/--dependency`, `-b/--begin`, `-a/--array`. Options that make sense to Slurm but not here
 (`--mem`, `--cpus-per-task`, `--mail-*`, …) are ignored with a warning; anything else is an error
 that names the line.
 """
@@ -40,6 +40,7 @@ _FIELDS = {
     "--gres": "gres",
     "-d": "dependency", "--dependency": "dependency",
     "-b": "begin", "--begin": "begin",
+    "-a": "array", "--array": "array",
 }
 _FLAGS = {"-H": "hold", "--hold": "hold"}
 IGNORED = {"--mem", "--mem-per-cpu", "--mem-per-gpu", "-c", "--cpus-per-task", "--mail-type", "--mail-user",

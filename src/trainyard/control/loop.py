@@ -45,7 +45,7 @@ from trainyard.sched.engine import TrainyardPolicy
 from trainyard.spec import HealthSpec
 from trainyard.sched.policy import Policy
 from trainyard.sched.types import Reason
-from trainyard.services import auth
+from trainyard.services import arrays, auth
 from trainyard.services.config import ConfigCache, ConfigVersion
 from trainyard.services.events import record
 from trainyard.services.jobs import ACTIVE_STATES, PENDING_STATES, job_dir, settle_dependencies
@@ -66,7 +66,8 @@ HEALTH_MARK = "(health)"  # ends the reason of a node the checks found failing
 # What `snapshot.pending_of` and the reason bookkeeping read of a waiting job.
 PENDING_COLUMNS = ("id", "team", "job_class", "pool", "submit_time", "gpus", "gpus_per_node", "nodes_min", "nodes_max",
                    "gpu_mem_mib", "time_limit_s", "checkpoint_interval_s", "attempt", "queued_since", "progress_s",
-                   "attained_gpu_s", "held", "reason", "est_start", "avoid_nodes", "eligible_time")
+                   "attained_gpu_s", "held", "reason", "est_start", "avoid_nodes", "eligible_time", "array_job_id",
+                   "array_task_id", "array_throttle")
 
 
 @dataclass
@@ -582,6 +583,9 @@ class ControlLoop:
             spans = s.execute(select(JobRow.team, AttemptRow.placement, AttemptRow.started_at, AttemptRow.ended_at)
                               .join(JobRow, JobRow.id == AttemptRow.job_id)
                               .where(or_(AttemptRow.ended_at.is_(None), AttemptRow.ended_at > horizon))).all()
+            pending, limited = _array_throttle(pending, running)
+            if limited:
+                self._note_limited(limited)
             if not pending:
                 return
             unchecked, checking = self._before_work(cfg, states, unhealthy, running, pending, now)
@@ -619,6 +623,17 @@ class ControlLoop:
                           .values(reason=bindparam("r"), est_start=bindparam("e")), updates)
         for spec in launches:
             self._launch(spec, now)
+
+    def _note_limited(self, limited: list) -> None:
+        """Tasks an array's `%N` throttle keeps back this pass: reason JobArrayTaskLimit, no estimate."""
+        updates = [{"jid": r.id, "r": "JobArrayTaskLimit", "e": None} for r in limited
+                   if r.reason != "JobArrayTaskLimit" or r.est_start is not None]
+        if updates:
+            t = JobRow.__table__
+            still_waiting = or_(*(t.c.state == st for st in PENDING_STATES))
+            with self.lock, self.store.session.begin() as s:
+                s.execute(update(t).where(and_(t.c.id == bindparam("jid"), still_waiting, t.c.held.is_(False)))
+                          .values(reason=bindparam("r"), est_start=bindparam("e")), updates)
 
     def _before_work(self, cfg: ConfigVersion, states: dict[str, NodeRow], unhealthy: list[str],
                      running: list[JobRow], pending: list, now: float) -> tuple[set[str], bool]:
@@ -695,10 +710,11 @@ class ControlLoop:
                 script = j.script if j is not None else None
                 output = j.output if j is not None else None
                 name = j.name if j is not None else ""
+                array = (j.array_job_id, j.array_task_id) if j is not None else (None, None)
             if script is not None and not (jd / "script.sh").exists():
                 (jd / "script.sh").write_text(script)
             if output:
-                _link_outputs(output, spec, name, jd)
+                _link_outputs(output, spec, name, jd, array)
             self.backend.launch(spec)
         except (BackendError, OSError) as e:
             with self.lock, self.store.session.begin() as s:
@@ -710,8 +726,24 @@ class ControlLoop:
                     record(s, "backend", "job.failed", f"launch failed: {e}", job_id=j.id, at=now)
 
 
-def _link_outputs(pattern: str, spec: LaunchSpec, name: str, jd: Path) -> None:
-    """Slurm's `--output`: make the asked-for path(s) point at the rank logs (%j id, %t rank, %x name).
+def _array_throttle(pending: list, running: list[JobRow]) -> tuple[list, list]:
+    """Split the waiting rows into those the scheduler sees and those an array's `%N` throttle keeps
+    back this pass (`services.arrays.throttled`)."""
+    capped = [(r.id, r.array_job_id, r.array_task_id, r.array_throttle) for r in pending if r.array_throttle]
+    if not capped:
+        return pending, []
+    active: dict[int, int] = {}
+    for j in running:
+        if j.array_job_id is not None:
+            active[j.array_job_id] = active.get(j.array_job_id, 0) + 1
+    out = arrays.throttled(capped, active)
+    return [r for r in pending if r.id not in out], [r for r in pending if r.id in out]
+
+
+def _link_outputs(pattern: str, spec: LaunchSpec, name: str, jd: Path,
+                  array: tuple[int | None, int | None] = (None, None)) -> None:
+    """Slurm's `--output`: make the asked-for path(s) point at the rank logs (%j id, %t rank, %x name,
+    %A an array's id and %a the task's index; outside an array, the job's id and 0).
 
     The control plane may run with more rights than the job's owner, so it only ever creates a
     symlink inside the job's working directory, replaces nothing but an older symlink, and skips
@@ -722,7 +754,9 @@ def _link_outputs(pattern: str, spec: LaunchSpec, name: str, jd: Path) -> None:
     for r in spec.ranks:
         if r.rank > 0 and "%t" not in pattern:
             break
-        path = Path(pattern.replace("%j", str(spec.job_id)).replace("%t", str(r.rank)).replace("%x", safe_name))
+        aid, index = array
+        path = Path(pattern.replace("%j", str(spec.job_id)).replace("%t", str(r.rank)).replace("%x", safe_name)
+                    .replace("%A", str(spec.job_id if aid is None else aid)).replace("%a", str(index or 0)))
         if not path.is_absolute():
             path = workdir / path
         try:

@@ -90,6 +90,11 @@ class JobRow(Base):
     eligible_time: Mapped[float | None] = mapped_column(Float, nullable=True)
     # `--begin`: not scheduled before this time (reason BeginTime until then)
     begin_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # a task of a job array (services/arrays.py): the array's id (its first task's), the task's
+    # index, and the array's `%N` throttle
+    array_job_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
+    array_task_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    array_throttle: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
     # a stop in progress: why (preempt, cancel, timeout, requeue, node) and since when
     stop_kind: Mapped[str | None] = mapped_column(String(20), nullable=True)

@@ -38,6 +38,7 @@ def list_jobs(state: str | None = Query(None, description="comma-separated state
               team: str | None = None, user: str | None = None, job_class: str | None = Query(None, alias="class"),
               active: bool = Query(False, description="only pending and running jobs (what squeue shows)"),
               limit: int = Query(100_000, ge=1, le=100_000),
+              array: int | None = Query(None, ge=1, le=2**62, description="only the tasks of this job array"),
               fields: str | None = Query(None, max_length=1000, description="comma-separated keys to return, "
                                          "e.g. id,state,reason (default: all)"),
               by: Principal = Depends(principal), s: Session = Depends(session)) -> dict[str, Any]:
@@ -49,7 +50,7 @@ def list_jobs(state: str | None = Query(None, description="comma-separated state
         if states == ["-"]:
             return {"jobs": []}
     return {"jobs": jobs.list_job_dicts(s, by, states=states, team=team, user=user, job_class=job_class, limit=limit,
-                                        fields=keys)}
+                                        fields=keys, array=array)}
 
 
 @router.get("/{job_id}")
