@@ -57,7 +57,8 @@ def test_listing_shape_and_privacy(cp):
                        "nodes_max", "gpus_per_node", "gpus", "tasks_per_node", "gpu_mem_gb", "time_limit_s",
                        "checkpoint_interval_s", "submit_time", "begin_time", "eligible_time", "start_time", "end_time",
                        "est_start", "attempt", "placement", "exit_code", "signal", "last_checkpoint", "progress", "retries",
-                       "retry_after", "lost_gpu_s", "avoid_nodes", "dependency", "command", "workdir", "env", "output"]
+                       "retry_after", "lost_gpu_s", "avoid_nodes", "dependency", "array_job_id", "array_task_id",
+                       "command", "workdir", "env", "output"]
     assert (j["class"], j["state"], j["reason"], j["held"], j["gpus"], j["gpu_mem_gb"], j["time_limit_s"]) == \
         ("batch", "PENDING", "JobHeldUser", True, 2, 8.0, 7200.0)
     assert (j["command"], j["env"], j["output"]) == (["python", "-c", "print(1)"], {"A": "b"}, "out-%j.log")

@@ -20,12 +20,12 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Stric
 from sqlalchemy import Select, insert, select
 from sqlalchemy.orm import Session, make_transient_to_detached
 
+from trainyard.parsing import parse_begin
 from trainyard.services import arrays, dependencies
 from trainyard.services.auth import Principal
 from trainyard.services.config import ConfigVersion
 from trainyard.services.errors import Conflict, Forbidden, NotFound, ServiceError
 from trainyard.services.events import record
-from trainyard.parsing import parse_begin
 from trainyard.spec import parse_duration, parse_node_range
 from trainyard.store.models import AttemptRow, JobRow
 
@@ -64,6 +64,9 @@ class JobSubmit(BaseModel):
     `gpus` that divides over the nodes) asks for a gang; `gpus` alone asks for that many GPUs
     anywhere, packed on as few nodes as possible; nothing asks for one GPU. Every rank runs
     `command` (or the batch `script`); ranks are one per GPU unless `tasks_per_node` is given.
+    `dependency`, `begin` and `array` are sbatch's `--dependency`, `--begin` and `--array`
+    (`services/dependencies.py`, `parsing.parse_begin`, `services/arrays.py`); an array's response
+    is its first task, whose id is the array's.
     """
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
@@ -88,10 +91,16 @@ class JobSubmit(BaseModel):
     dependency: str | None = Field(None, max_length=20_000,
                                    description="as sbatch --dependency: after, afterany, afterok, afternotok "
                                                "with job ids (afterok:12:13), singleton; ',' joins parts")
-
     begin: StrictFloat | StrictInt | StrictStr | None = Field(
         None, description="not before this time, as sbatch --begin: UNIX seconds, or now+1hour, 16:00, "
                           "2026-12-24T08:00 … (read in the server's time zone; the CLI sends seconds)")
+    array: str | None = Field(None, max_length=10_000,
+                              description="as sbatch --array: 0-9, 1,3,5, 0-15:4, with %N to run at most N at once")
+
+    @field_validator("dependency")
+    @classmethod
+    def _dependency(cls, v: str | None) -> str | None:
+        return None if v is None else dependencies.normalize(dependencies.parse(v))
 
     @field_validator("begin")
     @classmethod
@@ -103,18 +112,10 @@ class JobSubmit(BaseModel):
             raise ValueError("a start time must be UNIX seconds before 2100")
         return at
 
-    array: str | None = Field(None, max_length=10_000,
-                              description="as sbatch --array: 0-9, 1,3,5, 0-15:4, with %N to run at most N at once")
-
     @field_validator("array")
     @classmethod
     def _array(cls, v: str | None) -> str | None:
         return None if v is None else arrays.normalize(arrays.parse(v))
-
-    @field_validator("dependency")
-    @classmethod
-    def _dependency(cls, v: str | None) -> str | None:
-        return None if v is None else dependencies.normalize(dependencies.parse(v))
 
     @field_validator("nodes")
     @classmethod
