@@ -210,3 +210,10 @@ def test_a_job_waiting_on_a_dependency_says_so(plane):
     assert f'<td colspan="5" class="dependency">afterok:{first}</td>' in page and "Dependency" in page
     assert 'class="dependency"' not in c.get(f"/ui/jobs/{first}").text  # no row when there is none
     gate.touch()
+
+
+def test_an_array_task_names_its_array(plane):
+    aid = plane.submit(command=script("pass"), team="vision", array="4-5", hold=True)["id"]
+    second = plane.admin.get("/api/v1/jobs", params={"array": aid}).json()["jobs"][1]["id"]
+    page = browser(plane, plane.admin_token).get(f"/ui/jobs/{second}").text
+    assert f'task 5 of job array <a href="/ui/jobs/{aid}">{aid}</a> ({aid}_5)' in page
