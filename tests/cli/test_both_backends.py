@@ -63,6 +63,22 @@ def test_a_job_that_completes_shows_its_output_and_exit(yc):
     assert "hello from rank 0" in yc.yard("logs", str(job)).stdout
 
 
+def test_array_tasks_see_their_index_and_a_dependency_waits_for_the_array(yc):
+    """Arrays and dependencies are the control plane's: on Slurm too, each task is its own sbatch
+    that sees trainyard's SLURM_ARRAY_* values, and the dependent job starts after the last task."""
+    array = int(yc.yard("submit", "--parsable", "--array", "3,5", "-G", "1", "-A", "nlp", "--", sys.executable, "-c",
+                        "import os; print('task', os.environ['SLURM_ARRAY_TASK_ID'], 'of',"
+                        " os.environ['SLURM_ARRAY_JOB_ID'], flush=True)").stdout)
+    after = yc.submit("-d", f"afterok:{array}", "-G", "1", "-A", "nlp", "--", *QUICK)
+    done = yc.wait(after, "COMPLETED", timeout=90)
+    tasks = [t for t in json.loads(yc.yard("queue", "-t", "all", "--json").stdout) if t["array_job_id"] == array]
+    assert sorted(t["array_task_id"] for t in tasks) == [3, 5]
+    for t in tasks:
+        assert t["state"] == "COMPLETED" and t["end_time"] <= done["start_time"]
+        assert f"task {t['array_task_id']} of {array}" in yc.yard("logs", f"{array}_{t['array_task_id']}").stdout
+    yc.wait_slurm_empty()
+
+
 def test_bad_input_is_refused_with_exit_2_the_same_way(yc):
     r = yc.yard("submit", "-G", "0", "-A", "vision", "--", *QUICK, check=False)
     assert r.returncode == 2 and "gpus" in r.stderr.lower()
