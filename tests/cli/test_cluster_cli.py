@@ -109,6 +109,7 @@ def test_an_array_is_shown_and_cancelled_as_squeue_and_scancel_do(yard, tmp_path
     rows = [line.split()[0] for line in yard("queue", "-A", "nlp").stdout.splitlines()[1:]]
     assert [f"{aid}_{i}" for i in range(4)] == [r for r in rows if r.startswith(f"{aid}_")]  # squeue's ARRAY_TASK
     assert "array_task_id: 2" in yard("show", f"{aid}_2").stdout
+    assert f"task 2 of array {aid}" in yard("events", f"{aid}_2").stdout
     assert yard("cancel", f"{aid}_1").stdout.startswith(f"job {aid}_1: CANCELLED")  # one task
     assert yard("release", str(aid)).returncode == 0  # the array's id: every task still waiting
     wait_state(yard, aid, ("RUNNING",))

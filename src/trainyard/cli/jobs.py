@@ -313,12 +313,12 @@ def logs(job_id: str = typer.Argument(..., help="job id, or ARRAY_TASK (42_3)"),
         sys.stdout.flush()
 
 
-def events(job_id: Optional[int] = typer.Argument(None, help="only this job's events"),
+def events(job_id: Optional[str] = typer.Argument(None, help="only this job's events (an id, or ARRAY_TASK: 42_3)"),
            limit: int = typer.Option(200, "-n", "--limit", help="how many (newest)"), as_json: bool = JSON) -> None:
     """The audit trail: who changed what, when and why."""
     c = Client()
     if job_id is not None:
-        evs = c.get(f"/api/v1/jobs/{job_id}/events")["events"]
+        evs = c.get(f"/api/v1/jobs/{resolve(c, job_id)}/events")["events"]
     else:
         evs = c.get("/api/v1/events", params={"limit": limit, "newest": "true"})["events"]
     evs = evs[-limit:]
