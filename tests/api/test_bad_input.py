@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.api.helpers import job_count, store_snapshot
-from tests.plane import TWO_TEAMS, Plane, script
+from tests.plane import TWO_TEAMS, Plane, script, wait_until
 from trainyard.services.jobs import job_dir
 
 
@@ -298,7 +298,9 @@ def test_log_of_a_rank_of_the_world_not_written_yet_is_empty(p: Plane) -> None:
     then shows nothing yet rather than calling a rank of the job's world a mistake."""
     job = p.submit(p.admin, command=script("import time; time.sleep(60)"), team="vision", gpus=2)
     p.wait(job["id"], "RUNNING")
-    (job_dir(p.cp.data_dir, job["id"]) / "logs" / "rank-1.log").unlink()  # as if rank 1 had not started
+    log = job_dir(p.cp.data_dir, job["id"]) / "logs" / "rank-1.log"
+    wait_until(log.exists)  # RUNNING is committed before the launch: the backend writes the file after
+    log.unlink()  # as if rank 1 had not started
     r = p.admin.get(f"/api/v1/jobs/{job['id']}/logs", params={"rank": 1})
     assert r.status_code == 200 and r.text == ""
     r = p.admin.get(f"/api/v1/jobs/{job['id']}/logs", params={"rank": 2})
