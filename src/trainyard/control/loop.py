@@ -617,10 +617,7 @@ class ControlLoop:
                        if int(k) in by_id and (by_id[int(k)].reason != REASONS.get(v.reason)
                                                or by_id[int(k)].est_start != v.est_start)]
             if updates:
-                t = JobRow.__table__
-                still_waiting = or_(*(t.c.state == st for st in PENDING_STATES))  # no IN: executemany can't expand it
-                s.execute(update(t).where(and_(t.c.id == bindparam("jid"), still_waiting, t.c.held.is_(False)))
-                          .values(reason=bindparam("r"), est_start=bindparam("e")), updates)
+                _write_reasons(s, updates)
         for spec in launches:
             self._launch(spec, now)
 
@@ -629,11 +626,8 @@ class ControlLoop:
         updates = [{"jid": r.id, "r": "JobArrayTaskLimit", "e": None} for r in limited
                    if r.reason != "JobArrayTaskLimit" or r.est_start is not None]
         if updates:
-            t = JobRow.__table__
-            still_waiting = or_(*(t.c.state == st for st in PENDING_STATES))
             with self.lock, self.store.session.begin() as s:
-                s.execute(update(t).where(and_(t.c.id == bindparam("jid"), still_waiting, t.c.held.is_(False)))
-                          .values(reason=bindparam("r"), est_start=bindparam("e")), updates)
+                _write_reasons(s, updates)
 
     def _before_work(self, cfg: ConfigVersion, states: dict[str, NodeRow], unhealthy: list[str],
                      running: list[JobRow], pending: list, now: float) -> tuple[set[str], bool]:
@@ -724,6 +718,15 @@ class ControlLoop:
                     self._end_attempt(s, j, "FAILED", why, None, None, now, "user_error")
                     j.state, j.reason, j.end_time = "FAILED", why, now
                     record(s, "backend", "job.failed", f"launch failed: {e}", job_id=j.id, at=now)
+
+
+def _write_reasons(s, updates: list[dict]) -> None:  # noqa: ANN001
+    """Bulk-set waiting jobs' reason and estimated start ({"jid", "r", "e"} each); a job that has
+    started, ended or been held since it was read is left as it is."""
+    t = JobRow.__table__
+    still_waiting = or_(*(t.c.state == st for st in PENDING_STATES))  # no IN: executemany can't expand it
+    s.execute(update(t).where(and_(t.c.id == bindparam("jid"), still_waiting, t.c.held.is_(False)))
+              .values(reason=bindparam("r"), est_start=bindparam("e")), updates)
 
 
 def _array_throttle(pending: list, running: list[JobRow]) -> tuple[list, list]:
