@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo demo-sim test test-fast bench clean
+.PHONY: venv lint demo demo-sim test test-fast bench clean
 
 venv: $(STAMP)
 
@@ -22,11 +22,16 @@ demo: venv
 demo-sim: venv
 	$(BIN)/yard sim --format synthetic --jobs 400 --cluster 8x8 --policies all --estimates user --seed 1 --out .demo-out/sim
 
+# Lint first (ruff's chosen rules, pyproject.toml), then the suite; the layering of DESIGN.md is a
+# test of its own (tests/test_architecture.py).
 # --dist loadgroup: tests marked xdist_group (a module sharing one cluster) stay on one worker.
-test: venv
+lint: venv
+	$(BIN)/ruff check src tests bench scripts
+
+test: lint
 	$(BIN)/pytest -n 2 --dist loadgroup -q
 
-test-fast: venv
+test-fast: lint
 	$(BIN)/pytest -n 2 --dist loadgroup -q -m "not slow"
 
 bench: venv

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from trainyard.spec import EXAMPLE_CONFIG, ConfigError, JobSpec, load_config, load_jobs, parse_duration, parse_node_range
 
@@ -98,5 +99,5 @@ def test_jobs_file_and_shapes(tmp_path):
 
 
 def test_a_job_needs_a_size():
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="give either gpus"):
         JobSpec.model_validate({"team": "a"})

@@ -17,7 +17,7 @@ import pytest
 from trainyard.backends import BackendError, LocalBackend
 from trainyard.backends._procfs import read_stat
 
-from tests.backends.helpers import NODES, attempt_state, live, make_spec, marked_processes, wait_done, wait_until
+from tests.backends.helpers import NODES, attempt_state, live, make_spec, wait_done, wait_until
 
 PY = sys.executable
 # Counts steps into <job_dir>/steps-<RANK> (job_dir is argv[1]), one every 20 ms, forever.

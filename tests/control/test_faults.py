@@ -7,7 +7,7 @@ import re
 import sys
 import time
 
-from tests.plane import Plane, node_info, wait_until
+from tests.plane import node_info, wait_until
 
 WORK = [sys.executable, "-m", "trainyard.demo.work", "--steps", "30", "--step-time", "0.1", "--ckpt-every", "5"]
 

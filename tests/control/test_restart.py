@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -121,7 +122,7 @@ def test_a_start_committed_but_never_launched_goes_back_to_the_queue(server, tmp
     from trainyard.control.plane import ControlPlane
     from trainyard.services.jobs import JobSubmit, submit
     from trainyard.services.auth import Principal
-    from trainyard.store.models import AttemptRow, JobRow
+    from trainyard.store.models import AttemptRow
 
     cp = ControlPlane(server.data_dir, config_text=TWO_TEAMS.read_text())
     with cp.store.session.begin() as s:

@@ -87,7 +87,7 @@ def loss_chart(loss: LossCurve) -> charts.Chart:
     return chart
 
 
-def history_charts(h: dashboard_history.History, now: float) -> list[charts.Chart]:
+def history_charts(h: History, now: float) -> list[charts.Chart]:
     """Allocation, jobs waiting and wait of started attempts over the window, x in seconds from now."""
     xs = [c - now for c in h.centers]
     span = h.end - h.start

@@ -38,7 +38,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-import yaml
 
 import trainyard.runtime as yr
 from trainyard.contracts import committed_steps

@@ -22,6 +22,7 @@ left over are not used that epoch (they take their turn in other epochs' permuta
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -136,8 +137,8 @@ class ResumableSampler:
             offset += len(batch)
 
     def __len__(self) -> int:
-        remaining = self._epoch_end() - self.offset
-        return -(-remaining // self.global_batch_size)
+        remaining = max(0, self._epoch_end() - self.offset)
+        return math.ceil(remaining / self.global_batch_size)
 
     # -- checkpointing --------------------------------------------------------------------------
 
