@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from trainyard.backends import BackendError, LocalBackend, NodeInfo, detect_local_nodes
 from trainyard.backends._procfs import read_stat
 from trainyard.backends.local import _nvml_gpus
+from trainyard.contracts import Gang, JobInfo, RankSlot, rank_env
 
 from tests.backends.helpers import (
     NODES,
@@ -82,6 +84,29 @@ def test_two_nodes_of_two_gpus_number_local_ranks_per_node(backend, tmp_path):
     assert len({e["MASTER_PORT"] for e in es}) == 1
     assert [e["TRAINYARD_NODE"] for e in es] == ["node0", "node0", "node1", "node1"]
     assert [e["CUDA_VISIBLE_DEVICES"] for e in es] == ["0", "1", "0", "1"]  # emulated: node-local
+
+
+def test_a_two_node_gang_sees_the_whole_job_environment_built_by_contracts(backend, tmp_path, monkeypatch):
+    """Every part of `contracts.rank_env`, exactly, and nothing of a Slurm allocation the plane itself runs in."""
+    monkeypatch.setenv("SLURM_STEP_ID", "3")  # as if `yard up` ran inside a Slurm job
+    monkeypatch.setenv("SLURM_JOB_ID", "999")
+    monkeypatch.setenv("SLURM_CONF", "/etc/slurm/slurm.conf")
+    job_dir = tmp_path / "jobs" / "4"
+    ranks = [(0, "node0", (0,)), (1, "node0", (1,)), (2, "node1", (0,)), (3, "node1", (1,))]
+    info = JobInfo(name="sweep", team="vision", pool="default", job_class="training", cluster="lab",
+                   submit_host="login1", tasks_per_node=2)
+    spec = replace(make_spec(tmp_path, 4, DUMP_ENV + [str(job_dir)], ranks=ranks, attempt=2), job=info)
+    backend.launch(spec)
+    wait_done(backend, 4, attempt=2)
+    es = envs(job_dir, 4)
+    gang = Gang(tuple(RankSlot(n, tuple(map(str, g))) for _, n, g in ranks))
+    for r, e in enumerate(es):
+        want = rank_env(gang, r, job_id=4, attempt=2, checkpoint_dir=spec.checkpoint_dir, master_addr="127.0.0.1",
+                        master_port=int(es[0]["MASTER_PORT"]), workdir=spec.workdir, info=info)
+        assert {k: e.get(k) for k in want} == want
+        assert e["SLURM_RESTART_COUNT"] == "1" and e["SLURM_JOB_ID"] == "4"
+        assert "SLURM_STEP_ID" not in e and e["SLURM_CONF"] == "/etc/slurm/slurm.conf"
+    assert [e["SLURM_JOB_NODELIST"] for e in es] == ["node[0-1]"] * 4
 
 
 def test_nodes_sliced_from_real_gpus_map_to_physical_indices(tmp_path):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from trainyard.backends.slurm import features_topology, gres_gpus, node_health, parse_kv_line
-from trainyard.backends.slurm_task import rank_env, tasks_on_node
+from trainyard.backends.slurm_task import task_env, tasks_on_node
 
 LINE = ("NodeName=n1 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUTot=8 AvailableFeatures=block_b0,rack=r1,ib "
         "ActiveFeatures=block_b0,rack=r1,ib Gres=gpu:a100:4(S:0-1) NodeAddr=10.0.0.1 State=IDLE+DRAIN "
@@ -40,9 +40,31 @@ def test_tasks_per_node_forms():
     assert [tasks_on_node("2(x2),1", i) for i in (0, 1, 2)] == [2, 2, 1]
 
 
+SLURM_TASK = {"SLURM_PROCID": "5", "SLURM_LOCALID": "1", "SLURM_NTASKS": "8", "SLURM_TASKS_PER_NODE": "4(x2)",
+              "SLURM_NODEID": "1", "SLURMD_NODENAME": "n2", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_ID": "31",
+              "CUDA_VISIBLE_DEVICES": "0,1,2,3", "TRAINYARD_GPUS_PER_RANK": "1", "TRAINYARD_JOB_ID": "7",
+              "TRAINYARD_ATTEMPT": "2", "TRAINYARD_CHECKPOINT_DIR": "/ck", "MASTER_ADDR": "10.0.0.1",
+              "MASTER_PORT": "29500"}
+
+
 def test_a_task_gets_the_contract_and_its_own_gpus_out_of_the_nodes():
-    env = rank_env({"SLURM_PROCID": "5", "SLURM_LOCALID": "1", "SLURM_NTASKS": "8", "SLURM_TASKS_PER_NODE": "4(x2)",
-                    "SLURM_NODEID": "1", "SLURMD_NODENAME": "n2", "CUDA_VISIBLE_DEVICES": "0,1,2,3",
-                    "TRAINYARD_GPUS_PER_RANK": "1"})
-    assert env["RANK"] == "5" and env["LOCAL_RANK"] == "1" and env["WORLD_SIZE"] == "8"
+    env = task_env(SLURM_TASK)
+    assert env["RANK"] == "5" and env["LOCAL_RANK"] == "1" and env["WORLD_SIZE"] == "8" and env["GROUP_RANK"] == "1"
     assert env["LOCAL_WORLD_SIZE"] == "4" and env["TRAINYARD_NODE"] == "n2" and env["CUDA_VISIBLE_DEVICES"] == "1"
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("10.0.0.1", "29500")
+    assert (env["TRAINYARD_JOB_ID"], env["TRAINYARD_ATTEMPT"], env["TRAINYARD_CHECKPOINT_DIR"]) == ("7", "2", "/ck")
+    assert (env["ROLE_RANK"], env["ROLE_WORLD_SIZE"], env["TORCHELASTIC_RUN_ID"]) == ("5", "8", "7")
+    # Slurm's own variables stay Slurm's: the task adds none
+    assert not [k for k in env if k.startswith(("SLURM_", "SLURMD_"))]
+
+
+def test_a_task_without_gpus_per_rank_keeps_slurms_cuda_visible_devices():
+    env = task_env({**SLURM_TASK, "TRAINYARD_GPUS_PER_RANK": "0"})
+    assert "CUDA_VISIBLE_DEVICES" not in env
+
+
+def test_a_task_refuses_a_layout_that_is_not_slurms_block_one():
+    with pytest.raises(ValueError, match="block layout"):
+        task_env({**SLURM_TASK, "SLURM_LOCALID": "2"})
+    with pytest.raises(ValueError, match="runs on n1"):
+        task_env({**SLURM_TASK, "SLURMD_NODENAME": "n1"})

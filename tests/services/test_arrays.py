@@ -33,6 +33,12 @@ def test_each_task_sees_its_index_under_slurms_names_and_ours():
     assert (env["SLURM_ARRAY_TASK_COUNT"], env["SLURM_ARRAY_TASK_MIN"], env["SLURM_ARRAY_TASK_MAX"]) == ("4", "0", "12")
 
 
+@pytest.mark.parametrize("text,step", [("0-15:4", "4"), ("1-7:2", "2"), ("0-15:4,20", "4"), ("1,3,5", "1"), ("2-4", "1")])
+def test_the_step_is_slurms(text, step):
+    """What Slurm 22.05 sets SLURM_ARRAY_TASK_STEP to for the same --array (tried on the test cluster)."""
+    assert task_env(1, parse(text).indices[0], parse(text))["SLURM_ARRAY_TASK_STEP"] == step
+
+
 def test_the_throttle_lets_in_the_lowest_indices_up_to_its_room():
     waiting = [(15, 10, 5, 2), (12, 10, 2, 2), (13, 10, 3, 2), (21, 20, 0, 1), (22, 20, 1, 1)]
     assert throttled(waiting, {}) == {15, 22}  # array 10 lets in tasks 2 and 3; array 20 task 0

@@ -3,7 +3,7 @@
 A backend *executes decisions and reports facts* (DESIGN.md rule 2). It never decides to kill,
 requeue or time anything out; the control loop does that and calls `signal`/`release`.
 
-    inventory() -> [NodeInfo]        what can be placed on (nodes, GPUs, health, state)
+    inventory() -> [NodeInfo]        what can be placed on (nodes, GPUs, topology, health, state)
     launch(LaunchSpec)               start every rank of one attempt, or none (BackendError)
     signal(job, attempt, sig)        deliver `sig` to every rank's process group; gone is fine
     poll() -> [AttemptState]         every attempt it knows, also those re-found after a restart
@@ -20,14 +20,12 @@ the backend knows to be down is `healthy=False` with `state` saying why ("dead",
 Interpreting those facts (completed, requeue on 75, node lost, hung, drain, ...) is the control
 loop's job; a backend never requeues or drains on its own.
 
-Fault injection is emulation-only, not part of `Backend`: `LocalBackend` has `kill_node`,
-`hang_node`, `revive_node`, `kill_rank` and `hang_rank`; node states persist under
-`<data_dir>/nodes/`, so another process (a chaos command) can inject them.
+Fault injection is emulation-only and not part of `Backend`: `LocalBackend` has
+`kill_node`, `hang_node`, `revive_node`, `kill_rank` and `hang_rank`.
 
-The backend sets the job-environment contract (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
-MASTER_ADDR, MASTER_PORT, CUDA_VISIBLE_DEVICES, TRAINYARD_JOB_ID, TRAINYARD_ATTEMPT,
-TRAINYARD_CHECKPOINT_DIR, TRAINYARD_NODE) on top of `LaunchSpec.env`, and appends each rank's
-output to `<job_dir>/logs/rank-<r>.log`.
+Every rank starts with the job environment `contracts.rank_env` builds (RANK, WORLD_SIZE,
+MASTER_ADDR, CUDA_VISIBLE_DEVICES, TRAINYARD_*, torchelastic's and Slurm's variables) on top of
+`LaunchSpec.env`, and its output is appended to `contracts.JobDir(job_dir).rank_log(r)`.
 
 Errors: `BackendError` is the only exception a backend raises on purpose; its message says why
 (no such workdir, command not found, job dir not creatable, unknown node...).
@@ -37,6 +35,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Protocol
+
+from trainyard.contracts import JobInfo
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,8 @@ class NodeInfo:
     gpu_mem_mib: int
     healthy: bool = True
     state: str = "up"  # why it is unhealthy, when the backend knows: "up", "hung", "dead", ...
+    block: str = ""  # topology domains, where the backend knows them (Slurm: node features)
+    rack: str = ""
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,7 @@ class LaunchSpec:
     ranks: list[RankLaunch]
     env: dict[str, str]  # user env + TRAINYARD_API, TRAINYARD_TOKEN ...; contract vars go on top
     checkpoint_dir: str  # value of TRAINYARD_CHECKPOINT_DIR
+    job: JobInfo = JobInfo()  # name, team, pool, class...: what the environment's Slurm part says
 
 
 @dataclass(frozen=True)

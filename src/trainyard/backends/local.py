@@ -35,10 +35,14 @@ node that is not up is `healthy=False` in the inventory, refuses launches and fa
 They act on the run state on disk, so any process on the same data dir can inject them.
 
 Environment: the ranks inherit this process's environment minus `TRAINYARD_*` (the control plane's
-own settings are not the job's business), then `LaunchSpec.env`, then the contract variables.
-`CUDA_DEVICE_ORDER=PCI_BUS_ID` is set unless the spec sets it, so CUDA_VISIBLE_DEVICES indices mean
-what NVML/nvidia-smi call them. Emulated node i's GPU j is physical GPU offset(i) + j when the nodes
-are slices of real GPUs (see `gpu_offsets`), and plain j otherwise.
+own settings are not the job's business) and minus Slurm's job variables (`SLURM_*`, `SLURMD_*`
+but SLURM_CONF: were the plane itself started inside a Slurm allocation, those would describe
+that allocation, not this job), then `LaunchSpec.env`, then every part of `contracts.rank_env`
+(the contract, TRAINYARD_*, torchelastic's and the emulated Slurm job variables; every emulated
+node's MASTER_ADDR is this machine's `master_addr`). `CUDA_DEVICE_ORDER=PCI_BUS_ID` is set unless
+the spec sets it, so CUDA_VISIBLE_DEVICES indices mean what NVML/nvidia-smi call them. Emulated
+node i's GPU j is physical GPU offset(i) + j when the nodes are slices of real GPUs (see
+`gpu_offsets`), and plain j otherwise.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal as _signal
+import socket
 import subprocess
 import sys
 import threading
@@ -58,6 +63,7 @@ from pathlib import Path
 from trainyard.backends import _procfs
 from trainyard.backends._files import read_json, write_json
 from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState
+from trainyard.contracts import EnvPart, Gang, JobDir, RankSlot, rank_env
 from trainyard.ports import free_port
 
 RUNNER = Path(__file__).with_name("rank_runner.py")
@@ -128,10 +134,10 @@ class LocalBackend:
         """
         with self._lock:
             self._validate(spec)
-            run_dir = Path(spec.job_dir) / "run" / f"attempt-{spec.attempt}"
-            logs = Path(spec.job_dir) / "logs"
+            jd = JobDir(spec.job_dir)
+            run_dir = jd.attempt_run(spec.attempt)
             try:
-                logs.mkdir(parents=True, exist_ok=True)
+                jd.logs.mkdir(parents=True, exist_ok=True)
                 run_dir.parent.mkdir(parents=True, exist_ok=True)
                 if run_dir.is_dir() and not any(run_dir.glob("rank-*.json")):
                     shutil.rmtree(run_dir)  # an owner died before starting any rank of it
@@ -141,7 +147,7 @@ class LocalBackend:
             att = _Attempt(spec.job_id, spec.attempt, run_dir, len(spec.ranks), nodes={r.rank: r.node for r in spec.ranks})
             try:
                 write_json(run_dir / "attempt.json", _attempt_record(spec))
-                self._start_ranks(spec, att, logs)
+                self._start_ranks(spec, att, jd)
                 self._await_runners(att)
                 # A fault injected by another process while we were starting: it may not have
                 # seen our ranks yet, so honour "every rank or none" ourselves.
@@ -330,7 +336,7 @@ class LocalBackend:
 
     def _run_dirs(self) -> list[Path]:
         """Every attempt's run dir: ours, and any on disk (owned by another process)."""
-        dirs = {a.run_dir for a in self._attempts.values()} | set(self._data_dir.glob("jobs/*/run/attempt-*"))
+        dirs = {a.run_dir for a in self._attempts.values()} | set(JobDir.attempt_runs(self._data_dir))
         return sorted(dirs)
 
     def _ranks_on(self, node: str) -> list[tuple[Path, int]]:
@@ -388,31 +394,22 @@ class LocalBackend:
         if not Path(spec.workdir).is_dir():
             raise BackendError(f"{where}: workdir {spec.workdir!r} is not a directory")
 
-    def _start_ranks(self, spec: LaunchSpec, att: _Attempt, logs: Path) -> None:
+    def _start_ranks(self, spec: LaunchSpec, att: _Attempt, jd: JobDir) -> None:
         port = free_port(self._master_addr)  # rank 0 binds it moments later (the usual torchrun race)
         ranks = sorted(spec.ranks, key=lambda r: r.rank)
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        gang = Gang(tuple(RankSlot(r.node, tuple(str(self._offsets.get(r.node, 0) + g) for g in r.gpus))
+                          for r in ranks))
+        info = spec.job if spec.job.submit_host else replace(spec.job, submit_host=socket.gethostname())
+        inherited = {k: v for k, v in os.environ.items()
+                     if not k.startswith(("TRAINYARD_", "SLURM_", "SLURMD_")) or k == "SLURM_CONF"}
         for rl in ranks:
-            peers = [p.rank for p in ranks if p.node == rl.node]
-            env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINYARD_")}
-            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-            env.update(spec.env)
-            offset = self._offsets.get(rl.node, 0)
-            env.update(
-                RANK=str(rl.rank),
-                LOCAL_RANK=str(peers.index(rl.rank)),
-                WORLD_SIZE=str(len(ranks)),
-                LOCAL_WORLD_SIZE=str(len(peers)),
-                MASTER_ADDR=self._master_addr,
-                MASTER_PORT=str(port),
-                CUDA_VISIBLE_DEVICES=",".join(str(offset + g) for g in rl.gpus),
-                TRAINYARD_JOB_ID=str(spec.job_id),
-                TRAINYARD_ATTEMPT=str(spec.attempt),
-                TRAINYARD_CHECKPOINT_DIR=spec.checkpoint_dir,
-                TRAINYARD_NODE=rl.node,
-            )
+            env = {**inherited, "CUDA_DEVICE_ORDER": "PCI_BUS_ID", **spec.env}
+            env.update(rank_env(gang, rl.rank, job_id=spec.job_id, attempt=spec.attempt,
+                                checkpoint_dir=spec.checkpoint_dir, master_addr=self._master_addr, master_port=port,
+                                workdir=spec.workdir, info=info, parts=EnvPart.ALL))
             gpus = ",".join(map(str, rl.gpus)) or "none"
-            with open(logs / f"rank-{rl.rank}.log", "ab") as log:
+            with open(jd.rank_log(rl.rank), "ab") as log:
                 log.write(f"=== trainyard: attempt {spec.attempt} started {now} on {rl.node} gpus {gpus} ===\n".encode())
                 log.flush()
                 att.procs[rl.rank] = subprocess.Popen(
@@ -518,7 +515,7 @@ class LocalBackend:
 
     def _discover(self) -> None:
         """Re-attach to attempts left by an earlier owner: their run state is all on disk."""
-        for run_dir in sorted(self._data_dir.glob("jobs/*/run/attempt-*")):
+        for run_dir in JobDir.attempt_runs(self._data_dir):
             meta = read_json(run_dir / "attempt.json")
             ranks = [int(p.stem.split("-")[1]) for p in run_dir.glob("rank-*.json") if p.stem.split("-")[1].isdigit()]
             try:

@@ -6,14 +6,15 @@ processes across nodes. Each attempt is one batch job pinned to the engine's pla
     sbatch --nodelist=<the placement's nodes> --nodes=N --ntasks-per-node=K --gres=gpu:G
            --no-requeue --job-name=yard-<job>-<attempt> --chdir=<workdir> <run dir>/batch.sh
 
-and the batch script runs one `srun` step that starts every rank through `slurm_task.py` (the
-job-environment contract from SLURM_PROCID & co, MASTER_ADDR = the first node's address, each
-rank's output in `<job dir>/logs/rank-<r>.log`) and the same rank runner as the local backend,
+and the batch script runs one `srun` step that starts every rank through `slurm_task.py` (Slurm's
+own SLURM_* variables, plus the rest of `contracts.rank_env` built from them; MASTER_ADDR = the
+first node's address; each rank's output in `JobDir.rank_log`) and the same rank runner as the local backend,
 whose exit records land in `<job dir>/run/attempt-<a>/` — the job dir is on a file system the
 control plane and the nodes share, as a Slurm cluster's home or project space is.
 
 Facts come from those records and from Slurm: `squeue` for the batch jobs, `scontrol show node`
-for the inventory. A node Slurm reports DOWN, DRAIN, FAIL or NOT_RESPONDING is unhealthy; a rank
+for the inventory (GPUs from GRES, block and rack from node features; GPU memory, which Slurm does
+not know, from the cluster configuration the backend is created with). A node Slurm reports DOWN, DRAIN, FAIL or NOT_RESPONDING is unhealthy; a rank
 on it with no exit record is `lost`, like a rank of a dead emulated node. Signals go through
 `scancel --signal=<SIG>` (every task of every step: the preemption notice is SIGUSR1), and
 `release` cancels the batch job. `--no-requeue`: Slurm never restarts an attempt on its own —
@@ -42,6 +43,7 @@ from pathlib import Path
 
 from trainyard.backends._files import read_json, write_json
 from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState
+from trainyard.contracts import JobDir
 
 TASK = Path(__file__).with_name("slurm_task.py")
 UNHEALTHY_FLAGS = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "POWER", "REBOOT", "MAINT", "UNKNOWN")
@@ -106,7 +108,8 @@ class SlurmBackend:
     Args:
         data_dir: the control plane's data dir (job dirs under it must be visible on the nodes).
         partition: the Slurm partition trainyard's jobs go to (None: the cluster's default).
-        gpu_mem_mib: GPU memory per node name, or one value for all (Slurm does not know it).
+        gpu_mem_mib: GPU memory per node name (from the cluster configuration), or one value for
+            all (Slurm does not know it); a node missing from the mapping gets 81920.
         env: extra environment for the Slurm commands (e.g. SLURM_CONF).
         launch_timeout_s: how long a launch waits for Slurm to start every rank.
         python: the interpreter the nodes run the rank wrapper with.
@@ -177,23 +180,17 @@ class SlurmBackend:
     # -- interface ------------------------------------------------------------------------------
 
     def inventory(self) -> list[NodeInfo]:
-        """Slurm's nodes (of the partition): GPUs from GRES, health from the node state."""
+        """Slurm's nodes (of the partition): GPUs from GRES, health from the node state, block and
+        rack from the node features (`features_topology`)."""
         out = []
         for name, kv in sorted(self._nodes(max_age_s=0).items()):
             gpus, model = gres_gpus(kv.get("Gres", ""))
             healthy, why = node_health(kv.get("State", "UNKNOWN"))
             mem = self._gpu_mem.get(name, 81920) if isinstance(self._gpu_mem, dict) else self._gpu_mem
-            out.append(NodeInfo(name, gpus, model, mem, healthy=healthy, state=why))
+            topo = features_topology(kv.get("ActiveFeatures") or kv.get("AvailableFeatures") or "")
+            out.append(NodeInfo(name, gpus, model, mem, healthy=healthy, state=why,
+                                block=topo.get("block", ""), rack=topo.get("rack", "")))
         return out
-
-    def topology(self) -> dict[str, dict[str, str]]:
-        """Each node's block and rack from its Slurm features (see `features_topology`)."""
-        return {name: t for name, kv in self._nodes(max_age_s=0).items()
-                if (t := features_topology(kv.get("ActiveFeatures") or kv.get("AvailableFeatures") or ""))}
-
-    def set_gpu_memory(self, mib: dict[str, int]) -> None:
-        """GPU memory per node, from the cluster configuration (Slurm's GRES does not say)."""
-        self._gpu_mem = dict(mib)
 
     def launch(self, spec: LaunchSpec) -> None:
         """Submit the attempt as one batch job and wait until every rank has started, or none.
@@ -231,17 +228,17 @@ class SlurmBackend:
             gpn = max(gpus_per_node.values())
             per_rank = max(len(r.gpus) for r in spec.ranks)
 
-            run_dir = Path(spec.job_dir) / "run" / f"attempt-{spec.attempt}"
-            logs = Path(spec.job_dir) / "logs"
+            jd = JobDir(spec.job_dir)
+            run_dir = jd.attempt_run(spec.attempt)
             try:
-                logs.mkdir(parents=True, exist_ok=True)
+                jd.logs.mkdir(parents=True, exist_ok=True)
                 if run_dir.exists():
                     shutil.rmtree(run_dir)
                 run_dir.mkdir(parents=True)
             except OSError as e:
                 raise BackendError(f"{where}: cannot create {e.filename}: {e.strerror}") from e
             script = run_dir / "batch.sh"
-            script.write_text(self._batch_script(spec, run_dir, logs, per_rank))
+            script.write_text(self._batch_script(spec, run_dir, per_rank))
             args = ["sbatch", "--parsable", f"--job-name=yard-{spec.job_id}-{spec.attempt}",
                     f"--nodes={len(order)}", f"--nodelist={','.join(order)}", f"--ntasks-per-node={k}",
                     "--no-requeue", f"--chdir={spec.workdir}", f"--output={run_dir / 'batch.log'}",
@@ -277,8 +274,8 @@ class SlurmBackend:
                 raise
             self._attempts[(spec.job_id, spec.attempt)] = att
 
-    def _batch_script(self, spec: LaunchSpec, run_dir: Path, logs: Path, per_rank: int) -> str:
-        task = [self._python, "-I", "-S", str(TASK), str(run_dir), str(logs), "--", *spec.command]
+    def _batch_script(self, spec: LaunchSpec, run_dir: Path, per_rank: int) -> str:
+        task = [self._python, "-I", "-S", str(TASK), str(run_dir), str(spec.job_dir), "--", *spec.command]
         pick_port = ("import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])")
         return "\n".join([
             "#!/bin/bash",
@@ -392,7 +389,7 @@ class SlurmBackend:
             self._attempts.clear()
 
     def _discover(self) -> None:
-        for run_dir in sorted(self._data_dir.glob("jobs/*/run/attempt-*")):
+        for run_dir in JobDir.attempt_runs(self._data_dir):
             meta = read_json(run_dir / "attempt.json")
             if not meta or "slurm_job_id" not in meta:
                 continue

@@ -33,6 +33,7 @@ import typer
 
 from trainyard.cli.client import Client
 from trainyard.cli.common import fail
+from trainyard.contracts import JobDir
 
 SCENARIOS = ("kill-rank", "kill-node", "hang-rank", "revive-node", "preempt", "corrupt-checkpoint", "kill-plane")
 _NEEDS_JOB = ("kill-rank", "kill-node", "hang-rank", "preempt", "corrupt-checkpoint", "kill-plane")
@@ -75,7 +76,7 @@ def _running(c: Client, job: int) -> dict[str, Any]:
 def _rank_nodes(data_dir: Path, job: int, attempt: int) -> dict[int, str]:
     """rank -> node of the attempt, from the backend's attempt record (else empty)."""
     try:
-        meta = json.loads((data_dir / "jobs" / str(job) / "run" / f"attempt-{attempt}" / "attempt.json").read_text())
+        meta = json.loads((JobDir.of(data_dir, job).attempt_run(attempt) / "attempt.json").read_text())
     except (OSError, ValueError):
         return {}
     out: dict[int, str] = {}
@@ -182,7 +183,7 @@ def chaos(
                    f"({seconds:g}s): job {job} is to be preempted by checkpoint")
     elif scenario == "corrupt-checkpoint":
         _check_rank(j, dd, rank)
-        ck = dd / "jobs" / str(job) / "checkpoints"
+        ck = JobDir.of(dd, job).checkpoints
         be, _, _ = _backend(c, dd)
         world = _world(j, dd)
         # freeze the ranks first, so no newer checkpoint is committed between the damage and the kill

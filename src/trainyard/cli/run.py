@@ -14,6 +14,7 @@ from pathlib import Path
 import typer
 
 from trainyard.cli.common import fail
+from trainyard.contracts import JobDir
 
 
 def run(
@@ -39,7 +40,7 @@ def run(
             resolve_init(absolute)  # a missing source fails here, not in every rank
             if absolute != spec.init_from:
                 sets.append(f"init_from={absolute}")
-        check_resume(out / "checkpoints", spec)
+        check_resume(JobDir(out).checkpoints, spec)
     except RecipeError as e:
         fail(str(e))
     if out.exists() and not out.is_dir():

@@ -20,11 +20,12 @@ import typer
 
 from trainyard.cli.client import Client, data_dir_of
 from trainyard.cli.common import fail
+from trainyard.contracts import JobDir
 
 
 def logdir_of(job_dir: Path) -> Path | None:
     """The job's TensorBoard directory, if the runtime wrote any events there."""
-    tb = job_dir / "metrics" / "tensorboard"
+    tb = JobDir(job_dir).tensorboard
     return tb if tb.is_dir() and any(tb.rglob("events.out.tfevents.*")) else None
 
 
@@ -38,10 +39,10 @@ def tensorboard(
 ) -> None:
     """TensorBoard on a job's metrics (loss, learning rate, throughput, all attempts)."""
     Client().get(f"/api/v1/jobs/{job_id}")  # exists, and the caller may read it
-    job_dir = data_dir_of(data_dir) / "jobs" / str(job_id)
-    logdir = logdir_of(job_dir)
+    jd = JobDir.of(data_dir_of(data_dir), job_id)
+    logdir = logdir_of(jd.root)
     if logdir is None:
-        fail(f"job {job_id}: no TensorBoard events under {job_dir / 'metrics' / 'tensorboard'} (the runtime writes "
+        fail(f"job {job_id}: no TensorBoard events under {jd.tensorboard} (the runtime writes "
              "them once the job has logged a step; jobs that do not use trainyard.runtime write none)")
     exe = shutil.which("tensorboard") or str(Path(sys.executable).parent / "tensorboard")
     if not Path(exe).exists():

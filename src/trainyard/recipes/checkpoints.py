@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from trainyard.contracts import CHECKPOINT_MARKER, committed_steps
+from trainyard.contracts import CHECKPOINT_MARKER, JobDir, committed_steps
 from trainyard.recipes.spec import RecipeError, RecipeSpec
 
 RECIPE_FILE = "recipe.yaml"
@@ -88,7 +88,7 @@ def resolve_init(source: str | Path) -> dict[str, Any]:
         step_dir, ckpt_dir = src, src.parent
         step = int(src.name.split("-")[-1]) if src.name.startswith("step-") else 0
     else:
-        ckpt_dir = src / "checkpoints" if (src / "checkpoints").is_dir() else src
+        ckpt_dir = JobDir(src).checkpoints if JobDir(src).checkpoints.is_dir() else src
         found = committed_steps(ckpt_dir)
         if not found:
             why = "no such directory" if not src.exists() else "no complete checkpoint (step-N/COMMITTED) there"

@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from trainyard.contracts import REQUEUE_EXIT
+from trainyard.contracts import REQUEUE_EXIT, JobDir
 from trainyard.ports import free_port
 
 RUN_FILE = "run.json"
@@ -172,7 +172,8 @@ class Launcher:
             env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // self.nproc))
         env.update(
             RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(self.nproc), LOCAL_WORLD_SIZE=str(self.nproc),
-            TRAINYARD_CHECKPOINT_DIR=str(self.out / "checkpoints"), TRAINYARD_METRICS_DIR=str(self.out / "metrics"),
+            TRAINYARD_CHECKPOINT_DIR=str(JobDir(self.out).checkpoints),
+            TRAINYARD_METRICS_DIR=str(JobDir(self.out).metrics_dir),
             TRAINYARD_ATTEMPT=str(attempt), PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
             HF_DATASETS_OFFLINE="1",
         )
@@ -185,12 +186,12 @@ class Launcher:
 
     def run(self) -> int:
         self.out.mkdir(parents=True, exist_ok=True)
-        logs = self.out / "logs"
+        logs = JobDir(self.out).logs
         logs.mkdir(exist_ok=True)
         attempt = self._attempt()
         port = free_port()
         previous = {s: signal.signal(s, self._on_signal) for s in HANDLED}
-        files = [logs / f"rank-{r}.log" for r in range(self.nproc)]
+        files = [JobDir(self.out).rank_log(r) for r in range(self.nproc)]
         tail = None
         try:
             if self.echo is not None:

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-METRICS_FILE = "metrics.jsonl"
+from trainyard.contracts import METRICS_FILE  # one definition, with the job dir's layout (re-exported)
 
 
 def _plain(v: Any) -> Any:

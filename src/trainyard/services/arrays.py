@@ -14,7 +14,9 @@ throttle keeps all but N of the array's tasks out of the scheduler's view (reaso
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from trainyard.contracts import array_env
 
 MAX_TASKS = 1000  # Slurm's default MaxArraySize is 1001 (indices 0..1000)
 MAX_INDEX = 1_000_000
@@ -24,12 +26,16 @@ MAX_INDEX = 1_000_000
 class ArraySpec:
     indices: tuple[int, ...]  # ascending, without repeats
     throttle: int | None = None  # at most this many tasks running at once
+    # SLURM_ARRAY_TASK_STEP, as Slurm 22.05 sets it: the step of the first `lo-hi:step` range, else 1
+    # (`1,3,5` has 1, `0-15:4,20` has 4). What the tasks are told, not which tasks there are.
+    step: int = field(default=1, compare=False)
 
 
 def parse(text: str) -> ArraySpec:
     """`0-9%2` → its indices and throttle. Raises ValueError naming what is wrong."""
     s = text.strip()
     throttle = None
+    first_step = None
     if "%" in s:
         s, _, t = s.partition("%")
         if not (t.isascii() and t.isdigit()) or int(t) < 1:
@@ -45,6 +51,8 @@ def parse(text: str) -> ArraySpec:
         lo = int(m.group(1))
         hi = int(m.group(2)) if m.group(2) is not None else lo
         step = int(m.group(3)) if m.group(3) is not None else 1
+        if m.group(3) is not None and first_step is None:
+            first_step = step
         if hi < lo or step < 1:
             raise ValueError(f"{part.strip()!r}: a range goes up, by a step of at least 1")
         if hi > MAX_INDEX:
@@ -54,7 +62,7 @@ def parse(text: str) -> ArraySpec:
         out.update(range(lo, hi + 1, step))
     if len(out) > MAX_TASKS:
         raise ValueError(f"at most {MAX_TASKS} tasks in an array")
-    return ArraySpec(tuple(sorted(out)), throttle)
+    return ArraySpec(tuple(sorted(out)), throttle, first_step or 1)
 
 
 def normalize(spec: ArraySpec) -> str:
@@ -72,10 +80,10 @@ def normalize(spec: ArraySpec) -> str:
 
 
 def task_env(array_id: int, index: int, spec: ArraySpec) -> dict[str, str]:
-    """What each task's ranks see, under Slurm's names (scripts read `$SLURM_ARRAY_TASK_ID`) and ours."""
-    return {"SLURM_ARRAY_JOB_ID": str(array_id), "SLURM_ARRAY_TASK_ID": str(index),
-            "SLURM_ARRAY_TASK_COUNT": str(len(spec.indices)), "SLURM_ARRAY_TASK_MIN": str(spec.indices[0]),
-            "SLURM_ARRAY_TASK_MAX": str(spec.indices[-1]),
+    """What each task's ranks see, under Slurm's names (`contracts.array_env`: scripts read
+    `$SLURM_ARRAY_TASK_ID`) and ours. Stored with the task's environment at submission, so every
+    backend passes them on unchanged."""
+    return {**array_env(array_id, index, spec.indices, spec.step),
             "TRAINYARD_ARRAY_JOB_ID": str(array_id), "TRAINYARD_ARRAY_TASK_ID": str(index)}
 
 

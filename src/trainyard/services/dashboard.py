@@ -22,6 +22,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from trainyard.contracts import JobDir
 from trainyard.services import events, jobs, nodes
 from trainyard.services.auth import Principal
 from trainyard.services.config import ConfigVersion
@@ -144,7 +145,7 @@ def loss_curve(job_dir: Path, key: str = "loss", max_points: int = MAX_CURVE_POI
     last: dict[int, Any] = {}
     resumes: list[int] = []
     try:
-        with open(job_dir / "metrics" / "metrics.jsonl", "rb") as fh:
+        with open(JobDir(job_dir).metrics_file, "rb") as fh:
             for line in fh:
                 try:
                     r = json.loads(line)
@@ -189,10 +190,11 @@ def job_logs(s: Session, data_dir: Path, job_id: int, by: Principal, rank: int =
         jobs.readable_logs(s, job_id, by)
     except Forbidden as e:
         return LogView(False, e.message, rank)
-    logs = jobs.job_dir(data_dir, job_id) / "logs"
+    jd = JobDir.of(data_dir, job_id)
+    logs = jd.logs
     ranks = sorted(int(p.stem[5:]) for p in logs.glob("rank-*.log") if p.stem[5:].isascii() and p.stem[5:].isdigit())
     text, cut = "", False
-    path = logs / f"rank-{rank}.log"
+    path = jd.rank_log(rank)
     try:
         with open(path, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size

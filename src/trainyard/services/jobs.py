@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Stric
 from sqlalchemy import Select, insert, select
 from sqlalchemy.orm import Session, make_transient_to_detached
 
+from trainyard.contracts import JobDir
 from trainyard.parsing import parse_begin
 from trainyard.services import arrays, dependencies
 from trainyard.services.auth import Principal
@@ -377,7 +378,8 @@ def _dependency_at_submit(s: Session, text: str, name: str, user: str) -> bool:
 
 
 def job_dir(data_dir: Path, job_id: int) -> Path:
-    return data_dir / "jobs" / str(job_id)
+    """The job's directory: `contracts.JobDir.of(data_dir, job_id).root` (see there for its layout)."""
+    return JobDir.of(data_dir, job_id).root
 
 
 # What the API and the CLI show of a job: (key, column), in output order. `job_dict` reads them from

@@ -12,6 +12,7 @@ from fastapi.responses import PlainTextResponse, StreamingResponse
 from sqlalchemy.orm import Session
 
 from trainyard.api.deps import JobId, plane, principal, session, storable_input
+from trainyard.contracts import JobDir
 from trainyard.control.loop import ranks_for
 from trainyard.control.plane import ControlPlane
 from trainyard.services import events, jobs, progress
@@ -86,7 +87,7 @@ def logs(job_id: JobId, rank: int = Query(0, ge=0, le=1_000_000), offset: int = 
          s: Session = Depends(session)):  # noqa: ANN201
     """A rank's log (stdout and stderr), from byte `offset`; `follow` streams until the job ends."""
     row = jobs.readable_logs(s, job_id, by)
-    path = jobs.job_dir(cp.data_dir, job_id) / "logs" / f"rank-{rank}.log"
+    path = JobDir.of(cp.data_dir, job_id).rank_log(rank)
     if not follow:
         if not path.exists():
             # A rank of the job's world whose process has not written yet (Slurm creates the
