@@ -8,14 +8,19 @@ the slotted dataclasses of `trainyard.sched.types`.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from types import UnionType
+from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo, create_model,
+                      field_validator, model_validator)
+from pydantic_core import PydanticCustomError
 
 from trainyard.parsing import ConfigError, parse_duration, parse_node_range  # noqa: F401 (re-exported)
 from trainyard.sched.cluster import Node
+from trainyard.sched.policy import Param, Policy, get_policy, policy_names, policy_params, resolved_params
 from trainyard.sched.types import JobClass, JobRequest, Quota, Team
 
 
@@ -174,6 +179,144 @@ class HealthSpec(_Model):
         return self
 
 
+# -- the scheduler: which policy runs, with which parameters ---------------------------------------
+
+# Parameters that must be above zero, not merely not negative (every other one may be 0):
+# Slurm's age factor divides by `max_age_s`.
+_POSITIVE_PARAMS = {("slurm", "max_age_s")}
+
+
+def _param_type(policy: str, path: str, p: Param) -> Any:
+    """The pydantic type of one leaf parameter: its declared type, with the rules every built-in
+    policy's parameters share: a number is finite and not negative (they are counts, weights,
+    fractions and durations); a float named `*_s` is seconds and also takes '5m'-style strings."""
+    bound = Field(gt=0, allow_inf_nan=False) if (policy, path) in _POSITIVE_PARAMS else Field(ge=0, allow_inf_nan=False)
+
+    def leaf(tp: Any) -> Any:
+        # Strict: YAML gives numbers as numbers, so `yes` is a mistake, not a 1.
+        if tp is float and path.endswith("_s"):
+            return Annotated[float, BeforeValidator(parse_duration), Field(strict=True), bound]
+        if tp is float:
+            return Annotated[float, BeforeValidator(_yaml_float), Field(strict=True), bound]
+        if tp is int:
+            return Annotated[int, Field(strict=True), bound]
+        return tp
+
+    origin, args = get_origin(p.type), get_args(p.type)
+    if origin in (Union, UnionType) and type(None) in args:
+        (inner,) = [a for a in args if a is not type(None)]
+        return Optional[leaf(inner)]
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return tuple[leaf(args[0]), ...]  # type: ignore[valid-type]
+    return leaf(p.type)
+
+
+def _yaml_float(v: Any) -> Any:
+    """PyYAML reads `1e4` (no dot) as a string, after YAML 1.1: take it as the number it says."""
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            pass
+    return v
+
+
+def _empty_is_default(v: Any) -> Any:
+    return {} if v is None else v  # `ordering:` with every line under it commented out
+
+
+def _group_model(policy: str, title: str, params: tuple[Param, ...], prefix: str = "") -> type[BaseModel]:
+    fields: dict[str, Any] = {}
+    for p in params:
+        if p.group is not None:
+            sub = _group_model(policy, f"{title}.{p.name}", p.group, f"{prefix}{p.name}.")
+            fields[p.name] = (Annotated[sub, BeforeValidator(_empty_is_default)], Field(default_factory=sub))
+        else:
+            fields[p.name] = (_param_type(policy, prefix + p.name, p), p.default)
+    return create_model(title, __config__=ConfigDict(extra="forbid"), **fields)
+
+
+@functools.lru_cache(maxsize=None)
+def _params_model(policy: str) -> type[BaseModel]:
+    """A pydantic model of `policy`'s parameters, built from what the policy declares
+    (`trainyard.sched.policy.policy_params`): the scheduler package stays free of pydantic, and a
+    parameter added to `EngineParams` is configurable and validated with no edit here."""
+    return _group_model(policy, f"{policy} parameters", policy_params(policy))
+
+
+def _known_params(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    for key in loc[:-1]:
+        ann = model.model_fields[key].annotation if key in model.model_fields else None
+        ann = get_args(ann)[0] if get_origin(ann) is Annotated else ann
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            return []
+        model = ann
+    return list(model.model_fields)
+
+
+class SchedulerSpec(_Model):
+    """Which scheduling policy the cluster runs, and its parameters (`trainyard.sched.policy`).
+
+    `policy` is a registered name (`trainyard`, the default, or a baseline); `params` are that
+    policy's parameters by name, a nested group as a mapping (`ordering:` for `OrderingParams`).
+    Unset parameters keep their defaults: a section that gives none, or no section at all, runs
+    exactly `get_policy(policy)`, the policy every simulator report was measured with. Validated
+    against what the policy declares: an unknown name, a parameter it does not take, or a value
+    of the wrong type or range is an error naming `scheduler.params.<path>` and its line.
+    """
+
+    policy: str = "trainyard"
+    params: Annotated[dict[str, Any], BeforeValidator(_empty_is_default)] = Field(default_factory=dict)
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, v: str) -> str:
+        names = policy_names()
+        if v not in names:
+            raise ValueError(f"unknown policy {v!r}; known: {', '.join(names)}")
+        return v
+
+    @field_validator("params")
+    @classmethod
+    def _valid_params(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        policy = info.data.get("policy")
+        if policy is None:
+            return v  # the policy's own error is the one to report
+        model = _params_model(policy)
+        try:
+            parsed = model.model_validate(v)
+        except ValidationError as e:
+            # Re-raised with the locations pydantic gave (below `params`), so that the error
+            # names the nested field and its YAML line; unknown names get a message that lists
+            # the known ones, as a typo needs.
+            errors: list[Any] = []
+            for err in e.errors():
+                if err["type"] == "extra_forbidden":
+                    known = _known_params(model, err["loc"])
+                    msg = (f"policy {policy!r} takes no parameters" if not model.model_fields else
+                           f"policy {policy!r} has no parameter {'.'.join(map(str, err['loc']))!r}; "
+                           f"known: {', '.join(known)}")
+                    err = {"type": PydanticCustomError("unknown_parameter", msg),  # no context: used as is
+                           "loc": err["loc"], "input": err["input"]}
+                elif err["type"] == "model_type":  # a group given as a scalar or a list
+                    known = _known_params(model, (*err["loc"], None))
+                    err = {"type": PydanticCustomError("group_expected", f"a group of parameters: give a mapping "
+                                                       f"of {', '.join(known)}"),
+                           "loc": err["loc"], "input": err["input"]}
+                errors.append(err)
+            raise ValidationError.from_exception_data(e.title, errors) from None
+        return parsed.model_dump(exclude_unset=True)
+
+    def build(self) -> Policy:
+        """A new policy object as configured. A policy holds no state between cycles, so one
+        object per configuration version serves every pass (`ConfigVersion.policy`)."""
+        return get_policy(self.policy, self.params)
+
+    def resolved(self) -> dict[str, Any]:
+        """Every parameter of the policy with the value it runs with (defaults filled in)."""
+        return resolved_params(self.policy, self.params)
+
+
 class ConfigSpec(_Model):
     """A whole cluster configuration: the file `yard up --config` and `yard sim --config` read."""
 
@@ -182,6 +325,7 @@ class ConfigSpec(_Model):
     classes: list[JobClassSpec] = Field(min_length=1)
     default_class: str = "training"
     health: HealthSpec = Field(default_factory=HealthSpec)
+    scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
 
     @model_validator(mode="after")
     def _references(self) -> "ConfigSpec":

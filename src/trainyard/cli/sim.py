@@ -3,6 +3,13 @@
 Order of work, so that bad input never leaves anything behind: check every argument, load the
 workload (the trace is validated row by row), resolve the policies; only then simulate, writing
 the report into a temporary folder next to `--out` that is renamed into place at the end.
+
+`--config FILE` is the cluster configuration `yard up` runs: its job classes replace the
+workload's, and its `scheduler:` section is simulated as configured, so that what is simulated is
+what runs. `--policies` still chooses which policies run; the configured policy's entry among them
+runs with the configured parameters instead of its defaults (the others, the baselines it is
+compared with, keep theirs). The report's meta records, per policy, every parameter it ran with
+(`params`) and which policy the configuration names (`configured_policy`).
 """
 
 from __future__ import annotations
@@ -34,17 +41,26 @@ def _prepare(trace, fmt, date_from, date_to, warmup_days, cluster, policies, est
     w = load_workload(fmt, trace, date_from=date_from, date_to=date_to, warmup_days=warmup_days,
                       cluster=cluster, seed=seed, jobs=jobs, teams=teams)
     names = resolve_policies(policies)
+    runs: dict[str, dict] = {n: {} for n in names}  # policy -> the parameters it runs with (none: defaults)
+    configured = None
     if config is not None:
-        _use_classes(w, config)
+        from trainyard.spec import load_config
+
+        spec = load_config(config)
+        _use_classes(w, spec, config)
+        configured = spec.scheduler
+        if configured.policy in runs:
+            runs[configured.policy] = configured.params
+        else:
+            typer.echo(f"note: --config names policy {configured.policy!r}, which --policies leaves out; "
+                       f"it is not simulated", err=True)
     w.jobs = apply_estimates(w.jobs, estimates, seed)
-    return w, names, mtbf
+    return w, runs, configured, mtbf
 
 
-def _use_classes(w, config: Path) -> None:
+def _use_classes(w, spec, config: Path) -> None:
     """Take the job classes (priorities, max waits, min run times, grace) from a cluster config."""
-    from trainyard.spec import load_config
-
-    _, _, classes = load_config(config).to_sched()
+    _, _, classes = spec.to_sched()
     missing = sorted({j.req.job_class for j in w.jobs} - set(classes))
     if missing:
         raise BadInput(f"--config: {config} has no class {', '.join(map(repr, missing))}, which the workload uses")
@@ -78,15 +94,17 @@ def sim(
     teams: int = typer.Option(3, "--teams", help="Number of teams (synthetic)."),
     node_mtbf: Optional[str] = typer.Option(None, "--node-mtbf", help="Mean time between node failures, e.g. 30d."),
     config: Optional[Path] = typer.Option(None, "--config",
-                                          help="Cluster config whose job classes replace the defaults."),
+                                          help="Cluster config: its job classes replace the defaults, and its "
+                                          "scheduler: section's policy runs with its parameters."),
 ) -> None:
     """Simulate a workload under each policy and write a report comparing them."""
-    w, names, mtbf = run_guarded(_prepare, trace, fmt, date_from, date_to, warmup_days, cluster, policies,
-                                 estimates, seed, jobs, teams, node_mtbf, config)
+    w, runs, configured, mtbf = run_guarded(_prepare, trace, fmt, date_from, date_to, warmup_days, cluster,
+                                            policies, estimates, seed, jobs, teams, node_mtbf, config)
+    names = list(runs)
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from trainyard.sched.policy import get_policy
+    from trainyard.sched.policy import get_policy, resolved_params
     from trainyard.sim.report import format_table, write_report
     from trainyard.sim.simulator import SimParams, simulate
 
@@ -98,7 +116,7 @@ def sim(
         tasks = {n: bar.add_task(n, total=1.0) for n in names}
         for n in names:
             task = tasks[n]
-            results[n] = simulate(w, get_policy(n), params,
+            results[n] = simulate(w, get_policy(n, runs[n]), params,
                                   progress=lambda f, task=task: bar.update(task, completed=min(1.0, max(0.0, f))))
             bar.update(task, completed=1.0)
     # Outside a terminal (make demo in CI, a pipe) Rich assumes 80 columns and cuts the table.
@@ -106,7 +124,9 @@ def sim(
     meta = {"command": command_line(), "format": fmt, "trace": str(trace) if trace else None, "from": date_from,
             "to": date_to, "warmup_days": warmup_days, "cluster": cluster, "policies": names,
             "estimates": estimates, "seed": seed, "jobs": jobs if fmt == "synthetic" else None,
-            "node_mtbf_s": mtbf}
+            "node_mtbf_s": mtbf, "config": str(config) if config else None,
+            "configured_policy": configured.policy if configured is not None else None,
+            "params": {n: resolved_params(n, runs[n]) for n in names}}
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:

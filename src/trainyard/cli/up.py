@@ -32,6 +32,9 @@ def up(
                                 "existing Slurm cluster, through sbatch/squeue/scancel/scontrol)"),
     partition: Optional[str] = typer.Option(None, "--partition", help="with --backend slurm: the partition "
                                             "trainyard's jobs go to (default: Slurm's default)"),
+    policy: Optional[str] = typer.Option(None, "--policy", help="scheduling policy to run (trainyard, or a "
+                                         "baseline: fifo, slurm, kueue, tiresias, partition); stored as a new "
+                                         "configuration version (scheduler.policy) when it changes"),
 ) -> None:
     """Start the control plane: API, store, control loop and a backend (local by default, or Slurm)."""
     import uvicorn
@@ -42,6 +45,11 @@ def up(
     from trainyard.defaults import default_data_dir
     from trainyard.spec import ConfigError, load_config
 
+    if policy is not None:
+        from trainyard.sched.policy import policy_names
+
+        if policy not in policy_names():
+            fail(f"--policy: unknown policy {policy!r}; known: {', '.join(policy_names())}")
     text = None
     if config is not None:
         try:
@@ -76,12 +84,20 @@ def up(
     try:
         cp = ControlPlane(data_dir or default_data_dir(), db_url=db, config_text=text, nodes=nodes,
                           gpus_per_node=gpus_per_node, loop_params=LoopParams(tick_s=tick), api_url=url,
-                          backend_kind=backend, slurm_partition=partition)
+                          backend_kind=backend, slurm_partition=partition, policy=policy)
     except BackendError as e:
         fail(f"--backend {backend}: {e}")
+    with cp.store.session() as s:
+        cfg = cp.configs.current(s)
+    if cp.policy_change is not None and cp.policy_change[1]:
+        typer.echo(f"--policy {policy}: scheduler.params were for another policy and are not carried over "
+                   f"(they stay in version {cfg.version - 1}: yard cluster diff {cfg.version - 1} {cfg.version})",
+                   err=True)
     cp.write_server_file(url)
     cp.start()
     typer.echo(f"trainyard control plane at {url}  (API docs {url}/docs, dashboard {url}/ui/)")
+    typer.echo(f"policy {cfg.spec.scheduler.policy}, configuration version {cfg.version}"
+               + (" (stored by --policy)" if cp.policy_change is not None else ""))
     typer.echo(f"data dir {cp.data_dir}; admin token in {cp.data_dir / 'admin.token'}")
     server = uvicorn.Server(uvicorn.Config(create_app(cp), log_level="warning", access_log=False))
     # uvicorn re-raises SIGTERM/SIGINT once it has shut down; let that be a SystemExit so that the

@@ -41,7 +41,6 @@ from trainyard.control.lost_work import lost_work_s
 from trainyard.control.outcome import classify, first_failure
 from trainyard.control.retry import backoff_s, should_retry
 from trainyard.control.snapshot import NodeIndex, PendingCache, build_snapshot, decayed_usage, USAGE_HALF_LIFE_S
-from trainyard.sched.engine import TrainyardPolicy
 from trainyard.spec import HealthSpec
 from trainyard.sched.policy import Policy
 from trainyard.sched.types import Reason
@@ -108,7 +107,7 @@ class ControlLoop:
                  write_lock: threading.RLock, *, policy: Policy | None = None, params: LoopParams | None = None,
                  api_url: str | None = None, clock: Callable[[], float] = time.time):
         self.store, self.backend, self.data_dir, self.configs = store, backend, Path(data_dir), configs
-        self.lock, self.policy, self.p = write_lock, policy or TrainyardPolicy(), params or LoopParams()
+        self.lock, self.policy, self.p = write_lock, policy, params or LoopParams()  # None: the configuration's
         self.api_url, self.clock = api_url, clock
         self.stats = LoopStats()
         self._pending_cache = PendingCache(PENDING_COLUMNS)  # waiting jobs unchanged since the last pass are not rebuilt
@@ -592,7 +591,7 @@ class ControlLoop:
             idx = NodeIndex.build(cfg, states, unhealthy + sorted(unchecked))
         usage = decayed_usage(((t, sum(len(p["gpus"]) for p in pl), a, b) for t, pl, a, b in spans), now)
         snap = build_snapshot(cfg, idx, running, pending, usage, now, self._pending_cache)
-        result = self.policy.cycle(snap)
+        result = (self.policy or cfg.policy).cycle(snap)
         by_id = {j.id: j for j in pending}
         launches: list[LaunchSpec] = []
         with self.lock, self.store.session.begin() as s:

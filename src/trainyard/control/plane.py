@@ -34,7 +34,9 @@ class ControlPlane:
     def __init__(self, data_dir: str | Path, *, db_url: str | None = None, config_text: str | None = None,
                  nodes: int | None = None, gpus_per_node: int | None = None, backend: Backend | None = None,
                  loop_params: LoopParams | None = None, api_url: str | None = None, backend_kind: str = "local",
-                 slurm_partition: str | None = None):
+                 slurm_partition: str | None = None, policy: str | None = None):
+        """`policy`: `yard up --policy`, stored as a new configuration version when the one in
+        force names another (`config.set_policy`; `policy_change` says what it did)."""
         self.data_dir = Path(data_dir).resolve()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.store: Store = open_store(db_url or sqlite_url(self.data_dir))
@@ -56,6 +58,8 @@ class ControlPlane:
                 text = config.default_config_text([(n.name, n.gpus, n.gpu_model, n.gpu_mem_mib) for n in found],
                                                   topology=slurm.topology() if slurm is not None else None)
                 config.apply(s, text, Principal("yard-up", "admin"), "default configuration of this machine")
+            self.policy_change = None if policy is None else config.set_policy(
+                s, policy, Principal("yard-up", "admin"), f"yard up --policy {policy}")
             self.admin_token = auth.ensure_admin_token(s, self.data_dir / "admin.token")
             cfg = self.configs.current(s)
         inventory = [NodeInfo(n.name, n.gpus, n.gpu_model, int(round(n.gpu_mem * 1024)))

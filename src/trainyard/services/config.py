@@ -4,6 +4,12 @@ The configuration (nodes and their topology, teams and quotas, job classes) is k
 one row per version. Applying a change validates it first and appends a version; nothing is ever
 edited in place, so `history`, `diff` and `rollback` (which applies an old text as a new version)
 are exact. The newest version is the one in force; `ConfigCache` parses it once per version.
+
+The scheduling policy is part of it (the `scheduler:` section, `trainyard.spec.SchedulerSpec`),
+so a change of policy or of a parameter is applied, listed, diffed and rolled back like any other
+change, and the control loop runs `ConfigVersion.policy` of the version in force on every pass.
+`yard up --policy NAME` is `set_policy`: a new version with `scheduler.policy` changed, never a
+setting outside the history.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from trainyard.services.auth import Principal
 from trainyard.services.errors import Forbidden, NotFound, ServiceError
 from trainyard.services.events import record
 from trainyard.sched.cluster import Node
+from trainyard.sched.policy import Policy
 from trainyard.sched.types import JobClass, Team
 from trainyard.spec import EXAMPLE_CONFIG, ConfigError, ConfigSpec, parse_config
 from trainyard.store.models import ConfigVersionRow
@@ -55,6 +62,13 @@ class ConfigVersion:
         """Teams and classes as the engine takes them (`ConfigSpec.to_sched`)."""
         _, teams, classes = self.spec.to_sched()
         return teams, classes
+
+    @cached_property
+    def policy(self) -> Policy:
+        """The scheduling policy this version configures, built once: a policy holds its
+        configuration but no state between cycles (`trainyard.sched.policy`), so every pass
+        under this version can run the same object, and a new version brings a new one."""
+        return self.spec.scheduler.build()
 
 
 def default_config_text(nodes: list[tuple[str, int, str, int]], team: str = "default",
@@ -97,6 +111,84 @@ def apply(s: Session, text: str, by: Principal, message: str = "") -> int:
     s.add(ConfigVersionRow(version=version, text=text, author=by.user, created_at=time.time(), message=message))
     record(s, by.user, "config.applied", message or f"configuration version {version}", data={"version": version})
     return version
+
+
+def set_policy(s: Session, name: str, by: Principal, message: str) -> tuple[int, bool] | None:
+    """Make `name` the policy in force by applying the newest version with `scheduler.policy`
+    changed; None when it already is (no new version). Returns (the new version, whether
+    `scheduler.params` were dropped): parameters belong to the policy they were written for, so
+    they do not carry over to another one (they stay in the earlier version, for a rollback).
+
+    Raises:
+        NotFound: no configuration stored yet.
+        ServiceError: `name` is not a known policy (field `scheduler.policy`).
+    """
+    row = get_version(s)
+    current = _validated(row.text).scheduler
+    if current.policy == name:
+        return None
+    text = with_policy(row.text, name)
+    return apply(s, text, by, message), bool(current.params)
+
+
+def with_policy(text: str, name: str) -> str:
+    """`text` with `scheduler.policy: name` and no `scheduler.params`, every other line as it was.
+
+    The stored text is what `yard cluster get` shows and `diff` compares, comments included, so
+    the change is made in place: the policy's scalar replaced (or a `policy:` line added, or a
+    `scheduler:` section appended) and the `params:` block cut out. A layout this does not
+    follow (flow style, anchors) is re-dumped instead, which keeps the data but not the comments;
+    either way the result is checked to load as exactly the intended data.
+    """
+    data = yaml.safe_load(text)
+    want = dict(data)
+    sched = want.get("scheduler")
+    sched = dict(sched) if isinstance(sched, dict) else {}
+    sched.pop("params", None)
+    sched = {"policy": name, **{k: v for k, v in sched.items() if k != "policy"}}
+    want["scheduler"] = sched
+    try:
+        edited = _edit_policy(text, name)
+    except (ValueError, yaml.YAMLError):
+        edited = None
+    if edited is not None and yaml.safe_load(edited) == want:
+        return edited
+    return yaml.safe_dump(want, sort_keys=False)
+
+
+def _edit_policy(text: str, name: str) -> str | None:
+    """The in-place edit of `with_policy`, or None where the layout is not the plain block one."""
+    root = yaml.compose(text)
+    if not isinstance(root, yaml.MappingNode):
+        return None
+    section = next((v for k, v in root.value if k.value == "scheduler"), None)
+    if section is None:
+        return text + ("" if text.endswith("\n") or not text else "\n") + f"scheduler:\n  policy: {name}\n"
+    if not isinstance(section, yaml.MappingNode) or section.flow_style or not section.value:
+        return None
+    lines = text.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    edits: list[tuple[int, int, str]] = []  # (from, to, replacement) by character offset
+    for key, value in section.value:
+        if key.value == "params":
+            last = value.end_mark.line if value.end_mark.column else value.end_mark.line - 1
+            while last > key.start_mark.line and (not lines[last].strip() or lines[last].lstrip().startswith("#")):
+                last -= 1  # comment lines after the block belong to what follows
+            edits.append((starts[key.start_mark.line], starts[last + 1], ""))
+    policy = next((v for k, v in section.value if k.value == "policy"), None)
+    if policy is not None:
+        if not isinstance(policy, yaml.ScalarNode):
+            return None
+        edits.append((policy.start_mark.index, policy.end_mark.index, name))
+    else:
+        first = section.value[0][0]
+        at = starts[first.start_mark.line]
+        edits.append((at, at, " " * first.start_mark.column + f"policy: {name}\n"))
+    for lo, hi, rep in sorted(edits, reverse=True):
+        text = text[:lo] + rep + text[hi:]
+    return text
 
 
 def get_version(s: Session, version: int | None = None) -> ConfigVersionRow:
