@@ -61,6 +61,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from trainyard.backends import _procfs
+from trainyard.backends import registry
 from trainyard.backends._files import read_json, write_json
 from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState
 from trainyard.contracts import EnvPart, Gang, JobDir, RankSlot, rank_env
@@ -557,6 +558,19 @@ def detect_local_nodes(nodes: int = 1, gpus_per_node: int | None = None) -> list
         mine = gpus[i * per : (i + 1) * per]
         out.append(NodeInfo(f"node{i}", per, mine[0][0], min(m for _, m in mine)))
     return out
+
+
+def _create(data_dir: Path, nodes: list[NodeInfo], options: Mapping[str, object]) -> LocalBackend:
+    return LocalBackend(data_dir, nodes)
+
+
+def _discover_nodes(data_dir: Path, options: Mapping[str, object]) -> list[NodeInfo]:
+    return detect_local_nodes(int(options.get("nodes") or 1), options.get("gpus_per_node"))  # type: ignore[arg-type]
+
+
+registry.register(registry.BackendKind(
+    "local", "processes on this machine, which may play several nodes", _create, _discover_nodes,
+    options=frozenset({"nodes", "gpus_per_node"})))
 
 
 def _nvml_gpus() -> list[tuple[str, int]]:

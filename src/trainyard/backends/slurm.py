@@ -38,9 +38,11 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trainyard.backends import registry
 from trainyard.backends._files import read_json, write_json
 from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState
 from trainyard.contracts import JobDir
@@ -129,9 +131,7 @@ class SlurmBackend:
         self._lock = threading.RLock()
         self._attempts: dict[tuple[int, int], _Attempt] = {}
         self._node_cache: tuple[float, dict[str, dict[str, str]]] | None = None
-        for cmd in ("sbatch", "squeue", "scancel", "scontrol"):
-            if shutil.which(cmd, path=self._env.get("PATH")) is None:
-                raise BackendError(f"slurm backend: `{cmd}` is not on PATH (install Slurm's client commands)")
+        require_commands(self._env)
         self._discover()
 
     # -- Slurm commands --------------------------------------------------------------------------
@@ -396,6 +396,29 @@ class SlurmBackend:
             self._attempts[(int(meta["job_id"]), int(meta["attempt"]))] = _Attempt(
                 int(meta["job_id"]), int(meta["attempt"]), run_dir, int(meta["world_size"]), int(meta["slurm_job_id"]),
                 nodes={int(x["rank"]): str(x["node"]) for x in meta.get("ranks", [])})
+
+
+def require_commands(env: Mapping[str, str] | None = None) -> None:
+    """Raises BackendError unless Slurm's client commands are on PATH."""
+    path = (env if env is not None else os.environ).get("PATH")
+    for cmd in ("sbatch", "squeue", "scancel", "scontrol"):
+        if shutil.which(cmd, path=path) is None:
+            raise BackendError(f"slurm backend: `{cmd}` is not on PATH (install Slurm's client commands)")
+
+
+def _create(data_dir: Path, nodes: list[NodeInfo], options: Mapping[str, object]) -> SlurmBackend:
+    partition = options.get("partition")
+    return SlurmBackend(data_dir, partition=str(partition) if partition else None,
+                        gpu_mem_mib={n.name: n.gpu_mem_mib for n in nodes})
+
+
+def _discover_nodes(data_dir: Path, options: Mapping[str, object]) -> list[NodeInfo]:
+    return _create(data_dir, [], options).inventory()
+
+
+registry.register(registry.BackendKind(
+    "slurm", "an existing Slurm cluster, through sbatch/squeue/scancel/scontrol", _create, _discover_nodes,
+    options=frozenset({"partition"}), check=lambda options: require_commands()))
 
 
 def _tail(path: Path, n: int = 5) -> str:

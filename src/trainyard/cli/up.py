@@ -28,8 +28,9 @@ def up(
                                                 help="GPUs per emulated node (default: NVML's, else 4)"),
     db: Optional[str] = typer.Option(None, "--db", help="postgresql://… (default: SQLite in the data dir)"),
     tick: float = typer.Option(1.0, "--tick", min=0.05, max=60, help="seconds between scheduling passes when idle"),
-    backend: str = typer.Option("local", "--backend", help="local (processes on this machine) or slurm (an "
-                                "existing Slurm cluster, through sbatch/squeue/scancel/scontrol)"),
+    backend: str = typer.Option("local", "--backend", help="a backend of trainyard.backends.registry: local "
+                                "(processes on this machine), slurm (an existing Slurm cluster, through "
+                                "sbatch/squeue/scancel/scontrol)"),
     partition: Optional[str] = typer.Option(None, "--partition", help="with --backend slurm: the partition "
                                             "trainyard's jobs go to (default: Slurm's default)"),
     policy: Optional[str] = typer.Option(None, "--policy", help="scheduling policy to run (trainyard, or a "
@@ -61,12 +62,17 @@ def up(
         nodes = 1
     if config is not None and nodes is not None:
         fail("--nodes/--gpus-per-node describe an emulated cluster; give them or --config, not both")
-    if backend not in ("local", "slurm"):
-        fail(f"--backend: expected local or slurm, got {backend!r}")
-    if backend == "slurm" and nodes is not None:
-        fail("--nodes/--gpus-per-node emulate nodes on this machine; with --backend slurm the nodes are Slurm's")
-    if partition is not None and backend != "slurm":
-        fail("--partition goes with --backend slurm")
+    from trainyard.backends import registry
+
+    if backend not in registry.names():
+        fail(f"--backend: expected one of {', '.join(registry.names())}, got {backend!r}")
+    kind = registry.get(backend)
+    if nodes is not None and "nodes" not in kind.options:
+        fail(f"--nodes/--gpus-per-node emulate nodes on this machine; with --backend {backend} the nodes are "
+             f"the backend's own ({kind.summary})")
+    if partition is not None and "partition" not in kind.options:
+        takes = [n for n in registry.names() if "partition" in registry.get(n).options]
+        fail(f"--partition goes with --backend {' or '.join(takes)}")
     if db is not None and not db.startswith(("postgresql://", "postgresql+psycopg://", "sqlite:///")):
         fail(f"--db: expected a postgresql:// or sqlite:/// URL, got {db!r}")
     # IPPROTO_TCP named explicitly: uvicorn sets TCP_NODELAY only on sockets that say so, and

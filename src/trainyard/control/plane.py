@@ -1,8 +1,9 @@
 """The control plane as one object: data dir, store, configuration, backend and loop, wired.
 
 `ControlPlane` is what `yard up` runs and what end-to-end tests start in-process. On first start
-it stores a configuration (the one given, or a default built from this machine: NVML's GPUs or 4
-emulated ones, one `default` team, the example's three classes) and creates the admin token in
+it stores a configuration (the one given, or a default built from the backend's nodes: for the
+local backend NVML's GPUs or 4 emulated ones, for Slurm its nodes; one `default` team, the
+example's three classes) and creates the admin token in
 `DATA_DIR/admin.token` (mode 0600; the store keeps its hash only).
 
 Data dir layout:
@@ -21,8 +22,8 @@ from pathlib import Path
 
 from sqlalchemy import select
 
+from trainyard.backends import registry
 from trainyard.backends.base import Backend, NodeInfo
-from trainyard.backends.local import LocalBackend, detect_local_nodes
 from trainyard.control.loop import ControlLoop, LoopParams
 from trainyard.defaults import DEFAULT_PORT, default_data_dir  # noqa: F401 (re-exported)
 from trainyard.services import auth, config
@@ -43,20 +44,22 @@ class ControlPlane:
         self.lock = threading.RLock()
         self.configs = config.ConfigCache()
         self.api_url = api_url
-        slurm = None
-        if backend is None and backend_kind == "slurm":
-            from trainyard.backends.slurm import SlurmBackend  # only where Slurm's commands are
-            slurm = SlurmBackend(self.data_dir, partition=slurm_partition)
-        elif backend is None and backend_kind != "local":
-            raise ValueError(f"unknown backend {backend_kind!r}: local or slurm")
+        # The backend by name (backends.registry): checked before anything is stored, asked for nodes
+        # only when no configuration is stored yet, created on the configured nodes.
+        kind = registry.get(backend_kind)
+        options = {k: v for k, v in (("nodes", nodes), ("gpus_per_node", gpus_per_node), ("partition", slurm_partition))
+                   if v is not None and k in kind.options}
+        if backend is None:
+            kind.check(options)
         with self.lock, self.store.session.begin() as s:
             have = s.scalars(select(ConfigVersionRow.version)).first() is not None
             if config_text is not None:
                 config.apply(s, config_text, Principal("yard-up", "admin"), "configuration given to yard up")
             elif not have or nodes is not None:
-                found = slurm.inventory() if slurm is not None else detect_local_nodes(nodes or 1, gpus_per_node)
+                found = kind.discover(self.data_dir, options)
+                topology = {n.name: {k: v for k, v in (("block", n.block), ("rack", n.rack)) if v} for n in found}
                 text = config.default_config_text([(n.name, n.gpus, n.gpu_model, n.gpu_mem_mib) for n in found],
-                                                  topology=slurm.topology() if slurm is not None else None)
+                                                  topology=topology)
                 config.apply(s, text, Principal("yard-up", "admin"), "default configuration of this machine")
             self.policy_change = None if policy is None else config.set_policy(
                 s, policy, Principal("yard-up", "admin"), f"yard up --policy {policy}")
@@ -64,9 +67,7 @@ class ControlPlane:
             cfg = self.configs.current(s)
         inventory = [NodeInfo(n.name, n.gpus, n.gpu_model, int(round(n.gpu_mem * 1024)))
                      for n in cfg.nodes]
-        if slurm is not None:
-            slurm.set_gpu_memory({n.name: n.gpu_mem_mib for n in inventory})
-        self.backend: Backend = backend or slurm or LocalBackend(self.data_dir, inventory)
+        self.backend: Backend = backend or kind.create(self.data_dir, inventory, options)
         self.loop = ControlLoop(self.store, self.backend, self.data_dir, self.configs, self.lock,
                                 params=loop_params, api_url=api_url)
 
