@@ -87,6 +87,17 @@ def test_set_policy_stores_a_version_with_only_the_policy_changed(store):
         assert config.set_policy(s, "tiresias", ADMIN, "again") == (3, False)  # fifo had no parameters
 
 
+def test_the_text_given_to_yard_up_takes_the_flags_policy():
+    text = FIXTURE.read_text()
+    assert config.given_text(text, None) == (text, "configuration given to yard up")
+    assert config.given_text(text, "trainyard") == (text, "configuration given to yard up")  # already its policy
+    out, why = config.given_text(TUNED, "slurm")
+    assert why == "configuration given to yard up, scheduler.policy from yard up --policy slurm"
+    assert yaml.safe_load(out)["scheduler"] == {"policy": "slurm"}
+    with pytest.raises(ServiceError):
+        config.given_text(text + "scheduler: {policy: nope}\n", "fifo")
+
+
 @pytest.mark.parametrize("text,want", [
     ("a: 1\n", "a: 1\nscheduler:\n  policy: fifo\n"),
     ("a: 1", "a: 1\nscheduler:\n  policy: fifo\n"),

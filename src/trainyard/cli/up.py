@@ -51,10 +51,10 @@ def up(
 
         if policy not in policy_names():
             fail(f"--policy: unknown policy {policy!r}; known: {', '.join(policy_names())}")
-    text = None
+    text = given = None
     if config is not None:
         try:
-            load_config(config)
+            given = load_config(config).scheduler
             text = config.read_text()
         except ConfigError as e:
             fail(str(e))
@@ -95,15 +95,15 @@ def up(
         fail(f"--backend {backend}: {e}")
     with cp.store.session() as s:
         cfg = cp.configs.current(s)
-    if cp.policy_change is not None and cp.policy_change[1]:
+    if (cp.policy_change is not None and cp.policy_change[1]) or (
+            given is not None and policy is not None and given.policy != policy and given.params):
+        where = f"{config}" if cp.policy_change is None else f"version {cfg.version - 1}"
         typer.echo(f"--policy {policy}: scheduler.params were for another policy and are not carried over "
-                   f"(they stay in version {cfg.version - 1}: yard cluster diff {cfg.version - 1} {cfg.version})",
-                   err=True)
+                   f"(they stay in {where})", err=True)
     cp.write_server_file(url)
     cp.start()
     typer.echo(f"trainyard control plane at {url}  (API docs {url}/docs, dashboard {url}/ui/)")
-    typer.echo(f"policy {cfg.spec.scheduler.policy}, configuration version {cfg.version}"
-               + (" (stored by --policy)" if cp.policy_change is not None else ""))
+    typer.echo(f"policy {cfg.spec.scheduler.policy}, configuration version {cfg.version}")
     typer.echo(f"data dir {cp.data_dir}; admin token in {cp.data_dir / 'admin.token'}")
     server = uvicorn.Server(uvicorn.Config(create_app(cp), log_level="warning", access_log=False))
     # uvicorn re-raises SIGTERM/SIGINT once it has shut down; let that be a SystemExit so that the

@@ -54,7 +54,8 @@ class ControlPlane:
         with self.lock, self.store.session.begin() as s:
             have = s.scalars(select(ConfigVersionRow.version)).first() is not None
             if config_text is not None:
-                config.apply(s, config_text, Principal("yard-up", "admin"), "configuration given to yard up")
+                text, why = config.given_text(config_text, policy)  # with --policy's scheduler.policy
+                config.apply(s, text, Principal("yard-up", "admin"), why)
             elif not have or nodes is not None:
                 found = kind.discover(self.data_dir, options)
                 topology = {n.name: {k: v for k, v in (("block", n.block), ("rack", n.rack)) if v} for n in found}

@@ -131,6 +131,21 @@ def set_policy(s: Session, name: str, by: Principal, message: str) -> tuple[int,
     return apply(s, text, by, message), bool(current.params)
 
 
+def given_text(text: str, policy: str | None) -> tuple[str, str]:
+    """What `yard up --config FILE [--policy NAME]` stores, and the message: the file's text, with
+    `scheduler.policy` set (`with_policy`) when `--policy` names another policy. One version for
+    the pair, so a restart with the same flags stores nothing new (`apply` skips a text equal to
+    the newest version's).
+
+    Raises:
+        ServiceError: the file is not a valid configuration.
+    """
+    why = "configuration given to yard up"
+    if policy is None or _validated(text).scheduler.policy == policy:
+        return text, why
+    return with_policy(text, policy), f"{why}, scheduler.policy from yard up --policy {policy}"
+
+
 def with_policy(text: str, name: str) -> str:
     """`text` with `scheduler.policy: name` and no `scheduler.params`, every other line as it was.
 
