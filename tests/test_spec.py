@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from trainyard.spec import EXAMPLE_CONFIG, ConfigError, JobSpec, load_config, load_jobs, parse_duration, parse_node_range
+from trainyard.spec import (EXAMPLE_CONFIG, ClusterSpec, ConfigError, JobSpec, load_config, load_jobs, parse_duration,
+                            parse_node_range)
 
 
 def test_example_config_has_the_three_classes():
@@ -93,11 +94,26 @@ def test_jobs_file_and_shapes(tmp_path):
     assert e.value.line == 4 and e.value.field == "jobs.2.nodes"  # the third job: a backwards range
     p.write_text("- {team: a, gpus: 4, runtime_estimate: 2h}\n- {team: a, nodes: 2-4, gpus_per_node: 8, class: batch}\n")
     one, two = load_jobs(p)
-    r = two.to_request("j2")
+    r = two.to_request(2)
     assert (r.min_nodes, r.max_nodes, r.gpus_per_node, r.job_class, r.elastic) == (2, 4, 8, "batch", True)
-    assert one.to_request("j1").est_runtime_s == 7200.0
+    assert one.to_request(1).est_runtime_s == 7200.0 and one.to_request(1).id == 1
 
 
 def test_a_job_needs_a_size():
     with pytest.raises(ValidationError, match="give either gpus"):
         JobSpec.model_validate({"team": "a"})
+
+
+def test_gpu_memory_in_gb_becomes_the_engines_mib_once():
+    """Configs and job files write GB; the engine's nodes and requests hold MiB, `round(gb * 1024)`."""
+    cluster = ClusterSpec.model_validate({"nodes": [{"name": "a", "gpus": 8, "gpu_mem_gb": 80},
+                                                    {"name": "b", "count": 2, "gpus": 1, "gpu_mem_gb": 0.5},
+                                                    {"name": "c", "gpus": 1, "gpu_mem_gb": 23.9}]})
+    assert [(n.name, n.gpu_mem_mib) for n in cluster.expand()] == [("a", 81920), ("b-0", 512), ("b-1", 512),
+                                                                   ("c", 24474)]
+    for gb, mib in ((0.5, 512), (1.001, 1025), (80, 81920)):
+        for shape in ({"gpus": 1}, {"nodes": 1, "gpus_per_node": 1}):
+            r = JobSpec.model_validate({"team": "a", "gpu_mem_gb": gb, **shape}).to_request(7)
+            assert r.gpu_mem_mib == mib and type(r.gpu_mem_mib) is int
+    assert JobSpec.model_validate({"team": "a", "gpus": 1}).to_request(7).gpu_mem_mib is None
+    assert {n.gpu_mem_mib for n in load_config(EXAMPLE_CONFIG).to_sched()[0]} == {81920}

@@ -19,9 +19,9 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationE
 from pydantic_core import PydanticCustomError
 
 from trainyard.parsing import ConfigError, parse_duration, parse_node_range  # noqa: F401 (re-exported)
-from trainyard.sched.cluster import Node
+from trainyard.sched.cluster import Node, gb_to_mib
 from trainyard.sched.policy import Param, Policy, get_policy, policy_names, policy_params, resolved_params
-from trainyard.sched.types import JobClass, JobRequest, Quota, Team
+from trainyard.sched.types import JobClass, JobId, JobRequest, Quota, Team
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
@@ -50,10 +50,12 @@ class ClusterSpec(_Model):
     nodes: list[NodeSpec] = Field(min_length=1)
 
     def expand(self) -> list[Node]:
+        """The engine's nodes. `gpu_mem_gb` is converted to MiB here, once: the engine counts MiB."""
         out: list[Node] = []
         for ns in self.nodes:
             names = [ns.name] if ns.count == 1 else [f"{ns.name}-{i}" for i in range(ns.count)]
-            out += [Node(nm, ns.gpus, ns.gpu_mem_gb, ns.pool, ns.gpu_model, ns.block, ns.rack) for nm in names]
+            mib = gb_to_mib(ns.gpu_mem_gb)
+            out += [Node(nm, ns.gpus, mib, ns.pool, ns.gpu_model, ns.block, ns.rack) for nm in names]
         return out
 
     @model_validator(mode="after")
@@ -386,10 +388,12 @@ class JobSpec(_Model):
             raise ValueError("give gpus or gpus_per_node with nodes, not both")
         return self
 
-    def to_request(self, job_id: str) -> JobRequest:
+    def to_request(self, job_id: JobId) -> JobRequest:
+        """The engine's request; `gpu_mem_gb` becomes MiB here, once (`gb_to_mib`)."""
+        mib = None if self.gpu_mem_gb is None else gb_to_mib(self.gpu_mem_gb)
         if self.nodes is None:
             return JobRequest(job_id, self.team, self.job_class, self.submit_time, gpus=int(self.gpus or 1),
-                              gpu_mem=self.gpu_mem_gb, est_runtime_s=self.runtime_estimate,
+                              gpu_mem_mib=mib, est_runtime_s=self.runtime_estimate,
                               checkpoint_interval_s=self.checkpoint_interval, pool=self.pool)
         lo, hi = parse_node_range(self.nodes)
         gpn = self.gpus_per_node
@@ -399,7 +403,7 @@ class JobSpec(_Model):
                 raise ConfigError(f"gpus={total} does not divide evenly over {lo} nodes", field="gpus")
             gpn = total // lo
         return JobRequest(job_id, self.team, self.job_class, self.submit_time, gpus=gpn * lo, gpus_per_node=gpn,
-                          min_nodes=lo, max_nodes=hi, gpu_mem=self.gpu_mem_gb, est_runtime_s=self.runtime_estimate,
+                          min_nodes=lo, max_nodes=hi, gpu_mem_mib=mib, est_runtime_s=self.runtime_estimate,
                           checkpoint_interval_s=self.checkpoint_interval, pool=self.pool)
 
 

@@ -1,10 +1,15 @@
-"""Small builders for hand-made snapshots in the scheduler tests."""
+"""Small builders for hand-made snapshots in the scheduler tests.
+
+Job ids are ints, as in the engine (`JobId`); tests number a team's jobs by hundreds (team a's
+jobs 100.., team b's 200..) where that helps to read them. GPU memory is MiB: `GB` MiB each."""
 
 from __future__ import annotations
 
 from trainyard.sched.cluster import ClusterState, Node, Placement
 from trainyard.sched.placement import place
-from trainyard.sched.types import JobClass, JobRequest, PendingJob, Quota, RunningJob, Snapshot, Team
+from trainyard.sched.types import JobClass, JobId, JobRequest, PendingJob, Quota, RunningJob, Snapshot, Team
+
+GB = 1024  # MiB
 
 CLASSES = {
     "interactive": JobClass("interactive", 300, preemptible=False, max_wait_s=900, grace_s=0),
@@ -13,8 +18,8 @@ CLASSES = {
 }
 
 
-def nodes(n: int, gpus: int = 8, mem: float = 80.0, per_rack: int = 2, per_block: int = 2) -> list[Node]:
-    return [Node(f"n{i}", gpus, mem, block=f"b{i // (per_rack * per_block)}", rack=f"r{i // per_rack}") for i in range(n)]
+def nodes(n: int, gpus: int = 8, mem_mib: int = 80 * GB, per_rack: int = 2, per_block: int = 2) -> list[Node]:
+    return [Node(f"n{i}", gpus, mem_mib, block=f"b{i // (per_rack * per_block)}", rack=f"r{i // per_rack}") for i in range(n)]
 
 
 def teams(**nominal: int | tuple[int, int | None, int | None]) -> dict[str, Team]:
@@ -27,7 +32,7 @@ def teams(**nominal: int | tuple[int, int | None, int | None]) -> dict[str, Team
     return out
 
 
-def req(id: str, team: str = "a", cls: str = "training", gpus: int = 1, submit: float = 0.0, **kw) -> JobRequest:
+def req(id: JobId, team: str = "a", cls: str = "training", gpus: int = 1, submit: float = 0.0, **kw) -> JobRequest:
     return JobRequest(id, team, cls, submit, gpus=gpus, **kw)
 
 

@@ -12,6 +12,7 @@ from trainyard.sched.placement import place
 from trainyard.sched.policy import _REGISTRY
 from trainyard.sched.types import (
     JobClass,
+    JobId,
     JobRequest,
     PendingJob,
     Quota,
@@ -34,7 +35,7 @@ def nodes(n: int, gpus: int = 8, pool: str = "default", blocks: int = 1) -> list
     return [Node(f"n{i}", gpus, pool=pool, block=f"b{i % blocks}") for i in range(n)]
 
 
-def req(jid: str, gpus: int = 1, team: str = "a", cls: str = "low", t: float = 0.0, **kw) -> JobRequest:
+def req(jid: JobId, gpus: int = 1, team: str = "a", cls: str = "low", t: float = 0.0, **kw) -> JobRequest:
     return JobRequest(id=jid, team=team, job_class=cls, submit_time=t, gpus=gpus, **kw)
 
 
@@ -81,11 +82,11 @@ class Builder:
         )
 
 
-def started(res) -> list[str]:
+def started(res) -> list[JobId]:
     return [s.job_id for s in res.starts]
 
 
-def preempted(res) -> list[str]:
+def preempted(res) -> list[JobId]:
     return sorted(p.job_id for p in res.preemptions)
 
 
@@ -102,19 +103,19 @@ def test_registered_names():
 
 def test_fifo_head_of_line_blocking():
     b = Builder(nodes(1))
-    b.run(req("r", 4), start=0)
-    big = pend(req("big", 8, t=1.0), queued_since=900.0)  # requeued: keeps its submit-time place
-    small = pend(req("small", 2, t=2.0), queued_since=5.0)
+    b.run(req(1, 4), start=0)
+    big = pend(req(2, 8, t=1.0), queued_since=900.0)  # requeued: keeps its submit-time place
+    small = pend(req(3, 2, t=2.0), queued_since=5.0)
     res = Fifo().cycle(b.snap([small, big]))
     assert started(res) == []
-    assert res.pending["big"].reason is Reason.CAPACITY
-    assert res.pending["small"].reason is Reason.PRIORITY
+    assert res.pending[2].reason is Reason.CAPACITY
+    assert res.pending[3].reason is Reason.PRIORITY
     # Without the blocker, both start in order.
     res = Fifo().cycle(Builder(nodes(1)).snap([small, big]))
-    assert started(res) == ["big"]  # 8 GPUs fill the node; small is then blocked
-    held = pend(req("h", 8, t=0.0), held=True)
+    assert started(res) == [2]  # 8 GPUs fill the node; small is then blocked
+    held = pend(req(4, 8, t=0.0), held=True)
     res = Fifo().cycle(Builder(nodes(1)).snap([held, small]))
-    assert started(res) == ["small"] and res.pending["h"].reason is Reason.HELD
+    assert started(res) == [3] and res.pending[4].reason is Reason.HELD
 
 
 # -- partition -----------------------------------------------------------------------------------
@@ -123,20 +124,20 @@ def test_fifo_head_of_line_blocking():
 def test_partition_caps_team_at_nominal_and_blocks_only_that_team():
     teams = {"a": Team("a", quotas={"default": Quota(8)}), "b": Team("b", quotas={"default": Quota(8)})}
     b = Builder(nodes(3))
-    b.run(req("a-run", 4, team="a"), start=0)
+    b.run(req(5, 4, team="a"), start=0)
     jobs = [
-        pend(req("a-huge", 16, team="a", t=0.5)),  # larger than the partition: skipped, never blocks
-        pend(req("a-big", 8, team="a", t=1)),  # 4 + 8 > 8: blocked by its quota
-        pend(req("a-small", 2, team="a", t=2)),  # would fit, but FIFO within the team
-        pend(req("b-1", 8, team="b", t=3)),
-        pend(req("b-2", 1, team="b", t=4)),  # b is at its nominal 8: no borrowing
+        pend(req(6, 16, team="a", t=0.5)),  # larger than the partition: skipped, never blocks
+        pend(req(7, 8, team="a", t=1)),  # 4 + 8 > 8: blocked by its quota
+        pend(req(8, 2, team="a", t=2)),  # would fit, but FIFO within the team
+        pend(req(9, 8, team="b", t=3)),
+        pend(req(10, 1, team="b", t=4)),  # b is at its nominal 8: no borrowing
     ]
     res = Partition().cycle(b.snap(jobs, teams=teams))
-    assert started(res) == ["b-1"]
-    assert res.pending["a-huge"].reason is Reason.QUOTA
-    assert res.pending["a-big"].reason is Reason.QUOTA
-    assert res.pending["a-small"].reason is Reason.PRIORITY
-    assert res.pending["b-2"].reason is Reason.QUOTA
+    assert started(res) == [9]
+    assert res.pending[6].reason is Reason.QUOTA
+    assert res.pending[7].reason is Reason.QUOTA
+    assert res.pending[8].reason is Reason.PRIORITY
+    assert res.pending[10].reason is Reason.QUOTA
     # 16 GPUs idle remain: the partition never lends them.
     assert sum(s.placement.gpus for s in res.starts) == 8
 
@@ -146,13 +147,13 @@ def test_partition_caps_team_at_nominal_and_blocks_only_that_team():
 
 def _backfill_setup(with_third_node: bool):
     b = Builder(nodes(3 if with_third_node else 2))
-    b.run(req("r0", 8, est_runtime_s=1100.0), start=0, on=0)  # ends at 1100
-    b.run(req("r1", 4, est_runtime_s=2000.0), start=0, on=1)  # ends at 2000
+    b.run(req(11, 8, est_runtime_s=1100.0), start=0, on=0)  # ends at 1100
+    b.run(req(12, 4, est_runtime_s=2000.0), start=0, on=1)  # ends at 2000
     if with_third_node:
-        b.run(req("r2", 4, est_runtime_s=9000.0), start=0, on=2)  # ends at 9000
-    big = pend(req("big", gpus_per_node=8, min_nodes=2, max_nodes=2, t=0.0, est_runtime_s=500.0))
-    long = pend(req("long", 4, t=10.0, est_runtime_s=5000.0))  # tried first (older), ends after
-    short = pend(req("short", 4, t=20.0, est_runtime_s=500.0))  # ends at 1500 < shadow 2000
+        b.run(req(13, 4, est_runtime_s=9000.0), start=0, on=2)  # ends at 9000
+    big = pend(req(2, gpus_per_node=8, min_nodes=2, max_nodes=2, t=0.0, est_runtime_s=500.0))
+    long = pend(req(14, 4, t=10.0, est_runtime_s=5000.0))  # tried first (older), ends after
+    short = pend(req(15, 4, t=20.0, est_runtime_s=500.0))  # ends at 1500 < shadow 2000
     return b, [long, short, big]
 
 
@@ -160,65 +161,65 @@ def test_slurm_easy_backfill_respects_reservation():
     b, jobs = _backfill_setup(with_third_node=False)
     snap = b.snap(jobs)
     res = Slurm().cycle(snap)
-    assert [(r.job_id, r.start_at, r.nodes) for r in res.reservations] == [("big", 2000.0, (0, 1))]
-    assert res.pending["big"].est_start == 2000.0
-    assert started(res) == ["short"]  # ends before the shadow time
-    assert res.pending["long"].reason is Reason.RESERVATION  # would hold node 1 past the shadow
+    assert [(r.job_id, r.start_at, r.nodes) for r in res.reservations] == [(2, 2000.0, (0, 1))]
+    assert res.pending[2].est_start == 2000.0
+    assert started(res) == [15]  # ends before the shadow time
+    assert res.pending[14].reason is Reason.RESERVATION  # would hold node 1 past the shadow
     assert res.preemptions == []
 
     # The reservation is not delayed: with the backfilled job running, the shadow time is the same.
     s = res.starts[0]
-    short = next(j for j in jobs if j.req.id == "short")
+    short = next(j for j in jobs if j.req.id == 15)
     b.running.append(RunningJob(req=short.req, placement=s.placement, start_time=1000.0, last_checkpoint=1000.0))
     res2 = Slurm().cycle(b.snap([j for j in jobs if j is not short]))
-    assert [(r.job_id, r.start_at) for r in res2.reservations] == [("big", 2000.0)]
+    assert [(r.job_id, r.start_at) for r in res2.reservations] == [(2, 2000.0)]
     assert started(res2) == []
 
 
 def test_slurm_backfills_long_job_on_gpus_the_reservation_does_not_need():
     b, jobs = _backfill_setup(with_third_node=True)
     res = Slurm().cycle(b.snap(jobs))
-    assert [(r.job_id, r.start_at, r.nodes) for r in res.reservations] == [("big", 2000.0, (0, 1))]
+    assert [(r.job_id, r.start_at, r.nodes) for r in res.reservations] == [(2, 2000.0, (0, 1))]
     # Both fit now; 'long' can only go to node 2, whose GPUs the reservation does not need.
-    assert sorted(started(res)) == ["long", "short"]
+    assert sorted(started(res)) == [14, 15]
     where = {s.job_id: s.placement.node_indices for s in res.starts}
-    assert where["long"] == (2,)
+    assert where[14] == (2,)
 
 
 def test_slurm_priority_weighs_fairshare_and_qos():
     b = Builder(nodes(1))
-    b.run(req("r", 8), start=0)
-    jobs = [pend(req("a1", 8, team="a", t=0)), pend(req("b1", 8, team="b", t=5)), pend(req("b2", 8, team="b", cls="mid", t=9))]
+    b.run(req(1, 8), start=0)
+    jobs = [pend(req(16, 8, team="a", t=0)), pend(req(17, 8, team="b", t=5)), pend(req(18, 8, team="b", cls="mid", t=9))]
     pol = Slurm()
     prio = pol.priorities(b.snap(jobs, usage={"a": 900.0, "b": 100.0}))
-    assert prio["b2"] > prio["b1"] > prio["a1"]  # qos first, then b's lower usage
+    assert prio[18] > prio[17] > prio[16]  # qos first, then b's lower usage
 
 
 def test_slurm_qos_preemption_picks_youngest_and_waits():
     b = Builder(nodes(1))
-    b.run(req("old", 4), start=0)
-    b.run(req("mid-age", 2), start=50)
-    b.run(req("young", 2), start=100)
-    urgent = pend(req("urgent", 4, cls="mid", t=500))
+    b.run(req(19, 4), start=0)
+    b.run(req(20, 2), start=50)
+    b.run(req(21, 2), start=100)
+    urgent = pend(req(22, 4, cls="mid", t=500))
     res = Slurm().cycle(b.snap([urgent]))
-    assert preempted(res) == ["mid-age", "young"]
-    assert all(p.for_job == "urgent" for p in res.preemptions)
-    assert started(res) == [] and res.pending["urgent"].reason is Reason.PREEMPTING
+    assert preempted(res) == [20, 21]
+    assert all(p.for_job == 22 for p in res.preemptions)
+    assert started(res) == [] and res.pending[22].reason is Reason.PREEMPTING
     # Next cycle the victims are still leaving: no new preemption, still waiting.
     b.running = [
-        RunningJob(r.req, r.placement, r.start_time, r.last_checkpoint, preempting=r.req.id in ("mid-age", "young"))
+        RunningJob(r.req, r.placement, r.start_time, r.last_checkpoint, preempting=r.req.id in (20, 21))
         for r in b.running
     ]
     res = Slurm().cycle(b.snap([urgent]))
     assert res.preemptions == [] and started(res) == []
-    assert res.pending["urgent"].reason is Reason.PREEMPTING
+    assert res.pending[22].reason is Reason.PREEMPTING
 
 
 def test_slurm_never_preempts_unpreemptible_or_too_young():
     b = Builder(nodes(1))
-    b.run(req("nope", 4, cls="high"), start=0)
-    b.run(req("fresh", 4, cls="sticky"), start=900)  # min_run_s 3600 not reached at now=1000
-    top = pend(req("top", 8, cls="high", t=0))
+    b.run(req(23, 4, cls="high"), start=0)
+    b.run(req(24, 4, cls="sticky"), start=900)  # min_run_s 3600 not reached at now=1000
+    top = pend(req(25, 8, cls="high", t=0))
     res = Slurm().cycle(b.snap([top]))
     assert res.preemptions == [] and started(res) == []
 
@@ -233,45 +234,45 @@ def _cohort(a: Quota, b: Quota) -> dict[str, Team]:
 def test_kueue_reclaims_borrowed_quota():
     teams = _cohort(Quota(8), Quota(8))
     b = Builder(nodes(2))
-    b.run(req("b-old", 8, team="b"), start=0)
-    b.run(req("b-new", 8, team="b"), start=100)  # b borrows 8 of a's idle nominal
-    a1 = pend(req("a1", 8, team="a", t=500))
+    b.run(req(26, 8, team="b"), start=0)
+    b.run(req(27, 8, team="b"), start=100)  # b borrows 8 of a's idle nominal
+    a1 = pend(req(16, 8, team="a", t=500))
     res = Kueue().cycle(b.snap([a1], teams=teams))
-    assert preempted(res) == ["b-new"]  # most recently started of the borrower; b stays at nominal
-    assert res.preemptions[0].reason == "reclaim" and res.preemptions[0].for_job == "a1"
-    assert started(res) == [] and res.pending["a1"].reason is Reason.PREEMPTING
+    assert preempted(res) == [27]  # most recently started of the borrower; b stays at nominal
+    assert res.preemptions[0].reason == "reclaim" and res.preemptions[0].for_job == 16
+    assert started(res) == [] and res.pending[16].reason is Reason.PREEMPTING
 
 
 def test_kueue_does_not_preempt_team_at_its_nominal():
     teams = _cohort(Quota(8), Quota(8))  # nominal sums to 16 on an 8-GPU cluster
     b = Builder(nodes(1))
-    b.run(req("b-run", 8, team="b"), start=0)
-    res = Kueue().cycle(b.snap([pend(req("a1", 8, team="a"))], teams=teams))
+    b.run(req(28, 8, team="b"), start=0)
+    res = Kueue().cycle(b.snap([pend(req(16, 8, team="a"))], teams=teams))
     assert res.preemptions == [] and started(res) == []
 
 
 def test_kueue_borrowing_limit_and_best_effort():
     teams = _cohort(Quota(8), Quota(8, borrowing_limit=4))
     b = Builder(nodes(2))
-    b.run(req("b-run", 8, team="b"), start=0)
+    b.run(req(28, 8, team="b"), start=0)
     jobs = [
-        pend(req("b-big", 8, team="b", t=1)),  # would borrow 8 > limit 4
-        pend(req("b-small", 4, team="b", t=2)),  # borrows 4: fine, and not blocked by b-big
-        pend(req("b-more", 1, team="b", t=3)),  # would borrow 5
+        pend(req(29, 8, team="b", t=1)),  # would borrow 8 > limit 4
+        pend(req(30, 4, team="b", t=2)),  # borrows 4: fine, and not blocked by 29
+        pend(req(31, 1, team="b", t=3)),  # would borrow 5
     ]
     res = Kueue().cycle(b.snap(jobs, teams=teams))
-    assert started(res) == ["b-small"]
-    assert res.pending["b-big"].reason is Reason.QUOTA and res.pending["b-more"].reason is Reason.QUOTA
+    assert started(res) == [30]
+    assert res.pending[29].reason is Reason.QUOTA and res.pending[31].reason is Reason.QUOTA
 
 
 def test_kueue_preempts_lower_priority_within_team():
     teams = _cohort(Quota(8), Quota(8))
     b = Builder(nodes(1))
-    b.run(req("a-low", 8, team="a", cls="low"), start=0)
-    res = Kueue().cycle(b.snap([pend(req("a-mid", 8, team="a", cls="mid"))], teams=teams))
-    assert preempted(res) == ["a-low"] and res.preemptions[0].reason == "priority"
+    b.run(req(32, 8, team="a", cls="low"), start=0)
+    res = Kueue().cycle(b.snap([pend(req(33, 8, team="a", cls="mid"))], teams=teams))
+    assert preempted(res) == [32] and res.preemptions[0].reason == "priority"
     # Equal priority does not preempt.
-    res = Kueue().cycle(b.snap([pend(req("a-low2", 8, team="a", cls="low"))], teams=teams))
+    res = Kueue().cycle(b.snap([pend(req(34, 8, team="a", cls="low"))], teams=teams))
     assert res.preemptions == []
 
 
@@ -280,30 +281,30 @@ def test_kueue_preempts_lower_priority_within_team():
 
 def test_tiresias_preempts_most_attained_for_new_job():
     b = Builder(nodes(1))
-    b.run(req("veteran", 4), start=0, attained_gpu_s=50_000.0)  # queue 1
-    b.run(req("newish", 4), start=900)  # 400 GPU-s at now=1000: queue 0
-    new = pend(req("new", 4, t=990))
+    b.run(req(35, 4), start=0, attained_gpu_s=50_000.0)  # queue 1
+    b.run(req(36, 4), start=900)  # 400 GPU-s at now=1000: queue 0
+    new = pend(req(37, 4, t=990))
     res = Tiresias().cycle(b.snap([new]))
-    assert preempted(res) == ["veteran"] and res.preemptions[0].for_job == "new"
-    assert started(res) == [] and res.pending["new"].reason is Reason.PREEMPTING
+    assert preempted(res) == [35] and res.preemptions[0].for_job == 37
+    assert started(res) == [] and res.pending[37].reason is Reason.PREEMPTING
 
 
 def test_tiresias_respects_min_run_and_starts_when_free():
     b = Builder(nodes(1))
-    b.run(req("veteran", 4, cls="sticky"), start=0, attained_gpu_s=50_000.0)  # too young to preempt
-    res = Tiresias().cycle(b.snap([pend(req("new", 8, t=990))]))
+    b.run(req(35, 4, cls="sticky"), start=0, attained_gpu_s=50_000.0)  # too young to preempt
+    res = Tiresias().cycle(b.snap([pend(req(37, 8, t=990))]))
     assert res.preemptions == [] and started(res) == []
-    res = Tiresias().cycle(b.snap([pend(req("new", 4, t=990))]))
-    assert started(res) == ["new"]
+    res = Tiresias().cycle(b.snap([pend(req(37, 4, t=990))]))
+    assert started(res) == [37]
 
 
 def test_tiresias_promotes_starved_job():
     b = Builder(nodes(1))
-    b.run(req("r", 8, t=850), start=900, attained_gpu_s=0.0)  # queue 0, 800 GPU-s, arrived after s
-    starved = pend(req("s", 8, t=0), queued_since=100.0, attained_gpu_s=8 * 500.0)  # queue 1, ran 500 s
+    b.run(req(1, 8, t=850), start=900, attained_gpu_s=0.0)  # queue 0, 800 GPU-s, arrived after s
+    starved = pend(req(38, 8, t=0), queued_since=100.0, attained_gpu_s=8 * 500.0)  # queue 1, ran 500 s
     pol = Tiresias(starve_limit=1.0)  # waited 900 s > 1 x 500 s: back to queue 0, and older
     res = pol.cycle(b.snap([starved]))
-    assert preempted(res) == ["r"]
+    assert preempted(res) == [1]
     res = Tiresias(starve_limit=4.0).cycle(b.snap([starved]))
     assert res.preemptions == []
 
@@ -313,7 +314,7 @@ def test_tiresias_promotes_starved_job():
 
 def random_snapshot(seed: int, explain: bool = True) -> Snapshot:
     rng = random.Random(seed)
-    ns = [Node(f"n{i}", 8, gpu_mem=80.0, block=f"b{i % 3}", rack=f"r{i % 6}") for i in range(12)]
+    ns = [Node(f"n{i}", 8, gpu_mem_mib=80 * 1024, block=f"b{i % 3}", rack=f"r{i % 6}") for i in range(12)]
     teams = {
         "a": Team("a", cohort="c", quotas={"default": Quota(32, borrowing_limit=16)}),
         "b": Team("b", cohort="c", quotas={"default": Quota(40)}),
@@ -321,7 +322,7 @@ def random_snapshot(seed: int, explain: bool = True) -> Snapshot:
     }
     b = Builder(ns)
 
-    def rand_req(jid: str) -> JobRequest:
+    def rand_req(jid: JobId) -> JobRequest:
         kind = rng.random()
         common = dict(
             id=jid,
@@ -335,11 +336,11 @@ def random_snapshot(seed: int, explain: bool = True) -> Snapshot:
         if kind < 0.7:
             lo = rng.randint(1, 3)
             return JobRequest(gpus_per_node=rng.choice([4, 8]), min_nodes=lo, max_nodes=lo + rng.choice([0, 2]), **common)
-        return JobRequest(gpus=rng.choice([1, 2]), gpu_mem=rng.choice([10.0, 20.0, 40.0]), **common)
+        return JobRequest(gpus=rng.choice([1, 2]), gpu_mem_mib=rng.choice([10 * 1024, 20 * 1024, 40 * 1024]), **common)
 
     k = 0
     for _ in range(40):
-        r = rand_req(f"r{k:03d}")
+        r = rand_req(k)  # running jobs 0..39, pending 40..99
         k += 1
         p, _ = place(b.state, r, r.min_nodes if r.gpus_per_node else None)
         if p is None:
@@ -353,7 +354,7 @@ def random_snapshot(seed: int, explain: bool = True) -> Snapshot:
         )
     pending = []
     for _ in range(60):
-        r = rand_req(f"p{k:03d}")
+        r = rand_req(k)
         k += 1
         pending.append(
             PendingJob(r, queued_since=r.submit_time + rng.choice([0.0, 50.0]), attained_gpu_s=rng.choice([0.0, 9000.0]), held=rng.random() < 0.05)
@@ -427,10 +428,10 @@ def test_may_fit_agrees_with_place():
             state.set_health(i, False)
         for k in range(40):
             if rng.random() < 0.5:
-                r = req(f"x{k}", gpus=rng.choice([1, 2, 3, 4, 6, 8, 9, 12, 16, 24, 40]))
+                r = req(1000 + k, gpus=rng.choice([1, 2, 3, 4, 6, 8, 9, 12, 16, 24, 40]))
             else:
                 lo = rng.randint(1, 4)
-                r = req(f"x{k}", gpus_per_node=rng.choice([1, 2, 4, 8, 9]), min_nodes=lo, max_nodes=lo + 1)
+                r = req(1000 + k, gpus_per_node=rng.choice([1, 2, 4, 8, 9]), min_nodes=lo, max_nodes=lo + 1)
             for n in ((None,) if r.gpus_per_node is None else (r.min_nodes, r.max_nodes)):
                 fits = place(state, r, n)[0] is not None
                 if (r.gpus_per_node or 0) > 8:  # larger than any node: left to `place`

@@ -39,7 +39,7 @@ each_engine = pytest.mark.parametrize("engine", ENGINES, ids=["default", "sharin
 def snapshots(draw) -> Snapshot:
     n_nodes = draw(st.integers(1, 5))
     gpus = draw(st.sampled_from([2, 4, 8]))
-    nodes = [Node(f"n{i}", gpus, draw(st.sampled_from([40.0, 80.0])), block=f"b{i // 2}", rack=f"r{i}")
+    nodes = [Node(f"n{i}", gpus, draw(st.sampled_from([40 * 1024, 80 * 1024])), block=f"b{i // 2}", rack=f"r{i}")
              for i in range(n_nodes)]
     total = n_nodes * gpus
     names = ["a", "b", "c"][: draw(st.integers(1, 3))]
@@ -55,7 +55,7 @@ def snapshots(draw) -> Snapshot:
     ledger = QuotaLedger(teams)
     running: list[RunningJob] = []
     for k in range(draw(st.integers(0, 10))):
-        r = _request(draw, f"r{k}", names, classes, gpus, now)
+        r = _request(draw, k, names, classes, gpus, now)  # running jobs 0..9, pending 100..109
         if not ledger.fits(r.team, r.pool, r.min_gpus):
             continue
         pl, _ = place(state, r, r.min_nodes)
@@ -66,7 +66,7 @@ def snapshots(draw) -> Snapshot:
         start = now - draw(st.floats(0, 5000))
         running.append(RunningJob(r, pl, start, start + draw(st.floats(0, 1000)),
                                   preempting=draw(st.booleans()) and CLASSES[r.job_class].preemptible))
-    pending = [PendingJob(_request(draw, f"p{k}", names, classes, gpus, now), queued_since=now - 10,
+    pending = [PendingJob(_request(draw, 100 + k, names, classes, gpus, now), queued_since=now - 10,
                           held=draw(st.integers(0, 9)) == 0)
                for k in range(draw(st.integers(0, 10)))]
     return Snapshot(now, state, teams, CLASSES, running, pending, explain=draw(st.booleans()))
@@ -77,13 +77,13 @@ def _request(draw, jid, names, classes, gpus, now) -> JobRequest:
     cls = draw(st.sampled_from(classes))
     submit = now - draw(st.floats(0, 3 * 86400))
     est = draw(st.one_of(st.none(), st.floats(60, 86400)))
-    mem = draw(st.sampled_from([None, None, 20.0, 50.0]))
+    mem = draw(st.sampled_from([None, None, 20 * 1024, 50 * 1024]))  # MiB
     if draw(st.booleans()):
-        return JobRequest(jid, team, cls, submit, gpus=draw(st.integers(1, gpus * 2)), gpu_mem=mem, est_runtime_s=est,
+        return JobRequest(jid, team, cls, submit, gpus=draw(st.integers(1, gpus * 2)), gpu_mem_mib=mem, est_runtime_s=est,
                           checkpoint_interval_s=draw(st.sampled_from([None, 600.0])))
     lo = draw(st.integers(1, 2))
     return JobRequest(jid, team, cls, submit, gpus=gpus * lo, gpus_per_node=draw(st.integers(1, gpus)),
-                      min_nodes=lo, max_nodes=lo + draw(st.integers(0, 1)), gpu_mem=mem, est_runtime_s=est)
+                      min_nodes=lo, max_nodes=lo + draw(st.integers(0, 1)), gpu_mem_mib=mem, est_runtime_s=est)
 
 
 SETTINGS = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -104,8 +104,8 @@ def test_no_overallocation_and_quotas_hold(engine, snap: Snapshot):
         state.allocate(s.placement)  # raises on GPU or memory over-allocation
         ledger.add(pj.req.team, pj.req.pool, s.placement.gpus)
         assert pj.req.min_gpus <= s.placement.gpus <= pj.req.max_gpus
-        if pj.req.gpu_mem is not None:
-            assert all(snap.cluster.cap_mib[i] >= pj.req.gpu_mem * 1024 for i, _ in s.placement.nodes)
+        if pj.req.gpu_mem_mib is not None:
+            assert all(snap.cluster.cap_mib[i] >= pj.req.gpu_mem_mib for i, _ in s.placement.nodes)
 
 
 @each_engine

@@ -29,53 +29,53 @@ def test_a_short_job_takes_the_gpu_of_a_long_borrowing_job_that_just_checkpointe
     ns = nodes(1)
     state = ClusterState(ns)
     # a uses 2 of its 4 GPUs; b uses 6, borrowing a's 2 idle ones.
-    run = [long_job(state, f"a{i}", "a", start=900.0) for i in range(2)]  # 1,000 s since checkpoint
-    run += [long_job(state, f"b{i}", "b", start=10.0 * i) for i in range(6)]  # 100, 90, ... 50 s
+    run = [long_job(state, 100 + i, "a", start=900.0) for i in range(2)]  # 1,000 s since checkpoint
+    run += [long_job(state, 200 + i, "b", start=10.0 * i) for i in range(6)]  # 100, 90, ... 50 s
     tm = teams(a=4, b=4)
-    res = SHARING.cycle(snapshot(ns, tm, run, [short("b9", "b")], now=NOW))
+    res = SHARING.cycle(snapshot(ns, tm, run, [short(209, "b")], now=NOW))
     # b's short job would borrow a third GPU, which nobody can lend: it takes the GPU of b's own
     # long job that loses the least work (b5, 50 s since its checkpoint). a's long jobs are
     # inside a's quota, and 1,000 s past their checkpoint besides.
-    assert [(p.job_id, p.reason, p.for_job) for p in res.preemptions] == [("b5", "share", "b9")]
-    assert res.starts == [] and res.pending["b9"].reason == Reason.PREEMPTING
+    assert [(p.job_id, p.reason, p.for_job) for p in res.preemptions] == [(205, "share", 209)]
+    assert res.starts == [] and res.pending[209].reason == Reason.PREEMPTING
 
 
 def test_sharing_is_off_by_default():
     ns = nodes(1)
     state = ClusterState(ns)
-    run = [long_job(state, f"b{i}", "b", start=10.0 * i) for i in range(8)]
-    res = TrainyardPolicy().cycle(snapshot(ns, teams(a=4, b=4), run, [short("b9", "b")], now=NOW))
+    run = [long_job(state, 200 + i, "b", start=10.0 * i) for i in range(8)]
+    res = TrainyardPolicy().cycle(snapshot(ns, teams(a=4, b=4), run, [short(209, "b")], now=NOW))
     assert res.preemptions == []
 
 
 def test_a_team_at_its_nominal_quota_is_never_shared():
     ns = nodes(1)
     state = ClusterState(ns)
-    run = [long_job(state, f"a{i}", "a", start=10.0 * i) for i in range(4)]
-    run += [long_job(state, f"b{i}", "b", start=10.0 * i) for i in range(4)]
+    run = [long_job(state, 100 + i, "a", start=10.0 * i) for i in range(4)]
+    run += [long_job(state, 200 + i, "b", start=10.0 * i) for i in range(4)]
     tm = teams(a=4, b=4, c=0)
     # c only borrows, and nobody borrows now: every GPU is inside a or b's nominal quota.
-    res = SHARING.cycle(snapshot(ns, tm, run, [short("c1", "c")], now=NOW))
+    res = SHARING.cycle(snapshot(ns, tm, run, [short(301, "c")], now=NOW))
     assert res.preemptions == []
     # a's own short job may take the GPU of one of a's long jobs: a stays at its quota.
-    res = SHARING.cycle(snapshot(ns, tm, run, [short("a9", "a")], now=NOW))
-    assert [(p.job_id, p.reason) for p in res.preemptions] == [("a3", "share")]
+    res = SHARING.cycle(snapshot(ns, tm, run, [short(109, "a")], now=NOW))
+    assert [(p.job_id, p.reason) for p in res.preemptions] == [(103, "share")]
 
 
 def test_a_victim_far_from_its_last_checkpoint_is_not_shared():
     ns = nodes(1)
     state = ClusterState(ns)
-    run = [long_job(state, f"b{i}", "b", start=600.0 + 10.0 * i) for i in range(8)]  # 1,000-1,070 s lost
-    res = SHARING.cycle(snapshot(ns, teams(a=4, b=4), run, [short("b9", "b")], now=NOW))
+    run = [long_job(state, 200 + i, "b", start=600.0 + 10.0 * i) for i in range(8)]  # 1,000-1,070 s lost
+    res = SHARING.cycle(snapshot(ns, teams(a=4, b=4), run, [short(209, "b")], now=NOW))
     assert res.preemptions == []
 
 
 def test_a_job_that_has_held_many_gpu_seconds_does_not_share():
     ns = nodes(1)
     state = ClusterState(ns)
-    run = [long_job(state, f"b{i}", "b", start=10.0 * i) for i in range(8)]
+    run = [long_job(state, 200 + i, "b", start=10.0 * i) for i in range(8)]
     # A requeued long job (it has held 20,000 GPU-seconds) waits its turn.
-    res = SHARING.cycle(snapshot(ns, teams(a=4, b=4), run, [short("b9", "b", attained_gpu_s=20_000.0)], now=NOW))
+    res = SHARING.cycle(snapshot(ns, teams(a=4, b=4), run, [short(209, "b", attained_gpu_s=20_000.0)], now=NOW))
     assert res.preemptions == []
 
 
@@ -83,8 +83,8 @@ def test_a_victim_must_have_several_times_the_work_left():
     ns = nodes(1)
     state = ClusterState(ns)
     # Estimated 12 hours, 10 done: 2 hours left, under 4 x the short job's hour.
-    run = [long_job(state, f"b{i}", "b", start=10.0 * i, est=12 * 3600.0) for i in range(8)]
-    res = SHARING.cycle(snapshot(ns, teams(a=4, b=4), run, [short("b9", "b")], now=NOW))
+    run = [long_job(state, 200 + i, "b", start=10.0 * i, est=12 * 3600.0) for i in range(8)]
+    res = SHARING.cycle(snapshot(ns, teams(a=4, b=4), run, [short(209, "b")], now=NOW))
     assert res.preemptions == []
 
 
@@ -92,7 +92,7 @@ def test_an_attempt_that_has_not_reached_a_checkpoint_yet_is_not_shared():
     ns = nodes(1)
     state = ClusterState(ns)
     # Restarted 1,000 s ago after 10 hours on an earlier attempt: nothing of this attempt is saved.
-    run = [long_job(state, f"b{i}", "b", start=NOW - 1000.0, attained_gpu_s=36_000.0, progress_s=36_000.0)
+    run = [long_job(state, 200 + i, "b", start=NOW - 1000.0, attained_gpu_s=36_000.0, progress_s=36_000.0)
            for i in range(8)]
-    res = SHARING.cycle(snapshot(ns, teams(a=4, b=4), run, [short("b9", "b")], now=NOW))
+    res = SHARING.cycle(snapshot(ns, teams(a=4, b=4), run, [short(209, "b")], now=NOW))
     assert res.preemptions == []

@@ -1,14 +1,15 @@
 import math
+import random
 
 import pytest
 
 from trainyard.sched.types import JobRequest
-from trainyard.sim.estimates import COMMON_LIMITS_S, apply_estimates
+from trainyard.sim.estimates import COMMON_LIMITS_S, apply_estimates, user_estimate
 from trainyard.sim.workload import SimJob
 
 
 def _jobs(n=300):
-    return [SimJob(JobRequest(f"j{i}", "t", "training", float(i)), float(10 + 37 * i ** 1.7)) for i in range(n)]
+    return [SimJob(JobRequest(i, "t", "training", float(i)), float(10 + 37 * i ** 1.7), label=f"j{i}") for i in range(n)]
 
 
 def test_none_and_oracle():
@@ -47,7 +48,7 @@ def test_user_deterministic_per_seed_and_job():
 
 
 def test_beyond_largest_limit_is_not_rounded():
-    job = SimJob(JobRequest("huge", "t", "training", 0.0), 100 * 86400.0)
+    job = SimJob(JobRequest(1, "t", "training", 0.0), 100 * 86400.0, label="huge")
     v = apply_estimates([job], "user", 1)[0].req.est_runtime_s
     assert 100 * 86400.0 <= v <= 500 * 86400.0 and v not in COMMON_LIMITS_S and math.isfinite(v)
 
@@ -55,3 +56,16 @@ def test_beyond_largest_limit_is_not_rounded():
 def test_unknown_mode():
     with pytest.raises(ValueError, match="oracle"):
         apply_estimates(_jobs(2), "psychic", 1)
+
+
+def test_user_estimates_are_seeded_from_the_label_not_the_int_id():
+    """Ids became ints; the draws of every published figure were made from the string ids
+    ("p00001"), which the loaders keep as labels. An unlabelled job is named by its id."""
+    labelled = SimJob(JobRequest(1, "t", "training", 0.0), 5000.0, label="p00001")
+    plain = SimJob(JobRequest(1, "t", "training", 0.0), 5000.0)
+    assert (labelled.name, plain.name) == ("p00001", "1")
+    (got,) = apply_estimates([labelled], "user", 1)
+    assert got.req.est_runtime_s == user_estimate(5000.0, random.Random("1:p00001"))
+    assert got.label == "p00001" and got.req.id == 1
+    (unnamed,) = apply_estimates([plain], "user", 1)
+    assert unnamed.req.est_runtime_s == user_estimate(5000.0, random.Random("1:1"))

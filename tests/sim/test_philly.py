@@ -26,7 +26,8 @@ def _write(tmp_path, rows=ROWS, header=HEADER, vc=VC):
 
 def test_loads_window_sorted_with_ids_and_shapes(tmp_path):
     w = load_philly(_write(tmp_path), date_from="2017-10-20", date_to="2017-10-23", warmup_days=1, cluster="4x8")
-    assert [j.req.id for j in w.jobs] == ["p00002", "p00005", "p00001", "p00004"]
+    assert [j.req.id for j in w.jobs] == [2, 5, 1, 4]  # the data row: line - 1
+    assert [j.label for j in w.jobs] == ["p00002", "p00005", "p00001", "p00004"]  # what estimates are seeded from
     assert [j.req.submit_time for j in w.jobs] == [5.0, 5.0, 34 * 3600.0, 2 * 86400.0]
     assert w.measure_from == 86400.0 and w.measure_to == 3 * 86400.0
     assert [w.measured(j.req.submit_time) for j in w.jobs] == [False, False, True, True]
@@ -35,7 +36,7 @@ def test_loads_window_sorted_with_ids_and_shapes(tmp_path):
     assert all(j.req.job_class == "training" and j.req.checkpoint_interval_s == 1800.0 for j in w.jobs)
     assert all(j.req.est_runtime_s is None for j in w.jobs)
     assert set(w.classes) == {"interactive", "training", "batch"}
-    assert len(w.nodes) == 4 and w.total_gpus == 32 and {n.gpu_mem for n in w.nodes} == {24.0}
+    assert len(w.nodes) == 4 and w.total_gpus == 32 and {n.gpu_mem_mib for n in w.nodes} == {24 * 1024}
     assert w.origin.isoformat() == "2017-10-20T00:00:00"
     assert w.notes
 

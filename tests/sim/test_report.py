@@ -14,9 +14,9 @@ METRICS = ["jobs", "utilization", "goodput", "avg_jct_s", "p50_jct_s", "p99_jct_
 
 
 def _workload() -> Workload:
-    nodes = [Node(f"n{i}", 8, 80.0, block="b0", rack=f"r{i // 2}") for i in range(4)]
+    nodes = [Node(f"n{i}", 8, 80 * 1024, block="b0", rack=f"r{i // 2}") for i in range(4)]
     teams = {"a": Team("a", "c", {"default": Quota(20)}), "b": Team("b", "c", {"default": Quota(12)})}
-    jobs = [SimJob(JobRequest(f"j{i}", "ab"[i % 2], "training", i * 600.0, gpus=4), 3600.0) for i in range(10)]
+    jobs = [SimJob(JobRequest(i, "ab"[i % 2], "training", i * 600.0, gpus=4), 3600.0) for i in range(10)]
     return Workload(nodes, teams, {}, jobs, measure_from=600.0, measure_to=20000.0, name="tiny", notes=["a note"])
 
 
@@ -24,7 +24,7 @@ def _result(policy: str, slow: float) -> SimResult:
     recs = []
     for i in range(10):
         start = i * 600.0 + slow * i
-        recs.append(JobRecord(f"j{i}", "ab"[i % 2], "training", 4, i * 600.0, 3600.0, first_start=start,
+        recs.append(JobRecord(i, "ab"[i % 2], "training", 4, i * 600.0, 3600.0, first_start=start,
                               end=start + 3600.0, wait_s=slow * i, preemptions=i % 3, lost_gpu_s=100.0 * (i % 3),
                               measured=i > 0))
     util = [(0.0, 0), (0.0, 4), (600.0, 8), (3600.0, 12), (9000.0, 8), (15000.0, 0)]

@@ -15,7 +15,7 @@ CLASSES = {"training": JobClass("training", 200, True, 86400, 0.0, None, 120.0)}
 
 
 def workload(jobs, nodes=1, gpus=4, teams=None, measure_from=0.0):
-    return Workload([Node(f"n{i}", gpus, 80.0) for i in range(nodes)],
+    return Workload([Node(f"n{i}", gpus, 80 * 1024) for i in range(nodes)],
                     teams or {"a": Team("a", "c", {"default": Quota(nodes * gpus)})}, CLASSES, jobs,
                     measure_from=measure_from)
 
@@ -34,9 +34,9 @@ class Scripted:
 
     def cycle(self, snap: Snapshot) -> CycleResult:
         res = CycleResult()
-        if self.victim and not self.done and snap.now >= self.when:
+        if self.victim is not None and not self.done and snap.now >= self.when:
             if any(r.req.id == self.victim for r in snap.running):
-                res.preemptions.append(Preempt(self.victim, "test", "x"))
+                res.preemptions.append(Preempt(self.victim, "test", 0))  # for no job in particular
                 self.done = True
                 return res
         state = snap.cluster.copy()
@@ -49,10 +49,10 @@ class Scripted:
 
 
 def test_jobs_run_for_their_duration():
-    res = simulate(workload([job("j1", 0, 100.0), job("j2", 10, 50.0, gpus=4)]), Scripted())
+    res = simulate(workload([job(1, 0, 100.0), job(2, 10, 50.0, gpus=4)]), Scripted())
     by_id = {r.id: r for r in res.jobs}
-    assert by_id["j1"].end == 100.0
-    assert by_id["j2"].first_start == 100.0 and by_id["j2"].end == 150.0  # waits for the whole node
+    assert by_id[1].end == 100.0
+    assert by_id[2].first_start == 100.0 and by_id[2].end == 150.0  # waits for the whole node
     m = metrics(res)
     assert m["completed"] == 2 and m["avg_wait_s"] == 45.0
 
@@ -60,10 +60,10 @@ def test_jobs_run_for_their_duration():
 def test_preemption_loses_work_since_the_last_checkpoint_and_resumes():
     # Checkpoints at 600 s of progress; preempted at 1000 s: 400 s lost, plus the 30 s it takes
     # to leave; the restart pays 60 s of overhead and redoes the rest (3000 - 600 s of work).
-    # (k's arrival at 1000 s makes the cycle in which the scripted policy preempts j.)
-    jobs = [job("j", 0, 3000.0), job("k", 1000.0, 10.0)]
-    res = simulate(workload(jobs, gpus=8), Scripted("j", 1000.0), SimParams(restart_overhead_s=60.0))
-    r = next(r for r in res.jobs if r.id == "j")
+    # (Job 2's arrival at 1000 s makes the cycle in which the scripted policy preempts job 1.)
+    jobs = [job(1, 0, 3000.0), job(2, 1000.0, 10.0)]
+    res = simulate(workload(jobs, gpus=8), Scripted(1, 1000.0), SimParams(restart_overhead_s=60.0))
+    r = next(r for r in res.jobs if r.id == 1)
     assert r.preemptions == 1
     stop = 1000.0 + 30.0
     assert r.end == stop + 60.0 + (3000.0 - 600.0)
@@ -72,7 +72,7 @@ def test_preemption_loses_work_since_the_last_checkpoint_and_resumes():
 
 
 def test_node_failure_requeues_its_jobs():
-    wl = workload([job("j", 0, 50_000.0)], nodes=2)
+    wl = workload([job(1, 0, 50_000.0)], nodes=2)
     res = simulate(wl, Scripted(), SimParams(node_mtbf_s=5_000.0, node_repair_s=100.0, seed=3))
     r = res.jobs[0]
     assert r.failures >= 1 and r.end is not None and r.end > 50_000.0
@@ -85,14 +85,14 @@ def test_a_job_that_can_never_start_is_left_unfinished():
         def cycle(self, snap):
             return CycleResult()
 
-    res = simulate(workload([job("j", 0, 10.0)]), Never())
+    res = simulate(workload([job(1, 0, 10.0)]), Never())
     assert metrics(res)["completed"] == 0 and metrics(res)["jobs"] == 1
 
 
 def test_quota_violation_is_an_owed_team_kept_waiting_too_long():
     teams = {"a": Team("a", "c", {"default": Quota(2)}), "b": Team("b", "c", {"default": Quota(2)})}
     # b fills the node by borrowing; a's job then waits: Scripted never reclaims.
-    jobs = [job(f"b{i}", 0, 10_000.0, team="b") for i in range(4)] + [job("a1", 100, 10.0, team="a")]
+    jobs = [job(200 + i, 0, 10_000.0, team="b") for i in range(4)] + [job(101, 100, 10.0, team="a")]
     res = simulate(workload(jobs, teams=teams), Scripted())
     assert res.quota_violations == 1
     # The engine reclaims after its patience window: no violation.
@@ -102,7 +102,7 @@ def test_quota_violation_is_an_owed_team_kept_waiting_too_long():
 
 
 def test_same_workload_same_result():
-    jobs = [job(f"j{i}", i * 37.0, 500.0 + 91 * i, gpus=1 + i % 3) for i in range(40)]
+    jobs = [job(i, i * 37.0, 500.0 + 91 * i, gpus=1 + i % 3) for i in range(40)]
     a = metrics(simulate(workload(jobs, nodes=2), TrainyardPolicy()))
     b = metrics(simulate(workload(jobs, nodes=2), TrainyardPolicy()))
     a.pop("sim_wall_s"), b.pop("sim_wall_s")

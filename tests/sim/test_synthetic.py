@@ -10,7 +10,8 @@ def test_deterministic_and_shaped():
     assert len(w.jobs) == 400 and w.total_gpus == 64
     times = [j.req.submit_time for j in w.jobs]
     assert times == sorted(times)
-    assert [j.req.id for j in w.jobs] == sorted(j.req.id for j in w.jobs)
+    assert [j.req.id for j in w.jobs] == list(range(400))  # ints in submission order
+    assert [j.label for j in w.jobs[:2]] + [w.jobs[-1].label] == ["s00000", "s00001", "s00399"]  # seeds estimates
     classes = Counter(j.req.job_class for j in w.jobs)
     assert set(classes) == {"interactive", "training", "batch"} and set(w.classes) == set(classes)
     assert classes["batch"] > classes["training"]
@@ -28,7 +29,7 @@ def test_job_shapes_and_load():
     assert all(j.req.gpus <= 2 and 300 <= j.duration_s <= 3600 for j in inter)
     assert any(r.gpus_per_node == 8 and r.min_nodes == r.max_nodes == 2 for r in reqs)
     assert any(r.elastic and r.min_nodes == 1 and r.max_nodes == 2 for r in reqs)
-    assert any(r.gpu_mem is not None and r.gpu_mem < 80 for r in reqs)
+    assert any(r.gpu_mem_mib is not None and r.gpu_mem_mib < 80 * 1024 for r in reqs)
     train = [j for j in w.jobs if j.req.job_class == "training"]
     assert all(3600 <= j.duration_s <= 86400 and j.req.checkpoint_interval_s == 1800 for j in train)
     batch = [j for j in w.jobs if j.req.job_class == "batch"]

@@ -66,7 +66,7 @@ class ControlPlane:
                 s, policy, Principal("yard-up", "admin"), f"yard up --policy {policy}")
             self.admin_token = auth.ensure_admin_token(s, self.data_dir / "admin.token")
             cfg = self.configs.current(s)
-        inventory = [NodeInfo(n.name, n.gpus, n.gpu_model, int(round(n.gpu_mem * 1024)))
+        inventory = [NodeInfo(n.name, n.gpus, n.gpu_model, n.gpu_mem_mib)
                      for n in cfg.nodes]
         self.backend: Backend = backend or kind.create(self.data_dir, inventory, options)
         self.loop = ControlLoop(self.store, self.backend, self.data_dir, self.configs, self.lock,

@@ -3,7 +3,9 @@
 This is the one seam between the control plane and the pure scheduler (DESIGN rule 1): the
 same `TrainyardPolicy.cycle()` that the simulator replays traces with decides here.
 
-Units: the store keeps GPU memory in MiB, the engine's requests in GB (as the config writes them).
+Units: GPU memory is MiB on both sides (the store's `gpu_mem_mib`, the engine's `gpu_mem_mib` on
+requests and nodes), passed through as is; GB exists only where people write or read it (the API,
+the config, converted once there). Job ids are the store's ints on both sides, passed through too.
 A job's wall-time limit is the run-time estimate the engine backfills with, as in Slurm.
 """
 
@@ -36,7 +38,7 @@ class NodeIndex:
         for n in cfg.nodes:
             st = states.get(n.name)
             ok = (st is None or st.state == "up") and n.name not in bad
-            nodes.append(Node(n.name, n.gpus, n.gpu_mem, n.pool, n.gpu_model, n.block, n.rack, healthy=ok))
+            nodes.append(Node(n.name, n.gpus, n.gpu_mem_mib, n.pool, n.gpu_model, n.block, n.rack, healthy=ok))
         return cls(tuple(nodes), {n.name: i for i, n in enumerate(nodes)})
 
     def to_rows(self, p: Placement) -> list[dict[str, Any]]:
@@ -55,10 +57,10 @@ def request_of(j: JobRow) -> JobRequest:
     `submit_time` is the job's eligible time (`JobRow.eligible_time`), when it has one."""
     gpn = j.gpus_per_node
     return JobRequest(
-        str(j.id), j.team, j.job_class, j.submit_time if j.eligible_time is None else j.eligible_time,
+        j.id, j.team, j.job_class, j.submit_time if j.eligible_time is None else j.eligible_time,
         gpus=j.gpus if gpn is None else gpn * j.nodes_min, gpus_per_node=gpn,
         min_nodes=j.nodes_min, max_nodes=j.nodes_max,
-        gpu_mem=None if j.gpu_mem_mib is None else j.gpu_mem_mib / 1024,
+        gpu_mem_mib=j.gpu_mem_mib,
         est_runtime_s=j.time_limit_s, checkpoint_interval_s=j.checkpoint_interval_s, pool=j.pool,
         avoid=frozenset(j.avoid_nodes or ()),
     )

@@ -108,7 +108,7 @@ def resize_workload(workload: Workload, n_nodes: int, gpus_per_node: int) -> Wor
     """The same jobs on `n_nodes` nodes of `gpus_per_node` GPUs (same GPU memory as before;
     racks of 8 nodes, blocks of 4 racks), nominal quotas rescaled in proportion to the old ones
     (largest remainder, so they sum to the new cluster's GPUs)."""
-    gpu_mem = workload.nodes[0].gpu_mem if workload.nodes else 80.0
+    gpu_mem_mib = workload.nodes[0].gpu_mem_mib if workload.nodes else 80 * 1024
     model = workload.nodes[0].gpu_model if workload.nodes else "gpu"
     total = n_nodes * gpus_per_node
     teams: dict[str, Team] = {}
@@ -118,7 +118,7 @@ def resize_workload(workload: Workload, n_nodes: int, gpus_per_node: int) -> Wor
     for name, tm in workload.teams.items():
         teams[name] = Team(name, tm.cohort, {p: Quota(scaled[p][name], q.borrowing_limit, q.lending_limit)
                                              for p, q in tm.quotas.items()})
-    return replace(workload, nodes=make_nodes(n_nodes, gpus_per_node, gpu_mem, gpu_model=model), teams=teams,
+    return replace(workload, nodes=make_nodes(n_nodes, gpus_per_node, gpu_mem_mib, gpu_model=model), teams=teams,
                    name=f"{workload.name} resized to {n_nodes}x{gpus_per_node}",
                    notes=list(workload.notes) + [f"Resized to {n_nodes} nodes x {gpus_per_node} GPUs; nominal quotas "
                                                  "rescaled in proportion (largest remainder)."])

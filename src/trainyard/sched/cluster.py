@@ -17,6 +17,10 @@ from typing import Iterable, Sequence
 
 
 def gb_to_mib(gb: float) -> int:
+    """GB as people write them (in configs, the API, traces) to the MiB the engine counts in.
+
+    Called once, at the edge where a GB figure enters (`trainyard.spec`, the API, trace loaders):
+    nothing inside a cycle converts, so a value cannot be rounded twice along the way."""
     return int(round(gb * 1024))
 
 
@@ -26,7 +30,7 @@ class Node:
 
     name: str
     gpus: int
-    gpu_mem: float = 80.0  # GB per GPU
+    gpu_mem_mib: int = 81920  # MiB per GPU (80 GB)
     pool: str = "default"
     gpu_model: str = "gpu"
     block: str = ""
@@ -61,7 +65,7 @@ class ClusterState:
 
     def __init__(self, nodes: Sequence[Node]):
         self.nodes: tuple[Node, ...] = tuple(nodes)
-        self.cap_mib: list[int] = [gb_to_mib(n.gpu_mem) for n in self.nodes]
+        self.cap_mib: list[int] = [n.gpu_mem_mib for n in self.nodes]
         self.free_mib: list[list[int]] = [[c] * n.gpus for c, n in zip(self.cap_mib, self.nodes)]
         self.free_whole: list[int] = [n.gpus for n in self.nodes]
         self.max_gpus: dict[str, int] = {}

@@ -47,7 +47,7 @@ from trainyard.sched.policy import gc_paused, register
 from trainyard.sched.preemption import find_victims
 from trainyard.sched.quota import QuotaLedger
 from trainyard.sched.types import (
-    CycleResult, PendingInfo, PendingJob, Preempt, Reason, Reservation, RunningJob, Snapshot, Start,
+    CycleResult, JobId, PendingInfo, PendingJob, Preempt, Reason, Reservation, RunningJob, Snapshot, Start,
 )
 
 
@@ -113,10 +113,10 @@ class _Cycle:
         self.long_state: ClusterState | None = None  # state, with reserved GPUs taken away
         self.shadow = math.inf  # earliest shadow time among reservations made
         self.leaving = [r for r in snap.running if r.preempting]
-        self.stopping: set[str] = set()  # victims chosen in this cycle
+        self.stopping: set[JobId] = set()  # victims chosen in this cycle
         self.searches = 0  # fruitless victim searches so far
         self.successes = 0
-        self._ends: list[tuple[float, str, Placement]] | None = None
+        self._ends: list[tuple[float, JobId, Placement]] | None = None
         self._eligible: dict[str, list[tuple[int, RunningJob]]] | None = None
         self._min_prio = math.inf
         self._min_patience = min((self._patience(c) for c in snap.classes.values() if c.preemptible),
@@ -128,14 +128,14 @@ class _Cycle:
         # `future` when victims are chosen; so a shape that did not fit stays unfit until then.
         self._nofit: dict[tuple, Reason] = {}
         self._no_victims: set[tuple] = set()
-        self._lost: dict[str, float] = {}
+        self._lost: dict[JobId, float] = {}
         self._by_node: dict[int, list[RunningJob]] | None = None
         self._sorted_team: dict[str | None, list[RunningJob]] = {}
         self._failed: dict[tuple, Reason] = {}
         self.share_searches = 0
         self._no_share: set[tuple] = set()
         self._fledger: QuotaLedger | None = None
-        self._reasons: dict[str, Reason] = {}
+        self._reasons: dict[JobId, Reason] = {}
         self._started: list[tuple[PendingJob, int]] = []  # what res.starts holds, as the estimate needs it
 
     # -- views ----------------------------------------------------------------------------------
@@ -171,7 +171,7 @@ class _Cycle:
         return self._fledger
 
     def place_in(self, view: ClusterState, req, n: int | None) -> tuple[Placement | None, Reason | None]:
-        key = (id(view), req.pool, req.gpus, req.gpus_per_node, n, req.gpu_mem)
+        key = (id(view), req.pool, req.gpus, req.gpus_per_node, n, req.gpu_mem_mib)
         why = self._nofit.get(key)
         if why is not None:
             return None, why
@@ -217,7 +217,7 @@ class _Cycle:
             # Jobs alike in every way the steps below look at fail alike: capacity and quota only
             # shrink within a cycle until victims are chosen (which clears this memo), and
             # reservations make estimates matter (no memo then).
-            alike = (r.team, r.pool, r.job_class, r.gpus, r.gpus_per_node, r.min_nodes, r.max_nodes, r.gpu_mem,
+            alike = (r.team, r.pool, r.job_class, r.gpus, r.gpus_per_node, r.min_nodes, r.max_nodes, r.gpu_mem_mib,
                      key[2], bisect_right(levels, now - pj.queued_since), pj.attained_gpu_s < share_below)
             if failed:
                 known = failed.get(alike)
@@ -289,7 +289,7 @@ class _Cycle:
         if not self.ledger.fits(req.team, req.pool, req.min_gpus):
             return Reason.QUOTA
         state = self.cur()
-        if state.free_gpus(req.pool) < req.min_gpus and req.gpu_mem is None:
+        if state.free_gpus(req.pool) < req.min_gpus and req.gpu_mem_mib is None:
             return Reason.CAPACITY
         sizes: Iterable[int | None]
         if req.gpus_per_node is None:
@@ -403,7 +403,7 @@ class _Cycle:
         # that may not reclaim from a class yet must not make a patient one skip its search.
         patient = bisect_right(self._levels, self.now - pj.queued_since)
         memo = (req.team, prio, in_quota, patient, own_team_only, req.pool, req.gpus, req.gpus_per_node, req.min_nodes,
-                req.gpu_mem)
+                req.gpu_mem_mib)
         if memo in self._no_victims:
             return False
         ok, budget = self._victim_rules(pj, prio, own_team_only)
@@ -460,7 +460,7 @@ class _Cycle:
         # The victim must have, by estimate, `share_ratio` times the preemptor's remaining work.
         mine = _remaining_s(pj.req, pj.progress_s, self.snap.classes[req.job_class], self.p) * req.min_gpus
         least = p.share_ratio * mine
-        memo = (req.team, prio, req.pool, req.gpus, req.gpus_per_node, req.min_nodes, req.gpu_mem, least)
+        memo = (req.team, prio, req.pool, req.gpus, req.gpus_per_node, req.min_nodes, req.gpu_mem_mib, least)
         if memo in self._no_share:
             return False
         fl = self.fledger()

@@ -14,7 +14,7 @@ import heapq
 import math
 from typing import Mapping, Sequence
 
-from trainyard.sched.types import JobClass, PendingJob, Reservation, RunningJob, Snapshot
+from trainyard.sched.types import JobClass, JobId, PendingJob, Reservation, RunningJob, Snapshot
 
 
 def expected_end(r: RunningJob, cls: JobClass, now: float) -> float:
@@ -60,7 +60,7 @@ def running_ends(running: Sequence[RunningJob], classes: Mapping[str, JobClass],
 
 
 def estimate_starts(snap: Snapshot, pending_in_order: Sequence[PendingJob], started: Sequence[tuple[PendingJob, int]],
-                    reservations: Sequence[Reservation]) -> dict[str, float | None]:
+                    reservations: Sequence[Reservation]) -> dict[JobId, float | None]:
     """Estimated start of each job in `pending_in_order` (None: held, or beyond every known end).
 
     `started` are the jobs this cycle starts, with their GPUs: they hold those GPUs from now
@@ -68,7 +68,7 @@ def estimate_starts(snap: Snapshot, pending_in_order: Sequence[PendingJob], star
     """
     now = snap.now
     reserved = {r.job_id: r.start_at for r in reservations}
-    out: dict[str, float | None] = {}
+    out: dict[JobId, float | None] = {}
     pools = sorted({pj.req.pool for pj in pending_in_order})
     all_ends = running_ends(snap.running, snap.classes, now) if pools else {}
     for pool in pools:

@@ -1,8 +1,8 @@
 """Gang placement: all of a job's GPUs at once, or nothing, with topology and memory in mind.
 
 Rules, in the order they are applied:
-1. Memory: a GPU is usable for a job only if its free memory covers the job's `gpu_mem`; a job
-   without `gpu_mem` needs whole, untouched GPUs. Shared requests prefer GPUs already in use
+1. Memory: a GPU is usable for a job only if its free memory covers the job's `gpu_mem_mib`; a job
+   without `gpu_mem_mib` needs whole, untouched GPUs. Shared requests prefer GPUs already in use
    (best fit), so whole GPUs stay whole for jobs that need them.
 2. Packing: a single-node job goes to the node whose free GPUs fit it most tightly (best fit),
    which keeps large holes free for large jobs.
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from trainyard.sched.cluster import ClusterState, Placement, gb_to_mib
+from trainyard.sched.cluster import ClusterState, Placement
 from trainyard.sched.types import JobRequest, Reason
 
 
@@ -38,7 +38,7 @@ def _place(state: ClusterState, req: JobRequest, n_nodes: int | None,
            avoid: frozenset[int]) -> tuple[Placement | None, Reason | None]:
     pool = req.pool
     max_node = state.max_gpus.get(pool, 0)
-    mem = None if req.gpu_mem is None else gb_to_mib(req.gpu_mem)
+    mem = req.gpu_mem_mib
     if req.gpus_per_node is not None:
         gpn = req.gpus_per_node
         n = n_nodes if n_nodes is not None else req.min_nodes
@@ -81,10 +81,10 @@ def _any_gpu_big_enough(state: ClusterState, pool: str, mem: int) -> bool:
 
 
 def memory_ever_fits(state: ClusterState, req: JobRequest) -> bool:
-    """Whether some healthy GPU of the job's pool is big enough for its `gpu_mem` once empty
+    """Whether some healthy GPU of the job's pool is big enough for its `gpu_mem_mib` once empty
     (always true without one): a job waiting for memory that others hold may be reserved for;
     one no GPU could ever hold may not."""
-    return req.gpu_mem is None or _any_gpu_big_enough(state, req.pool, gb_to_mib(req.gpu_mem))
+    return req.gpu_mem_mib is None or _any_gpu_big_enough(state, req.pool, req.gpu_mem_mib)
 
 
 def _why_not(state: ClusterState, pool: str, need: int, mem: int | None) -> Reason:

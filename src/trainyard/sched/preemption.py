@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from typing import Callable, Mapping
 
-from trainyard.sched.cluster import ClusterState, gb_to_mib
-from trainyard.sched.types import JobRequest, RunningJob
+from trainyard.sched.cluster import ClusterState
+from trainyard.sched.types import JobId, JobRequest, RunningJob
 
 
 def _node_option(state: ClusterState, i: int, need: int, mem: int | None, cands: list[RunningJob],
@@ -62,7 +62,7 @@ def find_victims(state: ClusterState, req: JobRequest, n_nodes: int, per_node: i
     and the search stops once `max_options` (at least 4 per node wanted) viable nodes are found:
     the cheapest victims among those, not a global optimum, to keep a cycle within milliseconds.
     """
-    mem = None if req.gpu_mem is None else gb_to_mib(req.gpu_mem)
+    mem = req.gpu_mem_mib
     options: list[tuple[float, int, int, list[RunningJob]]] = []
     want = max(max_options, 4 * n_nodes)
     if mem is None:
@@ -89,7 +89,7 @@ def find_victims(state: ClusterState, req: JobRequest, n_nodes: int, per_node: i
     if len(options) < n_nodes:
         return None
     options.sort(key=lambda o: (o[0], o[1], o[2]))
-    victims: dict[str, RunningJob] = {}
+    victims: dict[JobId, RunningJob] = {}
     for _, _, _, vs in options[:n_nodes]:
         for v in vs:
             victims[v.req.id] = v

@@ -15,6 +15,9 @@ Deterministic from `seed`. What it holds:
   longer fits, there are fewer running jobs than asked;
 - `pending` jobs of mixed classes and shapes (1–8 GPUs, 2–4 node gangs, elastic 1–4 nodes,
   shared-memory requests), all with `est_runtime_s` set;
+- job ids: pending jobs `0..pending-1`, running jobs `pending..` (in the order drawn), so the two
+  never collide and, as when they were strings `q<i>` and `r<i>`, every pending id sorts before
+  every running one;
 - decayed usage per team; `explain=True` (the control loop's setting).
 """
 
@@ -23,11 +26,12 @@ from __future__ import annotations
 import math
 import random
 
-from trainyard.sched.cluster import ClusterState, Node, Placement, gb_to_mib
+from trainyard.sched.cluster import ClusterState, Node, Placement
 from trainyard.sched.placement import place
 from trainyard.sched.types import JobClass, JobRequest, PendingJob, Quota, RunningJob, Snapshot, Team
 
 POOL = "default"
+_GB = 1024  # MiB: the shapes below are written in GB, the engine takes MiB
 CLASSES = {
     "interactive": JobClass("interactive", 300, False, 15 * 60.0, 0.0, 8 * 3600.0, 0.0),
     "training": JobClass("training", 200, True, 24 * 3600.0, 600.0, None, 120.0),
@@ -36,7 +40,7 @@ CLASSES = {
 
 
 def _nodes(n: int, gpn: int) -> list[Node]:
-    return [Node(f"n{i}", gpn, 80.0, POOL, "H100", f"b{i // 32}", f"r{i // 8}") for i in range(n)]
+    return [Node(f"n{i}", gpn, 80 * _GB, POOL, "H100", f"b{i // 32}", f"r{i // 8}") for i in range(n)]
 
 
 def _teams(total: int) -> dict[str, Team]:
@@ -56,7 +60,7 @@ def _teams(total: int) -> dict[str, Team]:
 def _running_shape(rng: random.Random, gpn: int) -> dict:
     u = rng.random()
     if u < 0.30:
-        return {"gpus": 1, "gpu_mem": rng.choice((20.0, 40.0))}
+        return {"gpus": 1, "gpu_mem_mib": rng.choice((20 * _GB, 40 * _GB))}
     if u < 0.90:
         return {"gpus": 1}
     if u < 0.95:
@@ -71,7 +75,7 @@ def _running_shape(rng: random.Random, gpn: int) -> dict:
 def _pending_shape(rng: random.Random, gpn: int) -> dict:
     u = rng.random()
     if u < 0.10:
-        return {"gpus": 1, "gpu_mem": rng.choice((10.0, 20.0, 40.0))}
+        return {"gpus": 1, "gpu_mem_mib": rng.choice((10 * _GB, 20 * _GB, 40 * _GB))}
     if u < 0.55:
         return {"gpus": 1}
     if u < 0.85:
@@ -87,7 +91,7 @@ def _place_shared(state: ClusterState, req: JobRequest, partial: list[tuple[int,
 
     Same rules as `placement.place` for this shape, without its scan of every node (which makes
     building 8,000 running jobs take seconds)."""
-    mem = gb_to_mib(req.gpu_mem or 0.0)
+    mem = req.gpu_mem_mib or 0
     while partial:
         i, g = partial[-1]
         if state.free_mib[i][g] >= mem:
@@ -114,7 +118,7 @@ def build_snapshot(*, nodes: int = 1250, gpus_per_node: int = 8, pending: int = 
     used = dict.fromkeys(names, 0)
     classes_run = ("interactive", "training", "training", "training", "batch", "batch")
     run_jobs: list[RunningJob] = []
-    fallbacks = ({"gpus": 1}, {"gpus": 1, "gpu_mem": 20.0}, {"gpus": 1, "gpu_mem": 10.0})
+    fallbacks = ({"gpus": 1}, {"gpus": 1, "gpu_mem_mib": 20 * _GB}, {"gpus": 1, "gpu_mem_mib": 10 * _GB})
     partial: list[tuple[int, int]] = []  # (node, gpu) shared GPUs with memory left
     for i in range(running):
         placement = None
@@ -124,10 +128,10 @@ def build_snapshot(*, nodes: int = 1250, gpus_per_node: int = 8, pending: int = 
                 team = min(names, key=lambda t: used[t] - teams[t].quota(POOL).nominal)
             cls = rng.choice(classes_run)
             start = now - rng.uniform(60.0, 2 * 86400.0)
-            req = JobRequest(f"r{i}", team, cls, start - rng.uniform(0, 3600.0), pool=POOL,
+            req = JobRequest(pending + i, team, cls, start - rng.uniform(0, 3600.0), pool=POOL,
                              est_runtime_s=rng.choice((3600.0, 4 * 3600.0, 86400.0, 3 * 86400.0)),
                              checkpoint_interval_s=1800.0 if cls != "interactive" else None, **shape)
-            placement = _place_shared(state, req, partial) if req.gpu_mem is not None else place(state, req)[0]
+            placement = _place_shared(state, req, partial) if req.gpu_mem_mib is not None else place(state, req)[0]
             if placement is not None:
                 break
         if placement is None:
@@ -143,7 +147,7 @@ def build_snapshot(*, nodes: int = 1250, gpus_per_node: int = 8, pending: int = 
     for i in range(pending):
         cls = rng.choice(classes_pend)
         submit = now - rng.uniform(0.0, 86400.0)
-        req = JobRequest(f"q{i}", rng.choice(names), cls, submit, pool=POOL,
+        req = JobRequest(i, rng.choice(names), cls, submit, pool=POOL,
                          est_runtime_s=rng.choice((900.0, 3600.0, 4 * 3600.0, 12 * 3600.0, 2 * 86400.0)),
                          checkpoint_interval_s=1800.0 if cls != "interactive" else None,
                          **_pending_shape(rng, gpus_per_node))

@@ -2,9 +2,12 @@
 
 These are plain slotted dataclasses rather than pydantic models on purpose: a cycle at 1,250 nodes
 and 13,000 jobs must run in tens of milliseconds, and the validated, user-facing models live in
-`trainyard.spec` and are converted once at the edge (`trainyard.sched.convert`).
+`trainyard.spec` and are converted once at the edge (`trainyard.spec`, `trainyard.control.snapshot`).
 
-Units everywhere: time in seconds (floats, an arbitrary epoch), GPU memory in GB.
+Units everywhere: time in seconds (floats, an arbitrary epoch), GPU memory in integer MiB (as the
+store keeps it and `ClusterState` counts it: no float drift, no conversion inside a cycle; GB is
+converted once where people write it, `trainyard.spec` and the API). Job ids are `JobId`, ints, as
+the store numbers jobs: the control loop passes them through, and traces number their jobs too.
 """
 
 from __future__ import annotations
@@ -14,6 +17,10 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from trainyard.sched.cluster import ClusterState, Placement
+
+# A job's id: the store's integer primary key, or a trace's job number in the simulator. Ties in
+# every ordering are broken by it, so ints (not strings: "10" < "9") keep submission order.
+JobId = int
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,11 +70,12 @@ class JobRequest:
     Two shapes, as in Slurm: `gpus_per_node` set → a gang of `min_nodes..max_nodes` nodes with that
     many GPUs each (elastic when the range is wider than one value); `gpus_per_node` None → `gpus`
     GPUs anywhere, packed on as few nodes (and blocks) as possible.
-    `gpu_mem` is the memory needed on each GPU; None asks for whole GPUs. A job with a `gpu_mem`
-    smaller than the GPU's memory may share that GPU with others whose requests fit beside it.
+    `gpu_mem_mib` is the memory needed on each GPU, in MiB; None asks for whole GPUs. A job with a
+    `gpu_mem_mib` smaller than the GPU's memory may share that GPU with others whose requests fit
+    beside it.
     """
 
-    id: str
+    id: JobId
     team: str
     job_class: str
     submit_time: float
@@ -75,7 +83,7 @@ class JobRequest:
     gpus_per_node: int | None = None
     min_nodes: int = 1
     max_nodes: int = 1
-    gpu_mem: float | None = None
+    gpu_mem_mib: int | None = None
     est_runtime_s: float | None = None
     checkpoint_interval_s: float | None = None
     pool: str = "default"
@@ -197,20 +205,20 @@ class Reason(str, enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Start:
-    job_id: str
+    job_id: JobId
     placement: Placement
 
 
 @dataclass(frozen=True, slots=True)
 class Preempt:
-    job_id: str
+    job_id: JobId
     reason: str  # "reclaim" (quota taken back), "priority" or "share" (time-sharing by attained service)
-    for_job: str
+    for_job: JobId
 
 
 @dataclass(frozen=True, slots=True)
 class Reservation:
-    job_id: str
+    job_id: JobId
     start_at: float  # the shadow time: when the reserved GPUs are expected to be free
     nodes: tuple[int, ...]
 
@@ -229,4 +237,4 @@ class CycleResult:
     starts: list[Start] = field(default_factory=list)
     preemptions: list[Preempt] = field(default_factory=list)
     reservations: list[Reservation] = field(default_factory=list)
-    pending: dict[str, PendingInfo] = field(default_factory=dict)
+    pending: dict[JobId, PendingInfo] = field(default_factory=dict)

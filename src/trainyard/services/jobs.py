@@ -213,7 +213,7 @@ def _check_against_config(sub: JobSubmit, team: str, cls: str, shape: tuple, cfg
         if per % sub.tasks_per_node:
             raise _bad(f"{per} GPUs per node do not divide over {sub.tasks_per_node} tasks", "tasks_per_node")
     if sub.gpu_mem_gb is not None:
-        biggest = max(n.gpu_mem for n in nodes)
+        biggest = max(n.gpu_mem_mib for n in nodes) / 1024  # the nodes' MiB as GB, the unit asked in
         if sub.gpu_mem_gb > biggest:
             raise _bad(f"{sub.gpu_mem_gb} GB per GPU asked, but the largest GPU has {biggest} GB", "gpu_mem_gb")
     quota = teams[team].quotas.get(sub.pool)

@@ -39,7 +39,7 @@ def list_nodes(s: Session, cfg: ConfigVersion) -> list[dict[str, Any]]:
         st = states.get(n.name)
         busy = len(used.get(n.name, ()))
         out.append({"name": n.name, "pool": n.pool, "gpus": n.gpus, "gpus_used": busy, "gpus_free": n.gpus - busy,
-                    "gpu_model": n.gpu_model, "gpu_mem_gb": n.gpu_mem, "block": n.block, "rack": n.rack,
+                    "gpu_model": n.gpu_model, "gpu_mem_gb": n.gpu_mem_mib / 1024, "block": n.block, "rack": n.rack,
                     "state": st.state if st else "up", "reason": st.reason if st else ""})
     return out
 

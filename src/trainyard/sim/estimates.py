@@ -9,9 +9,11 @@ Three modes (`yard sim --estimates MODE`):
   then rounded UP to the next common limit: 15m, 30m, 1h, 2h, 4h, 8h, 12h, 1d, 2d, 3d, 5d, 7d,
   14d, 30d, 60d. Beyond 60 days the factor is applied without rounding.
 
-Every draw is made from `random.Random(f"{seed}:{job id}")`, so a job's estimate depends only on
-the seed and its id: every policy, every run and every subset of the workload sees the same
-estimate for the same job.
+Every draw is made from `random.Random(f"{seed}:{job name}")` (`SimJob.name`: the loader's label,
+`p00001`, or the id where there is none), so a job's estimate depends only on the seed and its
+name: every policy, every run and every subset of the workload sees the same estimate for the same
+job. The label, not the int id, because the estimates of every published figure were drawn from
+those strings (when ids were strings), and an int seed would draw others.
 """
 
 from __future__ import annotations
@@ -55,6 +57,6 @@ def apply_estimates(jobs: list[SimJob], mode: str, seed: int) -> list[SimJob]:
         elif mode == "oracle":
             est = float(job.duration_s)
         else:
-            est = user_estimate(job.duration_s, random.Random(f"{seed}:{job.req.id}"))
+            est = user_estimate(job.duration_s, random.Random(f"{seed}:{job.name}"))
         out.append(replace(job, req=replace(job.req, est_runtime_s=est)))
     return out

@@ -14,14 +14,15 @@ README next to the file). What the trace does not say is decided here, the same 
   the trace unless `vc_table` is given): each VC gets a share of the cluster's GPUs proportional to
   its node count, rounded by largest remainder (ties by VC name) so the shares sum exactly to the
   cluster's GPUs. A VC of the trace missing from the table gets nominal 0 (it only borrows).
-- **Cluster** `NxG`: N nodes `n0..n{N-1}` of G GPUs with 24 GB each (Philly had 12 GB P100 and
-  24 GB P40 GPUs); topology: racks of 8 consecutive nodes, blocks of 4 racks (32 nodes).
+- **Cluster** `NxG`: N nodes `n0..n{N-1}` of G GPUs with 24 GB (24,576 MiB) each (Philly had 12 GB
+  P100 and 24 GB P40 GPUs); topology: racks of 8 consecutive nodes, blocks of 4 racks (32 nodes).
 - **Jobs**: `gpus=num_gpus` as a GPU count (no fixed shape; beyond one node, placement spreads the
   job over the fewest nodes); run time = `duration` (the sum of its attempts in the raw log);
-  checkpoint every 30 minutes (the trace does not say; 1800 s is a common setting); ids
-  `p<row>`, the 1-based data row (line − 1), zero-padded to 5 digits so that sorting by
-  (submit time, id) is the file order for equal timestamps. A job asking for more GPUs than the
-  whole cluster could never run; it is left out and counted in the notes.
+  checkpoint every 30 minutes (the trace does not say; 1800 s is a common setting); ids are the
+  1-based data row (line − 1), an int, so that sorting by (submit time, id) is the file order for
+  equal timestamps; each job keeps the label `p<row>` (zero-padded to 5 digits), the string id it
+  had before ids were ints, from which its run-time estimate is seeded. A job asking for more GPUs
+  than the whole cluster could never run; it is left out and counted in the notes.
 - **Estimates** are not set here: see `trainyard.sim.estimates`.
 
 Raises `ConfigError` naming the file, the 1-based physical line and the column for a malformed
@@ -36,7 +37,7 @@ import re
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
-from trainyard.sched.cluster import Node
+from trainyard.sched.cluster import Node, gb_to_mib
 from trainyard.sched.types import JobRequest, Quota, Team
 from trainyard.sim.workload import SimJob, Workload
 from trainyard.spec import EXAMPLE_CONFIG, ConfigError, load_config
@@ -44,6 +45,7 @@ from trainyard.spec import EXAMPLE_CONFIG, ConfigError, load_config
 VC_TABLE_NAME = "philly_vc_nodes_heliosartifact.csv"
 REQUIRED = ("timestamp", "duration", "num_gpus", "cluster")
 GPU_MEM_GB = 24.0
+GPU_MEM_MIB = gb_to_mib(GPU_MEM_GB)
 RACK_NODES = 8
 BLOCK_RACKS = 4
 CHECKPOINT_INTERVAL_S = 1800.0
@@ -64,13 +66,14 @@ def parse_cluster_shape(value: str) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
-def make_nodes(n_nodes: int, gpus_per_node: int, gpu_mem: float = GPU_MEM_GB, *,
+def make_nodes(n_nodes: int, gpus_per_node: int, gpu_mem_mib: int = GPU_MEM_MIB, *,
                rack_nodes: int = RACK_NODES, block_racks: int = BLOCK_RACKS, gpu_model: str = "gpu") -> list[Node]:
-    """N identical nodes `n0..`, racks of `rack_nodes` consecutive nodes, blocks of `block_racks` racks."""
+    """N identical nodes `n0..` with `gpu_mem_mib` MiB per GPU, racks of `rack_nodes` consecutive
+    nodes, blocks of `block_racks` racks."""
     out = []
     for i in range(n_nodes):
         rack = i // rack_nodes
-        out.append(Node(f"n{i}", gpus_per_node, gpu_mem, POOL, gpu_model, f"b{rack // block_racks}", f"r{rack}"))
+        out.append(Node(f"n{i}", gpus_per_node, gpu_mem_mib, POOL, gpu_model, f"b{rack // block_racks}", f"r{rack}"))
     return out
 
 
@@ -251,10 +254,10 @@ def load_philly(path: str | Path, *, date_from: str | date | datetime | None, da
         if g > total_gpus:
             too_big += 1
             continue
-        req = JobRequest(id=f"p{lineno - 1:05d}", team=vc, job_class=JOB_CLASS,
+        req = JobRequest(id=lineno - 1, team=vc, job_class=JOB_CLASS,
                          submit_time=(submitted - start).total_seconds(), gpus=g,
                          checkpoint_interval_s=CHECKPOINT_INTERVAL_S, pool=POOL)
-        jobs.append(SimJob(req, dur))
+        jobs.append(SimJob(req, dur, label=f"p{lineno - 1:05d}"))
 
     table_path = Path(vc_table) if vc_table is not None else Path(path).with_name(VC_TABLE_NAME)
     vc_nodes = read_vc_table(table_path)

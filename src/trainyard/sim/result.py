@@ -26,10 +26,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from trainyard.sched.types import JobId
+
 
 @dataclass(slots=True)
 class JobRecord:
-    id: str
+    id: JobId
     team: str
     job_class: str
     gpus: int

@@ -37,7 +37,7 @@ from typing import Callable
 
 from trainyard.sched.cluster import ClusterState
 from trainyard.sched.policy import Policy
-from trainyard.sched.types import CycleResult, PendingJob, RunningJob, Snapshot
+from trainyard.sched.types import CycleResult, JobId, PendingJob, RunningJob, Snapshot
 from trainyard.sim.result import JobRecord, SimResult
 from trainyard.sim.workload import SimJob, Workload
 
@@ -64,12 +64,14 @@ class _Sim:
     def __init__(self, wl: Workload, policy: Policy, params: SimParams):
         self.wl, self.policy, self.p = wl, policy, params
         self.cluster = ClusterState(wl.nodes)
-        self.jobs: dict[str, SimJob] = {}
-        self.records: dict[str, JobRecord] = {}
-        self.pending: dict[str, PendingJob] = {}
-        self.running: dict[str, RunningJob] = {}
-        self.end_token: dict[str, int] = {}  # job -> attempt whose completion event is live
-        self.events: list[tuple[float, int, int, str, int]] = []
+        self.jobs: dict[JobId, SimJob] = {}
+        self.records: dict[JobId, JobRecord] = {}
+        self.pending: dict[JobId, PendingJob] = {}
+        self.running: dict[JobId, RunningJob] = {}
+        self.end_token: dict[JobId, int] = {}  # job -> attempt whose completion event is live
+        # (time, kind, sequence, job id or node index, token); the sequence is unique, so the
+        # tuples never compare beyond it.
+        self.events: list[tuple[float, int, int, int, int]] = []
         self.seq = 0
         self.now = 0.0
         self.dirty = False
@@ -101,7 +103,8 @@ class _Sim:
 
     # -- events ---------------------------------------------------------------------------------
 
-    def push(self, t: float, kind: int, job: str = "", token: int = 0) -> None:
+    def push(self, t: float, kind: int, job: int = 0, token: int = 0) -> None:
+        """Schedule an event; `job` is the job's id, or the node's index for _FAIL and _REPAIR."""
         self.seq += 1
         heapq.heappush(self.events, (t, kind, self.seq, job, token))
 
@@ -112,7 +115,7 @@ class _Sim:
             self.push(sj.req.submit_time, _ARRIVE, sj.req.id)
         if self.p.node_mtbf_s:
             for i in range(len(self.wl.nodes)):
-                self.push(self.rng.expovariate(1.0 / self.p.node_mtbf_s), _FAIL, str(i))
+                self.push(self.rng.expovariate(1.0 / self.p.node_mtbf_s), _FAIL, i)
         total = len(self.wl.jobs)
         next_report = 0
         while self.events:
@@ -162,7 +165,7 @@ class _Sim:
             self.busy_in_window += self.allocated * (hi - lo)
         self.now = t
 
-    def apply(self, kind: int, job: str, token: int) -> None:
+    def apply(self, kind: int, job: int, token: int) -> None:
         if kind == _ARRIVE:
             self.arrivals_left -= 1
             sj = self.jobs[job]
@@ -177,9 +180,9 @@ class _Sim:
             if job in self.running and self.running[job].attempt == token:
                 self.interrupt(job, preempted=True)
         elif kind == _FAIL:
-            self.node_fail(int(job))
+            self.node_fail(job)
         elif kind == _REPAIR:
-            i = int(job)
+            i = job
             self.cluster.set_health(i, True)
             self.dirty = True
             self.push(self.now + self.rng.expovariate(1.0 / self.p.node_mtbf_s), _FAIL, job)  # type: ignore[operator]
@@ -193,7 +196,7 @@ class _Sim:
         sizes[pj.req.min_gpus] = sizes.get(pj.req.min_gpus, 0) + 1
         self.dirty = True
 
-    def dequeue(self, job: str) -> PendingJob:
+    def dequeue(self, job: JobId) -> PendingJob:
         pj = self.pending.pop(job)
         sizes = self.pend_sizes[pj.req.team]
         n = sizes[pj.req.min_gpus] - 1
@@ -249,7 +252,7 @@ class _Sim:
         if res.starts or res.preemptions:
             self.check_violations()
 
-    def start(self, job: str, placement) -> None:
+    def start(self, job: JobId, placement) -> None:
         if job not in self.pending:
             raise RuntimeError(f"policy {self.policy.name} started {job}, which is not pending")
         pj = self.dequeue(job)
@@ -275,7 +278,7 @@ class _Sim:
         self.push(end, _FINISH, job, pj.attempt)
         self.change_alloc(r.team, placement.gpus)
 
-    def preempt(self, job: str) -> None:
+    def preempt(self, job: JobId) -> None:
         rj = self.running.get(job)
         if rj is None or rj.preempting:
             raise RuntimeError(f"policy {self.policy.name} preempted {job}, which is not running")
@@ -286,7 +289,7 @@ class _Sim:
         self.records[job].preemptions += 1
         self.push(self.now + min(cls.grace_s, self.p.stop_delay_s), _STOP, job, rj.attempt)
 
-    def finish(self, job: str) -> None:
+    def finish(self, job: JobId) -> None:
         rj = self.running.pop(job)
         rec = self.records[job]
         overhead = rj.last_checkpoint - rj.start_time
@@ -297,7 +300,7 @@ class _Sim:
         self.done += 1
         self.change_alloc(rj.req.team, -rj.gpus)
 
-    def interrupt(self, job: str, preempted: bool) -> None:
+    def interrupt(self, job: JobId, preempted: bool) -> None:
         """Stop a running attempt (preemption or node failure) and requeue it from its checkpoint."""
         rj = self.running.pop(job)
         rec = self.records[job]
@@ -321,7 +324,7 @@ class _Sim:
         for j in victims:
             self.interrupt(j, preempted=False)
         self.cluster.set_health(i, False)
-        self.push(self.now + self.p.node_repair_s, _REPAIR, str(i))
+        self.push(self.now + self.p.node_repair_s, _REPAIR, i)
         self.dirty = True
 
     # -- quota violations -----------------------------------------------------------------------

@@ -23,6 +23,8 @@
   The time span is sized so the offered load (GPU-seconds asked / cluster GPU-seconds) is 90%;
   `days` fixes the span instead (the resulting load is in the notes).
 - **Warm-up**: the first 10% of the span is not measured.
+- **Ids**: 0, 1, … in submission order (ints, as in the store); each job keeps the label `s<i>`
+  (zero-padded to 5 digits), its id when ids were strings, from which its estimate is seeded.
 
 Time 0 is a Monday at 00:00 (2024-01-01), so "working hours" and "evening" mean something.
 """
@@ -33,6 +35,7 @@ import math
 import random
 from datetime import datetime
 
+from trainyard.sched.cluster import gb_to_mib
 from trainyard.sched.types import JobRequest, Quota, Team
 from trainyard.sim.philly import largest_remainder, make_nodes, parse_cluster_shape
 from trainyard.sim.workload import SimJob, Workload
@@ -104,7 +107,7 @@ def generate(*, jobs: int = 400, cluster: str = "8x8", seed: int = 1, teams: int
     rng = random.Random(f"synthetic:{seed}")
     total = n_nodes * gpn
     big = n_nodes > 16
-    nodes = make_nodes(n_nodes, gpn, GPU_MEM_GB, rack_nodes=8 if big else 2, block_racks=4 if big else 2)
+    nodes = make_nodes(n_nodes, gpn, gb_to_mib(GPU_MEM_GB), rack_nodes=8 if big else 2, block_racks=4 if big else 2)
 
     names = _team_names(teams)
     weights = {nm: float(teams - i) for i, nm in enumerate(names)}
@@ -125,7 +128,7 @@ def generate(*, jobs: int = 400, cluster: str = "8x8", seed: int = 1, teams: int
             if cls == "interactive":
                 kw["gpus"] = rng.choice((1, 1, 2)) if gpn >= 2 else 1
                 if rng.random() < 1 / 3:
-                    kw["gpu_mem"] = 20.0
+                    kw["gpu_mem_mib"] = gb_to_mib(20.0)
                 dur = _log_uniform(rng, 5 * 60, 60 * 60)
             elif cls == "training":
                 kw["checkpoint_interval_s"] = 1800.0
@@ -140,7 +143,7 @@ def generate(*, jobs: int = 400, cluster: str = "8x8", seed: int = 1, teams: int
             else:
                 kw["checkpoint_interval_s"] = 900.0
                 if rng.random() < 0.25:
-                    kw["gpu_mem"] = 40.0
+                    kw["gpu_mem_mib"] = gb_to_mib(40.0)
                 dur = _log_uniform(rng, 10 * 60, 2 * _H)
             drafts.append((cls, kw, round(dur)))
 
@@ -168,8 +171,8 @@ def generate(*, jobs: int = 400, cluster: str = "8x8", seed: int = 1, teams: int
 
     out = []
     for i, (t, _, cls, kw, dur) in enumerate(timed):
-        req = JobRequest(id=f"s{i:05d}", job_class=cls, submit_time=round(t, 3), pool=POOL, **kw)
-        out.append(SimJob(req, float(dur)))
+        req = JobRequest(id=i, job_class=cls, submit_time=round(t, 3), pool=POOL, **kw)
+        out.append(SimJob(req, float(dur), label=f"s{i:05d}"))  # the label seeds its estimate
     load = work / (total * span)
     notes = [
         f"Synthetic workload, seed {seed}: {len(out)} jobs ({', '.join(f'{c} {counts[c]}' for c, _ in MIX)}) "

@@ -18,10 +18,19 @@ from trainyard.sched.types import JobClass, JobRequest, Team
 class SimJob:
     """A job to replay. `duration_s` is its true run time at its largest size (`req.max_gpus`);
     an elastic job run at a smaller size takes proportionally longer (linear scaling).
-    `req.est_runtime_s` is what the policies are told (see `trainyard.sim.estimates`)."""
+    `req.est_runtime_s` is what the policies are told (see `trainyard.sim.estimates`).
+
+    `req.id` is an int, as in the store; `label` is the loader's own name for the job (`p00001`
+    for Philly's first row). The run-time estimates are seeded from the name, not the id: they were
+    drawn from the labels when ids were those strings, and must not move with the id's type."""
 
     req: JobRequest
     duration_s: float
+    label: str = ""  # "": the job is named by its id
+
+    @property
+    def name(self) -> str:
+        return self.label or str(self.req.id)
 
 
 @dataclass(slots=True)

@@ -10,9 +10,9 @@ from typing import Callable, Iterable
 
 from collections import defaultdict
 
-from trainyard.sched.cluster import ClusterState, Placement, gb_to_mib
+from trainyard.sched.cluster import ClusterState, Placement
 from trainyard.sched.placement import place
-from trainyard.sched.types import JobClass, JobRequest, Reason, RunningJob, Snapshot
+from trainyard.sched.types import JobClass, JobId, JobRequest, Reason, RunningJob, Snapshot
 
 # A preempted job leaves min(grace, ~30 s) after its notice (the simulator's stop delay).
 STOP_DELAY_S = 30.0
@@ -55,11 +55,11 @@ class Fitter:
             g = shape_gpus(req, n)
             if allow is not None and not allow(g):
                 continue
-            key = (req.pool, req.gpus_per_node, n, g, req.gpu_mem)
+            key = (req.pool, req.gpus_per_node, n, g, req.gpu_mem_mib)
             cached = self._failed.get(key)
             if cached is not None:
                 reason = cached
-                if reason is Reason.TOPOLOGY and req.gpu_mem is None and self.state.free_gpus(req.pool) < g:
+                if reason is Reason.TOPOLOGY and req.gpu_mem_mib is None and self.state.free_gpus(req.pool) < g:
                     reason = Reason.CAPACITY
                 continue
             p, why = place(self.state, req, n)
@@ -101,7 +101,7 @@ def clip_to(state: ClusterState, ref: ClusterState, p: Placement) -> None:
 def fit_min(state: ClusterState, req: JobRequest) -> Placement | None:
     """`place` at the job's smallest shape, after cheap count checks that rule most cases out."""
     n = shapes(req)[-1]
-    if req.gpu_mem is None:
+    if req.gpu_mem_mib is None:
         pool = req.pool
         if state.free_gpus(pool) < shape_gpus(req, n):
             return None
@@ -117,9 +117,9 @@ def may_fit(state: ClusterState, req: JobRequest, n: int | None) -> bool:
 
     For whole-GPU requests this is exact: a gang needs n nodes with `gpus_per_node` free each; a
     spread request needs its GPUs on its fewest possible nodes (the n fullest-free nodes of the
-    pool must hold them). Shared (gpu_mem) requests are left to `place` (True).
+    pool must hold them). Shared (`gpu_mem_mib`) requests are left to `place` (True).
     """
-    if req.gpu_mem is not None:
+    if req.gpu_mem_mib is not None:
         return True
     pool = req.pool
     b = state.buckets.get(pool)
@@ -225,7 +225,7 @@ def pools_of(state: ClusterState) -> list[str]:
     return sorted(state.max_gpus)
 
 
-def fifo_key(req: JobRequest) -> tuple[float, str]:
+def fifo_key(req: JobRequest) -> tuple[float, JobId]:
     return (req.submit_time, req.id)
 
 
@@ -265,7 +265,7 @@ class Outlook:
             if with_quota
             else None
         )
-        self.victims: dict[str, RunningJob] = {}
+        self.victims: dict[JobId, RunningJob] = {}
 
     def note_start(self, req: JobRequest, p: Placement) -> None:
         self.fitter.take(p)
@@ -346,7 +346,7 @@ class Outlook:
             return None
         k = -(-need // max_node) if n is None else n
         per = -(-need // k) if n is None else req.gpus_per_node
-        mem = None if req.gpu_mem is None else gb_to_mib(req.gpu_mem)
+        mem = req.gpu_mem_mib
         done: list[int] = []
         if mem is None and k > 1:
             done = sorted(i for b in st.buckets[pool][per:] for i in b)[: k - 1]
@@ -374,7 +374,7 @@ class Outlook:
         if len(done) < k:
             return None
         victims: list[RunningJob] = []
-        seen: set[str] = set()
+        seen: set[JobId] = set()
         for i in done[:k]:
             for v in acc.get(i, ()):
                 if v.req.id not in seen:

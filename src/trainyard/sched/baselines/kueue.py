@@ -50,7 +50,9 @@ from trainyard.sched.cluster import ClusterState
 from trainyard.sched.placement import place
 from trainyard.sched.policy import gc_paused, register
 from trainyard.sched.quota import QuotaLedger
-from trainyard.sched.types import CycleResult, PendingInfo, PendingJob, Preempt, Reason, RunningJob, Snapshot, Start
+from trainyard.sched.types import (
+    CycleResult, JobId, PendingInfo, PendingJob, Preempt, Reason, RunningJob, Snapshot, Start,
+)
 
 _RANK = itemgetter(0, 1, 2)
 
@@ -72,7 +74,7 @@ class Kueue:
         # preemptible ones per pool, with their candidate sort key (less its first field).
         use_all: dict[tuple[str, str], int] = {}
         use_live: dict[tuple[str, str], int] = {}
-        preemptible: dict[str, list[tuple[int, float, str, str, RunningJob]]] = {}
+        preemptible: dict[str, list[tuple[int, float, JobId, str, RunningJob]]] = {}
         for r in snap.running:
             rq = r.req
             k = (rq.team, rq.pool)
@@ -126,11 +128,11 @@ class Kueue:
                     res.pending[req.id] = PendingInfo(Reason.HELD, None)
                 continue
             need = shape_gpus(req, shapes(req)[-1])
-            if not explain and req.gpu_mem is None and state.free_gpus(pool) < need:
+            if not explain and req.gpu_mem_mib is None and state.free_gpus(pool) < need:
                 p, why = None, Reason.CAPACITY  # (the quota check would only change the reason)
             elif not fits(team, pool, need):
                 p, why = None, Reason.QUOTA
-            elif req.gpu_mem is None and state.free_gpus(pool) < need:
+            elif req.gpu_mem_mib is None and state.free_gpus(pool) < need:
                 p, why = None, Reason.CAPACITY
             else:
                 p, why = fitter.fit(req, allow=lambda g: fits(team, pool, g))
@@ -190,7 +192,7 @@ class Kueue:
         def check(state: ClusterState, ledger) -> object:
             if not ledger.fits(team, pool, need):
                 return None
-            if req.gpu_mem is None and state.free_gpus(pool) < need:
+            if req.gpu_mem_mib is None and state.free_gpus(pool) < need:
                 return None
             if not may_fit(state, req, n):
                 return None  # exactly when `place` would fail (whole GPUs), found cheaply

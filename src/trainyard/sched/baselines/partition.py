@@ -21,10 +21,10 @@ from heapq import heapify, heappop, heappush
 
 from trainyard.sched.baselines._common import Fitter, shape_gpus, shapes
 from trainyard.sched.policy import gc_paused, register
-from trainyard.sched.types import CycleResult, PendingInfo, PendingJob, Reason, Snapshot, Start
+from trainyard.sched.types import CycleResult, JobId, PendingInfo, PendingJob, Reason, Snapshot, Start
 
 
-def _fifo(job: PendingJob) -> tuple[float, str]:
+def _fifo(job: PendingJob) -> tuple[float, JobId]:
     return (job.req.submit_time, job.req.id)  # fifo_key(job.req)
 
 
@@ -64,7 +64,7 @@ class Partition:
             room = limit - used.get(key, 0)
             if need > room:
                 p, why = None, Reason.QUOTA
-            elif state.free_gpus(req.pool) == 0 and req.gpu_mem is None:
+            elif state.free_gpus(req.pool) == 0 and req.gpu_mem_mib is None:
                 p, why = None, Reason.CAPACITY
             else:
                 p, why = fitter.fit(req, allow=lambda g: g <= room)
@@ -92,7 +92,7 @@ class Partition:
         # Without explanations only the jobs up to each team's first blocked one matter: keep a
         # FIFO heap per (team, pool) and merge their heads, instead of sorting the whole queue.
         # The jobs considered, and their order, are exactly those of the loop above.
-        groups: dict[tuple[str, str], list[tuple[float, str, PendingJob]]] = {}
+        groups: dict[tuple[str, str], list[tuple[float, JobId, PendingJob]]] = {}
         for job in snap.pending:
             if job.held:
                 continue

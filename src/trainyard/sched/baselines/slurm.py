@@ -31,7 +31,7 @@ What it leaves out: Slurm's backfill plans reservations for many jobs (`bf_max_j
 or partition factors, no `PreemptExemptTime` beyond the class min run time, no `GraceTime`
 (the simulator's stop delay plays that role). Estimates are trusted but not enforced as time
 limits, so a job that overruns its estimate can delay a reservation. A reservation for a shared
-(gpu_mem) request holds memory, not whole GPUs. One preemption search per (pool, class priority,
+(`gpu_mem_mib`) request holds memory, not whole GPUs. One preemption search per (pool, class priority,
 shape) per cycle: after one fails, equal jobs are not searched again in that cycle (a speed
 shortcut in the spirit of Slurm's `sched_max_job_start`/`bf_max_job_test` limits).
 """
@@ -57,6 +57,7 @@ from trainyard.sched.cluster import ClusterState, Placement
 from trainyard.sched.policy import gc_paused, register
 from trainyard.sched.types import (
     CycleResult,
+    JobId,
     JobRequest,
     PendingInfo,
     PendingJob,
@@ -76,7 +77,7 @@ _TIME_ID = itemgetter(0, 1)
 class _Held:
     """One pool's backfill reservation."""
 
-    job_id: str
+    job_id: JobId
     shadow: float
     nodes: tuple[int, ...]
     masked: Fitter  # the live state minus what the reservation needs at the shadow time
@@ -111,7 +112,7 @@ class Slurm:
             out[name] = 2.0 ** (-u / s) if s > 0 else 0.0
         return out
 
-    def priorities(self, snap: Snapshot, classes: Classes | None = None) -> dict[str, float]:
+    def priorities(self, snap: Snapshot, classes: Classes | None = None) -> dict[JobId, float]:
         fs = self.fairshare(snap)
         cls_prio = [c.priority for c in snap.classes.values()]
         lo, hi = (min(cls_prio), max(cls_prio)) if cls_prio else (0, 0)
@@ -155,7 +156,7 @@ class Slurm:
             cp = classes[r.req.job_class].priority
             if cp < lowest_victim.get(pool, cp + 1):
                 lowest_victim[pool] = cp
-        ends: dict[str, list[tuple[float, str, Placement]]] = defaultdict(list)  # starts and claims
+        ends: dict[str, list[tuple[float, JobId, Placement]]] = defaultdict(list)  # starts and claims
         held: dict[str, _Held] = {}
         no_preempt: set[tuple] = set()
         cand_lists: dict[tuple[str, int], list[RunningJob]] = {}
@@ -179,7 +180,7 @@ class Slurm:
             cls = classes[req.job_class]
             dur = remaining_s(req, job.progress_s, cls)
             rsv = held.get(req.pool)
-            if req.gpu_mem is None and state.free_gpus(req.pool) < shape_gpus(req, shapes(req)[-1]):
+            if req.gpu_mem_mib is None and state.free_gpus(req.pool) < shape_gpus(req, shapes(req)[-1]):
                 p, why = None, Reason.CAPACITY
             elif rsv is None or now + dur <= rsv.shadow:
                 p, why = fitter.fit(req)
@@ -196,7 +197,7 @@ class Slurm:
 
             # Step 4: QOS preemption for a blocked job of a class above some running job's.
             if cls.priority > lowest_victim.get(req.pool, cls.priority):
-                key = (req.pool, cls.priority, req.gpus_per_node, shapes(req)[-1], req.gpus, req.gpu_mem)
+                key = (req.pool, cls.priority, req.gpus_per_node, shapes(req)[-1], req.gpus, req.gpu_mem_mib)
                 got = None
                 if key not in no_preempt:
                     ck = (req.pool, cls.priority)
@@ -239,7 +240,7 @@ class Slurm:
         req: JobRequest,
         state: ClusterState,
         outlook: Outlook,
-        started: list[tuple[float, str, Placement]],
+        started: list[tuple[float, JobId, Placement]],
         classes: Classes | None = None,
     ) -> _Held | None:
         """The shadow time and reserved GPUs of `req`; None if it cannot fit even on an idle pool."""

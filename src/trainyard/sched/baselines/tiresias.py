@@ -39,7 +39,9 @@ from operator import itemgetter
 from trainyard.sched.baselines._common import Classes, Fitter, shape_gpus, shapes
 from trainyard.sched.placement import place
 from trainyard.sched.policy import gc_paused, register
-from trainyard.sched.types import CycleResult, PendingInfo, PendingJob, Preempt, Reason, RunningJob, Snapshot, Start
+from trainyard.sched.types import (
+    CycleResult, JobId, PendingInfo, PendingJob, Preempt, Reason, RunningJob, Snapshot, Start,
+)
 
 _RANK = itemgetter(0, 1, 2)
 
@@ -71,7 +73,7 @@ class Tiresias:
         # Step 1: every job's queue and FIFO key; pinned (unpreemptible now) jobs keep their GPUs.
         # (`bisect_right(th, a)` is `self.queue(a)`: the number of thresholds at or below a.)
         pinned: dict[str, int] = defaultdict(int)
-        entries: dict[str, list[tuple[int, float, str, int, RunningJob | PendingJob, bool]]] = defaultdict(list)
+        entries: dict[str, list[tuple[int, float, JobId, int, RunningJob | PendingJob, bool]]] = defaultdict(list)
         for r in snap.running:
             if r.preempting:
                 continue  # leaving: its GPUs are counted as coming free
@@ -103,7 +105,7 @@ class Tiresias:
         for pool in sorted(entries):
             cap = state.total_gpus(pool) - pinned[pool]
             out: list[RunningJob] = []
-            waiting: list[str] = []
+            waiting: list[JobId] = []
             es = entries[pool]
             es.sort(key=_RANK)
             for _, _, jid, gpus, job, running in es:
@@ -119,7 +121,7 @@ class Tiresias:
                         res.pending[jid] = PendingInfo(Reason.PRIORITY, None)
                     continue
                 req = job.req
-                if req.gpu_mem is None and state.free_gpus(pool) < gpus:
+                if req.gpu_mem_mib is None and state.free_gpus(pool) < gpus:
                     p, why = None, Reason.CAPACITY
                 else:
                     p, why = fitter.fit(req, elastic=False)
@@ -138,7 +140,7 @@ class Tiresias:
                 trial = state.copy()
                 for r in out:
                     trial.release(r.placement)
-                freed_for: dict[int, str] = {}
+                freed_for: dict[int, JobId] = {}
                 for jid in waiting:
                     job = pending_by_id[jid]
                     p, _ = place(trial, job.req, job.req.min_nodes)
