@@ -135,36 +135,6 @@ def test_exit_codes_and_signal_deaths_are_reported_and_runners_reaped(backend, t
     assert all(read_stat(r.pid) is None for r in got.values())
 
 
-def test_sigusr1_reaches_the_command_which_exits_75(backend, tmp_path):
-    script = textwrap.dedent(
-        """
-        import pathlib, signal, sys, time
-        d = pathlib.Path(sys.argv[1])
-        def on_notice(*_):
-            (d / "got-usr1").write_text("checkpointed")
-            sys.exit(75)
-        signal.signal(signal.SIGUSR1, on_notice)
-        (d / "ready").write_text("")
-        time.sleep(30)
-        """
-    )
-    backend.launch(make_spec(tmp_path, 20, [PY, "-c", script, str(tmp_path)]))
-    wait_until(lambda: (tmp_path / "ready").exists(), what="handler installed")
-    backend.signal(20, 1, signal.SIGUSR1)
-    rank = wait_done(backend, 20).ranks[0]
-    assert (rank.exit_code, rank.signal) == (75, None)
-    assert (tmp_path / "got-usr1").read_text() == "checkpointed"
-    backend.signal(20, 1, signal.SIGTERM)  # already gone: no error
-    backend.signal(404, 1, signal.SIGTERM)  # unknown attempt: no error
-
-
-def test_sigterm_kills_the_command_and_the_runner_records_it(backend, tmp_path):
-    backend.launch(make_spec(tmp_path, 21, ["sleep", "30"]))
-    backend.signal(21, 1, signal.SIGTERM)
-    rank = wait_done(backend, 21).ranks[0]
-    assert (rank.exit_code, rank.signal, rank.lost) == (None, signal.SIGTERM, False)
-
-
 def test_sigkill_takes_the_whole_group_including_grandchildren(backend, tmp_path):
     gc_file = tmp_path / "grandchild.pid"
     backend.launch(make_spec(tmp_path, 30, ["sh", "-c", 'sleep 60 & echo $! > "$0"; sleep 60; wait', str(gc_file)]))

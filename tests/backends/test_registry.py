@@ -52,10 +52,10 @@ def close(cp: ControlPlane) -> dict:
 
 
 def test_built_in_backends_are_known_by_name_and_an_unknown_one_is_refused_listing_them():
-    assert registry.names()[:2] == ["local", "slurm"]
+    assert registry.names() == ["local", "slurm", "fake"]
     assert registry.get("local").options == {"nodes", "gpus_per_node"}
     assert registry.get("slurm").options == {"partition"}
-    with pytest.raises(ValueError, match=r"unknown backend 'kubernetes'; known: local, slurm"):
+    with pytest.raises(ValueError, match=r"unknown backend 'kubernetes'; known: local, slurm, fake"):
         registry.get("kubernetes")
 
 
@@ -94,7 +94,7 @@ def test_a_backend_that_cannot_run_here_fails_before_anything_is_stored(tmp_path
 
 
 @pytest.mark.parametrize("args,words", [
-    (("--backend", "kubernetes"), ["--backend", "local, slurm", "'kubernetes'"]),
+    (("--backend", "kubernetes"), ["--backend", "local, slurm, fake", "'kubernetes'"]),
     (("--partition", "gpu"), ["--partition", "--backend slurm"]),
     (("--backend", "slurm", "--nodes", "2"), ["--nodes", "--backend slurm"]),
 ])

@@ -18,10 +18,13 @@ with no recorded exit: it died while nobody watched, its record points at a recy
 node died under it). A running rank may be `stopped` (frozen: alive, making no progress). A node
 the backend knows to be down is `healthy=False` with `state` saying why ("dead", "hung").
 Interpreting those facts (completed, requeue on 75, node lost, hung, drain, ...) is the control
-loop's job; a backend never requeues or drains on its own.
+loop's job; a backend never requeues or drains on its own. Every backend passes the same
+conformance suite (tests/backends/conformance.py): the local one, Slurm's and the fake one.
 
-Fault injection is emulation-only and not part of `Backend`: `LocalBackend` has
-`kill_node`, `hang_node`, `revive_node`, `kill_rank` and `hang_rank`.
+The control plane gets a backend by name from `backends.registry` (which also says how to
+discover nodes for a default configuration and how to create one on the configured nodes);
+nothing outside this protocol is called on a backend. Fault injection is emulation-only and not
+part of `Backend`: the local and fake backends have `kill_node`, `hang_node`, `revive_node`, `kill_rank` and `hang_rank`.
 
 Every rank starts with the job environment `contracts.rank_env` builds (RANK, WORLD_SIZE,
 MASTER_ADDR, CUDA_VISIBLE_DEVICES, TRAINYARD_*, torchelastic's and Slurm's variables) on top of

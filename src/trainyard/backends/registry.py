@@ -32,7 +32,7 @@ from trainyard.backends.base import Backend, NodeInfo
 Options = Mapping[str, Any]
 
 # name -> the module that registers it (imported on the first lookup)
-_BUILTIN = {"local": "trainyard.backends.local", "slurm": "trainyard.backends.slurm"}
+_BUILTIN = {"local": "trainyard.backends.local", "slurm": "trainyard.backends.slurm", "fake": "trainyard.backends.fake"}
 _KINDS: dict[str, BackendKind] = {}
 
 
