@@ -4,7 +4,7 @@
 
 A `ControlPlane` on a fresh temporary data dir (SQLite; the loop is not started) stores `--jobs`
 pending jobs without a dependency, as the API would. Timed, `--reps` times each, interleaved,
-median: the loop's dependency step (`services.jobs.settle_dependencies`, in its own transaction,
+median: the loop's dependency step (`control.dependencies.settle`, in its own transaction,
 as the loop runs it), and as the baseline the read of the waiting jobs that the loop's schedule
 step makes on every pass anyway (`PENDING_COLUMNS` of the pending, not held, not waiting rows).
 Then `--waiting` jobs that wait on a dependency no job will meet soon (`afterok` on a pending job)
@@ -23,10 +23,12 @@ from pathlib import Path
 
 from sqlalchemy import or_, select
 
-from trainyard.control.loop import PENDING_COLUMNS
+from trainyard.control import dependencies
+from trainyard.control.schedule import PENDING_COLUMNS
 from trainyard.control.plane import ControlPlane
 from trainyard.services import jobs
 from trainyard.services.auth import Principal
+from trainyard.states import PENDING_STATES
 from trainyard.store.models import JobRow
 
 CONFIG = """
@@ -50,7 +52,7 @@ def pending_read(cp: ControlPlane, now: float) -> float:
     with cp.store.session() as s:
         t0 = time.perf_counter()
         s.execute(select(*(t.c[c] for c in PENDING_COLUMNS))
-                  .where(t.c.state.in_(jobs.PENDING_STATES), t.c.held.is_(False), t.c.dependency_pending.is_(False),
+                  .where(t.c.state.in_(PENDING_STATES), t.c.held.is_(False), t.c.dependency_pending.is_(False),
                          or_(t.c.retry_after.is_(None), t.c.retry_after <= now)).order_by(t.c.id)).all()
         return time.perf_counter() - t0
 
@@ -58,7 +60,7 @@ def pending_read(cp: ControlPlane, now: float) -> float:
 def settle(cp: ControlPlane, now: float) -> float:
     t0 = time.perf_counter()
     with cp.store.session.begin() as s:
-        jobs.settle_dependencies(s, now)
+        dependencies.settle(s, now)
     return time.perf_counter() - t0
 
 

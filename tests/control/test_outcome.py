@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from trainyard.backends.base import AttemptState, RankState
-from trainyard.control.loop import ranks_for
+from trainyard.services.ranks import ranks_for
 from trainyard.control.outcome import classify
 
 

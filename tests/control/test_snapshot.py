@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 
-from trainyard.control.loop import PENDING_COLUMNS
+from trainyard.control.schedule import PENDING_COLUMNS
 from trainyard.control.snapshot import PendingCache, pending_of
 
 Row = namedtuple("Row", PENDING_COLUMNS)  # like a SQL row: by position and by name

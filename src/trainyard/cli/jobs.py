@@ -16,6 +16,7 @@ from trainyard.cli.common import EXIT_BAD_INPUT, fail
 from trainyard.cli.render import ago, clock, duration, nodelist, print_json, table
 from trainyard.cli.sbatch import SbatchError, parse_sbatch, slurm_time
 from trainyard.parsing import parse_begin
+from trainyard.states import TERMINAL_STATES
 
 JSON = typer.Option(False, "--json", help="print JSON instead of a table")
 SCRIPT_SUFFIXES = (".sh", ".sbatch", ".slurm", ".bash")
@@ -253,15 +254,12 @@ def _expand(c: Client, texts: list[str], verb: str) -> list[int]:
         jid = resolve(c, text)
         if "_" not in text:
             tasks = c.get("/api/v1/jobs", params={"array": jid, "fields": "id,state"})["jobs"]
-            live = [t["id"] for t in tasks if verb == "requeue" or t["state"] not in TERMINAL]
+            live = [t["id"] for t in tasks if verb == "requeue" or t["state"] not in TERMINAL_STATES]
             if live:  # (an array whose tasks have all ended: the array's own job reports it)
                 out += live
                 continue
         out.append(jid)
     return list(dict.fromkeys(out))
-
-
-TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "PREEMPTED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
 
 
 def _act(verb: str):  # noqa: ANN202

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from trainyard.backends.base import AttemptState, RankState
 from trainyard.contracts import REQUEUE_EXIT, WATCHDOG_EXIT
+from trainyard.states import AttemptOutcome, JobState, StopKind
 
 OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "torch.OutOfMemoryError", "Killed process")
 
@@ -30,8 +31,8 @@ RETRYABLE = ("node_lost", "hung", "crash")
 
 @dataclass(frozen=True)
 class Outcome:
-    job_state: str  # the job's state after this attempt (before any retry)
-    attempt_state: str  # how the attempt itself ended
+    job_state: JobState  # the job's state after this attempt (before any retry)
+    attempt_state: AttemptOutcome  # how the attempt itself ended
     reason: str
     exit_code: int | None
     signal: int | None
@@ -74,7 +75,7 @@ def _log_says_oom(job_dir: Path, rank: int) -> bool:
     return any(m in tail for m in OOM_MARKERS)
 
 
-def classify(st: AttemptState, stop_kind: str | None, job_dir: Path, made_progress: bool = False) -> Outcome:
+def classify(st: AttemptState, stop_kind: StopKind | str | None, job_dir: Path, made_progress: bool = False) -> Outcome:
     """The attempt's outcome. `made_progress`: the job finished at least one step in this attempt
     (the runtime said so, or it committed a checkpoint); a failure before that is the user's."""
     ranks = st.ranks
@@ -84,40 +85,53 @@ def classify(st: AttemptState, stop_kind: str | None, job_dir: Path, made_progre
     code = bad.exit_code if bad else (REQUEUE_EXIT if REQUEUE_EXIT in codes else 0)
     sig = bad.signal if bad else None
 
-    if stop_kind == "cancel":
-        return Outcome("CANCELLED", "CANCELLED", "Cancelled", code, sig, "cancelled")
-    if stop_kind == "timeout":
-        return Outcome("TIMEOUT", "TIMEOUT", "TimeLimit", code, sig, "timeout")
-    if stop_kind == "node" and not all_ok:
+    if stop_kind == StopKind.CANCEL:
+        return Outcome(JobState.CANCELLED, AttemptOutcome.CANCELLED,
+                       "Cancelled", code, sig, "cancelled")
+    if stop_kind == StopKind.TIMEOUT:
+        return Outcome(JobState.TIMEOUT, AttemptOutcome.TIMEOUT,
+                       "TimeLimit", code, sig, "timeout")
+    if stop_kind == StopKind.NODE and not all_ok:
         where = f"rank {bad.rank}" if bad else "a rank"
-        return Outcome("NODE_FAIL", "NODE_FAIL", f"node failure: {where}'s node died or hung", code, sig, "node_lost")
-    if stop_kind == "hung" and not all_ok:
-        return Outcome("FAILED", "FAILED", "Hung: ranks stopped and made no progress", code, sig, "hung")
-    if stop_kind in ("preempt", "requeue") and not all_ok:
+        return Outcome(JobState.NODE_FAIL, AttemptOutcome.NODE_FAIL,
+                       f"node failure: {where}'s node died or hung", code, sig, "node_lost")
+    if stop_kind == StopKind.HUNG and not all_ok:
+        return Outcome(JobState.FAILED, AttemptOutcome.FAILED,
+                       "Hung: ranks stopped and made no progress", code, sig, "hung")
+    if stop_kind in (StopKind.PREEMPT, StopKind.REQUEUE) and not all_ok:
         saved = "checkpointed" if any(c == REQUEUE_EXIT for c in codes) else "stopped without a checkpoint exit"
-        if stop_kind == "preempt":
-            return Outcome("REQUEUED", "PREEMPTED", f"Preempted ({saved})", code, sig, "preempted")
-        return Outcome("REQUEUED", "REQUEUED", f"Requeued ({saved})", code, sig, "requeued")
+        if stop_kind == StopKind.PREEMPT:
+            return Outcome(JobState.REQUEUED, AttemptOutcome.PREEMPTED,
+                           f"Preempted ({saved})", code, sig, "preempted")
+        return Outcome(JobState.REQUEUED, AttemptOutcome.REQUEUED,
+                       f"Requeued ({saved})", code, sig, "requeued")
     if all_ok:
-        return Outcome("COMPLETED", "COMPLETED", "None", 0, None, "completed")
+        return Outcome(JobState.COMPLETED, AttemptOutcome.COMPLETED,
+                       "None", 0, None, "completed")
     if bad is None:  # every rank exited 0 or 75, at least one 75: it asks to be requeued
-        return Outcome("REQUEUED", "REQUEUED", "JobRequestedRequeue (exit 75)", REQUEUE_EXIT, None, "requeued")
+        return Outcome(JobState.REQUEUED, AttemptOutcome.REQUEUED,
+                       "JobRequestedRequeue (exit 75)", REQUEUE_EXIT, None, "requeued")
     if any(_log_says_oom(job_dir, r.rank) for r in ranks):
-        return Outcome("OUT_OF_MEMORY", "OUT_OF_MEMORY", f"oom: out of memory on rank {bad.rank}", code, sig, "oom")
+        return Outcome(JobState.OUT_OF_MEMORY, AttemptOutcome.OUT_OF_MEMORY,
+                       f"oom: out of memory on rank {bad.rank}", code, sig, "oom")
     if bad.lost:
-        return Outcome("NODE_FAIL", "NODE_FAIL",
+        return Outcome(JobState.NODE_FAIL, AttemptOutcome.NODE_FAIL,
                        f"rank {bad.rank}'s processes ended with no exit recorded (the node or its supervisor died)",
                        None, None, "node_lost")
     if bad.exit_code == WATCHDOG_EXIT:
-        return Outcome("FAILED", "FAILED", f"Hung: no step finished within the watchdog's time (rank {bad.rank}, "
+        return Outcome(JobState.FAILED, AttemptOutcome.FAILED,
+                       f"Hung: no step finished within the watchdog's time (rank {bad.rank}, "
                        f"exit {WATCHDOG_EXIT})", bad.exit_code, None, "hung")
     if bad.exit_code in (126, 127) or (not made_progress and bad.signal != _signal.SIGKILL):
         what = {126: "command not executable", 127: "command not found"}.get(bad.exit_code, "failed before its first step")
         how = f"exit {bad.exit_code}" if bad.signal is None else f"signal {_signame(bad.signal)}"
-        return Outcome("FAILED", "FAILED", f"UserError: {what} ({how} on rank {bad.rank})",
+        return Outcome(JobState.FAILED, AttemptOutcome.FAILED,
+                       f"UserError: {what} ({how} on rank {bad.rank})",
                        bad.exit_code, bad.signal, "user_error")
     if bad.signal is not None:
-        return Outcome("FAILED", "FAILED", f"Signal {_signame(bad.signal)} on rank {bad.rank}", None, bad.signal,
+        return Outcome(JobState.FAILED, AttemptOutcome.FAILED,
+                       f"Signal {_signame(bad.signal)} on rank {bad.rank}", None, bad.signal,
                        "crash")
-    return Outcome("FAILED", "FAILED", f"NonZeroExitCode {bad.exit_code} on rank {bad.rank}", bad.exit_code, None,
+    return Outcome(JobState.FAILED, AttemptOutcome.FAILED,
+                       f"NonZeroExitCode {bad.exit_code} on rank {bad.rank}", bad.exit_code, None,
                    "crash")

@@ -27,6 +27,7 @@ from trainyard.services import events, jobs, nodes
 from trainyard.services.auth import Principal
 from trainyard.services.config import ConfigVersion
 from trainyard.services.errors import Forbidden
+from trainyard.states import ACTIVE_STATES, PENDING_STATES
 
 QUEUE_ROWS = 50  # rows shown per team and class; the rest are counted
 LOG_TAIL_BYTES = 64 * 1024
@@ -70,7 +71,7 @@ def team_order(cfg: ConfigVersion) -> list[str]:
 def cluster_map(s: Session, cfg: ConfigVersion, by: Principal) -> list[NodeCard]:
     """Every node of the configuration with its health state and, per GPU, the job holding it."""
     holders: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for j in jobs.list_job_dicts(s, by, states=list(jobs.ACTIVE_STATES),
+    for j in jobs.list_job_dicts(s, by, states=list(ACTIVE_STATES),
                                  fields=["id", "name", "team", "user", "class", "placement"]):
         for part in j["placement"] or []:
             for g in part["gpus"]:
@@ -98,7 +99,7 @@ def queue(s: Session, cfg: ConfigVersion, by: Principal, limit: int = QUEUE_ROWS
     order = {t: i for i, t in enumerate(team_order(cfg))}
     prio = {c.name: c.priority for c in cfg.spec.classes}
     groups: dict[tuple[str, str], QueueGroup] = {}
-    for j in jobs.list_job_dicts(s, by, states=list(jobs.PENDING_STATES)):
+    for j in jobs.list_job_dicts(s, by, states=list(PENDING_STATES)):
         key = (j["team"], j["class"])
         g = groups.get(key) or groups.setdefault(key, QueueGroup(j["team"], j["class"], prio.get(j["class"], 0)))
         g.jobs.append(j)
@@ -111,7 +112,7 @@ def queue(s: Session, cfg: ConfigVersion, by: Principal, limit: int = QUEUE_ROWS
 
 def running(s: Session, by: Principal) -> list[dict[str, Any]]:
     """Running and completing jobs, oldest start first."""
-    out = jobs.list_job_dicts(s, by, states=list(jobs.ACTIVE_STATES))
+    out = jobs.list_job_dicts(s, by, states=list(ACTIVE_STATES))
     return sorted(out, key=lambda j: (j["start_time"] or 0.0, j["id"]))
 
 

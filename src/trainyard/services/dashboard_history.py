@@ -26,7 +26,7 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from trainyard.services.config import ConfigVersion
-from trainyard.services.jobs import PENDING_STATES
+from trainyard.states import PENDING_STATES
 from trainyard.store.models import AttemptRow, JobRow
 
 WINDOWS = {"15m": 900.0, "1h": 3600.0, "6h": 6 * 3600.0, "24h": 86400.0, "7d": 7 * 86400.0}

@@ -22,8 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from trainyard.states import TERMINAL_STATES as TERMINAL
+from trainyard.states import JobState
+
 KINDS = ("after", "afterany", "afterok", "afternotok", "singleton")
-TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "PREEMPTED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
 MAX_JOBS = 1000  # job ids in one dependency
 
 
@@ -93,12 +95,12 @@ def _one(kind: str, jid: int, t: Target) -> Verdict:
     if kind == "afterany":
         return ("met", "") if done else ("wait", f"job {jid} has not ended")
     if kind == "afterok":
-        if t.state == "COMPLETED":
+        if t.state == JobState.COMPLETED:
             return "met", ""
         return ("never", f"afterok:{jid} can never be met: job {jid} is {t.state}") if done else \
             ("wait", f"job {jid} has not completed")
     # afternotok
-    if t.state == "COMPLETED":
+    if t.state == JobState.COMPLETED:
         return "never", f"afternotok:{jid} can never be met: job {jid} COMPLETED"
     return ("met", "") if done else ("wait", f"job {jid} has not ended")
 

@@ -22,23 +22,16 @@ from sqlalchemy.orm import Session, make_transient_to_detached
 
 from trainyard.contracts import JobDir
 from trainyard.parsing import parse_begin
-from trainyard.services import arrays, dependencies
+from trainyard.services import arrays, dependencies, transitions
 from trainyard.services.auth import Principal
 from trainyard.services.config import ConfigVersion
 from trainyard.services.errors import Conflict, Forbidden, NotFound, ServiceError
 from trainyard.services.events import record
 from trainyard.spec import parse_duration, parse_node_range
+from trainyard.states import ACTIVE_STATES, ALL_STATES, PENDING_STATES, STATE_CODES, TERMINAL_STATES, JobState, StopKind
 from trainyard.store.models import AttemptRow, JobRow
 
-PENDING_STATES = ("PENDING", "REQUEUED")
-ACTIVE_STATES = ("RUNNING", "COMPLETING")
-TERMINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "PREEMPTED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
-ALL_STATES = PENDING_STATES + ACTIVE_STATES + TERMINAL_STATES
 LATEST_BEGIN = 4_102_444_800.0  # 2100-01-01
-# squeue's compact state codes (`squeue -t PD,R`), which Slurm users type out of habit.
-STATE_CODES = {"PD": "PENDING", "RQ": "REQUEUED", "R": "RUNNING", "CG": "COMPLETING", "CD": "COMPLETED",
-               "F": "FAILED", "CA": "CANCELLED", "PR": "PREEMPTED", "TO": "TIMEOUT", "NF": "NODE_FAIL",
-               "OOM": "OUT_OF_MEMORY"}
 
 
 def parse_states(text: str | None) -> list[str] | None:
@@ -49,9 +42,9 @@ def parse_states(text: str | None) -> list[str] | None:
         return None
     out = []
     for name in names:
-        full = STATE_CODES.get(name, name)
+        full = str(STATE_CODES.get(name, name))
         if full not in ALL_STATES:
-            raise _bad(f"unknown state {name!r}; states are {list(ALL_STATES)} (or squeue's codes "
+            raise _bad(f"unknown state {name!r}; states are {[str(x) for x in ALL_STATES]} (or squeue's codes "
                        f"{', '.join(STATE_CODES)}, or 'all')", "state")
         if full not in out:
             out.append(full)
@@ -251,8 +244,8 @@ def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_d
     begin = sub.begin if sub.begin is not None and sub.begin > now else None  # a past time is now
     spec = arrays.parse(sub.array) if sub.array else None
     values = dict(
-        name=name, user=by.user, team=team, job_class=cls, pool=sub.pool, state="PENDING",
-        reason="JobHeldUser" if sub.hold else "Dependency" if waits else _free_reason(begin, now), held=sub.hold,
+        name=name, user=by.user, team=team, job_class=cls, pool=sub.pool, state=JobState.PENDING,
+        reason="JobHeldUser" if sub.hold else "Dependency" if waits else free_reason(begin, now), held=sub.hold,
         dependency=sub.dependency, dependency_pending=waits, begin_time=begin,
         eligible_time=None if sub.hold or waits else max(now, begin or now),
         command=list(sub.command), script=sub.script, workdir=workdir, env=dict(sub.env), output=sub.output,
@@ -294,7 +287,7 @@ def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_d
 _INSERT_JOB = insert(JobRow.__table__)
 
 
-def _free_reason(begin: float | None, now: float) -> str:
+def free_reason(begin: float | None, now: float) -> str:
     """The reason of a job nothing holds back but, perhaps, its `--begin` time."""
     return "BeginTime" if begin is not None and begin > now else "None"
 
@@ -315,8 +308,9 @@ def dependency_targets(s: Session, ids: list[int]) -> dict[int, dependencies.Tar
             tasks.setdefault(aid, []).append((state, bool(started)))
     for aid, ts in tasks.items():
         ended = [st for st, _ in ts if st in TERMINAL_STATES]
-        state = ("COMPLETED" if all(st == "COMPLETED" for st in ended) else
-                 next(st for st in ended if st != "COMPLETED")) if len(ended) == len(ts) else "RUNNING"
+        done = JobState.COMPLETED
+        state = (done if all(st == done for st in ended) else next(st for st in ended if st != done)) \
+            if len(ended) == len(ts) else JobState.RUNNING
         out[aid] = dependencies.Target(state, all(started or st in TERMINAL_STATES for st, started in ts))
     return out
 
@@ -328,38 +322,6 @@ def singleton_blocker(s: Session, name: str, user: str, before: int | None) -> i
     if before is not None:
         q = q.where(t.c.id < before)
     return s.execute(q.order_by(t.c.id).limit(1)).scalar()
-
-
-def settle_dependencies(s: Session, now: float) -> int:
-    """Jobs waiting on a dependency: those whose dependency now holds become the scheduler's (their
-    reason goes back to None, or stays a hold's); those whose dependency never can are cancelled
-    (`DependencyNeverSatisfied`). In id order, so a cancelled stage's dependents, which came
-    later, see it cancelled in the same pass. Returns how many became ready."""
-    waiting = list(s.scalars(select(JobRow).where(JobRow.dependency_pending.is_(True),
-                                                  JobRow.state.in_(PENDING_STATES)).order_by(JobRow.id)))
-    if not waiting:
-        return 0
-    parsed = {j.id: dependencies.parse(j.dependency or "") for j in waiting}
-    targets = dependency_targets(s, sorted({i for d in parsed.values() for i in dependencies.job_ids(d)}))
-    ready = 0
-    for j in waiting:
-        deps = parsed[j.id]
-        blocker = singleton_blocker(s, j.name, j.user, j.id) if any(d.kind == "singleton" for d in deps) else None
-        verdict, why = dependencies.verdict(deps, targets, blocker)
-        if verdict == "met":
-            j.dependency_pending = False
-            if not j.held:
-                j.reason, j.eligible_time = _free_reason(j.begin_time, now), max(now, j.begin_time or now)
-            record(s, "scheduler", "job.dependency_met", f"dependency {j.dependency} met", job_id=j.id, at=now)
-            ready += 1
-        elif verdict == "never":
-            j.state, j.reason, j.end_time, j.est_start = "CANCELLED", "DependencyNeverSatisfied", now, None
-            j.dependency_pending = False
-            record(s, "scheduler", "job.cancelled", f"cancelled: {why}", job_id=j.id, at=now,
-                   data={"dependency": j.dependency})
-            if j.id in targets:
-                targets[j.id] = dependencies.Target("CANCELLED", targets[j.id].started)
-    return ready
 
 
 def _dependency_at_submit(s: Session, text: str, name: str, user: str) -> bool:
@@ -448,7 +410,7 @@ def _listing(q: Select, by: Principal, states: list[str] | None, team: str | Non
     if states:
         bad = [x for x in states if x not in ALL_STATES]
         if bad:
-            raise _bad(f"unknown state {bad[0]!r}; states are {list(ALL_STATES)}", "state")
+            raise _bad(f"unknown state {bad[0]!r}; states are {[str(x) for x in ALL_STATES]}", "state")
         q = q.where(JobRow.state.in_(states))
     if team:
         q = q.where(JobRow.team == team)
@@ -515,13 +477,11 @@ def cancel(s: Session, job_id: int, by: Principal) -> JobRow:
     if row.state in TERMINAL_STATES:
         raise Conflict(f"job {job_id} is already {row.state}")
     if row.state in PENDING_STATES:
-        row.state, row.reason, row.end_time, row.est_start = "CANCELLED", f"CancelledBy:{by.user}", now, None
-        record(s, by.user, "job.cancelled", f"cancelled by {by.user} while pending", job_id=job_id, at=now)
-    else:
-        if row.stop_kind != "cancel":
-            row.stop_kind, row.stop_since, row.stop_stage = "cancel", now, 0
-            record(s, by.user, "job.cancel_requested", f"cancel requested by {by.user}; stopping the ranks",
-                   job_id=job_id, at=now)
+        transitions.cancel_waiting(s, row, now, f"CancelledBy:{by.user}", actor=by.user,
+                                   message=f"cancelled by {by.user} while pending")
+    elif row.stop_kind != StopKind.CANCEL:
+        transitions.request_stop(s, row, StopKind.CANCEL, now, actor=by.user, event="job.cancel_requested",
+                                 message=f"cancel requested by {by.user}; stopping the ranks")
     return row
 
 
@@ -546,7 +506,7 @@ def release(s: Session, job_id: int, by: Principal) -> JobRow:
     if row.reason == "JobHeldAdmin" and by.role not in ("admin", "operator"):
         raise Forbidden(f"job {job_id} is held by an operator or admin (JobHeldAdmin); only they can release it")
     now = time.time()
-    row.held, row.reason = False, "Dependency" if row.dependency_pending else _free_reason(row.begin_time, now)
+    row.held, row.reason = False, "Dependency" if row.dependency_pending else free_reason(row.begin_time, now)
     if not row.dependency_pending:
         row.eligible_time = max(now, row.begin_time or now)
     record(s, by.user, "job.released", f"released by {by.user}", job_id=job_id)
@@ -561,11 +521,10 @@ def requeue(s: Session, job_id: int, by: Principal) -> JobRow:
         raise Conflict(f"job {job_id} is already waiting ({row.state})")
     if row.state in ACTIVE_STATES:
         if row.stop_kind is None:
-            row.stop_kind, row.stop_since, row.stop_stage = "requeue", now, 0
-            record(s, by.user, "job.requeue_requested", f"requeue requested by {by.user}; asking it to checkpoint",
-                   job_id=job_id, at=now)
+            transitions.request_stop(s, row, StopKind.REQUEUE, now, actor=by.user, event="job.requeue_requested",
+                                     message=f"requeue requested by {by.user}; asking it to checkpoint")
         return row
-    row.state, row.reason, row.queued_since, row.end_time = "REQUEUED", f"RequeuedBy:{by.user}", now, None
+    row.state, row.reason, row.queued_since, row.end_time = JobState.REQUEUED, f"RequeuedBy:{by.user}", now, None
     row.exit_code = row.signal = None
     record(s, by.user, "job.requeued", f"requeued by {by.user} after it ended", job_id=job_id, at=now)
     return row

@@ -32,7 +32,7 @@ from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session, aliased
 
 from trainyard.services.config import ConfigVersion
-from trainyard.services.jobs import PENDING_STATES
+from trainyard.states import PENDING_STATES
 from trainyard.services.nodes import list_nodes
 from trainyard.store.models import AttemptRow, JobRow
 

@@ -16,7 +16,7 @@ from trainyard.services.auth import Principal
 from trainyard.services.config import ConfigVersion
 from trainyard.services.errors import Forbidden, NotFound
 from trainyard.services.events import record
-from trainyard.services.jobs import ACTIVE_STATES
+from trainyard.states import ACTIVE_STATES
 from trainyard.store.models import JobRow, NodeRow
 
 

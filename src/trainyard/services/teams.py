@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from trainyard.services import config
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Forbidden, NotFound
-from trainyard.services.jobs import ACTIVE_STATES, PENDING_STATES
+from trainyard.states import ACTIVE_STATES, PENDING_STATES
 from trainyard.spec import QuotaSpec
 from trainyard.store.models import JobRow
 

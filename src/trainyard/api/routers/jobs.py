@@ -13,11 +13,12 @@ from sqlalchemy.orm import Session
 
 from trainyard.api.deps import JobId, plane, principal, session, storable_input
 from trainyard.contracts import JobDir
-from trainyard.control.loop import ranks_for
+from trainyard.services.ranks import ranks_for
 from trainyard.control.plane import ControlPlane
 from trainyard.services import events, jobs, progress
 from trainyard.services.auth import Principal
 from trainyard.services.errors import ServiceError
+from trainyard.states import ACTIVE_STATES, PENDING_STATES, TERMINAL_STATES
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(storable_input)])
 
@@ -46,8 +47,8 @@ def list_jobs(state: str | None = Query(None, description="comma-separated state
     states = jobs.parse_states(state)
     keys = [x.strip() for x in fields.split(",") if x.strip()] if fields else None
     if active:
-        states = [x for x in (states or jobs.PENDING_STATES + jobs.ACTIVE_STATES)
-                  if x in jobs.PENDING_STATES + jobs.ACTIVE_STATES] or ["-"]
+        states = [x for x in (states or PENDING_STATES + ACTIVE_STATES)
+                  if x in PENDING_STATES + ACTIVE_STATES] or ["-"]
         if states == ["-"]:
             return {"jobs": []}
     return {"jobs": jobs.list_job_dicts(s, by, states=states, team=team, user=user, job_class=job_class, limit=limit,
@@ -124,7 +125,7 @@ def _follow(cp: ControlPlane, job_id: int, path: Path, offset: int) -> Iterator[
             continue
         with cp.store.session() as s:
             row = s.get(jobs.JobRow, job_id)
-            done = row is None or row.state in jobs.TERMINAL_STATES
+            done = row is None or row.state in TERMINAL_STATES
         if done:
             idle_after_end += 1
             if idle_after_end > 1:

@@ -1,0 +1,142 @@
+"""Step 4 of a pass: a `Snapshot` from the store, one `policy.cycle()`, its decisions applied.
+
+The waiting jobs are read as plain rows of the columns the engine needs (`PENDING_COLUMNS`);
+held jobs, jobs still waiting on a dependency, before their begin time or in a retry's backoff are
+not the engine's business, and an array's `%N` throttle keeps its later tasks back. The decisions
+are applied under the write lock, each re-checked against the store (a job cancelled meanwhile is
+not started). A start is committed before the backend launches it (`control/launch.py`). Every
+job left waiting gets the engine's reason and estimated start (`squeue`'s REASON and START_TIME).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import and_, bindparam, or_, select, update
+from sqlalchemy.orm import Session
+
+from trainyard.backends.base import LaunchSpec
+from trainyard.control import before_work, launch
+from trainyard.control.context import Facts, LoopContext
+from trainyard.control.health import HealthChecker
+from trainyard.control.snapshot import USAGE_HALF_LIFE_S, NodeIndex, PendingCache, build_snapshot, decayed_usage
+from trainyard.sched.policy import Policy
+from trainyard.sched.types import Reason
+from trainyard.services import arrays, transitions
+from trainyard.services.nodes import node_states
+from trainyard.states import ACTIVE_STATES, PENDING_STATES, JobState, StopKind
+from trainyard.store.models import AttemptRow, JobRow
+
+# squeue's names for the engine's reasons.
+REASONS = {
+    Reason.QUOTA: "Quota", Reason.CAPACITY: "Resources", Reason.TOPOLOGY: "Topology", Reason.MEMORY: "GpuMemory",
+    Reason.RESERVATION: "Reservation", Reason.PRIORITY: "Priority", Reason.HELD: "JobHeldUser",
+    Reason.PREEMPTING: "Preempting",
+}
+# What `snapshot.pending_of` and the reason bookkeeping read of a waiting job.
+PENDING_COLUMNS = ("id", "team", "job_class", "pool", "submit_time", "gpus", "gpus_per_node", "nodes_min", "nodes_max",
+                   "gpu_mem_mib", "time_limit_s", "checkpoint_interval_s", "attempt", "queued_since", "progress_s",
+                   "attained_gpu_s", "held", "reason", "est_start", "avoid_nodes", "eligible_time", "array_job_id",
+                   "array_task_id", "array_throttle")
+
+
+class Scheduler:
+    def __init__(self, ctx: LoopContext, health: HealthChecker, policy: Policy | None = None) -> None:
+        """`policy`: a fixed policy (tests, benchmarks); None runs the one the configuration in
+        force names (`scheduler:` in the cluster config), so a `yard cluster apply` changes it."""
+        self.ctx, self.health, self.policy = ctx, health, policy
+        self._pending_cache = PendingCache(PENDING_COLUMNS)  # waiting jobs unchanged since the last pass are not rebuilt
+
+    def run(self, facts: Facts, now: float) -> None:
+        ctx = self.ctx
+        with ctx.store.session() as s:
+            cfg = ctx.configs.current(s)
+            states = node_states(s)
+            running = list(s.scalars(select(JobRow).where(JobRow.state.in_(ACTIVE_STATES))))
+            pending = _waiting_rows(s, now)
+            horizon = now - 6 * USAGE_HALF_LIFE_S
+            spans = s.execute(select(JobRow.team, AttemptRow.placement, AttemptRow.started_at, AttemptRow.ended_at)
+                              .join(JobRow, JobRow.id == AttemptRow.job_id)
+                              .where(or_(AttemptRow.ended_at.is_(None), AttemptRow.ended_at > horizon))).all()
+            pending, limited = _array_throttle(pending, running)
+            if limited:
+                self._note_limited(limited)
+            if not pending:
+                return
+            unhealthy = facts.unhealthy
+            unchecked, checking = before_work.gate(self.health, cfg, states, unhealthy, running, pending, now)
+            idx = NodeIndex.build(cfg, states, unhealthy + sorted(unchecked))
+        usage = decayed_usage(((t, sum(len(p["gpus"]) for p in pl), a, b) for t, pl, a, b in spans), now)
+        snap = build_snapshot(cfg, idx, running, pending, usage, now, self._pending_cache)
+        result = (self.policy or cfg.policy).cycle(snap)
+        by_id = {j.id: j for j in pending}
+        launches: list[LaunchSpec] = []
+        with ctx.lock, ctx.store.session.begin() as s:
+            for pre in result.preemptions:
+                if checking:
+                    break  # a node being checked may be free for it in a moment: no preemption meanwhile
+                v = s.get(JobRow, int(pre.job_id))
+                if v is None or v.state != JobState.RUNNING or v.stop_kind is not None:
+                    continue
+                transitions.request_stop(
+                    s, v, StopKind.PREEMPT, now, actor="scheduler", event="job.preempting", reason="Preempting",
+                    message=f"preempted ({pre.reason}) to make room for job {pre.for_job}; checkpoint notice follows",
+                    data={"reason": pre.reason, "for_job": int(pre.for_job)})
+            for st in result.starts:
+                j = s.get(JobRow, int(st.job_id))
+                seen = by_id.get(int(st.job_id))
+                if j is None or j.state not in PENDING_STATES or j.held or seen is None or j.attempt != seen.attempt:
+                    continue
+                launches.append(launch.start(ctx, s, j, idx.to_rows(st.placement), now))
+            updates = [{"jid": int(k), "r": REASONS.get(v.reason, str(v.reason.value)), "e": v.est_start}
+                       for k, v in result.pending.items()
+                       if int(k) in by_id and (by_id[int(k)].reason != REASONS.get(v.reason)
+                                               or by_id[int(k)].est_start != v.est_start)]
+            if updates:
+                write_reasons(s, updates)
+        for spec in launches:
+            launch.launch(ctx, spec, now)
+
+    def _note_limited(self, limited: list[Any]) -> None:
+        """Tasks an array's `%N` throttle keeps back this pass: reason JobArrayTaskLimit, no estimate."""
+        updates = [{"jid": r.id, "r": "JobArrayTaskLimit", "e": None} for r in limited
+                   if r.reason != "JobArrayTaskLimit" or r.est_start is not None]
+        if updates:
+            with self.ctx.lock, self.ctx.store.session.begin() as s:
+                write_reasons(s, updates)
+
+
+def _waiting_rows(s: Session, now: float) -> list[Any]:
+    """Plain rows of the columns the engine reads, not ORM objects: with thousands waiting, loading
+    them was most of a pass. Held jobs are not the engine's business."""
+    t = JobRow.__table__
+    return list(s.execute(select(*(t.c[c] for c in PENDING_COLUMNS))
+                          .where(t.c.state.in_(PENDING_STATES), t.c.held.is_(False),
+                                 t.c.dependency_pending.is_(False),
+                                 or_(t.c.begin_time.is_(None), t.c.begin_time <= now),
+                                 or_(t.c.retry_after.is_(None), t.c.retry_after <= now))
+                          .order_by(t.c.id)).all())
+
+
+def write_reasons(s: Session, updates: list[dict[str, Any]]) -> None:
+    """Bulk-set waiting jobs' reason and estimated start ({"jid", "r", "e"} each); a job that has
+    started, ended or been held since it was read is left as it is."""
+    t = JobRow.__table__
+    still_waiting = or_(*(t.c.state == st for st in PENDING_STATES))  # no IN: executemany can't expand it
+    s.execute(update(t).where(and_(t.c.id == bindparam("jid"), still_waiting, t.c.held.is_(False)))
+              .values(reason=bindparam("r"), est_start=bindparam("e")), updates)
+
+
+def _array_throttle(pending: list[Any], running: Sequence[JobRow]) -> tuple[list[Any], list[Any]]:
+    """Split the waiting rows into those the scheduler sees and those an array's `%N` throttle keeps
+    back this pass (`services.arrays.throttled`)."""
+    capped = [(r.id, r.array_job_id, r.array_task_id, r.array_throttle) for r in pending if r.array_throttle]
+    if not capped:
+        return pending, []
+    active: dict[int, int] = {}
+    for j in running:
+        if j.array_job_id is not None:
+            active[j.array_job_id] = active.get(j.array_job_id, 0) + 1
+    out = arrays.throttled(capped, active)
+    return [r for r in pending if r.id not in out], [r for r in pending if r.id in out]

@@ -1,0 +1,81 @@
+"""Step 2 of a pass: the stop sequence, and the time limits that start one.
+
+A running job past its time limit (or its class's max run time) is stopped (`timeout`). Every job
+with a stop in progress moves along its sequence, one stage per pass at most:
+- preemption and requeue send SIGUSR1 (the checkpoint notice), then SIGTERM once the class's
+  grace period is over, then SIGKILL after `kill_wait_s`;
+- cancel, time limit, a failed rank and a failed node go straight to SIGTERM, then SIGKILL after
+  `kill_wait_s` (Slurm's KillWait);
+- a hung job gets SIGKILL at once: a stopped process cannot act on SIGTERM.
+The stage reached is stored, so a restarted loop carries on where the last one stopped; the
+signals are sent after the transaction commits.
+"""
+
+from __future__ import annotations
+
+import signal
+
+from sqlalchemy import select
+
+from trainyard.control.context import LoopContext
+from trainyard.services import transitions
+from trainyard.services.events import record
+from trainyard.states import ACTIVE_STATES, JobState, StopKind, StopStage
+from trainyard.store.models import JobRow
+
+SIGNAL_OF = {StopStage.NOTICE: signal.SIGUSR1, StopStage.TERM: signal.SIGTERM, StopStage.KILL: signal.SIGKILL}
+SHOWN_REASON = {StopKind.PREEMPT: "Preempting", StopKind.REQUEUE: "Requeueing"}
+
+
+def next_stage(kind: StopKind | str, stage: int, elapsed_s: float, grace_s: float, kill_wait_s: float) -> StopStage:
+    """The stage a stop of `kind` should be at, `elapsed_s` after it began (never behind `stage`)."""
+    kind, stage = StopKind(kind), StopStage(stage)
+    if kind == StopKind.HUNG:
+        return StopStage.KILL
+    if kind.checkpoints_first:
+        if stage < StopStage.NOTICE:
+            return StopStage.NOTICE
+        if elapsed_s < grace_s:
+            return stage
+        if stage < StopStage.TERM:
+            return StopStage.TERM
+        return StopStage.KILL if elapsed_s >= grace_s + kill_wait_s else stage
+    if stage < StopStage.TERM:
+        return StopStage.TERM
+    return StopStage.KILL if elapsed_s >= kill_wait_s else stage
+
+
+class Stops:
+    def __init__(self, ctx: LoopContext) -> None:
+        self.ctx = ctx
+
+    def run(self, now: float) -> None:
+        ctx = self.ctx
+        sends: list[tuple[int, int, signal.Signals]] = []
+        with ctx.lock, ctx.store.session.begin() as s:
+            classes = ctx.configs.current(s).spec.classes
+            grace = {c.name: c.grace_period for c in classes}
+            max_run = {c.name: c.max_run_time for c in classes}
+            for j in s.scalars(select(JobRow).where(JobRow.state.in_(ACTIVE_STATES))):
+                if j.stop_kind is None:
+                    limits = [x for x in (j.time_limit_s, max_run.get(j.job_class)) if x]
+                    if not (limits and j.start_time is not None and now - j.start_time >= min(limits)):
+                        continue
+                    transitions.request_stop(s, j, StopKind.TIMEOUT, now, actor="scheduler", event="job.timeout",
+                                             message=f"time limit {min(limits):.0f}s reached; stopping")
+                kind = StopKind(j.stop_kind)
+                stage = next_stage(kind, j.stop_stage, now - (j.stop_since or now), grace.get(j.job_class, 60.0),
+                                   ctx.params.kill_wait_s)
+                if stage <= j.stop_stage:
+                    continue
+                sig = SIGNAL_OF[stage]
+                sends.append((j.id, j.attempt, sig))
+                j.stop_stage = stage
+                if stage >= StopStage.TERM:
+                    j.state = JobState.COMPLETING
+                j.reason = SHOWN_REASON.get(kind, j.reason)
+                if stage > StopStage.NOTICE or kind.checkpoints_first:
+                    record(s, "scheduler", "job.signal", f"sent {sig.name} ({kind})", job_id=j.id, at=now,
+                           data={"signal": int(sig), "stage": int(stage)})
+        for jid, att, sig in sends:
+            ctx.backend.signal(jid, att, sig)
