@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Callable
 
 from trainyard.backends.base import AttemptState, Backend, NodeInfo
+from trainyard.contracts import JobDir
 from trainyard.services.config import ConfigCache
-from trainyard.services.jobs import job_dir
 from trainyard.store.db import Store
 
 HEALTH = "health"  # the actor of node-health events, and the mark of a node the loop took down itself
@@ -51,8 +51,8 @@ class LoopContext:
     clock: Callable[[], float]
     api_url: str | None = None
 
-    def job_dir(self, job_id: int) -> Path:
-        return job_dir(self.data_dir, job_id)
+    def job_dir(self, job_id: int) -> JobDir:
+        return JobDir.of(self.data_dir, job_id)
 
 
 @dataclass(frozen=True)

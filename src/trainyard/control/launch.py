@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from trainyard.backends.base import BackendError, LaunchSpec
+from trainyard.contracts import JobDir, JobInfo
 from trainyard.control.context import LoopContext
 from trainyard.services import auth, transitions
 from trainyard.services.events import record
@@ -25,10 +27,14 @@ from trainyard.states import AttemptOutcome, JobState
 from trainyard.store.models import JobRow
 
 log = logging.getLogger("trainyard.loop")
+# SLURM_SUBMIT_HOST: jobs reach the plane over HTTP, so the host they were submitted to is the plane's.
+SUBMIT_HOST = socket.gethostname()
 
 
-def start(ctx: LoopContext, s: Session, j: JobRow, placement: list[dict[str, Any]], now: float) -> LaunchSpec:
-    """Commit-side half of a start: the job is RUNNING on `placement`; returns what to launch."""
+def start(ctx: LoopContext, s: Session, j: JobRow, placement: list[dict[str, Any]], cluster: str,
+          now: float) -> LaunchSpec:
+    """Commit-side half of a start: the job is RUNNING on `placement`; returns what to launch.
+    `cluster`: the configuration's cluster name (SLURM_CLUSTER_NAME)."""
     transitions.start_attempt(s, j, placement, now)
     jd = ctx.job_dir(j.id)
     env = dict(j.env)
@@ -36,26 +42,27 @@ def start(ctx: LoopContext, s: Session, j: JobRow, placement: list[dict[str, Any
         env["TRAINYARD_API"] = ctx.api_url
     env["TRAINYARD_TOKEN"] = auth.create_token(s, user=f"job-{j.id}", role="job", team=j.team,
                                                by=auth.SYSTEM, job_id=j.id)
-    command = list(j.command) if j.command else ["/bin/bash", str(jd / "script.sh")]
-    return LaunchSpec(job_id=j.id, attempt=j.attempt, command=command, workdir=j.workdir, job_dir=str(jd),
+    command = list(j.command) if j.command else ["/bin/bash", str(jd.script)]
+    info = JobInfo(name=j.name, team=j.team, pool=j.pool, job_class=j.job_class, cluster=cluster,
+                   submit_dir=j.workdir, submit_host=SUBMIT_HOST, tasks_per_node=j.tasks_per_node)
+    return LaunchSpec(job_id=j.id, attempt=j.attempt, command=command, workdir=j.workdir, job_dir=str(jd.root),
                       ranks=ranks_for(placement, j.tasks_per_node), env=env,
-                      checkpoint_dir=str(jd / "checkpoints"))
+                      checkpoint_dir=str(jd.checkpoints), job=info)
 
 
 def launch(ctx: LoopContext, spec: LaunchSpec, now: float) -> None:
     """Backend-side half of a start, after the commit."""
-    jd = Path(spec.job_dir)
+    jd = JobDir(spec.job_dir)
     try:
-        for sub in ("logs", "checkpoints", "metrics"):
-            (jd / sub).mkdir(parents=True, exist_ok=True)
+        jd.create()
         with ctx.store.session() as s:
             j = s.get(JobRow, spec.job_id)
             script = j.script if j is not None else None
             output = j.output if j is not None else None
             name = j.name if j is not None else ""
             array = (j.array_job_id, j.array_task_id) if j is not None else (None, None)
-        if script is not None and not (jd / "script.sh").exists():
-            (jd / "script.sh").write_text(script)
+        if script is not None and not jd.script.exists():
+            jd.script.write_text(script)
         if output:
             link_outputs(output, spec, name, jd, array)
         ctx.backend.launch(spec)
@@ -69,7 +76,7 @@ def launch(ctx: LoopContext, spec: LaunchSpec, now: float) -> None:
                 record(s, "backend", "job.failed", f"launch failed: {e}", job_id=j.id, at=now)
 
 
-def link_outputs(pattern: str, spec: LaunchSpec, name: str, jd: Path,
+def link_outputs(pattern: str, spec: LaunchSpec, name: str, jd: JobDir,
                  array: tuple[int | None, int | None] = (None, None)) -> None:
     """Slurm's `--output`: make the asked-for path(s) point at the rank logs (%j id, %t rank, %x name,
     %A an array's id and %a the task's index; outside an array, the job's id and 0).
@@ -99,6 +106,6 @@ def link_outputs(pattern: str, spec: LaunchSpec, name: str, jd: Path,
             elif where.exists():
                 log.warning("job %s: --output %s exists and is not a link; not replaced", spec.job_id, where)
                 continue
-            os.symlink(jd / "logs" / f"rank-{r.rank}.log", where)
+            os.symlink(jd.rank_log(r.rank), where)
         except OSError as e:
             log.warning("job %s: cannot link --output %s: %s", spec.job_id, path, e)

@@ -15,6 +15,8 @@ import json
 import os
 from pathlib import Path
 
+from trainyard.contracts import JobDir
+
 TAIL_BYTES = 256 * 1024  # the end of metrics.jsonl holds the attempt's last steps
 
 
@@ -41,7 +43,7 @@ def last_steps(metrics_file: Path, attempt: int, limit: int = 64) -> list[dict]:
     return out[-limit:]
 
 
-def lost_work_s(job_dir: Path, attempt: int, *, start_time: float, checkpoint: tuple[int, float] | None,
+def lost_work_s(job_dir: JobDir | Path, attempt: int, *, start_time: float, checkpoint: tuple[int, float] | None,
                 now: float) -> float:
     """Seconds of training the attempt did after its newest checkpoint, which the next attempt redoes.
 
@@ -50,7 +52,8 @@ def lost_work_s(job_dir: Path, attempt: int, *, start_time: float, checkpoint: t
     """
     ck_step, ck_time = checkpoint if checkpoint is not None else (0, start_time)
     saved = max(start_time, ck_time)
-    steps = last_steps(job_dir / "metrics" / "metrics.jsonl", attempt)
+    jd = job_dir if isinstance(job_dir, JobDir) else JobDir(job_dir)
+    steps = last_steps(jd.metrics_file, attempt)
     if not steps:
         return max(0.0, now - saved)
     last = steps[-1]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainyard.backends.base import AttemptState, RankState
-from trainyard.contracts import REQUEUE_EXIT, WATCHDOG_EXIT
+from trainyard.contracts import REQUEUE_EXIT, WATCHDOG_EXIT, JobDir
 from trainyard.states import AttemptOutcome, JobState, StopKind
 
 OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "torch.OutOfMemoryError", "Killed process")
@@ -63,8 +63,8 @@ def first_failure(ranks: list[RankState]) -> RankState | None:
     return bad[0] if bad else None
 
 
-def _log_says_oom(job_dir: Path, rank: int) -> bool:
-    log = job_dir / "logs" / f"rank-{rank}.log"
+def _log_says_oom(job_dir: JobDir, rank: int) -> bool:
+    log = job_dir.rank_log(rank)
     try:
         with open(log, "rb") as fh:
             fh.seek(0, 2)
@@ -75,9 +75,11 @@ def _log_says_oom(job_dir: Path, rank: int) -> bool:
     return any(m in tail for m in OOM_MARKERS)
 
 
-def classify(st: AttemptState, stop_kind: StopKind | str | None, job_dir: Path, made_progress: bool = False) -> Outcome:
+def classify(st: AttemptState, stop_kind: StopKind | str | None, job_dir: JobDir | Path,
+             made_progress: bool = False) -> Outcome:
     """The attempt's outcome. `made_progress`: the job finished at least one step in this attempt
     (the runtime said so, or it committed a checkpoint); a failure before that is the user's."""
+    job_dir = JobDir(job_dir) if not isinstance(job_dir, JobDir) else job_dir
     ranks = st.ranks
     codes = [r.exit_code for r in ranks]
     all_ok = bool(ranks) and all(c == 0 for c in codes)

@@ -83,7 +83,7 @@ class Reconciler:
     def note_checkpoint(self, j: JobRow) -> tuple[int, float] | None:
         """The newest committed checkpoint of this attempt, as the engine's `last_checkpoint`;
         returns its (step, commit time), or None if this attempt made none."""
-        found = newest_checkpoint(self.ctx.job_dir(j.id) / "checkpoints")
+        found = newest_checkpoint(self.ctx.job_dir(j.id).checkpoints)
         if found is None or j.start_time is None or found[2] < j.start_time:
             return None
         if j.last_checkpoint is None or found[2] > j.last_checkpoint:

@@ -88,7 +88,7 @@ class Scheduler:
                 seen = by_id.get(int(st.job_id))
                 if j is None or j.state not in PENDING_STATES or j.held or seen is None or j.attempt != seen.attempt:
                     continue
-                launches.append(launch.start(ctx, s, j, idx.to_rows(st.placement), now))
+                launches.append(launch.start(ctx, s, j, idx.to_rows(st.placement), cfg.spec.cluster.name, now))
             updates = [{"jid": int(k), "r": REASONS.get(v.reason, str(v.reason.value)), "e": v.est_start}
                        for k, v in result.pending.items()
                        if int(k) in by_id and (by_id[int(k)].reason != REASONS.get(v.reason)
