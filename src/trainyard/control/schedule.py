@@ -76,23 +76,22 @@ class Scheduler:
             for pre in result.preemptions:
                 if checking:
                     break  # a node being checked may be free for it in a moment: no preemption meanwhile
-                v = s.get(JobRow, int(pre.job_id))
+                v = s.get(JobRow, pre.job_id)
                 if v is None or v.state != JobState.RUNNING or v.stop_kind is not None:
                     continue
                 transitions.request_stop(
                     s, v, StopKind.PREEMPT, now, actor="scheduler", event="job.preempting", reason="Preempting",
                     message=f"preempted ({pre.reason}) to make room for job {pre.for_job}; checkpoint notice follows",
-                    data={"reason": pre.reason, "for_job": int(pre.for_job)})
+                    data={"reason": pre.reason, "for_job": pre.for_job})
             for st in result.starts:
-                j = s.get(JobRow, int(st.job_id))
-                seen = by_id.get(int(st.job_id))
+                j = s.get(JobRow, st.job_id)
+                seen = by_id.get(st.job_id)
                 if j is None or j.state not in PENDING_STATES or j.held or seen is None or j.attempt != seen.attempt:
                     continue
                 launches.append(launch.start(ctx, s, j, idx.to_rows(st.placement), cfg.spec.cluster.name, now))
-            updates = [{"jid": int(k), "r": REASONS.get(v.reason, str(v.reason.value)), "e": v.est_start}
+            updates = [{"jid": k, "r": REASONS.get(v.reason, str(v.reason.value)), "e": v.est_start}
                        for k, v in result.pending.items()
-                       if int(k) in by_id and (by_id[int(k)].reason != REASONS.get(v.reason)
-                                               or by_id[int(k)].est_start != v.est_start)]
+                       if k in by_id and (by_id[k].reason != REASONS.get(v.reason) or by_id[k].est_start != v.est_start)]
             if updates:
                 write_reasons(s, updates)
         for spec in launches:
