@@ -35,7 +35,7 @@ def running_ends(running: Sequence[RunningJob], classes: Mapping[str, JobClass],
 
     The same formula as `expected_end`, inlined: this pass runs over every running job (8,000
     in the scheduling benchmark) on every cycle, and the per-job function calls were most of its
-    time. `tests/sched/test_estimate.py` keeps the two in step.
+    time. `tests/sched/test_fast_paths.py` keeps the two in step.
     """
     by_pool: dict[str, list[tuple[float, int]]] = {}
     max_run = {name: c.max_run_s for name, c in classes.items()}

@@ -81,7 +81,7 @@ def keyed_in_order(pending: Sequence[PendingJob], classes: Mapping[str, JobClass
     `headroom(team, pool)` is the team's unused nominal quota (asked once per team and pool),
     `fairshare[pool][team]` its fair-share factor. The key is `sort_key`'s, computed inline with
     the per-class constants hoisted: this runs over every pending job (5,000 in the scheduling
-    benchmark) on every cycle. `tests/sched/test_ordering.py` keeps the two in step.
+    benchmark) on every cycle. `tests/sched/test_fast_paths.py` keeps the two in step.
     """
     per_class = {name: (-c.priority, c.max_wait_s if c.max_wait_s > 1.0 else 1.0, c.max_run_s or p.unknown_runtime_s)
                  for name, c in classes.items()}
