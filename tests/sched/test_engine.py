@@ -302,3 +302,12 @@ def test_quota_freed_by_leaving_victims_goes_to_the_job_they_leave_for_only():
     assert res.preemptions == []  # no second victim for the same job
     assert res.pending[150].reason == Reason.PREEMPTING
     assert res.starts == []  # the batch job may not use the quota the victim still holds
+
+
+def test_ties_go_to_the_lower_id_as_a_number():
+    """Equal in every other key (array tasks are stored together, alike), the lower id goes first:
+    9 before 10. With string ids ("10" < "9") the control loop's engine ran task 10 first."""
+    ns = nodes(1, gpus=1)
+    alike = [pending(req(jid, "a", submit=5.0, est_runtime_s=600.0)) for jid in (10, 9, 100)]
+    res = ENGINE.cycle(snapshot(ns, teams(a=1), [], alike, now=10.0))
+    assert [s.job_id for s in res.starts] == [9]
