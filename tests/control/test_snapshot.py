@@ -12,7 +12,8 @@ Row = namedtuple("Row", PENDING_COLUMNS)  # like a SQL row: by position and by n
 
 def row(jid: int, **kw: object) -> Row:
     """A plain row with the columns the loop reads of a waiting job."""
-    base = dict(id=jid, team="vision", job_class="training", pool="default", submit_time=100.0 + jid, gpus=2,
+    base: dict[str, object] = dict.fromkeys(PENDING_COLUMNS)  # a column added later: None here
+    base |= dict(id=jid, team="vision", job_class="training", pool="default", submit_time=100.0 + jid, gpus=2,
                 gpus_per_node=None, nodes_min=1, nodes_max=1, gpu_mem_mib=None, time_limit_s=3600.0,
                 checkpoint_interval_s=None, attempt=0, queued_since=100.0 + jid, progress_s=0.0, attained_gpu_s=0.0,
                 held=False, reason="None", est_start=None, avoid_nodes=None, eligible_time=None, array_job_id=None,

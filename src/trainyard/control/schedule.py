@@ -26,7 +26,7 @@ from trainyard.sched.types import Reason
 from trainyard.services import arrays, transitions
 from trainyard.services.nodes import node_states
 from trainyard.states import ACTIVE_STATES, PENDING_STATES, JobState, StopKind
-from trainyard.store.models import AttemptRow, JobRow
+from trainyard.store.models import ENGINE_COLUMNS, AttemptRow, JobRow
 
 # squeue's names for the engine's reasons.
 REASONS = {
@@ -34,11 +34,9 @@ REASONS = {
     Reason.RESERVATION: "Reservation", Reason.PRIORITY: "Priority", Reason.HELD: "JobHeldUser",
     Reason.PREEMPTING: "Preempting",
 }
-# What `snapshot.pending_of` and the reason bookkeeping read of a waiting job.
-PENDING_COLUMNS = ("id", "team", "job_class", "pool", "submit_time", "gpus", "gpus_per_node", "nodes_min", "nodes_max",
-                   "gpu_mem_mib", "time_limit_s", "checkpoint_interval_s", "attempt", "queued_since", "progress_s",
-                   "attained_gpu_s", "held", "reason", "est_start", "avoid_nodes", "eligible_time", "array_job_id",
-                   "array_task_id", "array_throttle")
+# What `snapshot.pending_of` (every column marked `engine()` in store.models) and the reason and
+# array bookkeeping read of a waiting job.
+PENDING_COLUMNS = ENGINE_COLUMNS + ("reason", "est_start", "array_job_id", "array_task_id", "array_throttle")
 
 
 class Scheduler:

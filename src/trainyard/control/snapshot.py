@@ -19,7 +19,7 @@ from typing import Any, Iterable, Sequence
 from trainyard.sched.cluster import ClusterState, Node, Placement
 from trainyard.sched.types import JobRequest, PendingJob, RunningJob, Snapshot
 from trainyard.services.config import ConfigVersion
-from trainyard.store.models import JobRow, NodeRow
+from trainyard.store.models import ENGINE_COLUMNS, REQUEST_FIELDS, JobRow, NodeRow
 
 USAGE_HALF_LIFE_S = 7 * 86400.0  # fair share forgets usage with Slurm's default PriorityDecayHalfLife
 
@@ -53,17 +53,19 @@ class NodeIndex:
 
 
 def request_of(j: JobRow) -> JobRequest:
-    """`j` is a job row, or any object with its columns as attributes (a plain SQL row). The engine's
-    `submit_time` is the job's eligible time (`JobRow.eligible_time`), when it has one."""
+    """`j` is a job row, or any object with its columns as attributes (a plain SQL row). The columns
+    marked `engine()` in `store.models` pass as they are (`REQUEST_FIELDS`); the rest are derived
+    here: the total GPUs of a gang at its minimum size, the nodes to avoid as a set, and the
+    engine's `submit_time`, which is the job's eligible time (`JobRow.eligible_time`) when it has one."""
     gpn = j.gpus_per_node
     return JobRequest(
-        j.id, j.team, j.job_class, j.submit_time if j.eligible_time is None else j.eligible_time,
-        gpus=j.gpus if gpn is None else gpn * j.nodes_min, gpus_per_node=gpn,
-        min_nodes=j.nodes_min, max_nodes=j.nodes_max,
-        gpu_mem_mib=j.gpu_mem_mib,
-        est_runtime_s=j.time_limit_s, checkpoint_interval_s=j.checkpoint_interval_s, pool=j.pool,
-        avoid=frozenset(j.avoid_nodes or ()),
+        id=j.id, submit_time=j.submit_time if j.eligible_time is None else j.eligible_time,
+        gpus=j.gpus if gpn is None else gpn * j.nodes_min, avoid=frozenset(j.avoid_nodes or ()),
+        **{field: getattr(j, column) for column, field in _AS_IS},
     )
+
+
+_AS_IS = tuple(REQUEST_FIELDS.items())
 
 
 def pending_of(j: JobRow) -> PendingJob:
@@ -98,9 +100,7 @@ def decayed_usage(spans: Iterable[tuple[str, int, float, float | None]], now: fl
 
 # The columns `pending_of` reads: a waiting job whose values of these (and of `avoid_nodes`, a
 # list) are unchanged since the last pass gets the same `PendingJob` back (`PendingCache`).
-PENDING_KEY = ("id", "team", "job_class", "pool", "submit_time", "gpus", "gpus_per_node", "nodes_min", "nodes_max",
-               "gpu_mem_mib", "time_limit_s", "checkpoint_interval_s", "attempt", "queued_since", "progress_s",
-               "attained_gpu_s", "held", "eligible_time")
+PENDING_KEY = tuple(c for c in ENGINE_COLUMNS if c != "avoid_nodes")
 
 
 class PendingCache:

@@ -29,7 +29,7 @@ from trainyard.services.errors import Conflict, Forbidden, NotFound, ServiceErro
 from trainyard.services.events import record
 from trainyard.spec import parse_duration, parse_node_range
 from trainyard.states import ACTIVE_STATES, ALL_STATES, PENDING_STATES, STATE_CODES, TERMINAL_STATES, JobState, StopKind
-from trainyard.store.models import AttemptRow, JobRow
+from trainyard.store.models import REQUEST_FIELDS, AttemptRow, JobRow
 
 LATEST_BEGIN = 4_102_444_800.0  # 2100-01-01
 
@@ -258,6 +258,9 @@ def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_d
         stop_since=None, stop_stage=0, array_job_id=None, array_task_id=spec.indices[0] if spec else None,
         array_throttle=spec.throttle if spec else None,
     )
+    for column in REQUEST_FIELDS:  # a field the engine takes as is: submitted under its own name
+        if column not in values:
+            values[column] = getattr(sub, column) if column in JobSubmit.model_fields else _default(column)
     # A plain INSERT, then the row attached as if loaded: the same persistent object a flush would
     # give (callers may change it further in the transaction), for a third of a flush's cost.
     # (None left out: a JSON column would store it as JSON null, not SQL NULL as a flush does)
@@ -285,6 +288,12 @@ def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_d
 
 
 _INSERT_JOB = insert(JobRow.__table__)
+
+
+def _default(column: str) -> Any:
+    """The column's own default (a constant), or None."""
+    d = JobRow.__table__.c[column].default
+    return d.arg if d is not None and d.is_scalar else None
 
 
 def free_reason(begin: float | None, now: float) -> str:
@@ -360,6 +369,8 @@ _SHOWN = (("id", "id"), ("name", "name"), ("user", "user"), ("team", "team"), ("
           ("dependency", "dependency"), ("array_job_id", "array_job_id"), ("array_task_id", "array_task_id"),
           ("command", "command"),
           ("workdir", "workdir"), ("env", "env"), ("output", "output"))
+# a field the engine reads as is (marked `engine()` in store.models) is shown under its own name
+_SHOWN += tuple((c, c) for c in REQUEST_FIELDS if c not in {col for _, col in _SHOWN})
 _KEYS = tuple(k for k, _ in _SHOWN)
 _COLUMNS = tuple(c for _, c in _SHOWN)
 _MEM, _TEAM = _COLUMNS.index("gpu_mem_mib"), _COLUMNS.index("team")

@@ -25,18 +25,31 @@ class Base(DeclarativeBase):
     pass
 
 
+def engine(request_field: str | None = "") -> dict[str, Any]:
+    """Column `info` of a job field the scheduling engine reads: the one declaration that the
+    schedule step's query (`control.schedule.PENDING_COLUMNS`), the snapshot (`control.snapshot`)
+    and the API's job view (`services.jobs`) derive their column lists from.
+
+    `request_field`: the `sched.types.JobRequest` field the column fills as is; "" (the default)
+    when it has the column's own name; None when the snapshot converts it itself (the id, the
+    shape, the history a `PendingJob` carries). A new field the engine should see is a column
+    with `info=engine()`, a JobRequest field of the same name, and a migration (docs/architecture.md).
+    """
+    return {"engine": request_field}
+
+
 class JobRow(Base):
     __tablename__ = "jobs"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True, info=engine(None))
     name: Mapped[str] = mapped_column(String(200), default="")
     user: Mapped[str] = mapped_column(String(100))
-    team: Mapped[str] = mapped_column(String(100), index=True)
-    job_class: Mapped[str] = mapped_column(String(100))
-    pool: Mapped[str] = mapped_column(String(100), default="default")
+    team: Mapped[str] = mapped_column(String(100), index=True, info=engine())
+    job_class: Mapped[str] = mapped_column(String(100), info=engine())
+    pool: Mapped[str] = mapped_column(String(100), default="default", info=engine())
     state: Mapped[str] = mapped_column(String(20), index=True)
     reason: Mapped[str] = mapped_column(String(200), default="")
-    held: Mapped[bool] = mapped_column(Boolean, default=False)
+    held: Mapped[bool] = mapped_column(Boolean, default=False, info=engine(None))
 
     # what to run
     command: Mapped[list[str]] = mapped_column(JSON)
@@ -46,21 +59,21 @@ class JobRow(Base):
     output: Mapped[str | None] = mapped_column(String(1000), nullable=True)
 
     # what it asks for
-    nodes_min: Mapped[int] = mapped_column(Integer, default=1)
-    nodes_max: Mapped[int] = mapped_column(Integer, default=1)
-    gpus_per_node: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    gpus: Mapped[int] = mapped_column(Integer)  # total at the minimum size
+    nodes_min: Mapped[int] = mapped_column(Integer, default=1, info=engine("min_nodes"))
+    nodes_max: Mapped[int] = mapped_column(Integer, default=1, info=engine("max_nodes"))
+    gpus_per_node: Mapped[int | None] = mapped_column(Integer, nullable=True, info=engine())
+    gpus: Mapped[int] = mapped_column(Integer, info=engine(None))  # total at the minimum size
     tasks_per_node: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    gpu_mem_mib: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    time_limit_s: Mapped[float | None] = mapped_column(Float, nullable=True)
-    checkpoint_interval_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    gpu_mem_mib: Mapped[int | None] = mapped_column(Integer, nullable=True, info=engine())
+    time_limit_s: Mapped[float | None] = mapped_column(Float, nullable=True, info=engine("est_runtime_s"))
+    checkpoint_interval_s: Mapped[float | None] = mapped_column(Float, nullable=True, info=engine())
 
     # history the scheduler weighs
-    submit_time: Mapped[float] = mapped_column(Float)
-    queued_since: Mapped[float] = mapped_column(Float)
-    attempt: Mapped[int] = mapped_column(Integer, default=0)
-    progress_s: Mapped[float] = mapped_column(Float, default=0.0)
-    attained_gpu_s: Mapped[float] = mapped_column(Float, default=0.0)
+    submit_time: Mapped[float] = mapped_column(Float, info=engine(None))
+    queued_since: Mapped[float] = mapped_column(Float, info=engine(None))
+    attempt: Mapped[int] = mapped_column(Integer, default=0, info=engine(None))
+    progress_s: Mapped[float] = mapped_column(Float, default=0.0, info=engine(None))
+    attained_gpu_s: Mapped[float] = mapped_column(Float, default=0.0, info=engine(None))
     est_start: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     # the current (or last) attempt
@@ -78,7 +91,7 @@ class JobRow(Base):
     retry_after: Mapped[float | None] = mapped_column(Float, nullable=True)  # backoff: not scheduled before
     lost_gpu_s: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")  # work thrown away, in total
     # nodes its failures pointed at (a hung or crashed rank's node): placed elsewhere when it can be
-    avoid_nodes: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
+    avoid_nodes: Mapped[list[str] | None] = mapped_column(JSON, nullable=True, info=engine(None))
     # `--dependency` as stored (services/dependencies.py), and whether the job still waits on it
     dependency: Mapped[str | None] = mapped_column(Text, nullable=True)
     dependency_pending: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
@@ -87,7 +100,7 @@ class JobRow(Base):
     # The scheduler counts a job's wait against its class's max_wait from here, not from its
     # submission: a day spent waiting on another job, or held, is no reason to jump the queue.
     # None: not yet eligible, or a row from before this column (which counts from submit_time).
-    eligible_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    eligible_time: Mapped[float | None] = mapped_column(Float, nullable=True, info=engine(None))
     # `--begin`: not scheduled before this time (reason BeginTime until then)
     begin_time: Mapped[float | None] = mapped_column(Float, nullable=True)
     # a task of a job array (services/arrays.py): the array's id (its first task's), the task's
@@ -102,6 +115,13 @@ class JobRow(Base):
     stop_stage: Mapped[int] = mapped_column(Integer, default=0)  # 0 none, 1 notice, 2 SIGTERM, 3 SIGKILL
 
     __table_args__ = (Index("ix_jobs_state_id", "state", "id"),)
+
+
+# Derived from the `engine()` marks above, in column order: what the engine reads of a job, and the
+# columns it takes as they are, by JobRequest field.
+ENGINE_COLUMNS: tuple[str, ...] = tuple(c.name for c in JobRow.__table__.columns if "engine" in c.info)
+REQUEST_FIELDS: dict[str, str] = {c.name: c.info["engine"] or c.name for c in JobRow.__table__.columns
+                                  if c.info.get("engine") is not None}
 
 
 class AttemptRow(Base):
