@@ -7,6 +7,7 @@ from trainyard.control.plane import ControlPlane
 from trainyard.services import jobs
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Forbidden, ServiceError
+from trainyard.store.models import REQUEST_FIELDS
 
 ADMIN = Principal("admin", "admin")
 
@@ -45,6 +46,12 @@ def test_listing_is_job_dict(cp, by):
             assert got == want, f
             assert [list(d) for d in got] == [list(d) for d in want], f  # same keys, same order
 
+# Fields the engine takes as they are and that have no key of their own above are shown under their
+# column's name, after the others (`services.jobs`, derived from store.models' `engine()` marks).
+ENGINE_EXTRAS = [c for c in REQUEST_FIELDS if c not in ("team", "job_class", "pool", "nodes_min", "nodes_max",
+                                                        "gpus_per_node", "gpu_mem_mib", "time_limit_s",
+                                                        "checkpoint_interval_s")]
+
 
 def test_listing_shape_and_privacy(cp):
     with cp.store.session() as s:
@@ -58,7 +65,7 @@ def test_listing_shape_and_privacy(cp):
                        "checkpoint_interval_s", "submit_time", "begin_time", "eligible_time", "start_time", "end_time",
                        "est_start", "attempt", "placement", "exit_code", "signal", "last_checkpoint", "progress", "retries",
                        "retry_after", "lost_gpu_s", "avoid_nodes", "dependency", "array_job_id", "array_task_id",
-                       "command", "workdir", "env", "output"]
+                       "command", "workdir", "env", "output"] + ENGINE_EXTRAS
     assert (j["class"], j["state"], j["reason"], j["held"], j["gpus"], j["gpu_mem_gb"], j["time_limit_s"]) == \
         ("batch", "PENDING", "JobHeldUser", True, 2, 8.0, 7200.0)
     assert (j["command"], j["env"], j["output"]) == (["python", "-c", "print(1)"], {"A": "b"}, "out-%j.log")
