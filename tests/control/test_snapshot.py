@@ -44,3 +44,16 @@ def test_only_the_current_pass_is_kept() -> None:
     cache([row(i) for i in range(100)])
     cache([row(1)])
     assert len(cache._last) == 1
+
+
+def test_every_column_marked_for_the_engine_reaches_its_request_as_is() -> None:
+    """store.models' `engine()` marks are the one list: each marked column lands in its JobRequest
+    field unchanged, and the schedule step's query reads every marked column."""
+    from trainyard.store.models import ENGINE_COLUMNS, REQUEST_FIELDS
+
+    assert set(ENGINE_COLUMNS) <= set(PENDING_COLUMNS)
+    values = {c: f"value-of-{c}" for c in REQUEST_FIELDS}
+    values |= {"gpus_per_node": None}  # (the gang's total GPUs are derived from it)
+    req = pending_of(row(7, **values)).req
+    for column, field in REQUEST_FIELDS.items():
+        assert getattr(req, field) == values[column], column
