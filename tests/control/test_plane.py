@@ -1,13 +1,13 @@
-"""`ControlPlane` set-up: the default configuration, the admin token, and the stop escalation."""
+"""`ControlPlane` set-up: the default configuration and the admin token. (The stop escalation, notice →
+SIGTERM → SIGKILL, is tested to the fake second in tests/control/test_loop_logic.py.)"""
 
 from __future__ import annotations
 
 import stat
-import time
 
 import yaml
 
-from tests.plane import Plane, script
+from tests.plane import Plane
 
 
 def test_without_a_config_one_node_of_emulated_gpus_and_a_default_team(tmp_path):
@@ -41,35 +41,3 @@ def test_emulated_two_node_cluster_and_a_restart_keeps_the_token(tmp_path):
         assert len(again.admin.get("/api/v1/nodes").json()["nodes"]) == 2  # the stored configuration stays
     finally:
         again.cp.stop()
-
-
-STUBBORN = """
-import signal, time, os, pathlib
-ck = pathlib.Path(os.environ['TRAINYARD_CHECKPOINT_DIR'])
-def note(sig, _):
-    (ck / f'got-{sig}').write_text(str(time.time()))
-signal.signal(signal.SIGUSR1, note)
-signal.signal(signal.SIGTERM, note)
-while True:
-    time.sleep(0.05)
-"""
-
-
-def test_a_job_that_ignores_the_notice_gets_sigterm_after_grace_then_sigkill(tmp_path):
-    p = Plane(tmp_path / "d", kill_wait_s=1.0)
-    try:
-        j = p.submit(command=script(STUBBORN), team="vision", **{"class": "batch"})  # grace period 2 s
-        p.wait(j["id"], "RUNNING")
-        time.sleep(0.3)
-        t0 = time.time()
-        assert p.admin.post(f"/api/v1/jobs/{j['id']}/requeue").status_code == 200
-        done = p.wait(j["id"], lambda j: j["attempts"][0]["state"] == "REQUEUED", timeout=20)
-        ck = p.cp.data_dir / "jobs" / str(j["id"]) / "checkpoints"
-        usr1 = float((ck / "got-10").read_text())
-        term = float((ck / "got-15").read_text())
-        assert usr1 - t0 < 1.0
-        assert 2.0 <= term - t0 < 3.5  # SIGTERM when the class's grace period is over
-        first = done["attempts"][0]
-        assert first["signal"] == 9 and first["ended_at"] - term >= 1.0  # SIGKILL after the kill wait
-    finally:
-        p.stop()

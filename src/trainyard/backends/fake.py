@@ -21,7 +21,7 @@ can carry it like any command::
     run=T       seconds until it exits by itself (default: never)
     exit=N      its exit code then (default 0; 1 with `oom`)
     usr1=D      on SIGUSR1, checkpoint and exit 75 after D seconds (default: SIGUSR1 kills it,
-                signal 10, as it does a process that installed no handler)
+                signal 10, as it does a process that installed no handler); usr1=ignore: carries on
     term=ignore | term=D   ignore SIGTERM, or treat it like the notice (D s, then 75); default: dies (15)
     until=PATH  exit (with `exit`) once PATH exists: a gate a test opens by touching a file
     step=S      one training step every S seconds; rank 0 appends {step, time, attempt,
@@ -107,6 +107,7 @@ class Program:
     run_s: float | None = None  # exits by itself after this long (None: never)
     exit_code: int = 0
     on_usr1_s: float | None = None  # checkpoint and exit 75 this long after SIGUSR1 (None: SIGUSR1 kills)
+    usr1_ignored: bool = False  # `usr1=ignore`: a handler that notes the notice and carries on
     on_term: str | float = "die"  # "die", "ignore", or seconds to checkpoint and exit 75
     until: str | None = None  # exit once this path exists
     step_s: float | None = None
@@ -136,6 +137,8 @@ def parse_program(argv: list[str]) -> tuple[Program, dict[int, Program]]:
                 target["run_s"] = float(value)
             elif key == "exit":
                 target["exit_code"] = int(value)
+            elif key == "usr1" and value == "ignore":
+                target["usr1_ignored"] = True
             elif key == "usr1":
                 target["on_usr1_s"] = float(value)
             elif key == "term":
@@ -326,6 +329,8 @@ class FakeCluster:
                 self.deliver(att, rk, s, now)
         elif rk.stopped:
             rk.pending.append(sig)
+        elif sig == _USR1 and rk.program.usr1_ignored:
+            pass
         elif sig == _USR1 and rk.program.on_usr1_s is not None:
             self._notice(rk, rk.program.on_usr1_s)
         elif sig == _TERM and rk.program.on_term == "ignore":

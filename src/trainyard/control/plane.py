@@ -18,7 +18,9 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from pathlib import Path
+from typing import Callable
 
 from sqlalchemy import select
 
@@ -35,15 +37,18 @@ class ControlPlane:
     def __init__(self, data_dir: str | Path, *, db_url: str | None = None, config_text: str | None = None,
                  nodes: int | None = None, gpus_per_node: int | None = None, backend: Backend | None = None,
                  loop_params: LoopParams | None = None, api_url: str | None = None, backend_kind: str = "local",
-                 slurm_partition: str | None = None, policy: str | None = None):
+                 slurm_partition: str | None = None, policy: str | None = None,
+                 clock: Callable[[], float] = time.time):
         """`policy`: `yard up --policy`, stored as a new configuration version when the one in
-        force names another (`config.set_policy`; `policy_change` says what it did)."""
+        force names another (`config.set_policy`; `policy_change` says what it did). `clock`: the
+        loop's time (a `clock.FakeClock` with the fake backend, in tests of the loop's logic)."""
         self.data_dir = Path(data_dir).resolve()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.store: Store = open_store(db_url or sqlite_url(self.data_dir))
         self.lock = threading.RLock()
         self.configs = config.ConfigCache()
         self.api_url = api_url
+        self.clock = clock  # the time the API stamps user actions with, and the loop judges by
         # The backend by name (backends.registry): checked before anything is stored, asked for nodes
         # only when no configuration is stored yet, created on the configured nodes.
         kind = registry.get(backend_kind)
@@ -70,7 +75,7 @@ class ControlPlane:
                      for n in cfg.nodes]
         self.backend: Backend = backend or kind.create(self.data_dir, inventory, options)
         self.loop = ControlLoop(self.store, self.backend, self.data_dir, self.configs, self.lock,
-                                params=loop_params, api_url=api_url)
+                                params=loop_params, api_url=api_url, clock=clock)
 
     def start(self) -> None:
         self.loop.start()

@@ -219,8 +219,10 @@ def _check_against_config(sub: JobSubmit, team: str, cls: str, shape: tuple, cfg
         raise _bad(f"time limit {limit:.0f}s exceeds class {cls!r}'s max run time {max_run:.0f}s", "time")
 
 
-def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_dir: Path) -> JobRow:
-    """Validate and store a job as PENDING (or held). Nothing is written unless all is well."""
+def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_dir: Path,
+           now: float | None = None) -> JobRow:
+    """Validate and store a job as PENDING (or held). Nothing is written unless all is well.
+    `now`: the plane's time (`ControlPlane.clock`), by default the wall clock."""
     team = sub.team or by.team
     if team is None:
         teams = [t.name for t in cfg.spec.teams]
@@ -238,7 +240,7 @@ def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_d
     if not os.path.isdir(workdir):
         raise _bad(f"working directory {workdir!r} does not exist", "workdir")
     lo, hi, gpn, total = shape
-    now = time.time()
+    now = time.time() if now is None else now
     name = sub.name or (Path(sub.command[0]).name if sub.command else "script")
     waits = _dependency_at_submit(s, sub.dependency, name, by.user) if sub.dependency else False
     begin = sub.begin if sub.begin is not None and sub.begin > now else None  # a past time is now
@@ -482,9 +484,9 @@ def _manageable(s: Session, job_id: int, by: Principal) -> JobRow:
     return row
 
 
-def cancel(s: Session, job_id: int, by: Principal) -> JobRow:
+def cancel(s: Session, job_id: int, by: Principal, now: float | None = None) -> JobRow:
     row = _manageable(s, job_id, by)
-    now = time.time()
+    now = time.time() if now is None else now
     if row.state in TERMINAL_STATES:
         raise Conflict(f"job {job_id} is already {row.state}")
     if row.state in PENDING_STATES:
@@ -496,7 +498,7 @@ def cancel(s: Session, job_id: int, by: Principal) -> JobRow:
     return row
 
 
-def hold(s: Session, job_id: int, by: Principal) -> JobRow:
+def hold(s: Session, job_id: int, by: Principal, now: float | None = None) -> JobRow:
     row = _manageable(s, job_id, by)
     if row.state not in PENDING_STATES:
         raise Conflict(f"only a pending job can be held; job {job_id} is {row.state}")
@@ -504,11 +506,11 @@ def hold(s: Session, job_id: int, by: Principal) -> JobRow:
         row.held = True
         row.reason = "JobHeldAdmin" if by.role in ("admin", "operator") else "JobHeldUser"
         row.est_start = None
-        record(s, by.user, "job.held", f"held by {by.user}", job_id=job_id)
+        record(s, by.user, "job.held", f"held by {by.user}", job_id=job_id, at=now)
     return row
 
 
-def release(s: Session, job_id: int, by: Principal) -> JobRow:
+def release(s: Session, job_id: int, by: Principal, now: float | None = None) -> JobRow:
     """An operator's or admin's hold (JobHeldAdmin) only they release, as in Slurm; a user's hold
     anyone who manages the job."""
     row = _manageable(s, job_id, by)
@@ -516,18 +518,18 @@ def release(s: Session, job_id: int, by: Principal) -> JobRow:
         raise Conflict(f"job {job_id} is not held")
     if row.reason == "JobHeldAdmin" and by.role not in ("admin", "operator"):
         raise Forbidden(f"job {job_id} is held by an operator or admin (JobHeldAdmin); only they can release it")
-    now = time.time()
+    now = time.time() if now is None else now
     row.held, row.reason = False, "Dependency" if row.dependency_pending else free_reason(row.begin_time, now)
     if not row.dependency_pending:
         row.eligible_time = max(now, row.begin_time or now)
-    record(s, by.user, "job.released", f"released by {by.user}", job_id=job_id)
+    record(s, by.user, "job.released", f"released by {by.user}", job_id=job_id, at=now)
     return row
 
 
-def requeue(s: Session, job_id: int, by: Principal) -> JobRow:
+def requeue(s: Session, job_id: int, by: Principal, now: float | None = None) -> JobRow:
     """Running: checkpoint and go back to the queue (as a preemption would). Finished: queue again."""
     row = _manageable(s, job_id, by)
-    now = time.time()
+    now = time.time() if now is None else now
     if row.state in PENDING_STATES:
         raise Conflict(f"job {job_id} is already waiting ({row.state})")
     if row.state in ACTIVE_STATES:

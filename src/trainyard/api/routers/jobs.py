@@ -27,7 +27,7 @@ router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(s
 def submit(body: jobs.JobSubmit, by: Principal = Depends(principal), cp: ControlPlane = Depends(plane)) -> dict[str, Any]:
     with cp.lock, cp.store.session.begin() as s:
         cfg = cp.configs.current(s)
-        row = jobs.submit(s, body, by, cfg, cp.data_dir)
+        row = jobs.submit(s, body, by, cfg, cp.data_dir, now=cp.clock())
         out = jobs.job_dict(row, by)
     if not body.hold:  # a held job is nothing for the scheduler until it is released (which wakes it)
         cp.loop.wake()
@@ -64,7 +64,7 @@ def get_job(job_id: JobId, by: Principal = Depends(principal), s: Session = Depe
 def _action(fn):  # noqa: ANN001, ANN202
     def handler(job_id: JobId, by: Principal = Depends(principal), cp: ControlPlane = Depends(plane)) -> dict[str, Any]:
         with cp.lock, cp.store.session.begin() as s:
-            out = jobs.job_dict(fn(s, job_id, by), by)
+            out = jobs.job_dict(fn(s, job_id, by, now=cp.clock()), by)
         cp.loop.wake()
         return out
     handler.__name__ = fn.__name__
