@@ -23,6 +23,8 @@ BENCHES = [
      [sys.executable, str(HERE / "submit_http.py"), "--json"]),
     ("yard queue with 10,000 jobs stored (yard up on SQLite)", [sys.executable, str(HERE / "queue_10k.py"), "--json"]),
     ("the loop's dependency step with 10,000 jobs pending", [sys.executable, str(HERE / "dependencies.py"), "--json"]),
+    ("fault recovery of the yard chaos scenarios, against the 30 s target (~3 min)",
+     [sys.executable, str(HERE / "chaos_recovery.py"), "--json"]),
 ]
 
 

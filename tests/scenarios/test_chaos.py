@@ -1,7 +1,11 @@
 """Incident rehearsals (`yard chaos`, issue 5) on a real `yard up` with the `llama-pretrain` recipe on
 an emulated 2-node cluster: every scenario ends COMPLETED with per-step losses identical, bit for
 bit, to an uninterrupted run of the same world size; lost work at most one checkpoint interval per
-incident; recovery within 30 s; no orphan process afterwards.
+incident; no orphan process afterwards.
+
+How long recovery takes is a figure, not an assertion (a loaded machine stretches it): each
+scenario records its figures, and `bench/chaos_recovery.py` runs this module and holds them
+against the target (recovery ≤ 30 s), with the load it ran under.
 """
 
 from __future__ import annotations
@@ -22,8 +26,8 @@ CKPT = 5
 STEPS = 80  # 40 steps of the tiny model take ~1.5 s: less than a `yard chaos` call needs to land
 # watchdog_s: a rank stuck in a collective behind a frozen peer exits `hung` (86) after 5 s.
 SETS = [*TINY_PRETRAIN, f"steps={STEPS}", f"checkpoint_every={CKPT}", "watchdog_s=5"]
-RECOVER_S = 30.0
 FIGURES: dict[str, dict] = {}
+FIGURES_FILE = os.environ.get("TRAINYARD_CHAOS_FIGURES")  # bench/chaos_recovery.py reads them from here
 
 
 class Cluster(YardCluster):
@@ -73,6 +77,8 @@ def cluster(tmp_path_factory):
         c.stop()
         if FIGURES:
             print("\nchaos figures:", json.dumps(FIGURES, indent=1))
+        if FIGURES_FILE:
+            Path(FIGURES_FILE).write_text(json.dumps(FIGURES, indent=1))
 
 
 @pytest.fixture(scope="module")
@@ -115,9 +121,6 @@ def check(cluster: Cluster, reference: dict[int, float], job: int, name: str, in
         since_incident = first - t_incident if t_incident is not None else None
         if rec is None:
             rec = first - a["ended_at"]
-        assert rec <= RECOVER_S, f"recovery took {rec:.1f}s"
-        if since_incident is not None:
-            assert since_incident <= RECOVER_S + 20, f"{since_incident:.1f}s from the incident to the next step"
         fig[f"attempt{a['attempt']}"] = {
             "cause": a["cause"], "recover_s": round(rec, 2),
             "incident_to_next_step_s": None if since_incident is None else round(since_incident, 2),
@@ -125,7 +128,7 @@ def check(cluster: Cluster, reference: dict[int, float], job: int, name: str, in
             "lost_gpu_s": a["lost_gpu_s"], "lost_gpu_s_in_steps": round((a["lost_gpu_s"] or 0) / (2 * step_s), 1)}
     assert len(atts) - 1 <= incidents + 1
     FIGURES[name] = fig
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while (left := orphans(cluster.data_dir, cluster.server.proc.pid)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not left, f"orphan processes: {left}"
@@ -155,7 +158,7 @@ def test_kill_node_then_revive(cluster, reference):
     finally:
         cluster.yard("chaos", "revive-node", "--node", node)
     cluster.wait(job, lambda j: True)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 120  # a limit that holds on a loaded machine, not a figure
     while cluster.http.get(f"/api/v1/nodes/{node}").json()["state"] != "up":
         assert time.monotonic() < deadline, "the revived node did not come back"
         time.sleep(0.1)
@@ -231,11 +234,14 @@ def test_elastic_job_continues_on_the_node_left_with_no_sample_skipped_or_repeat
     assert len(first["placement"]) == 2
     cluster.wait_committed(job, CKPT)
     second = first["placement"][1]["node"]
-    t = time.time()
     cluster.yard("chaos", "kill-node", "--job", str(job), "--node", second)
     try:
-        again = cluster.wait(job, lambda j: j["state"] == "RUNNING" and j["attempt"] == 2, timeout=30)
-        assert time.time() - t < 15 and len(again["placement"]) == 1  # no waiting for the lost node
+        again = cluster.wait(job, lambda j: j["state"] == "RUNNING" and j["attempt"] == 2, timeout=120)
+        assert len(again["placement"]) == 1
+        # no waiting for the lost node: the retry of a node loss has no backoff
+        retries = [e for e in cluster.http.get(f"/api/v1/jobs/{job}/events").json()["events"]
+                   if e["kind"] == "job.retry"]
+        assert [e["data"]["backoff_s"] for e in retries] == [0.0], retries
         done = cluster.wait(job, lambda j: j["state"] in ("COMPLETED", "FAILED"), timeout=120)
         assert done["state"] == "COMPLETED" and done["attempts"][0]["cause"] == "node_lost"
     finally:
