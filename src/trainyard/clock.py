@@ -63,6 +63,11 @@ class FakeClock:
         with self._lock:
             self._subscribers.append(callback)
 
+    def unsubscribe(self, callback: Callable[[float], None]) -> None:
+        """Stop calling `callback` (no error if it was not subscribed)."""
+        with self._lock:
+            self._subscribers = [cb for cb in self._subscribers if cb != callback]
+
     def _moved(self, now: float) -> None:
         with self._lock:
             subscribers = list(self._subscribers)

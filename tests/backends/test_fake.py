@@ -207,3 +207,31 @@ def test_env_is_the_contract_over_the_jobs_own(fake, tmp_path):
     assert json.loads(json.dumps(env)) == env
     with pytest.raises(BackendError, match="no rank 3"):
         fake.rank_env(12, 1, 3)
+
+
+def test_a_forgotten_cluster_no_longer_follows_its_clock(tmp_path, clock):
+    be = FakeBackend(tmp_path, NODES, clock=clock)
+    be.launch(spec(tmp_path, 13, "step=1"))
+    clock.advance(2)
+    FakeCluster.forget(tmp_path)
+    clock.advance(5)  # no more steps written for it
+    assert [r["step"] for r in last_steps(JobDir.of(tmp_path, 13).metrics_file, 1)] == [1, 2]
+
+
+def test_the_real_control_loop_drives_the_fake_backend_it_got_by_name(tmp_path):
+    """`ControlPlane(backend_kind="fake")`: the loop launches, polls and classifies scripted ranks
+    (real clock here; the loop's own tests put both on a FakeClock)."""
+    from tests.plane import Plane
+
+    plane = Plane(tmp_path, backend_kind="fake")
+    try:
+        assert isinstance(plane.cp.backend, FakeBackend)
+        ok = plane.submit(command=["yard-fake", "run=0.2"], nodes=2, gpus_per_node=2, team="vision")
+        bad = plane.submit(command=["yard-fake", "run=0.2", "rank1:exit=3"], nodes=2, gpus_per_node=1, team="vision")
+        assert plane.wait(ok["id"], "COMPLETED")["exit_code"] == 0
+        assert plane.wait(bad["id"], ("FAILED", "PENDING", "REQUEUED"), timeout=30)["state"] != "RUNNING"
+        env = plane.cp.backend.rank_env(ok["id"], 1, 3)
+        assert (env["RANK"], env["WORLD_SIZE"], env["SLURM_JOB_ACCOUNT"]) == ("3", "4", "vision")
+    finally:
+        plane.stop()
+        FakeCluster.forget(tmp_path)

@@ -1,7 +1,9 @@
-"""Backends: where job processes actually run (local processes today, Slurm later).
+"""Backends: where job processes actually run.
 
-The interface is in `base` (read its docstring first); `local` runs ranks on this machine. Only
-light standard-library modules are imported here, so importing the package stays cheap.
+The interface is in `base` (read its docstring first); `registry` finds a backend by name;
+`local` runs ranks on this machine, `slurm` on an existing Slurm cluster, `fake` runs scripted
+ranks on a fake clock for tests of the control loop. Only light standard-library modules are
+imported here, so importing the package stays cheap.
 """
 
 from trainyard.backends.base import (

@@ -215,6 +215,7 @@ class FakeCluster:
         self.lock = threading.RLock()
         self.node_states: dict[str, str] = {}
         self.attempts: dict[tuple[int, int], _Attempt] = {}
+        self.launched: dict[tuple[int, int], _Attempt] = {}  # every attempt ever launched, released too
         self.signals: list[SentSignal] = []
         self._next_pid = 100_000
         subscribe = getattr(clock, "subscribe", None)
@@ -240,9 +241,12 @@ class FakeCluster:
 
     @classmethod
     def forget(cls, data_dir: str | Path) -> None:
-        """Drop the cluster of `data_dir` (a test's cleanup)."""
+        """Drop the cluster of `data_dir` (a test's cleanup); its clock no longer moves its ranks."""
         with cls._by_dir_lock:
-            cls._by_dir.pop(str(Path(data_dir).resolve()), None)
+            c = cls._by_dir.pop(str(Path(data_dir).resolve()), None)
+        unsubscribe = getattr(c.clock, "unsubscribe", None) if c is not None else None
+        if unsubscribe is not None:
+            unsubscribe(c.tick)
 
     def pid(self) -> int:
         self._next_pid += 1
@@ -434,7 +438,8 @@ class FakeBackend:
                     lines.append(f"resumed from step {resumed[0]}")
                 _append(jd.rank_log(r.rank), [*lines, *rk.program.log])
                 out.append(rk)
-            self.cluster.attempts[(spec.job_id, spec.attempt)] = _Attempt(spec, out)
+            self.cluster.attempts[(spec.job_id, spec.attempt)] = self.cluster.launched[(spec.job_id, spec.attempt)] = \
+                _Attempt(spec, out)
             self._known.add((spec.job_id, spec.attempt))
 
     def signal(self, job_id: int, attempt: int, sig: int) -> None:
@@ -488,13 +493,14 @@ class FakeBackend:
     # -- inspection (tests) ----------------------------------------------------------------------
 
     def rank_env(self, job_id: int, attempt: int, rank: int) -> dict[str, str]:
-        """The environment rank `rank` was started with (LaunchSpec.env under contracts.rank_env).
+        """The environment rank `rank` was started with (LaunchSpec.env under contracts.rank_env),
+        also once the attempt is released.
 
         Raises:
-            BackendError: no such attempt or rank in the cluster.
+            BackendError: no such attempt or rank was ever launched on the cluster.
         """
         with self.cluster.lock:
-            att = self.cluster.attempts.get((job_id, attempt))
+            att = self.cluster.launched.get((job_id, attempt))
             if att is None or not 0 <= rank < len(att.ranks):
                 raise BackendError(f"job {job_id} attempt {attempt}: no rank {rank} here")
             return dict(att.ranks[rank].env)
