@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from fastapi.testclient import TestClient
 
-from tests.plane import TWO_TEAMS, Plane
+from tests.plane import TWO_TEAMS, Plane, job_predicate
 from trainyard.api.app import create_app
 from trainyard.backends.base import NodeInfo
 from trainyard.backends.fake import FakeBackend, FakeCluster
@@ -89,11 +89,7 @@ class FakePlane(Plane):
     def wait(self, job_id: int, pred: Callable[[dict[str, Any]], bool] | str | tuple[str, ...],
              timeout: float = 600.0) -> dict[str, Any]:
         """`Plane.wait` in fake time: `timeout` is fake seconds."""
-        if isinstance(pred, str):
-            pred = (pred,)
-        if isinstance(pred, tuple):
-            states = pred
-            pred = lambda j: j["state"] in states  # noqa: E731
+        pred = job_predicate(pred)
         found: list[dict[str, Any]] = []
 
         def holds() -> bool:

@@ -71,11 +71,7 @@ class Plane:
     def wait(self, job_id: int, pred: Callable[[dict[str, Any]], bool] | str | tuple[str, ...],
              timeout: float = 30.0) -> dict[str, Any]:
         """Poll a job until `pred` holds (a state name or tuple of names, or a function)."""
-        if isinstance(pred, str):
-            pred = (pred,)
-        if isinstance(pred, tuple):
-            states = pred
-            pred = lambda j: j["state"] in states  # noqa: E731
+        pred = job_predicate(pred)
         deadline = time.monotonic() + timeout
         while True:
             j = self.job(job_id)
@@ -100,6 +96,16 @@ class Plane:
             self.cp.stop()
         stats = self.cp.loop.stats
         assert stats.errors == 0, f"the control loop failed {stats.errors} times; last: {stats.last_error}"
+
+
+def job_predicate(pred: Callable[[dict[str, Any]], bool] | str | tuple[str, ...]) -> Callable[[dict[str, Any]], bool]:
+    """A job predicate from a state name, a tuple of names, or a function (returned as it is)."""
+    if isinstance(pred, str):
+        pred = (pred,)
+    if isinstance(pred, tuple):
+        states = pred
+        return lambda j: j["state"] in states
+    return pred
 
 
 def script(body: str) -> list[str]:
