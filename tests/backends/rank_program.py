@@ -6,7 +6,8 @@ Usage: python rank_program.py [TOKEN ...]   with the tokens
 
     run=T        exit after T seconds (default: run until signalled or gated)
     exit=N       exit code then (default 0)
-    usr1=D       on SIGUSR1: exit 75 D seconds later (default: SIGUSR1 kills it, signal 10)
+    usr1=D       on SIGUSR1: exit 75 D seconds later (default: SIGUSR1 kills it, signal 10);
+                 usr1=ignore: carries on
     term=ignore  ignore SIGTERM; term=D: treat it like SIGUSR1 (default: SIGTERM kills it)
     until=PATH   exit (with `exit`) once PATH exists
     rankN:KEY=V  the same for rank N only
@@ -55,7 +56,9 @@ def main(argv: list[str]) -> int:
                 state.update(deadline=due, code=75, noticed=True)
         return handler
 
-    if "usr1" in prog:
+    if prog.get("usr1") == "ignore":
+        signal.signal(signal.SIGUSR1, lambda *_: None)  # a handler that notes the notice and carries on
+    elif "usr1" in prog:
         signal.signal(signal.SIGUSR1, notice_after(float(prog["usr1"])))
     term = prog.get("term", "die")
     if term == "ignore":
