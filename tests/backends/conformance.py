@@ -14,8 +14,8 @@ standard-library script, the fake interprets the same tokens.
 What is checked: a 2-node gang launches and every rank is reported; the environment each rank
 sees (contracts.rank_env; on Slurm the SLURM_* values are Slurm's own, so the checks are of
 consistency: SLURM_PROCID == RANK, the nodelist expands to the placement's nodes, ...); signals
-(SIGUSR1 reaches every rank, SIGTERM, SIGKILL ends ranks with signal 9); exit codes; every rank
-or none on a command that cannot run; re-attach by a new backend on the same data dir after
+(SIGUSR1 reaches every rank, SIGTERM, SIGKILL ends ranks with signal 9); exit codes; frozen
+ranks (SIGSTOP) are running and stopped, not lost; every rank or none on a command that cannot run; re-attach by a new backend on the same data dir after
 close(); release ends what is left and forgets the attempt.
 """
 
@@ -74,6 +74,16 @@ class Harness:
     def leftovers(self) -> list[str]:
         """Anything of this harness's jobs still running."""
         raise NotImplementedError
+
+    def freeze(self, job_id: int, attempt: int, world: int) -> None:
+        """Stop every rank (SIGSTOP), as a hung node or an operator would: emulation-only on the
+        local and fake backends (`hang_rank`), Slurm's own `scancel --signal=STOP` there."""
+        for r in range(world):
+            self.backend.hang_rank(job_id, attempt, r)  # type: ignore[attr-defined]
+
+    def thaw(self, job_id: int, attempt: int, world: int) -> None:
+        for r in range(world):
+            self.backend.kill_rank(job_id, attempt, r, signal.SIGCONT)  # type: ignore[attr-defined]
 
     # -- shared ------------------------------------------------------------------------------
 
@@ -288,6 +298,26 @@ class Conformance:
         gate.touch()
         st = h.wait_done(7)
         assert [(r.exit_code, r.signal, r.lost) for r in st.ranks] == [(7, None, False)] * 4
+
+    def test_frozen_ranks_are_running_and_stopped_and_carry_on_when_continued(self, harness: Harness) -> None:
+        h = harness
+        gate = h.data_dir / "go-9"
+        h.backend.launch(h.spec(9, h.command(f"until={gate}", "exit=4")))
+        h.ready(9, 1, 4)
+        h.wait_running(9)
+        h.freeze(9, 1, 4)
+
+        def all_stopped() -> AttemptState | None:
+            a = h.attempt(9)
+            return a if a is not None and all(r.running and r.stopped for r in a.ranks) else None
+
+        h.wait(all_stopped, 20, "every rank running and stopped")
+        gate.touch()
+        h.pause(0.5)
+        assert all(r.running for r in h.attempt(9).ranks)  # frozen: none of them can leave
+        h.thaw(9, 1, 4)
+        st = h.wait_done(9)
+        assert [(r.exit_code, r.signal, r.lost, r.stopped) for r in st.ranks] == [(4, None, False, False)] * 4
 
     def test_release_ends_what_is_left_and_forgets_the_attempt(self, harness: Harness) -> None:
         h = harness

@@ -7,6 +7,7 @@ Slurm sets SLURM_* itself, so the environment checks there are of consistency wi
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from tests.backends.conformance import Conformance, ProcessHarness
 from tests.slurm_cluster import SlurmCluster, slurm_available
 from trainyard.backends.base import Backend
 from trainyard.backends.slurm import SlurmBackend
+from trainyard.contracts import JobDir
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.xdist_group("slurm-conformance")]
 
@@ -44,6 +46,16 @@ class SlurmHarness(ProcessHarness):
 
     def make(self) -> Backend:
         return SlurmBackend(self.data_dir, env=self.cluster.env(), launch_timeout_s=60 * self.patience)
+
+    def freeze(self, job_id: int, attempt: int, world: int) -> None:
+        self.cluster.run("scancel", "--signal=STOP", self._slurm_id(job_id, attempt))
+
+    def thaw(self, job_id: int, attempt: int, world: int) -> None:
+        self.cluster.run("scancel", "--signal=CONT", self._slurm_id(job_id, attempt))
+
+    def _slurm_id(self, job_id: int, attempt: int) -> str:
+        meta = json.loads((JobDir.of(self.data_dir, job_id).attempt_run(attempt) / "attempt.json").read_text())
+        return str(meta["slurm_job_id"])
 
     def leftovers(self) -> list[str]:
         queued = [f"slurm job {line}" for line in self.cluster.run("squeue", "-h", "-o", "%i %T").stdout.splitlines()

@@ -17,7 +17,9 @@ for the inventory (GPUs from GRES, block and rack from node features; GPU memory
 not know, from the cluster configuration the backend is created with). A node Slurm reports DOWN, DRAIN, FAIL or NOT_RESPONDING is unhealthy; a rank
 on it with no exit record is `lost`, like a rank of a dead emulated node. Signals go through
 `scancel --signal=<SIG>` (every task of every step: the preemption notice is SIGUSR1), and
-`release` cancels the batch job. `--no-requeue`: Slurm never restarts an attempt on its own —
+`release` cancels the batch job. A job Slurm shows STOPPED (its tasks got SIGSTOP) has frozen
+ranks: `running` and `stopped`, as on the local backend. When `squeue` does not answer, `poll`
+raises `BackendError` (the control loop skips that pass) rather than report ranks lost. `--no-requeue`: Slurm never restarts an attempt on its own —
 requeues are the control loop's, with a new attempt number.
 
 Nothing in slurm.conf changes. What trainyard needs there: a partition for its jobs whose nodes
@@ -49,8 +51,12 @@ from trainyard.contracts import JobDir
 
 TASK = Path(__file__).with_name("slurm_task.py")
 UNHEALTHY_FLAGS = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "POWER", "REBOOT", "MAINT", "UNKNOWN")
-ACTIVE_JOB_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "RESIZING", "REQUEUED",
-                     "STAGE_OUT", "SIGNALING")
+# Job states (squeue(1) "JOB STATE CODES") in which the batch job is not over: its ranks run, wait
+# or are held. STOPPED is a job whose tasks were sent SIGSTOP (frozen: running, `stopped`), not one
+# that ended; the *_HOLD/REQUEUE* ones do not occur with --no-requeue but are not ends either.
+ACTIVE_JOB_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "RESIZING",
+                     "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT", "STAGE_OUT",
+                     "SIGNALING")
 
 
 @dataclass
@@ -165,11 +171,24 @@ class SlurmBackend:
         self._node_cache = (now, nodes)
         return nodes
 
-    def _job_states(self, slurm_ids: list[int]) -> dict[int, str]:
-        """State of each batch job Slurm still knows (`squeue -t all` keeps ended ones a while)."""
+    def _job_states(self, slurm_ids: list[int]) -> dict[int, str] | None:
+        """State of each batch job Slurm still knows (`squeue -t all` keeps ended ones a while), or
+        None when Slurm did not answer (slurmctld busy or down: squeue failed or timed out).
+
+        No answer is no fact: a caller must not read "the job is gone" into it (that made every
+        rank of every attempt `lost`, and their jobs NODE_FAIL, whenever slurmctld was slow to
+        answer under load). Asked about one job it no longer knows, squeue exits 1 with "Invalid
+        job id specified": that is an answer (gone).
+        """
         if not slurm_ids:
             return {}
-        r = self._run("squeue", "-h", "-t", "all", "-o", "%i %T", "-j", ",".join(map(str, slurm_ids)), check=False)
+        try:
+            r = self._run("squeue", "-h", "-t", "all", "-o", "%i %T", "-j", ",".join(map(str, slurm_ids)),
+                          check=False)
+        except BackendError:
+            return None
+        if r.returncode != 0 and "Invalid job id" not in r.stderr:
+            return None
         states = {}
         for line in r.stdout.splitlines():
             parts = line.split()
@@ -300,7 +319,8 @@ class SlurmBackend:
                     raise BackendError(f"{where}: rank {r}: {rec['error']}")
             if all(rec is not None for rec in recs):
                 return
-            state = self._job_states([att.slurm_id]).get(att.slurm_id)
+            states = self._job_states([att.slurm_id])
+            state = None if states is None else states.get(att.slurm_id)  # None: not known (yet)
             if state is not None and state not in ACTIVE_JOB_STATES:
                 tail = _tail(att.run_dir / "batch.log")
                 raise BackendError(f"{where}: the Slurm job {att.slurm_id} ended ({state}) before every rank "
@@ -327,6 +347,8 @@ class SlurmBackend:
             if not self._attempts:
                 return []
             states = self._job_states([a.slurm_id for a in self._attempts.values()])
+            if states is None:
+                raise BackendError("slurm: `squeue` did not answer; the attempts' states are unknown this time")
             nodes = self._nodes()
             down = {n for n, kv in nodes.items() if not node_health(kv.get("State", "UNKNOWN"))[0]}
             return [AttemptState(a.job_id, a.attempt, [self._rank_state(a, r, states.get(a.slurm_id), down)
@@ -346,7 +368,7 @@ class SlurmBackend:
         if node in down:
             return RankState(r, pid, running=False, exit_code=None, signal=None, lost=True)
         if job_state in ACTIVE_JOB_STATES:
-            return RankState(r, pid, running=True, exit_code=None, signal=None)
+            return RankState(r, pid, running=True, exit_code=None, signal=None, stopped=job_state == "STOPPED")
         if (att.run_dir / "killed").exists() or job_state == "CANCELLED":
             return RankState(r, pid, running=False, exit_code=None, signal=int(_signal.SIGKILL))
         return RankState(r, pid, running=False, exit_code=None, signal=None, lost=True)
@@ -378,9 +400,9 @@ class SlurmBackend:
         self._run("scancel", str(att.slurm_id), check=False)
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
-            state = self._job_states([att.slurm_id]).get(att.slurm_id)
-            if state is None or state not in ACTIVE_JOB_STATES:
-                return
+            states = self._job_states([att.slurm_id])
+            if states is not None and states.get(att.slurm_id) not in ACTIVE_JOB_STATES:
+                return  # gone, or ended
             time.sleep(0.1)
 
     def close(self) -> None:
