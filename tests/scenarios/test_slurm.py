@@ -57,8 +57,20 @@ def test_a_two_node_job_trains_with_eight_ranks_across_both_nodes(yc, reference)
 def test_preemption_by_an_urgent_job_resumes_bit_for_bit(yc, reference):
     job = submit(yc, "-N", "2", "--gpus-per-node", "4")
     yc.wait_committed(job, 4)
-    out = yc.yard("chaos", "preempt", "--job", str(job), "--seconds", "2").stdout
-    assert "submitted urgent interactive job" in out
+    # The victim trains its last 20 steps in ~5 s, while the notice needs a `yard chaos` process and
+    # a few loop passes (each runs Slurm's client commands): under load the job used to finish first,
+    # attempt 1 COMPLETED and nothing preempted. So its ranks are frozen (SIGSTOP through Slurm, as
+    # the notice itself goes; Slurm shows the job STOPPED) until the plane has sent the notice; they
+    # then take it at their next step boundary, as a busy job would. Well within the plane's 30 s
+    # before frozen ranks count as hung.
+    sid = _slurm_id(yc, job, 1)
+    yc.slurm.run("scancel", "--signal=STOP", sid)
+    try:
+        out = yc.yard("chaos", "preempt", "--job", str(job), "--seconds", "2").stdout
+        assert "submitted urgent interactive job" in out
+        _wait_event(yc, job, "sent SIGUSR1 (preempt)", timeout=25)
+    finally:
+        yc.slurm.run("scancel", "--signal=CONT", sid)
     j = yc.wait(job, lambda j: j["state"] not in ("PENDING", "RUNNING", "COMPLETING", "REQUEUED"), timeout=300)
     assert j["state"] == "COMPLETED", (j["state"], j["reason"])
     assert j["attempts"][0]["state"] == "PREEMPTED" and len(j["attempts"]) >= 2
@@ -69,6 +81,22 @@ def test_preemption_by_an_urgent_job_resumes_bit_for_bit(yc, reference):
     events = [e["kind"] for e in yc.http.get("/api/v1/events", params={"job": job, "limit": 500}).json()["events"]]
     assert "job.preempting" in events or any(k.startswith("job.preempt") for k in events), events
     yc.wait_slurm_empty()
+
+
+def _slurm_id(yc: YardCluster, job: int, attempt: int) -> str:
+    """The Slurm job that runs `attempt` of trainyard's `job` (named yard-<job>-<attempt>)."""
+    name = f"yard-{job}-{attempt}"
+    return next(line.split()[0] for line in yc.slurm_jobs() if line.split()[1] == name)
+
+
+def _wait_event(yc: YardCluster, job: int, message: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        events = yc.http.get("/api/v1/events", params={"job": job, "limit": 500}).json()["events"]
+        if any(message in e["message"] for e in events):
+            return
+        assert time.monotonic() < deadline, f"no event {message!r} for job {job} after {timeout}s: {events}"
+        time.sleep(0.1)
 
 
 def _resumed_step(job_dir) -> int:  # noqa: ANN001
