@@ -16,7 +16,7 @@ import pytest
 
 from tests.slurm_cluster import SlurmCluster, slurm_available
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.xdist_group("slurm-cluster")]
 
 
 @pytest.fixture(scope="module")

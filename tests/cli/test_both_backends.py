@@ -12,7 +12,7 @@ import pytest
 
 from tests.yard_cluster import YardCluster
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("both-backends")]
 
 SLEEPER = [sys.executable, "-c", "import os, time; print('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'], "
            "'on', os.environ['TRAINYARD_NODE'], flush=True); time.sleep(120)"]

@@ -20,7 +20,7 @@ import pytest
 from tests.recipes.helpers import TINY_PRETRAIN
 from tests.yard_cluster import YardCluster, losses
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("chaos")]
 
 CKPT = 5
 STEPS = 80  # 40 steps of the tiny model take ~1.5 s: less than a `yard chaos` call needs to land

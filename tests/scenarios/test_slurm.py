@@ -14,7 +14,7 @@ import pytest
 from tests.recipes.helpers import TINY_PRETRAIN
 from tests.yard_cluster import YardCluster, losses
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.xdist_group("slurm-scenarios")]
 
 STEPS = 24
 SETS = [*TINY_PRETRAIN, f"steps={STEPS}", "checkpoint_every=4", "watchdog_s=60"]
