@@ -66,6 +66,28 @@ class RankLaunch:
 
 
 @dataclass(frozen=True)
+class Owner:
+    """The Unix identity an attempt's processes run as (DESIGN rule 6): the job owner's account,
+    its primary group, and the supplementary groups (the team's group among them). None on a
+    `LaunchSpec` means the plane's own identity (a plane run as a plain user runs its own jobs)."""
+
+    user: str
+    uid: int
+    gid: int
+    groups: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What an attempt may use on each node, as Slurm's --mem, --mem-per-gpu and --cpus-per-task
+    ask it; None is no limit of that kind (a backend that cannot enforce one says so)."""
+
+    mem_mib: int | None = None  # per node, for all the attempt's ranks there
+    mem_per_gpu_mib: int | None = None
+    cpus_per_task: int | None = None
+
+
+@dataclass(frozen=True)
 class LaunchSpec:
     """Everything needed to start one attempt of a job; decided by the control loop."""
 
@@ -78,6 +100,8 @@ class LaunchSpec:
     env: dict[str, str]  # user env + TRAINYARD_API, TRAINYARD_TOKEN ...; contract vars go on top
     checkpoint_dir: str  # value of TRAINYARD_CHECKPOINT_DIR
     job: JobInfo = JobInfo()  # name, team, pool, class...: what the environment's Slurm part says
+    owner: Owner | None = None  # who the ranks run as (None: the plane's own user)
+    limits: Limits = Limits()  # memory and CPUs per node / task
 
 
 @dataclass(frozen=True)
