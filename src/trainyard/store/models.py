@@ -64,6 +64,10 @@ class JobRow(Base):
     gpus_per_node: Mapped[int | None] = mapped_column(Integer, nullable=True, info=engine())
     gpus: Mapped[int] = mapped_column(Integer, info=engine(None))  # total at the minimum size
     tasks_per_node: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # host resources, as sbatch's --mem (per node), --mem-per-gpu and --cpus-per-task ask them
+    mem_mib: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    mem_per_gpu_mib: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    cpus_per_task: Mapped[int | None] = mapped_column(Integer, nullable=True)
     gpu_mem_mib: Mapped[int | None] = mapped_column(Integer, nullable=True, info=engine())
     time_limit_s: Mapped[float | None] = mapped_column(Float, nullable=True, info=engine("est_runtime_s"))
     checkpoint_interval_s: Mapped[float | None] = mapped_column(Float, nullable=True, info=engine())
@@ -186,4 +190,5 @@ class TokenRow(Base):
     job_id: Mapped[int | None] = mapped_column(Integer, nullable=True)  # job-scoped tokens
     created_at: Mapped[float] = mapped_column(Float)
     created_by: Mapped[str] = mapped_column(String(100), default="")
+    last_used_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # `yard token list` shows it
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
