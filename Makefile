@@ -11,7 +11,8 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[all,test]'
 	touch $(STAMP)
 
 # The control plane on an emulated 2-node x 4-GPU cluster: two teams, a mixed workload, shown live.

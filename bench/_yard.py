@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shlex
 import shutil
 import signal
@@ -27,6 +28,12 @@ from typing import Any
 
 import httpx
 from _calibration import calibrate_ms  # noqa: F401 (re-exported to the benchmarks)
+
+# The benchmarks submit as the admin token (user "admin", no Unix account): their jobs run as
+# whoever runs the benchmark, said in the configuration (run_as; allow_root_jobs when root).
+ME = pwd.getpwuid(os.geteuid()).pw_name
+RUN_AS_ME = ["--run-as", ME, *(["--allow-root-jobs"] if os.geteuid() == 0 else [])]
+IDENTITY = {"run_as": ME, "allow_root_jobs": True if os.geteuid() == 0 else None}
 
 BIN = Path(sys.executable).parent
 YARD = str(BIN / "yard")
@@ -59,11 +66,12 @@ class YardServer:
     """One `yard up` process on its own data dir (a fresh temporary one unless given)."""
 
     def __init__(self, *, nodes: int | None = None, gpus_per_node: int | None = None, config: Path | None = None,
-                 data_dir: Path | None = None, keep: bool = False, extra: list[str] | None = None):
+                 data_dir: Path | None = None, keep: bool = False, extra: list[str] | None = None,
+                 env: dict[str, str] | None = None):
         self.data_dir = (Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="yard-bench-"))).resolve()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.keep = keep or data_dir is not None
-        args = [*yard_command(), "up", "--data-dir", str(self.data_dir), "--port", "0"]
+        args = [*yard_command(), "up", "--data-dir", str(self.data_dir), "--port", "0", *RUN_AS_ME]
         if config is not None:
             args += ["--config", str(config)]
         if nodes is not None:
@@ -71,6 +79,7 @@ class YardServer:
         if gpus_per_node is not None:
             args += ["--gpus-per-node", str(gpus_per_node)]
         self.args = args + list(extra or [])
+        self.env = dict(env or {})  # added to the server's environment (e.g. SLURM_CONF)
         self.proc: subprocess.Popen | None = None
         self.url = ""
         self.token = ""
@@ -78,7 +87,7 @@ class YardServer:
 
     def start(self, timeout: float = 120.0) -> "YardServer":
         t0 = time.perf_counter()
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("YARD_", "TRAINYARD_"))}
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("YARD_", "TRAINYARD_"))} | self.env
         self._log = open(self.data_dir / "yard-up.log", "ab")
         self.proc = subprocess.Popen(self.args, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
                                      env=env)

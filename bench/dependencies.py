@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from _yard import IDENTITY
 from sqlalchemy import or_, select
 
 from trainyard.control import dependencies
@@ -81,7 +82,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        cp = ControlPlane(Path(tmp) / "yard", config_text=CONFIG)
+        cp = ControlPlane(Path(tmp) / "yard", config_text=CONFIG, **IDENTITY)
         try:
             wd = str(cp.data_dir)
             with cp.store.session.begin() as s:

@@ -44,7 +44,7 @@ from typing import Any
 
 import httpx
 
-from _yard import YARD, YardServer, conditions
+from _yard import IDENTITY, YARD, YardServer, conditions
 
 TARGET_S = 1.0
 TEAMS = ["vision", "nlp", "speech", "robotics"]
@@ -76,7 +76,7 @@ def seed(data_dir: Path, n: int) -> dict[str, Any]:
     from trainyard.store.models import AttemptRow
 
     rng = random.Random(0)
-    cp = ControlPlane(data_dir, config_text=CONFIG)
+    cp = ControlPlane(data_dir, config_text=CONFIG, **IDENTITY)
     counts: dict[str, int] = {}
     now = time.time()
     try:

@@ -23,8 +23,12 @@ BENCHES = [
      [sys.executable, str(HERE / "submit_http.py"), "--json"]),
     ("yard queue with 10,000 jobs stored (yard up on SQLite)", [sys.executable, str(HERE / "queue_10k.py"), "--json"]),
     ("the loop's dependency step with 10,000 jobs pending", [sys.executable, str(HERE / "dependencies.py"), "--json"]),
+    ("200 concurrent clients and 20 log followers against yard up for 60 s (issue 16's targets)",
+     [sys.executable, str(HERE / "api_load.py"), "--json"]),
     ("fault recovery of the yard chaos scenarios, against the 30 s target (~3 min)",
      [sys.executable, str(HERE / "chaos_recovery.py"), "--json"]),
+    ("the wheel installed without extras in a fresh venv: no torch, venv size, yard queue start-up (~1.5 min)",
+     [sys.executable, str(HERE / "install_base.py"), "--json"]),
 ]
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what tests/slurm_cluster.py needs to run a throwaway Slurm cluster on this machine:
-# Debian's slurm-wlm (slurmctld, slurmd, slurm-client) and munge.
+# Debian's slurm-wlm (slurmctld, slurmd, slurm-client), slurmdbd (accounting: `sacct` by user and
+# account, associations made with sacctmgr; it stores them in MariaDB) and munge.
 #
 # Idempotent: does nothing (and runs no apt-get at all) when every binary is already there.
 # Exit 0: installed. Exit non-zero, with the reason on stderr, when it cannot install.
@@ -8,7 +9,7 @@
 set -euo pipefail
 export PATH="${PATH:-/usr/bin:/bin}:/usr/sbin:/sbin"
 
-needed=(munged munge slurmctld slurmd sinfo squeue sbatch srun scontrol scancel sacct)
+needed=(munged munge slurmctld slurmd slurmdbd sinfo squeue sbatch srun scontrol scancel sacct sacctmgr)
 
 missing() {
     local m=()
@@ -27,8 +28,8 @@ NAME=slurm-setup
 # shellcheck source=scripts/_apt-install.sh
 source "$(dirname "$0")/_apt-install.sh"
 # slurm-wlm otherwise pulls ~40 plugin and -dev packages the tests do not use (no recommends).
-apt_install "missing: ${gone}" slurm-wlm munge
+apt_install "missing: ${gone}" slurm-wlm slurmdbd munge
 
 gone=$(missing)
-[ -z "$gone" ] || fail "installed slurm-wlm and munge but still missing: ${gone}"
+[ -z "$gone" ] || fail "installed slurm-wlm, slurmdbd and munge but still missing: ${gone}"
 echo "slurm-setup: installed $(slurmd -V 2>/dev/null || echo slurm)" >&2

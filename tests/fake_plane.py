@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from fastapi.testclient import TestClient
 
-from tests.plane import TWO_TEAMS, Plane, job_predicate
+from tests.plane import TEST_IDENTITY, TWO_TEAMS, Plane, job_predicate
 from trainyard.api.app import create_app
 from trainyard.backends.base import NodeInfo
 from trainyard.backends.fake import FakeBackend, FakeCluster
@@ -52,7 +52,7 @@ class FakePlane(Plane):
         data_dir.mkdir(parents=True, exist_ok=True)
         self.backend = FakeBackend(data_dir, nodes, clock=self.clock)
         self.cp = ControlPlane(data_dir, config_text=text, backend=self.backend, clock=self.clock,
-                               loop_params=params or LoopParams())
+                               loop_params=params or LoopParams(), **TEST_IDENTITY)
         self.app = create_app(self.cp)
         self.http = TestClient(self.app)
         self.admin_token = (self.cp.data_dir / "admin.token").read_text().strip()

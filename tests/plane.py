@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -20,6 +22,7 @@ import httpx
 from fastapi.testclient import TestClient
 
 from trainyard.api.app import create_app
+from trainyard.contracts import JobDir
 from trainyard.control.loop import LoopParams
 from trainyard.control.plane import ControlPlane
 from trainyard.services import auth
@@ -27,6 +30,25 @@ from trainyard.services import auth
 FIXTURES = Path(__file__).parent / "fixtures"
 TWO_TEAMS = FIXTURES / "two_teams.yaml"
 PY = sys.executable
+
+# Tests that are not about identity run their jobs as the account that runs the tests (root in
+# CI), and say so in the configuration they store: run_as (token users like "alice" have no
+# account here) and, for root, allow_root_jobs. The identity tests (tests/control/test_owners.py,
+# tests/backends/test_slurm_owners.py) start their planes without these and with real accounts.
+TEST_ACCOUNT = pwd.getpwuid(os.geteuid()).pw_name
+TEST_IDENTITY: dict[str, Any] = {"run_as": TEST_ACCOUNT, "allow_root_jobs": True if os.geteuid() == 0 else None}
+IDENTITY_YAML = "".join(f"{k}: {json.dumps(v)}\n" for k, v in TEST_IDENTITY.items() if v is not None)
+
+
+def identity_config_text(path: Path = TWO_TEAMS) -> str:
+    """A configuration file's text with TEST_IDENTITY in it: what a test applies through the API
+    when its plane's jobs must go on running as the test's account."""
+    from trainyard.services.config import with_top_level
+
+    return with_top_level(path.read_text(), {k: v for k, v in TEST_IDENTITY.items() if v is not None})
+
+
+YARD_UP_IDENTITY = ("--run-as", TEST_ACCOUNT, *(("--allow-root-jobs",) if os.geteuid() == 0 else ()))
 
 
 class Plane:
@@ -36,7 +58,7 @@ class Plane:
         self.cp = ControlPlane(data_dir, db_url=db_url, config_text=text,
                                loop_params=LoopParams(tick_s=tick_s, kill_wait_s=kill_wait_s, retry_backoff_s=0.5,
                                                       hung_after_s=1.0),
-                               **kw)
+                               **{**TEST_IDENTITY, **kw})
         self.app = create_app(self.cp)
         self.http = TestClient(self.app)
         self.admin_token = (self.cp.data_dir / "admin.token").read_text().strip()
@@ -132,16 +154,18 @@ class YardServer:
     """`yard up` as a real process on a data dir: start it, kill -9 it, start it again."""
 
     def __init__(self, data_dir: Path, *, config_file: Path = TWO_TEAMS, args: tuple[str, ...] = (),
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, identity: bool = True):
         self.data_dir = data_dir
         self.config_file = config_file
+        self.identity = YARD_UP_IDENTITY if identity else ()  # False: a test that runs no job
         self.args = args  # more `yard up` options (e.g. --backend slurm)
         self.env = env  # the server's environment (default: this process's)
         self.proc: subprocess.Popen | None = None
 
     def start(self, config: bool = True) -> httpx.Client:
         (self.data_dir / "server.json").unlink(missing_ok=True)
-        args = [YARD, "up", "--data-dir", str(self.data_dir), "--port", "0", "--tick", "0.2", *self.args]
+        args = [YARD, "up", "--data-dir", str(self.data_dir), "--port", "0", "--tick", "0.2", *self.identity,
+                *self.args]
         if config:
             args += ["--config", str(self.config_file)]
         with open(self.data_dir / "up.log", "a") as log:  # the child keeps its own copy of the descriptor
@@ -173,6 +197,16 @@ class YardServer:
             self.proc.wait(timeout=30)
 
 
+def job_dir(data_dir: Path, job_id: int) -> Path:
+    """A job's directory (`contracts.JobDir`: `jobs/<id>-<key>`), its key read from the plane's
+    SQLite store (read-only, beside the running plane): known from the job's submission on, before
+    the directory exists."""
+    with sqlite3.connect(f"file:{Path(data_dir) / 'trainyard.db'}?mode=ro", uri=True) as db:
+        row = db.execute("SELECT dir_key FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    assert row is not None, f"no job {job_id} in {data_dir}"
+    return JobDir.of(data_dir, job_id, row[0]).root
+
+
 def wait_until(pred: Callable[[], Any], timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while not pred():
@@ -185,4 +219,4 @@ def node_info(p: Plane, name: str) -> dict[str, Any]:
     return p.admin.get(f"/api/v1/nodes/{name}").json()
 
 
-__all__ = ["Plane", "YardServer", "TWO_TEAMS", "script", "alive", "auth", "wait_until", "node_info"]
+__all__ = ["Plane", "YardServer", "TWO_TEAMS", "script", "alive", "auth", "wait_until", "node_info", "job_dir"]

@@ -43,8 +43,14 @@ installed by ``scripts/slurm-setup.sh``) entirely under ``workdir``, as root, in
   Slurm's MessageTimeout=10 it takes ~27 s whatever SlurmdTimeout is). A job on a DOWN node ends its
   run as NODE_FAIL and, as a batch job (requeue is the default), goes back to PENDING. ``start_slurmd``
   brings the node back to IDLE by itself within a second.
-* Accounting: no slurmdbd (in 22.05 its only storage plugin is MySQL/MariaDB), so plain ``sacct`` says
-  "Slurm accounting storage is disabled". The job completion log (``JobCompType=jobcomp/filetxt``,
+* Accounting: by default no slurmdbd (in 22.05 its only storage plugin is MySQL/MariaDB), so plain
+  ``sacct`` says "Slurm accounting storage is disabled". With ``accounting=True`` the cluster runs
+  ``slurmdbd -D`` too (its own port, a database ``slurm_acct_<random>`` on the MariaDB server at
+  127.0.0.1:3306 as root without a password, dropped by ``stop()``; ``accounting_available()`` says
+  why not when there is none), with ``AccountingStorageEnforce=associations``: ``sacct`` shows each
+  job's user and account, and a job whose user has no association with its account is refused at
+  submission, as at a real site. ``add_association(user, account)`` is ``sacctmgr add account`` /
+  ``add user``. The job completion log (``JobCompType=jobcomp/filetxt``,
   ``self.jobcomp_path``, one line per job end or requeue) is what ``sacct --completion`` reads:
   ``sacct -c -j J -n -P -o JobID,State,ExitCode`` gives ``J|COMPLETED|0:0``. A requeue is logged
   there with State=PENDING. ``scontrol show job`` keeps a finished job for MinJobAge (300 s).
@@ -75,14 +81,16 @@ import subprocess
 import tempfile
 import time
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from tests.setup_once import install_once
 
 REPO = Path(__file__).resolve().parent.parent
 SETUP_SCRIPT = REPO / "scripts" / "slurm-setup.sh"
-BINARIES = ("munged", "slurmctld", "slurmd", "sinfo", "squeue", "sbatch", "srun", "scontrol", "scancel", "sacct")
+BINARIES = ("munged", "slurmctld", "slurmd", "slurmdbd", "sinfo", "squeue", "sbatch", "srun", "scontrol", "scancel",
+            "sacct", "sacctmgr")
+MARIADB = ("127.0.0.1", 3306)  # accounting=True stores Slurm's accounting here (user root, no password)
 # JobState values after which a job will not run again (a requeued job goes back to PENDING instead)
 TERMINAL_STATES = frozenset(
     {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL"}
@@ -135,6 +143,19 @@ def _check_available() -> str | None:
         )
     if os.geteuid() != 0:
         return "the Slurm test cluster runs slurmd/slurmctld as root (SlurmUser=root); run the tests as root"
+    return None
+
+
+def accounting_available() -> str | None:
+    """None when `SlurmCluster(accounting=True)` can run here, else why not: slurmdbd and the
+    mysql client installed, and a MariaDB server answering at MARIADB."""
+    missing = [b for b in ("slurmdbd", "sacctmgr", "mysql") if _which(b) is None]
+    if missing:
+        return f"Slurm accounting needs {', '.join(missing)} (scripts/slurm-setup.sh installs slurmdbd)"
+    with socket.socket() as sk:
+        sk.settimeout(2)
+        if sk.connect_ex(MARIADB) != 0:
+            return f"Slurm accounting needs a MariaDB server at {MARIADB[0]}:{MARIADB[1]} (user root, no password)"
     return None
 
 
@@ -279,6 +300,9 @@ class SlurmCluster:
         kill_wait: int = 5,
         cred_expire: int = 10,
         extra_conf: str = "",
+        accounting: bool = False,
+        features: Mapping[str, str] | None = None,
+        gpu_type: str | None = None,
     ) -> None:
         self.workdir = Path(workdir).resolve()
         self.nodes = tuple(nodes)
@@ -290,6 +314,11 @@ class SlurmCluster:
         self.kill_wait = kill_wait
         self.cred_expire = cred_expire
         self.extra_conf = extra_conf
+        self.accounting = accounting
+        self.features = dict(features or {})  # node -> Feature= (comma-separated), for -C tests
+        self.gpu_type = gpu_type  # Gres=gpu:<type>:<n> and gres.conf Type=, for GPU-model tests
+        self.dbd_port = 0
+        self.db_name = f"slurm_acct_{os.urandom(5).hex()}"
         self.hostname = socket.gethostname().split(".")[0]
         self.conf_path = self.workdir / "slurm.conf"
         self.gres_conf_path = self.workdir / "gres.conf"
@@ -340,6 +369,13 @@ class SlurmCluster:
                 f"{' '.join(args)} exited {p.returncode}\nstdout: {p.stdout.strip()}\nstderr: {p.stderr.strip()}"
             )
         return p
+
+    def add_association(self, user: str, account: str) -> None:
+        """``sacctmgr``: the account (made if new) and the user's association with it."""
+        self.run("sacctmgr", "-i", "add", "account", account, "Cluster=trainyard", check=False)
+        self.run("sacctmgr", "-i", "add", "user", user, f"Account={account}", "Cluster=trainyard")
+        self.wait_for(lambda: user in self.run("sacctmgr", "-n", "-P", "show", "assoc", f"account={account}",
+                                               "format=user").stdout.split(), 20, f"{user}'s association")
 
     def sbatch(self, *args: str) -> int:
         """``sbatch --parsable *args``; returns the job id."""
@@ -457,6 +493,8 @@ class SlurmCluster:
         try:
             self._write_files()
             self._start_munged()
+            if self.accounting:
+                self._start_slurmdbd()
             self._spawn("slurmctld", [_which("slurmctld") or "slurmctld", "-D", "-f", str(self.conf_path)])
             for n in self.nodes:
                 self.start_slurmd(n)
@@ -478,7 +516,7 @@ class SlurmCluster:
             return
         self._kill_steps(self.nodes)
         daemons = [self._procs.pop(k) for k in [k for k in self._procs if k.startswith("slurmd-")]]
-        daemons += [self._procs.pop(k) for k in ("slurmctld", "munged") if k in self._procs]
+        daemons += [self._procs.pop(k) for k in ("slurmctld", "slurmdbd", "munged") if k in self._procs]
         for p in daemons:  # slurmctld's child slurmscriptd exits with it
             kids = _descendants([p.pid])
             with contextlib.suppress(ProcessLookupError):
@@ -491,6 +529,9 @@ class SlurmCluster:
             _kill(kids)
         self._kill_steps(self.nodes)  # any step a dying slurmd started meanwhile
         self._procs.clear()
+        if self.accounting:
+            subprocess.run(["mysql", "-uroot", f"-h{MARIADB[0]}", f"-P{MARIADB[1]}", "-e",
+                            f"DROP DATABASE IF EXISTS {self.db_name}"], capture_output=True, check=False)
         if self._short_dir is not None:
             shutil.rmtree(self._short_dir, ignore_errors=True)
             self._short_dir = None
@@ -548,7 +589,7 @@ class SlurmCluster:
             self.munge_dir = self._short_dir / "munge"
             self.spool_dir = self._short_dir / "spool"
         self.munge_dir.mkdir(parents=True, exist_ok=True)
-        self.munge_dir.chmod(0o700)
+        self.munge_dir.chmod(0o755)  # other accounts' clients (sbatch run as a job's owner) reach the socket
         for n in self.nodes:
             (self.spool_dir / n).mkdir(parents=True, exist_ok=True)
 
@@ -566,17 +607,25 @@ class SlurmCluster:
                     f.symlink_to("/dev/null")
             self.gres_files[n] = files
 
-        ports = _free_ports(1 + len(self.nodes))
-        self.ctld_port = ports[0]
-        self.slurmd_ports = dict(zip(self.nodes, ports[1:], strict=True))
+        ports = _free_ports(2 + len(self.nodes))
+        self.ctld_port, self.dbd_port = ports[0], ports[1]
+        self.slurmd_ports = dict(zip(self.nodes, ports[2:], strict=True))
         (w / "plugstack.conf").write_text("")
         sock = self.munge_dir / "munge.socket"
 
         g = self.gpus_per_node
         node_lines = "\n".join(
             f"NodeName={n} NodeAddr=127.0.0.1 NodeHostname={self.hostname} Port={self.slurmd_ports[n]} "
-            f"CPUs={self.cpus_per_node} RealMemory={self.memory_mb}" + (f" Gres=gpu:{g}" if g else "") + " State=UNKNOWN"
+            f"CPUs={self.cpus_per_node} RealMemory={self.memory_mb}"
+            + (f" Gres=gpu:{self.gpu_type + ':' if self.gpu_type else ''}{g}" if g else "")
+            + (f" Feature={self.features[n]}" if self.features.get(n) else "") + " State=UNKNOWN"
             for n in self.nodes
+        )
+        accounting = (
+            f"AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=127.0.0.1\n"
+            f"AccountingStoragePort={self.dbd_port}\nAccountingStorageEnforce=associations\n"
+            f"AccountingStoragePass={sock}"  # the munge socket for talking to slurmdbd
+            if self.accounting else "AccountingStorageType=accounting_storage/none"
         )
         conf = f"""\
 # written by tests/slurm_cluster.py
@@ -603,7 +652,7 @@ TaskPlugin=task/none
 SwitchType=switch/none
 MpiDefault=none
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
+{accounting}
 JobCompType=jobcomp/filetxt
 JobCompLoc={self.jobcomp_path}
 SelectType=select/cons_tres
@@ -622,9 +671,30 @@ KillWait={self.kill_wait}
 PartitionName=main Nodes={",".join(self.nodes)} Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 """
         self.conf_path.write_text(conf)
+        if self.accounting:
+            dbd = self.workdir / "slurmdbd.conf"  # beside slurm.conf: where slurmdbd looks for it
+            dbd.write_text(f"""\
+# written by tests/slurm_cluster.py
+AuthType=auth/munge
+AuthInfo=socket={sock}
+DbdAddr=127.0.0.1
+DbdHost=localhost
+DbdPort={self.dbd_port}
+SlurmUser=root
+DebugLevel=info
+LogFile={self.log_dir}/slurmdbd.log
+PidFile={self.run_dir}/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost={MARIADB[0]}
+StoragePort={MARIADB[1]}
+StorageUser=root
+StorageLoc={self.db_name}
+""")
+            dbd.chmod(0o600)  # slurmdbd refuses a configuration others may read
         gres = ["AutoDetect=off"]
         if g:
-            gres += [f"NodeName={n} Name=gpu File={self.dev_dir / n}/gpu[0-{g - 1}]" for n in self.nodes]
+            kind = f" Type={self.gpu_type}" if self.gpu_type else ""
+            gres += [f"NodeName={n} Name=gpu{kind} File={self.dev_dir / n}/gpu[0-{g - 1}]" for n in self.nodes]
         self.gres_conf_path.write_text("\n".join(gres) + "\n")
 
     def _start_munged(self) -> None:
@@ -651,6 +721,24 @@ PartitionName=main Nodes={",".join(self.nodes)} Default=YES MaxTime=INFINITE Sta
         self.wait_for(lambda: sock.exists() or p.poll() is not None, 10, "munged's socket")
         if p.poll() is not None:
             raise SlurmClusterError(f"munged exited {p.returncode}")
+
+    def _start_slurmdbd(self) -> None:
+        """slurmdbd, once it answers; then the cluster registered in it (sacctmgr add cluster)."""
+        why = accounting_available()
+        if why:
+            raise SlurmClusterError(why)
+        self._spawn("slurmdbd", [_which("slurmdbd") or "slurmdbd", "-D"])
+        p = self._procs["slurmdbd"]
+
+        def up() -> bool:
+            if p.poll() is not None:
+                return True
+            with socket.socket() as sk:
+                return sk.connect_ex(("127.0.0.1", self.dbd_port)) == 0
+        self.wait_for(up, 30, "slurmdbd's port")
+        if p.poll() is not None:
+            raise SlurmClusterError(f"slurmdbd exited {p.returncode}")
+        self.run("sacctmgr", "-i", "add", "cluster", "trainyard")
 
     def _wait_up(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -120,7 +120,8 @@ def test_control_modules_stay_small(path):
 
 _PATH_REF = re.compile(r"(?<![\w./-])((?:src/)?(?:trainyard/)?(?:tests|bench|scripts|docs|deploy|"
                        + "|".join(PARTS) + r")/[\w/.-]*\w\.(?:py|md|sh|yaml|json))\b")
-_DOTTED_REF = re.compile(r"`((?:trainyard\.)?(?:" + "|".join(PARTS) + r")\.[A-Za-z_][\w.]*)`")
+# An event kind in backticks (a `store.unknown_work` event) looks like a module path; it is not one.
+_DOTTED_REF = re.compile(r"`((?:trainyard\.)?(?:" + "|".join(PARTS) + r")\.[A-Za-z_][\w.]*)`(?!\s+events?\b)")
 
 
 def _path_exists(ref: str) -> bool:

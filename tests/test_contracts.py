@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from trainyard import contracts
 from trainyard.contracts import (
@@ -226,3 +228,19 @@ def test_contracts_load_by_path_with_the_standard_library_only():
     out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[:2] == ["n[1-2]", "[]"]
+
+
+# -- hostlists, drawn by hypothesis -------------------------------------------------------------------
+
+_PREFIX = st.sampled_from(["n", "gpu-", "rack1-n", "x1y", "node", ""])
+_NAME = st.builds(lambda p, n, w: p + str(n).zfill(w), _PREFIX, st.integers(0, 120), st.sampled_from([1, 2, 3]))
+
+
+@given(st.lists(_NAME, min_size=1, max_size=20, unique=True).map(lambda names: [n for n in names if n]))
+def test_any_list_of_names_round_trips_through_its_hostlist(names):
+    assert expand_hostlist(compress_hostlist(names)) == names  # order and zero padding kept
+
+
+@given(st.lists(st.integers(1, 9), min_size=1, max_size=12))
+def test_any_tasks_per_node_round_trips(counts):
+    assert parse_tasks_per_node(format_tasks_per_node(counts)) == counts

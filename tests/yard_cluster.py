@@ -13,14 +13,20 @@ from typing import Any, Callable
 
 import pytest
 
-from tests.plane import FIXTURES, TWO_TEAMS, YARD, YardServer
+from tests.plane import FIXTURES, TWO_TEAMS, YARD, YardServer, job_dir
 from tests.slurm_cluster import SlurmCluster, slurm_available
 
 SLURM_TWO_TEAMS = FIXTURES / "slurm_two_teams.yaml"
 
 
 class YardCluster:
-    def __init__(self, workdir: Path, backend: str):
+    def __init__(self, workdir: Path, backend: str, config_file: Path | None = None,
+                 slurm_nodes: tuple[str, ...] = ("n1", "n2"), slurm_options: dict[str, Any] | None = None):
+        """`config_file`: the configuration (default: TWO_TEAMS, nodes node-0/node-1, on the local
+        backend; SLURM_TWO_TEAMS, nodes n1/n2, on Slurm). `slurm_nodes`: the test Slurm cluster's
+        node names, which a Slurm `config_file` names too (a corpus that runs the same on both
+        backends gives both the same names); `slurm_options`: more of SlurmCluster's arguments
+        (node features, the GPU type)."""
         self.backend = backend
         self.data_dir = workdir / "yard"
         self.data_dir.mkdir(parents=True)
@@ -31,12 +37,13 @@ class YardCluster:
             reason = slurm_available()
             if reason:
                 pytest.skip(reason)
-            self.slurm = SlurmCluster(workdir / "slurm").start()
+            self.slurm = SlurmCluster(workdir / "slurm", nodes=slurm_nodes, **(slurm_options or {})).start()
             env.update(self.slurm.env())
-            self.server = YardServer(self.data_dir, config_file=SLURM_TWO_TEAMS, args=("--backend", "slurm"), env=env)
-            self.nodes = ["n1", "n2"]
+            self.server = YardServer(self.data_dir, config_file=config_file or SLURM_TWO_TEAMS,
+                                     args=("--backend", "slurm"), env=env)
+            self.nodes = list(slurm_nodes)
         else:
-            self.server = YardServer(self.data_dir, config_file=TWO_TEAMS, env=env)
+            self.server = YardServer(self.data_dir, config_file=config_file or TWO_TEAMS, env=env)
             self.nodes = ["node-0", "node-1"]
         self._env = env
         try:
@@ -97,7 +104,7 @@ class YardCluster:
             time.sleep(0.1)
 
     def job_dir(self, job_id: int) -> Path:
-        return self.data_dir / "jobs" / str(job_id)
+        return job_dir(self.data_dir, job_id)
 
     def wait_committed(self, job_id: int, step: int, timeout: float = 120.0) -> None:
         ckpt = self.job_dir(job_id) / "checkpoints"

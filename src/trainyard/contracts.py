@@ -46,7 +46,10 @@ Under a real Slurm (`EnvPart.NOT_SLURM`) the SLURM part is Slurm's own — `srun
 MPI inside the job read those variables, so they must describe the real allocation — and the
 backend's task wrapper derives the gang from them (`Gang.block`) and adds the other three parts.
 The backend then lays the result over the job's own environment (`LaunchSpec.env`): the contract
-wins over anything the user set.
+wins over anything the user set. A batch script on the local backend (`backends/local_batch.py`)
+gets the SLURM and TRAINYARD parts of rank 0 with the whole allocation's counts and no per-task
+variable, as Slurm's batch step; its `srun` (`backends/local_srun.py`) gives each task all four
+parts for the step, plus SLURM_STEP_*.
 
 Where our emulation differs from Slurm, and why:
 - Our job id is trainyard's (the same as TRAINYARD_JOB_ID), not a Slurm job id.
@@ -79,6 +82,7 @@ from __future__ import annotations
 import enum
 import os
 import re
+import secrets
 import signal
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -88,6 +92,8 @@ REQUEUE_EXIT = 75
 NOTICE_SIGNAL = signal.SIGUSR1
 CHECKPOINT_MARKER = "COMMITTED"
 METRICS_FILE = "metrics.jsonl"
+OWNER_FILE = ".trainyard-job"  # in a job dir: the store, job id and key that made it (JSON)
+_KEY = re.compile(r"[0-9a-f]{1,32}")
 _STEP = re.compile(r"step-(\d+)$")
 
 
@@ -135,8 +141,11 @@ PREEMPT_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
 class JobDir:
     """Where one job's files live: the one definition of the layout.
 
-        <data_dir>/jobs/<id>/           root
-            logs/rank-<r>.log           each rank's output, appended across attempts
+        <data_dir>/jobs/<id>-<key>/     root (`of`); <key> is random, made when the job is stored
+            .trainyard-job              who made the directory (`OWNER_FILE`: store, job id, key)
+            logs/rank-<r>.log           each rank's output, appended across attempts (--open-mode=truncate:
+                                        each attempt's alone)
+            logs/rank-<r>.err           its stderr, with -e/--error (else stderr is in rank-<r>.log)
             checkpoints/step-<N>/       TRAINYARD_CHECKPOINT_DIR (COMMITTED marks a whole one)
             metrics/metrics.jsonl       the runtime's step records (rank 0); metrics/tensorboard/
             script.sh                   the batch script, for a job submitted as one
@@ -144,6 +153,12 @@ class JobDir:
 
     The layout is shared by the control plane, the backends (which may run elsewhere: Slurm nodes
     see the job dir on a shared file system) and the tools that read a job's output.
+
+    Why a key: job ids come from the store, and a store restored from an older backup (or one
+    that lost its SQLite WAL) hands out ids it had already given; `jobs/<id>` would then give a
+    new job the old one's script, logs and checkpoints. The key is made at random with each job
+    and kept on its row, so a restored store makes other keys, hence other directories. A job
+    stored before keys existed has none and keeps `jobs/<id>`.
     """
 
     root: Path
@@ -152,8 +167,32 @@ class JobDir:
         object.__setattr__(self, "root", Path(self.root))
 
     @classmethod
-    def of(cls, data_dir: str | Path, job_id: int) -> JobDir:
-        return cls(Path(data_dir) / "jobs" / str(job_id))
+    def of(cls, data_dir: str | Path, job_id: int, key: str | None = None) -> JobDir:
+        """The directory of job `job_id` with directory key `key` (the job row's `dir_key`; None
+        for a job stored before keys, and for a backend's own tests)."""
+        return cls(Path(data_dir) / "jobs" / cls.name_of(job_id, key))
+
+    @staticmethod
+    def new_key() -> str:
+        """A job's directory key: 48 random bits, so that two stores (or one store before and
+        after a restore) giving out the same id practically never give the same directory."""
+        return secrets.token_hex(6)
+
+    @staticmethod
+    def name_of(job_id: int, key: str | None) -> str:
+        return f"{job_id}-{key}" if key else str(job_id)
+
+    @staticmethod
+    def parse_name(name: str) -> tuple[int, str | None] | None:
+        """(job id, key or None) of a directory name under `jobs/`; None if it is not one."""
+        head, _, key = name.partition("-")
+        if not (head.isascii() and head.isdigit()) or (key and not _KEY.fullmatch(key)):
+            return None
+        return int(head), key or None
+
+    @property
+    def owner_file(self) -> Path:
+        return self.root / OWNER_FILE
 
     @property
     def logs(self) -> Path:
@@ -161,6 +200,10 @@ class JobDir:
 
     def rank_log(self, rank: int) -> Path:
         return self.logs / f"rank-{rank}.log"
+
+    def rank_err(self, rank: int) -> Path:
+        """The rank's stderr, when the job asked for it apart (sbatch's -e/--error)."""
+        return self.logs / f"rank-{rank}.err"
 
     @property
     def checkpoints(self) -> Path:
@@ -207,6 +250,15 @@ class JobDir:
 # -- Slurm's list formats --------------------------------------------------------------------------
 
 _NUMBERED = re.compile(r"^(.*?)(\d+)$")
+
+
+def slurm_node_order(name: str) -> tuple[str, int, str]:
+    """The sort key of Slurm's node order: by name, a trailing number by its value (alpha,
+    node-2, node-10, zeta), whatever order slurm.conf lists them in. An allocation's nodes come in
+    this order in SLURM_JOB_NODELIST, and the first is where the batch script runs (checked on
+    Slurm 22.05: slurm.conf `zeta alpha node-2 node-10` gives `alpha,node-[2,10],zeta`, batch on alpha)."""
+    m = _NUMBERED.match(name)
+    return (m.group(1), int(m.group(2)), name) if m else (name, -1, name)
 
 
 def compress_hostlist(names: Iterable[str]) -> str:

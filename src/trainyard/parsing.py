@@ -54,6 +54,34 @@ def parse_duration(value: Any) -> float | None:
     raise ValueError(f"cannot read {value!r} as a duration (examples: 90, '30m', '2h', '1-12:00:00')")
 
 
+_MEM_UNITS = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
+MAX_MEM_MIB = 1 << 40  # a petabyte-scale sanity bound
+
+
+def parse_mem_mib(value: Any) -> int:
+    """MiB from Slurm's memory sizes (`--mem`, `--mem-per-gpu`): a number of megabytes, or one with
+    a K, M, G or T suffix (`16G`, `500M`, `2T`; an optional trailing B, any case). Slurm's units
+    are binary (1G = 1024M). `0` is Slurm's "all the node's memory", i.e. no limit: returned as 0.
+
+    Raises:
+        ValueError: not a size, negative, or absurdly large (a fraction of a MiB rounds up to 1).
+    """
+    if isinstance(value, bool) or value is None:
+        raise ValueError("a memory size must be a number of MB or a string such as '16G'")
+    if isinstance(value, (int, float)):
+        mib = float(value)
+    else:
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)b?\s*", str(value).lower())
+        if not m:
+            raise ValueError(f"cannot read {value!r} as a memory size (examples: 16G, 500M, 2048)")
+        mib = float(m.group(1)) * _MEM_UNITS[m.group(2) or "m"]
+    if mib < 0:
+        raise ValueError("a memory size cannot be negative")
+    if mib > MAX_MEM_MIB:
+        raise ValueError(f"{value!r} is more memory than any node has")
+    return int(-(-mib // 1))  # whole MiB, rounded up
+
+
 def parse_node_range(value: Any) -> tuple[int, int]:
     """`2` or `"2-4"` (Slurm's `-N MIN-MAX`) → (min, max)."""
     if isinstance(value, bool):
@@ -116,3 +144,74 @@ def parse_begin(value: str, now: float) -> float:
             raise ValueError(f"{value!r} is not a date: {e}") from None
     raise ValueError(f"cannot read {value!r} as a start time (examples: now+1hour, now+30minutes, 16:00, "
                      "2026-12-24T08:00, midnight)")
+
+
+# UNIX seconds: `@` and any number, or a bare number of 9 to 11 digits (1973 to 5138: MMDD and MMDDYY are 4 and 6)
+_EPOCH = re.compile(r"@(\d+(?:\.\d+)?)|(\d{9,11}(?:\.\d+)?)")
+_CLOCK = r"(\d{1,2}):(\d{2})(?::(\d{2}))?"
+
+
+def parse_time(value: str | float | int, now: float) -> float:
+    """A point in time as `sacct -S/-E` and `sreport start=/end=` take it → UNIX seconds, in this
+    machine's time zone.
+
+    Forms (any case): `now`, `now-7days`, `now+2hours`, `now-90` (seconds; units s, m, h, d, w and
+    their long names), `today` or `midnight` (00:00 today), `yesterday` (00:00 yesterday),
+    `HH:MM[:SS]` (today), `YYYY-MM-DD[THH:MM[:SS]]`, Slurm's `MM/DD[/YY]`, `MM.DD[.YY]` and
+    `MMDD[YY]` (each with an optional `-HH:MM[:SS]`), and UNIX seconds (`1764500000`, or `@` and
+    any number: `@86400.5`). A number is UNIX seconds.
+
+    Raises:
+        ValueError: what it cannot read, with examples.
+    """
+    import datetime as dt
+
+    if isinstance(value, bool):
+        raise ValueError("a time must be text such as now-7days or 2026-11-01, or UNIX seconds")
+    if isinstance(value, (int, float)):
+        if not 0 <= value < 1e11:
+            raise ValueError(f"{value!r} is not a time in UNIX seconds")
+        return float(value)
+    s = str(value).strip().lower()
+    here = dt.datetime.fromtimestamp(now).astimezone()
+    midnight = here.replace(hour=0, minute=0, second=0, microsecond=0)
+    m = re.fullmatch(r"now(?:\s*([+-])\s*(\d+)\s*([a-z]*))?", s)
+    if m:
+        if m.group(1) is None:
+            return now
+        if m.group(3) not in _BEGIN_UNITS:
+            raise ValueError(f"unknown unit {m.group(3)!r} in {value!r}; units are seconds, minutes, hours, days, "
+                             "weeks")
+        step = int(m.group(2)) * _BEGIN_UNITS[m.group(3)]
+        return now + step if m.group(1) == "+" else now - step
+    if s in ("today", "midnight"):
+        return midnight.timestamp()
+    if s == "yesterday":
+        return (midnight - dt.timedelta(days=1)).timestamp()
+    m = _EPOCH.fullmatch(s)
+    if m:
+        seconds = float(m.group(1) or m.group(2))
+        if not seconds < 1e11:  # also inf, from hundreds of digits
+            raise ValueError(f"{value[:40]!r} is not a time in UNIX seconds (they end before 1e11, in the year 5138)")
+        return seconds
+
+    def at(y: int, mo: int, d: int, clock: tuple[str | None, ...] = (None, None, None)) -> float:
+        h, mi, se = (int(x) if x else 0 for x in clock)
+        try:
+            return dt.datetime(y, mo, d, h, mi, se).astimezone().timestamp()
+        except ValueError as e:
+            raise ValueError(f"{value!r} is not a date and time: {e}") from None
+
+    m = re.fullmatch(_CLOCK, s)
+    if m:
+        return at(here.year, here.month, here.day, m.groups())
+    m = re.fullmatch(r"(\d{4})-(\d{2})-(\d{2})(?:[t ]" + _CLOCK + r")?", s)
+    if m:
+        return at(int(m.group(1)), int(m.group(2)), int(m.group(3)), m.groups()[3:])
+    m = re.fullmatch(r"(?:(\d{2})(\d{2})(\d{2})?|(\d{1,2})([/.])(\d{1,2})(?:\5(\d{2}|\d{4}))?)(?:-" + _CLOCK + r")?", s)
+    if m:
+        mo, d, y = (m.group(1), m.group(2), m.group(3)) if m.group(1) else (m.group(4), m.group(6), m.group(7))
+        year = here.year if y is None else int(y) + (2000 if len(y) == 2 else 0)
+        return at(year, int(mo), int(d), m.groups()[7:])
+    raise ValueError(f"cannot read {value!r} as a time (examples: now-7days, now-2hours, today, yesterday, 08:00, "
+                     "2026-11-01, 2026-11-01T08:00, 11/01, 1101, 1764500000)")

@@ -18,14 +18,20 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationE
                       field_validator, model_validator)
 from pydantic_core import PydanticCustomError
 
+from trainyard import spec_bounds as B
 from trainyard.parsing import ConfigError, parse_duration, parse_node_range  # noqa: F401 (re-exported)
 from trainyard.sched.cluster import Node, gb_to_mib
 from trainyard.sched.policy import Param, Policy, get_policy, policy_names, policy_params, resolved_params
-from trainyard.sched.types import JobClass, JobId, JobRequest, Quota, Team
+from trainyard.sched.types import ALL_CLASSES, AdminReservation, JobClass, JobId, JobRequest, Quota, Team
+from trainyard.spec_limits import LimitsSpec
 
 
-Duration = Annotated[float, BeforeValidator(parse_duration)]
-OptDuration = Annotated[float | None, BeforeValidator(parse_duration)]
+# Every duration is bounded (spec_bounds: ten years): `inf` or a typo of many zeros is an error.
+Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0, le=B.MAX_DURATION_S)]
+OptDuration = Annotated[float | None, BeforeValidator(parse_duration), Field(ge=0, le=B.MAX_DURATION_S)]
+Name = Annotated[str, Field(min_length=1, max_length=B.MAX_NAME)]
+# A Unix user or group name as useradd/groupadd take them (and LDAP's, with dots and @).
+UnixName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.@-]*\$?$")]
 
 
 class _Model(BaseModel):
@@ -35,19 +41,22 @@ class _Model(BaseModel):
 class NodeSpec(_Model):
     """A node, or `count` identical nodes named `name-0`, `name-1`, …"""
 
-    name: str
-    count: int = Field(1, ge=1)
-    gpus: int = Field(ge=1, le=64)
-    gpu_model: str = "gpu"
-    gpu_mem_gb: float = Field(80.0, gt=0)
-    pool: str = "default"
-    block: str = ""
-    rack: str = ""
+    name: Name
+    count: int = Field(1, ge=1, le=B.MAX_NODES)
+    gpus: int = Field(ge=1, le=B.MAX_GPUS_PER_NODE)
+    gpu_model: str = Field("gpu", max_length=B.MAX_NAME)  # what --gpus=TYPE:N / --gres=gpu:TYPE:N ask for
+    gpu_mem_gb: float = Field(80.0, gt=0, le=B.MAX_GPU_MEM_GB)
+    pool: Name = "default"
+    block: str = Field("", max_length=B.MAX_NAME)
+    rack: str = Field("", max_length=B.MAX_NAME)
+    # what -C/--constraint asks for (Slurm's node features): names, as `sched/constraints.py` reads them
+    features: list[Annotated[str, Field(max_length=B.MAX_NAME, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.=:+-]*$")]] = Field(
+        default_factory=list, max_length=100)
 
 
 class ClusterSpec(_Model):
-    name: str = "cluster"
-    nodes: list[NodeSpec] = Field(min_length=1)
+    name: str = Field("cluster", max_length=B.MAX_NAME)
+    nodes: list[NodeSpec] = Field(min_length=1, max_length=B.MAX_NODES)
 
     def expand(self) -> list[Node]:
         """The engine's nodes. `gpu_mem_gb` is converted to MiB here, once: the engine counts MiB."""
@@ -55,11 +64,15 @@ class ClusterSpec(_Model):
         for ns in self.nodes:
             names = [ns.name] if ns.count == 1 else [f"{ns.name}-{i}" for i in range(ns.count)]
             mib = gb_to_mib(ns.gpu_mem_gb)
-            out += [Node(nm, ns.gpus, mib, ns.pool, ns.gpu_model, ns.block, ns.rack) for nm in names]
+            feats = frozenset(ns.features)
+            out += [Node(nm, ns.gpus, mib, ns.pool, ns.gpu_model, ns.block, ns.rack, features=feats) for nm in names]
         return out
 
     @model_validator(mode="after")
     def _unique_names(self) -> "ClusterSpec":
+        total = sum(ns.count for ns in self.nodes)  # before expanding them: a typo must not build millions
+        if total > B.MAX_NODES:
+            raise ValueError(f"{total} nodes in all; a configuration holds at most {B.MAX_NODES}")
         seen: set[str] = set()
         for n in self.expand():
             if n.name in seen:
@@ -69,25 +82,41 @@ class ClusterSpec(_Model):
 
 
 class QuotaSpec(_Model):
-    nominal: int = Field(ge=0)
-    borrowing_limit: int | None = Field(None, ge=0)
-    lending_limit: int | None = Field(None, ge=0)
+    nominal: int = Field(ge=0, le=B.MAX_QUOTA_GPUS)
+    borrowing_limit: int | None = Field(None, ge=0, le=B.MAX_QUOTA_GPUS)
+    lending_limit: int | None = Field(None, ge=0, le=B.MAX_QUOTA_GPUS)
 
 
 class TeamSpec(_Model):
-    name: str
-    cohort: str | None = None
+    """A team. `group`: the Unix group its job directories belong to (the team reads its jobs' logs
+    and checkpoints through it); unset, the group of the team's name where one exists. The group
+    must exist where the control plane runs (checked when the configuration is applied,
+    `services/owners.py`); its members are the operating system's business, not trainyard's."""
+
+    name: Name
+    cohort: str | None = Field(None, max_length=B.MAX_NAME)
     quotas: dict[str, QuotaSpec] = Field(default_factory=dict)
+    group: UnixName | None = None
+    # Least-attained-service within the team's own quota (docs/scheduler.md, step 5c): its short
+    # or young jobs may take GPUs from its own long-running ones. false (off), true (every
+    # class) or the list of classes it applies to.
+    las: bool | list[str] = False
+
+    def las_classes(self) -> frozenset[str]:
+        if self.las is True:
+            return frozenset({ALL_CLASSES})
+        return frozenset(self.las or ())
 
 
 class JobClassSpec(_Model):
-    name: str
-    priority: int
+    name: Name
+    priority: int = Field(ge=-B.MAX_PRIORITY, le=B.MAX_PRIORITY)
     preemptible: bool = True
     max_wait: Duration = 86400.0
     min_run_time: Duration = 0.0
     max_run_time: OptDuration = None
     grace_period: Duration = 60.0
+    checkpoint_on_notice: bool = True  # its jobs checkpoint on a preemption notice (the runtime does)
     max_retries: int = Field(3, ge=0, le=100)  # automatic retries after a node loss, a hang or a crash
     description: str = ""
 
@@ -122,10 +151,10 @@ class CheckSpec(_Model):
     kind: Literal["command", "disk", "nvml", "dcgm"] = "command"
     when: Literal["always", "before_work"] = "always"
     command: list[str] | None = None
-    paths: list[str] = Field(default_factory=lambda: ["{data_dir}"])
-    warn_free_gb: float = Field(5.0, ge=0)
-    critical_free_gb: float = Field(1.0, ge=0)
-    max_temp_c: float = Field(90.0, gt=0)
+    paths: list[str] = Field(default_factory=lambda: ["{data_dir}"], max_length=B.MAX_CHECKS)
+    warn_free_gb: float = Field(5.0, ge=0, allow_inf_nan=False)
+    critical_free_gb: float = Field(1.0, ge=0, allow_inf_nan=False)
+    max_temp_c: float = Field(90.0, gt=0, le=1000)
     level: int = Field(1, ge=1, le=4)  # dcgm: the `dcgmi diag -r` level
     timeout: Duration = Field(30.0, gt=0)  # dcgm: DCGM_TIMEOUTS[level] unless set
 
@@ -153,9 +182,9 @@ class RemediationSpec(_Model):
     check again; again after `cooldown` if it still fails; after `max_attempts`, leave it down
     and alert a person."""
 
-    actions: list[ActionSpec] = Field(default_factory=list)
+    actions: list[ActionSpec] = Field(default_factory=list, max_length=B.MAX_CHECKS)
     cooldown: Duration = 600.0
-    max_attempts: int = Field(3, ge=1)
+    max_attempts: int = Field(3, ge=1, le=B.MAX_REMEDIATION_ATTEMPTS)
 
 
 class HealthSpec(_Model):
@@ -167,9 +196,9 @@ class HealthSpec(_Model):
     jobs checkpoint and resume elsewhere) and, with `remediation.actions`, through `remediating`.
     """
 
-    interval: Duration = Field(60.0, gt=0)
+    interval: Duration = Field(60.0, ge=B.MIN_HEALTH_INTERVAL_S)
     before_work_max_age: Duration = Field(300.0, gt=0)
-    checks: list[CheckSpec] = Field(default_factory=list)
+    checks: list[CheckSpec] = Field(default_factory=list, max_length=B.MAX_CHECKS)
     remediation: RemediationSpec = Field(default_factory=RemediationSpec)
 
     @model_validator(mode="after")
@@ -319,15 +348,117 @@ class SchedulerSpec(_Model):
         return resolved_params(self.policy, self.params)
 
 
+class RetentionSpec(_Model):
+    """How long finished jobs are kept (services/retention.py); None keeps them for ever (the
+    default, as slurmdbd's PurgeJobAfter). Purges run in batches of `batch` jobs every `interval`."""
+
+    jobs: OptDuration = None  # a finished job's rows, attempts and events (audit events are kept)
+    job_dirs: OptDuration = None  # its directory (logs, checkpoints, metrics); the accounting rows stay
+    batch: int = Field(500, ge=1, le=10_000)
+    interval: Duration = Field(600.0, gt=0)
+
+
+class NotifySpec(_Model):
+    """`notify:`, where the control plane reports what jobs asked for with `--mail-type`
+    (`control/notify.py`): a JSON POST to `webhook` per event, in a thread of its own, each
+    attempt bounded by `timeout_s`; a failed POST is tried `retries` more times, then dropped
+    (logged and counted). `headers` go with every POST (say, an Authorization a receiver wants)."""
+
+    webhook: str = Field(min_length=1, max_length=2000)
+    timeout_s: float = Field(5.0, gt=0, le=60)
+    retries: int = Field(2, ge=0, le=10)
+    headers: dict[Annotated[str, Field(min_length=1, max_length=200)], Annotated[str, Field(max_length=4000)]] = \
+        Field(default_factory=dict, max_length=50)
+
+    @field_validator("webhook")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        from urllib.parse import urlsplit
+
+        u = urlsplit(v.strip())
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"expected an http:// or https:// URL, got {v!r}")
+        return v.strip()
+
+
+def _instant(v: Any) -> Any:
+    """A point in time: UNIX seconds, or ISO 8601 (`2026-12-02T10:00:00+00:00`; without a zone, this
+    machine's), as a reservation's `start` is written (`services/reservations.py` writes UTC)."""
+    import datetime as dt
+
+    if isinstance(v, str):
+        try:
+            t = dt.datetime.fromisoformat(v.strip())
+        except ValueError:
+            raise PydanticCustomError("instant", "expected UNIX seconds or an ISO 8601 time, got {v}",
+                                      {"v": repr(v)}) from None
+        return (t if t.tzinfo else t.astimezone()).timestamp()
+    if isinstance(v, dt.datetime):
+        return v.timestamp()
+    return v
+
+
+def _hostlist(v: Any) -> Any:
+    """Node names: a list, or Slurm's hostlist form (`node-[0-1],gpu-3`) expanded."""
+    from trainyard.contracts import expand_hostlist
+
+    if isinstance(v, str):
+        try:
+            names = expand_hostlist(v)
+        except ValueError as e:
+            raise PydanticCustomError("hostlist", "{e}", {"e": str(e)}) from None
+        if not names:
+            raise PydanticCustomError("hostlist", "no node named", {})
+        return names
+    return v
+
+
+class ReservationSpec(_Model):
+    """An admin reservation (`yard reservation create`, Slurm's `scontrol create reservation`):
+    `nodes` held from `start` for `duration` for the jobs submitted with `--reservation=name` by
+    its `users` or members of its `teams` (`sched/reservations.py`; ended ones hold nothing)."""
+
+    name: Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
+    nodes: Annotated[list[Name], BeforeValidator(_hostlist), Field(min_length=1, max_length=B.MAX_NODES)]
+    start: Annotated[float, BeforeValidator(_instant), Field(ge=0, le=4102444800)]  # before 2100
+    duration: Annotated[float, BeforeValidator(parse_duration), Field(gt=0, le=B.MAX_DURATION_S)]
+    users: list[Annotated[str, Field(min_length=1, max_length=100)]] = Field(default_factory=list, max_length=1000)
+    teams: list[Annotated[str, Field(min_length=1, max_length=100)]] = Field(default_factory=list, max_length=1000)
+
+    @property
+    def end(self) -> float:
+        return self.start + self.duration
+
+    @model_validator(mode="after")
+    def _someone(self) -> "ReservationSpec":
+        if not self.users and not self.teams:
+            raise ValueError(f"reservation {self.name!r}: give the users or teams it is for")
+        dup = sorted({n for n in self.nodes if self.nodes.count(n) > 1})
+        if dup:
+            raise ValueError(f"reservation {self.name!r}: node {dup[0]!r} named twice")
+        return self
+
+
 class ConfigSpec(_Model):
     """A whole cluster configuration: the file `yard up --config` and `yard sim --config` read."""
 
     cluster: ClusterSpec
-    teams: list[TeamSpec] = Field(min_length=1)
-    classes: list[JobClassSpec] = Field(min_length=1)
+    teams: list[TeamSpec] = Field(min_length=1, max_length=B.MAX_TEAMS)
+    classes: list[JobClassSpec] = Field(min_length=1, max_length=B.MAX_CLASSES)
     default_class: str = "training"
     health: HealthSpec = Field(default_factory=HealthSpec)
     scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
+    limits: LimitsSpec = Field(default_factory=LimitsSpec)  # per user and team (spec_limits.py)
+    # Who jobs run as (DESIGN rule 6; `services/owners.py`): a token's user runs as the Unix
+    # account of the same name unless `users` maps it to another one; `run_as` is the account of
+    # token users with neither (unset: they are refused at submit); root only with allow_root_jobs.
+    users: dict[Annotated[str, Field(min_length=1, max_length=200)], UnixName] = Field(default_factory=dict)
+    run_as: UnixName | None = None
+    allow_root_jobs: bool = False
+    retention: RetentionSpec = Field(default_factory=RetentionSpec)
+    notify: NotifySpec | None = None  # --mail-type's webhook (control/notify.py); None: nothing is sent
+    # Admin reservations (`yard reservation create/delete` edit this list; sched/reservations.py).
+    reservations: list[ReservationSpec] = Field(default_factory=list, max_length=1000)
 
     @model_validator(mode="after")
     def _references(self) -> "ConfigSpec":
@@ -337,22 +468,60 @@ class ConfigSpec(_Model):
                 if pool not in pools:
                     raise ValueError(f"teams[{i}] ({t.name}): quota for unknown pool {pool!r}; pools are {sorted(pools)}")
         names = [c.name for c in self.classes]
+        for i, t in enumerate(self.teams):
+            unknown = [c for c in (t.las if isinstance(t.las, list) else ()) if c not in names]
+            if unknown:
+                raise ValueError(f"teams[{i}] ({t.name}): las names unknown class(es) {unknown}; classes are {names}")
         if self.default_class not in names:
             raise ValueError(f"default_class {self.default_class!r} is not one of the classes {names}")
+        unknown = self.limits.unknown_teams({t.name for t in self.teams})
+        if unknown:
+            raise ValueError(f"limits.teams: no team {unknown[0]!r}; teams are {sorted(t.name for t in self.teams)}")
         for kind, items in (("team", [t.name for t in self.teams]), ("class", names)):
             dup = {x for x in items if items.count(x) > 1}
             if dup:
                 raise ValueError(f"{kind} names must be unique; repeated: {sorted(dup)}")
+        self._check_reservations()
         return self
+
+    def _check_reservations(self) -> None:
+        """Reservations name known nodes and teams, have unique names, and no two hold one node at
+        once (as Slurm refuses overlapping reservations without its OVERLAP flag)."""
+        if not self.reservations:
+            return
+        nodes = {n.name for n in self.cluster.expand()}
+        teams = {t.name for t in self.teams}
+        seen: dict[str, ReservationSpec] = {}
+        for i, r in enumerate(self.reservations):
+            where = f"reservations[{i}] ({r.name})"
+            if r.name in seen:
+                raise ValueError(f"{where}: reservation names must be unique")
+            unknown = [n for n in r.nodes if n not in nodes]
+            if unknown:
+                raise ValueError(f"{where}: unknown node {unknown[0]!r}")
+            unknown = [t for t in r.teams if t not in teams]
+            if unknown:
+                raise ValueError(f"{where}: unknown team {unknown[0]!r}; teams are {sorted(teams)}")
+            for o in seen.values():
+                both = sorted(set(r.nodes) & set(o.nodes))
+                if both and r.start < o.end and o.start < r.end:
+                    raise ValueError(f"{where}: overlaps reservation {o.name!r} on node {both[0]!r}")
+            seen[r.name] = r
+
+    def to_admin_reservations(self) -> tuple[AdminReservation, ...]:
+        """The reservations as the engine takes them (`Snapshot.reservations`)."""
+        return tuple(AdminReservation(r.name, frozenset(r.nodes), r.start, r.end) for r in self.reservations)
 
     def to_sched(self) -> tuple[list[Node], dict[str, Team], dict[str, JobClass]]:
         nodes = self.cluster.expand()
         teams = {
-            t.name: Team(t.name, t.cohort, {p: Quota(q.nominal, q.borrowing_limit, q.lending_limit) for p, q in t.quotas.items()})
+            t.name: Team(t.name, t.cohort, {p: Quota(q.nominal, q.borrowing_limit, q.lending_limit) for p, q in t.quotas.items()},
+                         t.las_classes())
             for t in self.teams
         }
         classes = {
-            c.name: JobClass(c.name, c.priority, c.preemptible, c.max_wait, c.min_run_time, c.max_run_time, c.grace_period)
+            c.name: JobClass(c.name, c.priority, c.preemptible, c.max_wait, c.min_run_time, c.max_run_time, c.grace_period,
+                             c.checkpoint_on_notice)
             for c in self.classes
         }
         return nodes, teams, classes
@@ -441,6 +610,7 @@ def _read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
 
 
 def _parse_yaml(text: str, file: str) -> tuple[Any, yaml.Node | None]:
+    B.check_yaml(text, file)  # size, depth and expansion, before anything recursive reads it
     try:
         return yaml.safe_load(text), yaml.compose(text)
     except yaml.YAMLError as e:

@@ -15,8 +15,7 @@ import pytest
 import yaml
 
 from tests.api.helpers import job_count, store_snapshot
-from tests.plane import TWO_TEAMS, Plane, script, wait_until
-from trainyard.services.jobs import job_dir
+from tests.plane import TWO_TEAMS, Plane, job_dir, script, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +53,11 @@ SUBMITS = [
     ("tasks-not-dividing", {"gpus": 4, "tasks_per_node": 3}, 400, "tasks_per_node"),
     ("gpu-mem-above-gpu-size", {"gpu_mem_gb": 17}, 400, "gpu_mem_gb"),
     ("gpu-mem-zero", {"gpu_mem_gb": 0}, 422, "gpu_mem_gb"),
+    ("mem-not-a-size", {"mem": "lots"}, 422, "mem"),
+    ("mem-negative", {"mem": -5}, 422, "mem"),
+    ("mem-per-gpu-bad-unit", {"mem_per_gpu": "4Q"}, 422, "mem_per_gpu"),
+    ("mem-and-mem-per-gpu", {"mem": "4G", "mem_per_gpu": "1G"}, 400, "mem_per_gpu"),
+    ("cpus-per-task-zero", {"cpus_per_task": 0}, 422, "cpus_per_task"),
     ("unknown-team", {"team": "robotics"}, 400, "team"),
     ("unknown-class", {"class": "urgent"}, 400, "class"),
     ("unknown-pool", {"pool": "a100"}, 400, "pool"),
@@ -299,7 +303,9 @@ def test_log_of_a_rank_of_the_world_not_written_yet_is_empty(p: Plane) -> None:
     job = p.submit(p.admin, command=script("import time; time.sleep(60)"), team="vision", gpus=2)
     p.wait(job["id"], "RUNNING")
     log = job_dir(p.cp.data_dir, job["id"]) / "logs" / "rank-1.log"
-    wait_until(log.exists)  # RUNNING is committed before the launch: the backend writes the file after
+    # RUNNING is committed before the launch: the backend makes the file after, and the rank's
+    # runner opens it and writes its header line later still (it recreated a file unlinked sooner)
+    wait_until(lambda: log.exists() and "=== trainyard: attempt 1" in log.read_text())
     log.unlink()  # as if rank 1 had not started
     r = p.admin.get(f"/api/v1/jobs/{job['id']}/logs", params={"rank": 1})
     assert r.status_code == 200 and r.text == ""

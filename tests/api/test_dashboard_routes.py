@@ -12,11 +12,10 @@ from fastapi.testclient import TestClient
 from markupsafe import escape
 from sqlalchemy import update
 
-from tests.plane import Plane, script
+from tests.plane import Plane, job_dir, script
 from trainyard.api.app import create_app
 from trainyard.services import auth
 from trainyard.services.auth import SYSTEM
-from trainyard.services.jobs import job_dir
 from trainyard.store.models import JobRow, NodeRow, TokenRow
 
 

@@ -9,7 +9,7 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.plane import Plane
+from tests.plane import Plane, job_dir
 
 WORK = [sys.executable, "-m", "trainyard.demo.work", "--steps", "20", "--step-time", "0.1", "--ckpt-every", "5"]
 
@@ -31,7 +31,7 @@ def scrape(client) -> dict[tuple[str, tuple], float]:  # noqa: ANN001
 def test_a_crash_and_its_recovery_are_counted_by_team_and_cause(plane):
     j = plane.submit(command=WORK, gpus=2, team="vision")
     plane.wait(j["id"], "RUNNING")
-    ck = plane.cp.data_dir / "jobs" / str(j["id"]) / "checkpoints"
+    ck = job_dir(plane.cp.data_dir, j["id"]) / "checkpoints"
     deadline = time.monotonic() + 20
     while not (ck / "step-5" / "COMMITTED").exists():
         assert time.monotonic() < deadline
@@ -68,6 +68,9 @@ FAMILIES = {  # issue 7, item 3: every family, whether or not it has samples yet
     "trainyard_queue_wait_seconds", "trainyard_jobs", "trainyard_attempts_ended", "trainyard_job_failures",
     "trainyard_preemptions", "trainyard_lost_gpu_seconds", "trainyard_recovery_seconds", "trainyard_job_retries",
     "trainyard_job_checkpoint_age_seconds",
+    # issue 18: teams, quotas, GPU-hours
+    "trainyard_team_gpus_allocated", "trainyard_team_gpus_borrowed", "trainyard_team_quota_nominal_gpus",
+    "trainyard_team_quota_borrowing_limit_gpus", "trainyard_team_quota_lending_limit_gpus", "trainyard_gpu_seconds",
 }
 
 
@@ -87,6 +90,59 @@ def test_the_cluster_and_queue_families_are_there_with_the_right_numbers(plane):
     assert m[("trainyard_nodes", (pool, ("state", "up")))] == 1 and m[("trainyard_nodes", (pool, ("state", "drain")))] == 1
     assert m[("trainyard_queue_length", (("class", "batch"), ("team", "nlp")))] == 1
     assert m[("trainyard_queue_wait_seconds_count", (("class", "training"), ("team", "vision")))] == 1
-    age = m[("trainyard_job_checkpoint_age_seconds", (("job", str(running["id"])), ("team", "vision")))]
+    age = m[("trainyard_job_checkpoint_age_seconds", (("job_id", str(running["id"])), ("team", "vision")))]
     assert 0 <= age < 30
     assert held["state"] in ("PENDING",)
+
+
+def test_team_gauges_quotas_and_gpu_hours(plane):
+    j = plane.submit(command=WORK, gpus=3, team="vision", name="three")
+    plane.wait(j["id"], "RUNNING")
+    m = scrape(plane.as_user("watcher", "viewer"))
+    vision, nlp, pool = ("team", "vision"), ("team", "nlp"), ("pool", "default")
+    assert m[("trainyard_team_gpus_allocated", (pool, vision))] == 3
+    assert m[("trainyard_team_gpus_allocated", (pool, nlp))] == 0
+    assert m[("trainyard_team_gpus_borrowed", (pool, vision))] == 0
+    assert m[("trainyard_team_quota_nominal_gpus", (pool, vision))] == 4
+    assert m[("trainyard_team_quota_borrowing_limit_gpus", (pool, nlp))] == 4
+    assert ("trainyard_team_quota_lending_limit_gpus", (pool, vision)) not in m  # none set: unlimited
+    key = ("trainyard_gpu_seconds_total", (("class", "training"), vision, ("user", "admin")))
+    first = m[key]
+    assert first > 0
+    done = plane.wait(j["id"], "COMPLETED", timeout=40)
+    m = scrape(plane.admin)
+    a = done["attempts"][0]
+    assert m[key] == pytest.approx(3 * (a["ended_at"] - a["started_at"])) and m[key] >= first
+    assert ("trainyard_job_checkpoint_age_seconds", (("job", str(j["id"])), vision)) not in m
+
+
+def test_no_label_is_named_job(plane):
+    """Prometheus's target label is `job`: a label of ours by that name arrives as `exported_job`."""
+    j = plane.submit(command=WORK, gpus=1, team="nlp")
+    plane.wait(j["id"], "RUNNING")
+    text = plane.admin.get("/metrics").text
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            assert "job" not in s.labels, (s.name, s.labels)
+    assert f'job_id="{j["id"]}"' in text
+
+
+def test_promtool_finds_nothing_to_complain_about(plane):
+    """`promtool check metrics` (Prometheus's own linter) on a scrape with every family filled."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    from tests.setup_once import install_once
+
+    script = Path(__file__).parents[2] / "scripts" / "promtool-setup.sh"
+    failed = install_once(script, lambda: shutil.which("promtool") is None, "TRAINYARD_PROMTOOL_NO_INSTALL")
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip(f"promtool is not installed and scripts/{script.name} could not install it: {failed}")
+    j = plane.submit(command=WORK, gpus=2, team="vision")
+    plane.wait(j["id"], "COMPLETED", timeout=40)
+    plane.submit(command=WORK, gpus=1, team="nlp", hold=True)
+    text = plane.admin.get("/metrics").text
+    r = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), r.stdout + r.stderr

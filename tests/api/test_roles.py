@@ -19,8 +19,7 @@ import pytest
 from sqlalchemy import select
 
 from tests.api.helpers import job_count, store_snapshot
-from tests.plane import TWO_TEAMS, Plane, script
-from trainyard.services.jobs import job_dir
+from tests.plane import Plane, identity_config_text, job_dir, script
 from trainyard.store.models import ConfigVersionRow, JobRow, NodeRow
 
 ROLES = ("admin", "operator", "member:vision", "member:nlp", "viewer", "job")
@@ -236,14 +235,14 @@ def _global_action(w: World, client: Any, action: str) -> tuple[Any, Callable[[A
         return r, ok
     if action == "config_apply":
         n = len(w.config_versions())
-        text = TWO_TEAMS.read_text() + f"\n# {uuid.uuid4().hex}\n"
+        text = identity_config_text() + f"\n# {uuid.uuid4().hex}\n"
         r = client.post("/api/v1/cluster/config", json={"text": text, "message": "a comment"})
 
         def ok(r: Any) -> None:
             assert len(w.config_versions()) == n + 1 and w.config_versions()[-1].text == text
         return r, ok
     if action == "config_rollback":
-        p.admin.post("/api/v1/cluster/config", json={"text": TWO_TEAMS.read_text() + f"\n# {uuid.uuid4().hex}\n"})
+        p.admin.post("/api/v1/cluster/config", json={"text": identity_config_text() + f"\n# {uuid.uuid4().hex}\n"})
         n = len(w.config_versions())
         r = client.post("/api/v1/cluster/config/rollback", json={"version": 1})
 
@@ -406,8 +405,12 @@ def test_admin_token_bytes_as_bearer_of_other_scheme_is_refused(world: World) ->
     assert r.status_code == 200  # the scheme is case-insensitive (RFC 7235)
 
 
-def test_healthz_needs_no_token(world: World) -> None:
-    assert world.p.http.get("/healthz").json()["ok"] is True
+def test_healthz_and_readyz_need_no_token(world: World) -> None:
+    # This plane's loop is not started (see the module docstring): /healthz says so, without a token.
+    r = world.p.http.get("/healthz")
+    assert r.status_code == 503 and r.json()["checks"]["loop"] == {"ok": False, "detail": "the control loop is not running"}
+    assert r.json()["checks"]["store"]["ok"] is True
+    assert world.p.http.get("/readyz").status_code in (200, 503)
 
 
 @pytest.mark.parametrize("releaser,allowed", [("member:vision", False), ("operator", True), ("admin", True)])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from trainyard.backends.slurm import features_topology, gres_gpus, node_health, parse_kv_line
-from trainyard.backends.slurm_task import task_env, tasks_on_node
+from trainyard.backends.slurm_task import batch_env, batch_path, task_env, tasks_on_node
 
 LINE = ("NodeName=n1 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUTot=8 AvailableFeatures=block_b0,rack=r1,ib "
         "ActiveFeatures=block_b0,rack=r1,ib Gres=gpu:a100:4(S:0-1) NodeAddr=10.0.0.1 State=IDLE+DRAIN "
@@ -68,3 +68,30 @@ def test_a_task_refuses_a_layout_that_is_not_slurms_block_one():
         task_env({**SLURM_TASK, "SLURM_LOCALID": "2"})
     with pytest.raises(ValueError, match="runs on n1"):
         task_env({**SLURM_TASK, "SLURMD_NODENAME": "n1"})
+
+
+def _tools(tmp_path, name: str, *tools: str) -> str:
+    d = tmp_path / name
+    d.mkdir()
+    for t in tools:
+        (d / t).write_text("#!/bin/sh\n")
+        (d / t).chmod(0o755)
+    return str(d)
+
+
+def test_a_batch_script_finds_slurms_srun_behind_the_jobs_path(tmp_path):
+    slurm = _tools(tmp_path, "slurm", "srun", "scontrol")
+    mine = _tools(tmp_path, "mine", "python")
+    assert batch_path(f"{mine}:/nowhere", f"/usr/sbin:{slurm}") == f"{mine}:/nowhere:{slurm}"
+    assert batch_path(f"{slurm}:{mine}", slurm) == f"{slurm}:{mine}"  # already there: the job's order kept
+
+
+def test_the_batch_step_keeps_slurms_variables_over_the_jobs_and_gets_no_task_ones(tmp_path):
+    step = {"SLURM_JOB_ID": "12", "SLURMD_NODENAME": "n1", "CUDA_VISIBLE_DEVICES": "0,1", "MASTER_PORT": "29500",
+            "PATH": _tools(tmp_path, "slurm", "srun", "scontrol"), "TRAINYARD_GPUS_PER_RANK": "1"}
+    job = {"SLURM_JOB_ID": "999", "CUDA_VISIBLE_DEVICES": "7", "MINE": "yes", "TRAINYARD_JOB_ID": "3", "PATH": ""}
+    env = batch_env(step, job)
+    assert (env["SLURM_JOB_ID"], env["CUDA_VISIBLE_DEVICES"], env["MASTER_PORT"]) == ("12", "0,1", "29500")
+    assert (env["MINE"], env["TRAINYARD_JOB_ID"], env["TRAINYARD_NODE"]) == ("yes", "3", "n1")
+    assert env["PATH"] == step["PATH"]
+    assert not {"RANK", "WORLD_SIZE", "LOCAL_RANK", "TRAINYARD_GPUS_PER_RANK"} & set(env)

@@ -30,8 +30,11 @@ def test_nodes_lists_the_backends_nodes_up_with_their_gpus(yc):
     nodes = json.loads(yc.yard("nodes", "--json").stdout)
     assert sorted(n["name"] for n in nodes) == yc.nodes
     assert all(n["state"] == "up" and n["gpus"] == 4 for n in nodes), nodes
+    # how each attempt's processes are contained: the local backend's cell, or Slurm's own steps
+    want = {"slurm"} if yc.backend == "slurm" else {"cgroup2", "cgroup1", "subreaper"}
+    assert {n["containment"] for n in nodes} <= want and len({n["containment"] for n in nodes}) == 1
     table = yc.yard("nodes").stdout
-    assert all(name in table for name in yc.nodes)
+    assert all(name in table for name in yc.nodes) and "CONTAIN" in table
 
 
 def test_submit_queue_show_logs_and_cancel(yc):

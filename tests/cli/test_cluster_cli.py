@@ -142,7 +142,7 @@ def test_batch_script_directives_are_honoured(yard, tmp_path):
     script = tmp_path / "train.sh"
     script.write_text("#!/bin/bash\n#SBATCH -N 2\n#SBATCH --gres=gpu:1\n#SBATCH -J scripted --qos=batch\n"
                       "#SBATCH --account=nlp --time=10:00 --output=out-%j-%t.log\n"
-                      "echo \"rank $RANK of $WORLD_SIZE\"\n")
+                      "srun bash -c 'echo \"rank $RANK of $WORLD_SIZE\"'\n")  # the script runs once; srun: each task
     jid = job_id_of(yard("submit", str(script), cwd=tmp_path))
     j = wait_state(yard, jid, ("COMPLETED",))
     assert (j["name"], j["class"], j["team"], j["nodes_min"], j["gpus_per_node"], j["time_limit_s"]) == \
@@ -218,3 +218,22 @@ def test_tokens_roles_and_nodes(yard):
     assert {t["name"] for t in teams} == {"vision", "nlp"}
     yard("teams", "set", "nlp", "--nominal", "4", "--borrowing-limit", "3")
     assert json.loads(yard("teams", "--json").stdout)[1]["quotas"]["default"]["borrowing_limit"] == 3
+
+
+def test_token_list_and_revoke_as_an_admin_types_them(yard):
+    tok = yard("token", "create", "--user", "dora", "--role", "viewer").stdout.strip()
+    yard("queue", env_extra={"YARD_TOKEN": tok})  # a use, for LAST_USED
+    listing = yard("token", "list", "--user", "dora").stdout
+    assert listing.split("\n")[0].split() == ["ID", "USER", "ROLE", "TEAM", "JOB", "CREATED", "BY", "LAST_USED",
+                                             "STATE"]
+    assert "dora" in listing and "viewer" in listing and "never" not in listing and tok not in listing
+    tid = json.loads(yard("token", "list", "--user", "dora", "--json").stdout)[0]["id"]
+    assert f"revoked token {tid} of dora (viewer)" in yard("token", "revoke", str(tid)).stdout
+    p = yard("queue", env_extra={"YARD_TOKEN": tok}, ok=False)
+    assert p.returncode == 2 and "revoked" in p.stderr
+    assert "revoked" in yard("token", "list", "--user", "dora", "--revoked").stdout
+    assert yard("token", "revoke", "--user", "dora").stdout.strip() == "nothing to revoke: already revoked"
+    for args, words in ((("token", "revoke"), "not both"), (("token", "revoke", "1", "--user", "x"), "not both"),
+                        (("token", "revoke", "--user", "nobody"), "holds no token")):
+        p = yard(*args, ok=False)
+        assert p.returncode == 2 and words in p.stderr, p.stderr

@@ -33,7 +33,7 @@ def in_force(c) -> tuple[str, dict]:
 def test_yard_up_policy_is_stored_as_a_configuration_version(tmp_path):
     data = tmp_path / "d"
     data.mkdir()
-    server = YardServer(data, config_file=TWO_TEAMS, args=("--policy", "fifo"))
+    server = YardServer(data, config_file=TWO_TEAMS, args=("--policy", "fifo"), identity=False)  # no jobs
     try:
         c = server.start()  # --config FILE --policy fifo: the file, with scheduler.policy set, as one version
         policy, v = in_force(c)

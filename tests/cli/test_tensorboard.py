@@ -32,7 +32,7 @@ def test_tensorboard_shows_the_loss_of_a_finished_job(yc):
     job = yc.submit(*args)
     assert yc.wait(job, lambda j: j["state"] in ("COMPLETED", "FAILED"), timeout=120)["state"] == "COMPLETED"
     printed = yc.yard("tensorboard", str(job), "--print").stdout
-    assert f"jobs/{job}/metrics/tensorboard" in printed
+    assert f"{yc.job_dir(job)}/metrics/tensorboard" in printed
     port = free_port()
     proc = subprocess.Popen([YARD, "tensorboard", str(job), "--port", str(port)], env=yc.env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -4,8 +4,7 @@ dependency, and a bad array is refused writing nothing."""
 
 from __future__ import annotations
 
-from tests.plane import Plane, script, wait_until
-from trainyard.services.jobs import job_dir
+from tests.plane import Plane, job_dir, script, wait_until
 
 
 def tasks(p: Plane, array_id: int) -> list[dict]:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from tests.plane import alive, script
+from tests.plane import job_dir as dir_of
 
 ENV_DUMP = """
 import json, os, sys
@@ -23,7 +24,7 @@ json.dump({k: os.environ.get(k) for k in keys}, open(d, 'w'))
 
 
 def job_dir(plane, job_id: int) -> Path:
-    return plane.cp.data_dir / "jobs" / str(job_id)
+    return dir_of(plane.cp.data_dir, job_id)
 
 
 def test_two_rank_job_gets_distinct_gpus_and_the_contract_environment(plane):
@@ -106,7 +107,7 @@ def test_runtime_progress_reports_move_the_last_checkpoint(plane):
             "time.sleep(30)\n")
     j = plane.submit(command=script(body), team="vision")
     running = plane.wait(j["id"], "RUNNING")
-    tok_file = plane.cp.data_dir / "jobs" / str(j["id"]) / "checkpoints" / "token"
+    tok_file = dir_of(plane.cp.data_dir, j["id"]) / "checkpoints" / "token"
     deadline = time.monotonic() + 10
     while not tok_file.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -133,18 +134,32 @@ def test_output_links_stay_inside_the_workdir_and_replace_no_file(plane, tmp_pat
     precious = plane.cp.data_dir / "admin.token"
     before = precious.read_text()
     (work / "mine.log").write_text("keep me")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (work / "sneaky").symlink_to(outside)
     refused = plane.admin.post("/api/v1/jobs", json={"command": ["true"], "team": "vision", "workdir": str(work),
                                                      "output": "../escape-%j.log"})
     assert refused.status_code == 422 and "output" in refused.text
-    jobs = [plane.submit(command=script("print('hello')"), team="vision", workdir=str(work), output=out)
-            for out in (str(precious), str(tmp_path / "escape-%j.log"), "mine.log", "logs/%x-%j.log")]
-    for j in jobs:
-        plane.wait(j["id"], "COMPLETED")
+    # Refused at submission, before anything is stored or created (services/output_paths.py).
+    for out, why in ((str(precious), "is outside the working directory"),
+                     (str(tmp_path / "new-dir" / "escape-%j.log"), "is outside the working directory"),
+                     ("mine.log", "exists and is not a link"), ("sneaky/deeper/%j.log", "is a symbolic link")):
+        r = plane.admin.post("/api/v1/jobs", json={"command": ["true"], "team": "vision", "workdir": str(work),
+                                                   "output": out})
+        assert r.status_code == 400 and r.json()["field"] == "output" and why in r.json()["detail"], (out, r.text)
     assert precious.read_text() == before and not precious.is_symlink()
-    assert not list(tmp_path.glob("escape-*"))
+    assert not (tmp_path / "new-dir").exists() and list(outside.iterdir()) == []
     assert (work / "mine.log").read_text() == "keep me"
-    name = jobs[3]["name"]
-    linked = work / "logs" / f"{name}-{jobs[3]['id']}.log"
+    # A link swapped in after submission: the launch creates nothing through it, the job still runs.
+    late = plane.submit(command=script("print('late')"), team="vision", workdir=str(work), hold=True,
+                        output="later/inner/%j.log")
+    (work / "later").symlink_to(outside)
+    plane.admin.post(f"/api/v1/jobs/{late['id']}/release")
+    plane.wait(late["id"], "COMPLETED")
+    assert list(outside.iterdir()) == []
+    good = plane.submit(command=script("print('hello')"), team="vision", workdir=str(work), output="logs/%x-%j.log")
+    plane.wait(good["id"], "COMPLETED")
+    linked = work / "logs" / f"{good['name']}-{good['id']}.log"
     assert linked.is_symlink() and "hello" in linked.read_text()
 
 

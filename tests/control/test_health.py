@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.plane import TWO_TEAMS, Plane, node_info, wait_until
+from tests.plane import TWO_TEAMS, Plane, job_dir, node_info, wait_until
 from trainyard.control.health import CRITICAL, OK, WARN, run_check
 from trainyard.spec import CheckSpec, ConfigError, parse_config
 
@@ -84,14 +84,14 @@ def move_off_and_back(p: Plane, inject, clear, reason_word: str) -> None:  # noq
     first = p.wait(j["id"], "RUNNING")
     node = first["placement"][0]["node"]
     other = "node-1" if node == "node-0" else "node-0"
-    ck = p.cp.data_dir / "jobs" / str(j["id"]) / "checkpoints"
+    ck = job_dir(p.cp.data_dir, j["id"]) / "checkpoints"
     wait_until(lambda: (ck / "step-5" / "COMMITTED").exists())
     inject(node)
     wait_until(lambda: node_info(p, node)["state"] == "down")
     assert reason_word in node_info(p, node)["reason"], node_info(p, node)
     again = p.wait(j["id"], lambda x: x["state"] == "RUNNING" and x["attempt"] == 2, timeout=30)
     assert {q["node"] for q in again["placement"]} == {other}
-    log = (p.cp.data_dir / "jobs" / str(j["id"]) / "logs" / "rank-0.log").read_text()
+    log = (job_dir(p.cp.data_dir, j["id"]) / "logs" / "rank-0.log").read_text()
     assert "attempt 2 starts at step 0" not in log  # resumed from its checkpoint
     clear(node)
     wait_until(lambda: node_info(p, node)["state"] == "up")

@@ -16,6 +16,7 @@ import signal
 import pytest
 
 from tests.fake_plane import WORK, FakePlane, fake
+from tests.plane import job_dir
 
 
 @pytest.fixture
@@ -28,7 +29,7 @@ def fp(tmp_path):
 def _checkpointed(fp: FakePlane, j: dict, step: int = 5) -> dict:
     """The job once running, after its checkpoint of `step` is committed."""
     first = fp.wait(j["id"], "RUNNING")
-    ck = fp.cp.data_dir / "jobs" / str(j["id"]) / "checkpoints" / f"step-{step}" / "COMMITTED"
+    ck = job_dir(fp.cp.data_dir, j["id"]) / "checkpoints" / f"step-{step}" / "COMMITTED"
     fp.until(ck.exists, within=60)
     return first
 
@@ -42,7 +43,7 @@ def _other(node: str) -> str:
 
 
 def _resumed_from(fp: FakePlane, job_id: int, attempt: int) -> int:
-    log = (fp.cp.data_dir / "jobs" / str(job_id) / "logs" / "rank-0.log").read_text()
+    log = (job_dir(fp.cp.data_dir, job_id) / "logs" / "rank-0.log").read_text()
     found = re.search(rf"attempt {attempt} .*?resumed from step (\d+)", log, re.S)
     assert found, log
     return int(found.group(1))
@@ -126,6 +127,15 @@ def test_out_of_memory_is_reported_and_not_retried(fp):
     j = fp.submit(command=fake("run=4", "step=1", "ckpt=2", "oom"), team="vision")
     o = fp.wait(j["id"], "OUT_OF_MEMORY")
     assert o["attempts"][0]["cause"] == "oom" and o["retries"] == 0
+
+
+def test_a_rank_the_kernel_oom_killed_over_its_mem_is_oom_not_a_crash(fp):
+    # The backend's fact (oom_killed), no log marker; --mem reaches the launch as its limit.
+    j = fp.submit(command=fake("run=4", "step=1", "ckpt=2", "rank1:oom=kill"), gpus=2, team="vision", mem="1G")
+    o = fp.wait(j["id"], "OUT_OF_MEMORY")
+    assert o["attempts"][0]["cause"] == "oom" and o["retries"] == 0 and "rank 1" in o["reason"]
+    assert o["mem_mib"] == 1024
+    assert fp.backend.cluster.launched[(j["id"], 1)].spec.limits.mem_mib == 1024
 
 
 def test_one_failed_rank_stops_the_others_and_the_job_fails(fp):

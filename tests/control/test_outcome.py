@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,45 @@ def test_out_of_memory_is_read_from_the_rank_log(tmp_path: Path):
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "rank-1.log").write_text("...\ntorch.OutOfMemoryError: CUDA out of memory. Tried ...\n")
     assert classify(att(0, 1), None, tmp_path).job_state == "OUT_OF_MEMORY"
+
+
+def test_a_rank_the_kernel_oom_killed_is_out_of_memory_with_no_log_marker(tmp_path: Path):
+    # SIGKILL from the OOM killer, before the first step: the backend's fact wins over
+    # "user error" and "crash"; the log says nothing of it.
+    facts = AttemptState(1, 1, [RankState(0, 100, False, 0, None),
+                                RankState(1, 101, False, None, 9, oom_killed=True)])
+    out = classify(facts, None, tmp_path)
+    assert (out.job_state, out.cause, out.signal) == ("OUT_OF_MEMORY", "oom", 9) and "rank 1" in out.reason
+
+
+def _preempted_record(job_dir: Path, attempt: int, step: int, committed: bool = True) -> None:
+    (job_dir / "metrics").mkdir(exist_ok=True)
+    with open(job_dir / "metrics" / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"step": step, "loss": 1.0, "attempt": attempt}) + "\n")
+        f.write(json.dumps({"event": "preempted", "step": step, "attempt": attempt, "checkpoint_step": step}) + "\n")
+    (job_dir / "checkpoints" / f"step-{step}").mkdir(parents=True, exist_ok=True)
+    if committed:
+        (job_dir / "checkpoints" / f"step-{step}" / "COMMITTED").write_text("{}")
+
+
+def test_a_launcher_that_exits_1_over_checkpointed_workers_is_requeued_by_the_runtimes_record(tmp_path: Path):
+    # torchrun's agent exits 1 when its workers exit 75: the runtime's record decides.
+    _preempted_record(tmp_path, 1, 20)
+    out = classify(att(1), "requeue", tmp_path)
+    assert (out.job_state, out.attempt_state) == ("REQUEUED", "REQUEUED") and "checkpointed step 20" in out.reason
+    out = classify(att(1), None, tmp_path)  # a notice from elsewhere (an operator's kill -USR1)
+    assert (out.job_state, out.cause) == ("REQUEUED", "requeued") and "the launcher exited 1" in out.reason
+
+
+def test_the_runtimes_record_counts_only_for_its_attempt_and_a_committed_checkpoint(tmp_path: Path):
+    _preempted_record(tmp_path, 1, 20, committed=False)
+    assert "without a checkpoint" in classify(att(1), "requeue", tmp_path).reason
+    assert classify(att(1), None, tmp_path).job_state == "FAILED"
+    _preempted_record(tmp_path, 2, 30)
+    assert classify(AttemptState(1, 3, att(1).ranks), None, tmp_path).job_state == "FAILED"  # another attempt's
+    with open(tmp_path / "metrics" / "metrics.jsonl", "a") as f:  # attempt 2 carried on after its record
+        f.write(json.dumps({"step": 31, "loss": 1.0, "attempt": 2}) + "\n")
+    assert classify(AttemptState(1, 2, att(1).ranks), None, tmp_path).job_state == "FAILED"
 
 
 def test_ranks_are_one_per_gpu_or_tasks_per_node():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from tests.plane import Plane, script
+from tests.plane import IDENTITY_YAML, Plane, script
 
 ONE_NODE = """cluster:
   name: t
@@ -23,7 +23,7 @@ teams:
 classes:
   - {name: training, priority: 200, preemptible: true, max_wait: 24h, grace_period: 0}
 default_class: training
-"""
+""" + IDENTITY_YAML  # its jobs run as the test's account (tests/plane.py)
 FIFO = ONE_NODE + "scheduler:\n  policy: fifo\n"
 SLEEP = script("import time; time.sleep(600)")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.plane import TWO_TEAMS, YardServer as Server, alive
+from tests.plane import TEST_IDENTITY, TWO_TEAMS, YardServer as Server, alive, job_dir
 
 def wait_for(c: httpx.Client, job_id: int, states: tuple[str, ...], timeout: float = 30) -> dict:
     deadline = time.monotonic() + timeout
@@ -30,9 +30,19 @@ def wait_for(c: httpx.Client, job_id: int, states: tuple[str, ...], timeout: flo
 def pids_of(data_dir: Path, job_id: int) -> list[int]:
     """Every process the job's ranks wrote down (the rank itself and what it started)."""
     out = []
-    for f in (data_dir / "jobs" / str(job_id) / "checkpoints").glob("pids-*"):
+    for f in (job_dir(data_dir, job_id) / "checkpoints").glob("pids-*"):
         out += [int(x) for x in f.read_text().split()]
     return out
+
+
+def finish(data_dir: Path, job_id: int, code: int) -> None:
+    """Tell the job's ranks to exit with `code`: written aside and renamed, since a rank that saw
+    the gate file while it was still empty would read exit code 0 (seen under load: a job meant to
+    end FAILED with 3 ended COMPLETED)."""
+    gate = job_dir(data_dir, job_id) / "finish"
+    tmp = gate.with_name("finish.tmp")
+    tmp.write_text(str(code))
+    os.replace(tmp, gate)
 
 
 RANK = """
@@ -76,9 +86,9 @@ def test_kill_9_then_restart_loses_no_job_duplicates_none_and_orphans_none(serve
 
     server.kill9()
     # While nobody watches: one job finishes with code 3; another loses its whole process group.
-    (server.data_dir / "jobs" / str(ends_while_down) / "finish").write_text("3")
+    finish(server.data_dir, ends_while_down, 3)
     runner_pids = []
-    for rec in (server.data_dir / "jobs" / str(dies_unwatched) / "run").glob("attempt-*/rank-*.json"):
+    for rec in (job_dir(server.data_dir, dies_unwatched) / "run").glob("attempt-*/rank-*.json"):
         runner_pids.append(json.loads(rec.read_text())["pid"])
     assert runner_pids
     for pid in runner_pids:
@@ -91,21 +101,21 @@ def test_kill_9_then_restart_loses_no_job_duplicates_none_and_orphans_none(serve
     lost = wait_for(c, dies_unwatched, ("RUNNING",), timeout=40)
     assert lost["attempt"] == 2 and lost["retries"] == 1
     assert lost["attempts"][0]["state"] == "NODE_FAIL" and lost["attempts"][0]["cause"] == "node_lost"
-    (server.data_dir / "jobs" / str(dies_unwatched) / "finish").write_text("0")
+    finish(server.data_dir, dies_unwatched, 0)
     wait_for(c, dies_unwatched, ("COMPLETED",))
     # The job that kept running is re-attached, not restarted: same processes, one attempt.
     j = c.get(f"/api/v1/jobs/{keeps_running}").json()
     assert j["state"] == "RUNNING" and j["attempt"] == 1
     assert all(alive(p) for p in before[keeps_running])
-    started = list((server.data_dir / "jobs" / str(keeps_running) / "checkpoints").glob("started-*"))
+    started = list((job_dir(server.data_dir, keeps_running) / "checkpoints").glob("started-*"))
     assert len(started) == 2  # never launched twice
-    (server.data_dir / "jobs" / str(keeps_running) / "finish").write_text("0")
+    finish(server.data_dir, keeps_running, 0)
     done = wait_for(c, keeps_running, ("COMPLETED",))
     assert done["exit_code"] == 0 and len(done["attempts"]) == 1
     # The pending job was neither lost nor doubled: it runs once, after the others.
     p = wait_for(c, pending, ("RUNNING",))
     assert p["attempt"] == 1
-    (server.data_dir / "jobs" / str(pending) / "finish").write_text("0")
+    finish(server.data_dir, pending, 0)
     wait_for(c, pending, ("COMPLETED",))
     ids = [x["id"] for x in c.get("/api/v1/jobs").json()["jobs"]]
     assert sorted(ids) == sorted({keeps_running, ends_while_down, dies_unwatched, pending})
@@ -124,7 +134,7 @@ def test_a_start_committed_but_never_launched_goes_back_to_the_queue(server, tmp
     from trainyard.services.auth import Principal
     from trainyard.store.models import AttemptRow
 
-    cp = ControlPlane(server.data_dir, config_text=TWO_TEAMS.read_text())
+    cp = ControlPlane(server.data_dir, config_text=TWO_TEAMS.read_text(), **TEST_IDENTITY)
     with cp.store.session.begin() as s:
         cfg = cp.configs.current(s)
         row = submit(s, JobSubmit(command=[sys.executable, "-c", "pass"], team="vision", workdir=str(tmp_path)),

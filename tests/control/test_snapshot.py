@@ -57,3 +57,22 @@ def test_every_column_marked_for_the_engine_reaches_its_request_as_is() -> None:
     req = pending_of(row(7, **values)).req
     for column, field in REQUEST_FIELDS.items():
         assert getattr(req, field) == values[column], column
+
+
+def test_a_placement_is_stored_in_slurms_node_order() -> None:
+    """The engine may pick node-2 before node-0 (topology, free GPUs); the job's nodes are listed
+    as Slurm lists an allocation's (by name, numbers by value), so its first node (where a batch
+    script runs and a rendezvous is hosted) is node-0, and ranks follow that block order."""
+    from trainyard.control.snapshot import NodeIndex
+    from trainyard.sched.cluster import Node, Placement
+
+    nodes = (Node("node-0", 4), Node("node-1", 4), Node("node-2", 4))
+    idx = NodeIndex(nodes, {n.name: i for i, n in enumerate(nodes)})
+    rows = idx.to_rows(Placement(((2, (0, 1)), (0, (2, 3))), (100, 200)))
+    assert rows == [{"node": "node-0", "gpus": [2, 3], "mem_mib": 200}, {"node": "node-2", "gpus": [0, 1], "mem_mib": 100}]
+
+
+def test_slurms_node_order_is_by_name_with_numbers_by_value() -> None:
+    from trainyard.contracts import slurm_node_order
+
+    assert sorted(["zeta", "node-10", "alpha", "node-2"], key=slurm_node_order) == ["alpha", "node-2", "node-10", "zeta"]

@@ -87,7 +87,7 @@ def test_model_parallel_divides_the_shard():
     two = memory_per_gpu(m, TrainSetup("ddp", tp=2))
     assert two.shard_params == m.params / 2 and two.model_state == one.model_state / 2
     # pipeline: the first stage holds the embedding and L/p layers, the last the LM head and L/p layers
-    bd = memory_per_gpu(m, TrainSetup("ddp", tp=2, pp=4, recompute="selective"))
+    bd = memory_per_gpu(m, TrainSetup("ddp", tp=2, pp=4, recompute="selective", activation_model="paper"))
     assert bd.stage == "first"
     assert bd.shard_params == (m.embedding_params + 8 * m.layer_params) / 2
     assert memory_per_gpu(ParamCount(800), TrainSetup("ddp", tp=2, pp=4)).shard_params == 100
@@ -137,11 +137,12 @@ def test_first_stage_holds_l_layers_of_activations():
     m = get_model("gpt3-175b")
     per = activation_bytes_per_layer(S, B, H, A, T, recompute="selective")
     for p in (2, 4, 8, 16):
-        bd = memory_per_gpu(m, TrainSetup("zero1", tp=T, pp=p, seq=S, recompute="selective"), dp=1)
+        bd = memory_per_gpu(m, TrainSetup("zero1", tp=T, pp=p, seq=S, recompute="selective", activation_model="paper"),
+                            dp=1)
         assert bd.stage == "first" and bd.layers_in_flight == 96
         assert bd.activations == pytest.approx(96 * per + S * B * H * p / T)
     # no pipeline: L layers, the embedding mask, and the output layer (4sbh/t + fp32 logits 4sbv/t)
-    bd = memory_per_gpu(m, TrainSetup("zero1", tp=T, seq=S, recompute="selective"))
+    bd = memory_per_gpu(m, TrainSetup("zero1", tp=T, seq=S, recompute="selective", activation_model="paper"))
     assert bd.activations == pytest.approx(96 * per + S * B * H / T + 4 * S * B * H / T + 4 * S * B * m.vocab / T)
 
 
@@ -297,7 +298,7 @@ def test_registry_has_the_named_families():
 
 def test_cli_table():
     r = yard("--model", "llama-7b", "--gpu-mem", 80, "--gpus-per-node", 8, "--strategy", "zero3", "--seq", 4096,
-             "--micro-batch", 1, "--recompute", "selective", "--tp", 2, "--pp", 4)
+             "--micro-batch", 1, "--recompute", "selective", "--tp", 2, "--pp", 4, "--activations", "paper")
     assert r.exit_code == 0, r.output
     out = r.stdout
     for needle in ("llama-2-7b", "6,738,415,616", "parameters", "gradients", "optimizer states", "activations",
@@ -326,7 +327,11 @@ def test_cli_json():
     d = json.loads(r.stdout)
     assert d["model"]["params"] == 6_738_415_616
     pg = d["per_gpu"]
-    assert pg["total"] == pg["model_state"] + pg["activations"]
+    assert pg["total"] == max(pg["moments"].values()) and pg["peak_moment"] in pg["moments"]
+    assert pg["moments"]["optimizer step"] >= pg["model_state"]  # every gradient is live then
+    paper = json.loads(yard("--model", "llama-2-7b", "--strategy", "zero3", "--recompute", "selective", "--seq", 4096,
+                            "--activations", "paper", "--json").stdout)["per_gpu"]
+    assert paper["total"] == paper["model_state"] + paper["activations"] and paper["moments"] == {}
     assert pg["model_state"] == pg["parameters"] + pg["gradients"] + pg["optimizer_states"]
     assert d["minimum"]["gpus"] == pg["gpus"] and pg["fits"]
     assert d["usable_bytes_per_gpu"] == 72 * GIB and d["setup"]["margin"] == 0.1

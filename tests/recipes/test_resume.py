@@ -19,7 +19,7 @@ import pytest
 from trainyard.contracts import REQUEUE_EXIT, newest_checkpoint
 from trainyard.recipes import load_recipe
 from trainyard.runtime import ResumableSampler
-from tests.recipes.helpers import TINY_PRETRAIN, YardRun, losses, metrics, records, run_info, samples, yard_run
+from tests.recipes.helpers import TINY_PRETRAIN, YardRun, by_rank, losses, metrics, records, run_info, samples, yard_run
 
 STEPS = 40
 RUN = [*TINY_PRETRAIN, f"steps={STEPS}", "checkpoint_every=4", "log_samples=true"]
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.slow
 def reference(tmp_path_factory):
     out = tmp_path_factory.mktemp("reference") / "run"
     rc, log = yard_run("llama-pretrain", out, 2, RUN)
-    assert rc == 0, log[-4000:]
+    assert rc == 0, by_rank(log)
     return out
 
 
@@ -71,7 +71,7 @@ def test_sigusr1_to_yard_run_exits_75_and_the_rerun_is_bit_identical(reference, 
     assert first.log.count("got SIGUSR1") == 2  # each rank got the notice
 
     rc, log = yard_run("llama-pretrain", out, 2, RUN)  # the same command again
-    assert rc == 0, log[-4000:]
+    assert rc == 0, by_rank(log)
     assert f"resumed from step {stopped}" in log
     assert_identical(out, reference)
     resume = [r for r in records(out) if r.get("event") == "resume"]
@@ -91,7 +91,7 @@ def test_kill_9_of_one_rank_then_rerun_resumes_from_the_newest_complete_checkpoi
     done_before = max(losses(out))
 
     rc, log = yard_run("llama-pretrain", out, 2, RUN)
-    assert rc == 0, log[-4000:]
+    assert rc == 0, by_rank(log)
     assert f"resumed from step {found[0]}" in log
     assert_identical(out, reference)
     resume = [r for r in records(out) if r.get("event") == "resume"][0]
@@ -103,7 +103,7 @@ def test_resume_on_one_process_after_two_continues_the_global_sample_order(refer
     shutil.copytree(reference, out)
     more = STEPS + 12
     rc, log = yard_run("llama-pretrain", out, 1, [*RUN, f"steps={more}"])
-    assert rc == 0, log[-4000:]
+    assert rc == 0, by_rank(log)
     assert f"resumed from step {STEPS}" in log and "written by 2 ranks, this run has 1" in log
 
     two = [samples(out, 0), samples(out, 1)]
@@ -135,7 +135,7 @@ def test_a_preempted_four_rank_run_resumes_bit_identical(tmp_path):
     the first step after a resume must sum like the uninterrupted run (`strategies.wrap`)."""
     run = [*TINY_PRETRAIN, "steps=16", "checkpoint_every=4"]
     rc, log = yard_run("llama-pretrain", tmp_path / "ref", 4, run)
-    assert rc == 0, log[-4000:]
+    assert rc == 0, by_rank(log)
     out = tmp_path / "run"
     first = YardRun("llama-pretrain", out, 4, run)
     first.wait_for_step(6)
@@ -144,6 +144,6 @@ def test_a_preempted_four_rank_run_resumes_bit_identical(tmp_path):
     stopped = max(losses(out))
     assert stopped < 16
     rc, log = yard_run("llama-pretrain", out, 4, run)
-    assert rc == 0, log[-4000:]
+    assert rc == 0, by_rank(log)
     assert f"resumed from step {stopped}" in log
     assert losses(out) == losses(tmp_path / "ref")

@@ -16,7 +16,7 @@ from trainyard.cli import jobs
 from trainyard.cli.client import Client
 from trainyard.cli.main import app
 from trainyard.runtime import read_metrics
-from tests.plane import Plane
+from tests.plane import Plane, job_dir
 from tests.recipes.helpers import TINY_PRETRAIN, mean
 
 
@@ -46,15 +46,25 @@ def test_submit_recipe_trains_on_two_emulated_gpus_and_the_loss_falls(plane, tmp
     assert job["command"][4:6] == ["--set", TINY_PRETRAIN[0]]
     done = plane.wait(job["id"], "COMPLETED", timeout=180)
     assert done["exit_code"] == 0
-    job_dir = plane.cp.data_dir / "jobs" / str(job["id"])
-    m = read_metrics(job_dir / "metrics")
+    jd = job_dir(plane.cp.data_dir, job["id"])
+    m = read_metrics(jd / "metrics")
     assert sorted(m) == list(range(1, 21))
     assert mean([m[s]["loss"] for s in range(16, 21)]) < mean([m[s]["loss"] for s in range(1, 6)]) - 0.3
-    assert (job_dir / "checkpoints" / "step-20" / "COMMITTED").is_file()
-    log = (job_dir / "logs" / "rank-0.log").read_text()
+    assert (jd / "checkpoints" / "step-20" / "COMMITTED").is_file()
+    log = (jd / "logs" / "rank-0.log").read_text()
     assert "ddp on 2 process(es)" in log
 
 
 def test_submit_recipe_asks_for_the_recipes_gpus_when_given_none(plane, tmp_path):
     job = submit("--recipe", "gemma-pretrain", "-A", "vision", "-D", str(tmp_path), "-H", "--set", "steps=3")
     assert job["gpus"] == 1 and job["name"] == "gemma-pretrain" and job["command"][-2:] == ["--set", "steps=3"]
+
+
+def test_submit_recipe_makes_the_users_paths_absolute(plane, tmp_path, monkeypatch):
+    """The ranks start in the job's workdir (maybe on another node): a relative data.path or reward
+    file given at the login node's prompt is sent as the absolute path it names there."""
+    (tmp_path / "corpus.jsonl").write_text('{"text": "hello"}\n')
+    monkeypatch.chdir(tmp_path)
+    job = submit("--recipe", "llama-pretrain", "-A", "vision", "-D", str(tmp_path), "-H",
+                 "--set", "data.path=corpus.jsonl")
+    assert job["command"][-2:] == ["--set", f"data.path={tmp_path / 'corpus.jsonl'}"]

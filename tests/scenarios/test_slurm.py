@@ -84,9 +84,11 @@ def test_preemption_by_an_urgent_job_resumes_bit_for_bit(yc, reference):
 
 
 def _slurm_id(yc: YardCluster, job: int, attempt: int) -> str:
-    """The Slurm job that runs `attempt` of trainyard's `job` (named yard-<job>-<attempt>)."""
-    name = f"yard-{job}-{attempt}"
-    return next(line.split()[0] for line in yc.slurm_jobs() if line.split()[1] == name)
+    """The Slurm job that runs `attempt` of trainyard's `job`: Slurm's job name is the job's own
+    name, so the ids are read from its comment ("trainyard job J attempt A", squeue's %k)."""
+    comment = f"trainyard job {job} attempt {attempt}"
+    lines = yc.slurm.run("squeue", "-h", "-o", "%i|%k").stdout.splitlines()
+    return next(line.split("|", 1)[0] for line in lines if line.split("|", 1)[-1].strip() == comment)
 
 
 def _wait_event(yc: YardCluster, job: int, message: str, timeout: float) -> None:

@@ -281,7 +281,7 @@ def test_kueue_preempts_lower_priority_within_team():
 
 def test_tiresias_preempts_most_attained_for_new_job():
     b = Builder(nodes(1))
-    b.run(req(35, 4), start=0, attained_gpu_s=50_000.0)  # queue 1
+    b.run(req(35, 4), start=0, attained_gpu_s=60_000.0)  # queue 1: past 16 GPU-hours
     b.run(req(36, 4), start=900)  # 400 GPU-s at now=1000: queue 0
     new = pend(req(37, 4, t=990))
     res = Tiresias().cycle(b.snap([new]))
@@ -302,11 +302,24 @@ def test_tiresias_promotes_starved_job():
     b = Builder(nodes(1))
     b.run(req(1, 8, t=850), start=900, attained_gpu_s=0.0)  # queue 0, 800 GPU-s, arrived after s
     starved = pend(req(38, 8, t=0), queued_since=100.0, attained_gpu_s=8 * 500.0)  # queue 1, ran 500 s
-    pol = Tiresias(starve_limit=1.0)  # waited 900 s > 1 x 500 s: back to queue 0, and older
+    pol = Tiresias((3200.0,), starve_limit=1.0)  # waited 900 s > 1 x 500 s: back to queue 0, and older
     res = pol.cycle(b.snap([starved]))
     assert preempted(res) == [1]
-    res = Tiresias(starve_limit=4.0).cycle(b.snap([starved]))
+    res = Tiresias((3200.0,), starve_limit=4.0).cycle(b.snap([starved]))
     assert res.preemptions == []
+    res = Tiresias((3200.0,), starve_limit=None).cycle(b.snap([starved]))  # no promotion at all
+    assert res.preemptions == []
+
+
+def test_tiresias_has_the_published_parameters_and_the_old_ones_another_name():
+    from trainyard.sched.baselines import TiresiasShortQueue
+    from trainyard.sched.policy import get_policy
+
+    t = get_policy("tiresias")
+    assert (t.thresholds, t.starve_limit) == ((16 * 3600.0,), None)  # as Pollux evaluated it
+    old = get_policy("tiresias-3200")
+    assert isinstance(old, TiresiasShortQueue) and (old.thresholds, old.starve_limit) == ((3200.0,), 4.0)
+    assert old.name == "tiresias-3200"
 
 
 # -- all policies --------------------------------------------------------------------------------

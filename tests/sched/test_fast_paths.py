@@ -36,18 +36,33 @@ def _reference_ends(snap: Snapshot) -> dict[str, list[tuple[float, int]]]:
 def _reference_order(snap: Snapshot, p: OrderingParams):
     ledger = QuotaLedger(snap.teams, ((r.req.team, r.req.pool, r.gpus) for r in snap.running))
     fs = {pj.req.pool: fairshare_factors(snap.teams, snap.usage, pj.req.pool, p.fairshare_weight) for pj in snap.pending}
-    keyed = []
-    for pj in snap.pending:
+    # Keys 2-5 (`sort_key`), then the tier: in quota if it fits in what its team's jobs of its
+    # priority or more leave; tier 0 first, then tier 1, each in key order.
+    keyed = sorted(((sort_key(pj, snap.classes[pj.req.job_class], snap.now, fs[pj.req.pool].get(pj.req.team, 1.0), p,
+                              snap.teams[pj.req.team].las_for(pj.req.job_class) if pj.req.team in snap.teams else False),
+                     pj) for pj in snap.pending), key=lambda kp: kp[0])
+    tiers = []
+    for _, pj in keyed:
         r = pj.req
-        room = ledger.nominal(r.team, r.pool) - ledger.used(r.team, r.pool)
-        keyed.append((sort_key(pj, snap.classes[r.job_class], snap.now, r.min_gpus <= room, fs[r.pool].get(r.team, 1.0), p), pj))
-    keyed.sort(key=lambda kp: kp[0])
+        prio = snap.classes[r.job_class].priority
+        held = sum(x.gpus for x in snap.running if (x.req.team, x.req.pool) == (r.team, r.pool)
+                   and snap.classes[x.req.job_class].priority >= prio)
+        tiers.append(0 if r.min_gpus <= ledger.nominal(r.team, r.pool) - held else 1)
+    first = [kp for t, kp in zip(tiers, keyed) if t == 0]
+    keyed = (first + [kp for t, kp in zip(tiers, keyed) if t == 1], len(first))
     return keyed, ledger, fs
 
 
 def _fast_order(snap: Snapshot, p: OrderingParams, ledger: QuotaLedger, fs):
-    return keyed_in_order(snap.pending, snap.classes, snap.now,
-                          lambda team, pool: ledger.nominal(team, pool) - ledger.used(team, pool), fs, p)
+    held: dict[tuple[str, str, int], int] = {}
+    for x in snap.running:
+        k = (x.req.team, x.req.pool, snap.classes[x.req.job_class].priority)
+        held[k] = held.get(k, 0) + x.gpus
+
+    def headroom(team: str, pool: str, prio: int) -> int:
+        return ledger.nominal(team, pool) - sum(g for (t, po, q), g in held.items() if (t, po) == (team, pool) and q >= prio)
+
+    return keyed_in_order(snap.pending, snap.classes, snap.now, headroom, fs, p, snap.teams)
 
 
 @SETTINGS
@@ -72,7 +87,7 @@ def test_keyed_in_order_on_the_benchmark_snapshot():
     p = OrderingParams()
     ref, ledger, fs = _reference_order(BENCH, p)
     got = _fast_order(BENCH, p, ledger, fs)
-    assert got == ref and {k[2] for k, _ in got} == {0, 1}  # urgent and scored jobs both present
+    assert got == ref and {k[1] for k, _ in got[0]} == {0, 1}  # urgent and scored jobs both present
 
 
 @SETTINGS

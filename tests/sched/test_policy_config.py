@@ -48,16 +48,17 @@ def test_parameters_are_read_from_each_policys_own_code():
     trainyard = {p.name: p for p in policy_params("trainyard")}
     assert list(trainyard)[0] == "ordering" and trainyard["ordering"].type is OrderingParams
     assert [p.name for p in trainyard["ordering"].group] == ["reserve_at", "aging_weight", "fairshare_weight",
-                                                             "unknown_runtime_s"]
+                                                             "unknown_runtime_s", "las_reserve_at"]
     assert trainyard["reclaim_after_s"].default == EngineParams().reclaim_after_s
 
 
 def test_resolved_parameters_fill_in_the_defaults():
     r = resolved_params("trainyard", {"ordering": {"aging_weight": 1.0}})
     assert r["ordering"] == {"reserve_at": 0.05, "aging_weight": 1.0, "fairshare_weight": 0.5,
-                             "unknown_runtime_s": 14400.0}
+                             "unknown_runtime_s": 14400.0, "las_reserve_at": 0.5}
     assert r["max_reservations"] == 4 and r["share_below_gpu_s"] is None
-    assert resolved_params("tiresias") == {"thresholds": [3200.0], "starve_limit": 4.0}
+    assert resolved_params("tiresias") == {"thresholds": [57600.0], "starve_limit": None}
+    assert resolved_params("tiresias-3200") == {"thresholds": [3200.0], "starve_limit": 4.0}
     assert resolved_params("fifo") == {}
 
 
@@ -118,7 +119,7 @@ def test_the_section_parses_into_the_policy_with_its_parameters():
     ("scheduler:\n  params:\n    max_reservatons: 2\n", "scheduler.params.max_reservatons",
      "policy 'trainyard' has no parameter 'max_reservatons'; known: ordering, max_reservations"),
     ("scheduler:\n  params:\n    ordering:\n      some_typo: 1\n", "scheduler.params.ordering.some_typo",
-     "no parameter 'ordering.some_typo'; known: reserve_at, aging_weight, fairshare_weight, unknown_runtime_s"),
+     "no parameter 'ordering.some_typo'; known: reserve_at, aging_weight, fairshare_weight, unknown_runtime_s, las_reserve_at"),
     ("scheduler:\n  policy: fifo\n  params:\n    reserve_at: 0.1\n", "scheduler.params.reserve_at",
      "policy 'fifo' takes no parameters"),
     ("scheduler:\n  params:\n    max_reservations: yes\n", "scheduler.params.max_reservations", "valid integer"),

@@ -48,7 +48,8 @@ def snapshots(draw) -> Snapshot:
         nominal = draw(st.integers(0, total))
         bl = draw(st.one_of(st.none(), st.integers(0, total)))
         ll = draw(st.one_of(st.none(), st.integers(0, total)))
-        teams[t] = Team(t, draw(st.sampled_from(["lab", None])), {"default": Quota(nominal, bl, ll)})
+        teams[t] = Team(t, draw(st.sampled_from(["lab", None])), {"default": Quota(nominal, bl, ll)},
+                        draw(st.sampled_from([frozenset(), frozenset({"*"}), frozenset({"training"})])))
     classes = list(CLASSES)
     now = 100_000.0
     state = ClusterState(nodes)

@@ -5,6 +5,8 @@ Long jobs (estimated 10 days, checkpointing every 30 minutes) have run for ten h
 new job (estimated one hour) arrives on the full node.
 """
 
+from dataclasses import replace
+
 from trainyard.sched.cluster import ClusterState
 from trainyard.sched.engine import EngineParams, TrainyardPolicy
 from trainyard.sched.types import Reason
@@ -62,12 +64,17 @@ def test_a_team_at_its_nominal_quota_is_never_shared():
     assert [(p.job_id, p.reason) for p in res.preemptions] == [(103, "share")]
 
 
-def test_a_victim_far_from_its_last_checkpoint_is_not_shared():
+def test_a_victim_far_from_its_last_checkpoint_is_not_shared_unless_it_saves_on_the_notice():
     ns = nodes(1)
     state = ClusterState(ns)
     run = [long_job(state, 200 + i, "b", start=600.0 + 10.0 * i) for i in range(8)]  # 1,000-1,070 s lost
-    res = SHARING.cycle(snapshot(ns, teams(a=4, b=4), run, [short(209, "b")], now=NOW))
-    assert res.preemptions == []
+    snap = snapshot(ns, teams(a=4, b=4), run, [short(209, "b")], now=NOW)
+    # A class whose jobs ignore the notice would lose those 1,000 s: not shared.
+    ignoring = {**snap.classes, "training": replace(snap.classes["training"], checkpoint_on_notice=False)}
+    assert SHARING.cycle(replace(snap, classes=ignoring)).preemptions == []
+    # The default class checkpoints on the notice: it loses its save and restart, whatever the
+    # time since its last checkpoint, and the one that risks least (the newest checkpoint) goes.
+    assert [p.job_id for p in SHARING.cycle(snap).preemptions] == [207]
 
 
 def test_a_job_that_has_held_many_gpu_seconds_does_not_share():

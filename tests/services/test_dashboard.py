@@ -12,11 +12,10 @@ import time
 
 import pytest
 
-from tests.plane import Plane, script
+from tests.plane import Plane, job_dir, script
 from trainyard.api import charts
 from trainyard.services import dashboard, dashboard_history
 from trainyard.services.auth import Principal
-from trainyard.services.jobs import job_dir
 from trainyard.store.models import AttemptRow, JobRow, NodeRow
 
 ADMIN = Principal("admin", "admin")

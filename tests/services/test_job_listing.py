@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.plane import TWO_TEAMS
+from tests.plane import TEST_IDENTITY, TWO_TEAMS
 from trainyard.control.plane import ControlPlane
 from trainyard.services import jobs
 from trainyard.services.auth import Principal
@@ -14,7 +14,7 @@ ADMIN = Principal("admin", "admin")
 
 @pytest.fixture
 def cp(tmp_path):
-    cp = ControlPlane(tmp_path / "yard", config_text=TWO_TEAMS.read_text())
+    cp = ControlPlane(tmp_path / "yard", config_text=TWO_TEAMS.read_text(), **TEST_IDENTITY)
     with cp.store.session.begin() as s:
         cfg = cp.configs.current(s)
         wd = str(cp.data_dir)
@@ -61,16 +61,19 @@ def test_listing_shape_and_privacy(cp):
             jobs.list_job_dicts(s, Principal("job-1", "job", "vision", job_id=1))
     [j] = mine
     assert list(j) == ["id", "name", "user", "team", "class", "pool", "state", "reason", "held", "nodes_min",
-                       "nodes_max", "gpus_per_node", "gpus", "tasks_per_node", "gpu_mem_gb", "time_limit_s",
+                       "nodes_max", "gpus_per_node", "gpus", "tasks_per_node", "gpu_mem_gb", "mem_mib",
+                           "mem_per_gpu_mib", "cpus_per_task", "time_limit_s",
                        "checkpoint_interval_s", "submit_time", "begin_time", "eligible_time", "start_time", "end_time",
                        "est_start", "attempt", "placement", "exit_code", "signal", "last_checkpoint", "progress", "retries",
                        "retry_after", "lost_gpu_s", "avoid_nodes", "dependency", "array_job_id", "array_task_id",
-                       "command", "workdir", "env", "output"] + ENGINE_EXTRAS
+                       "constraint", "gpu_model", "nodelist_asked", "exclude_nodes", "exclusive", "ntasks", "command", "workdir", "env", "output", "error", "open_mode", "mail_type",
+                       "mail_user"] + ENGINE_EXTRAS
     assert (j["class"], j["state"], j["reason"], j["held"], j["gpus"], j["gpu_mem_gb"], j["time_limit_s"]) == \
         ("batch", "PENDING", "JobHeldUser", True, 2, 8.0, 7200.0)
     assert (j["command"], j["env"], j["output"]) == (["python", "-c", "print(1)"], {"A": "b"}, "out-%j.log")
     [o] = other
     assert (o["command"], o["workdir"], o["env"], o["output"]) == (None, None, None, "out-%j.log")
+    assert o["mail_user"] is None  # another team's address is not shown, as its command is not
 
 
 @pytest.mark.parametrize("who", [ADMIN, Principal("n", "member", "nlp"), Principal("v", "viewer")])

@@ -22,7 +22,7 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import func, inspect, select, text
 
-from tests.plane import TWO_TEAMS, Plane, script
+from tests.plane import TWO_TEAMS, Plane, identity_config_text, script
 from trainyard.services import auth, config, jobs
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Forbidden, NotFound, ServiceError, Unauthorized
@@ -85,7 +85,7 @@ def count(st: Store, model) -> int:  # noqa: ANN001
 
 def with_config(st: Store) -> config.ConfigVersion:
     with st.session.begin() as s:
-        config.apply(s, TWO_TEAMS.read_text(), ADMIN)
+        config.apply(s, identity_config_text(), ADMIN)  # submits run as the test's account
     with st.session() as s:
         return config.ConfigCache().current(s)
 
@@ -184,10 +184,12 @@ def test_config_versions_apply_diff_rollback(store: Store) -> None:
         assert [h["version"] for h in config.history(s)] == [3, 2, 1]
         assert config.ConfigCache().current(s).spec.teams[0].quotas["default"].nominal == 4
         kinds = s.scalars(select(EventRow.kind).order_by(EventRow.id)).all()
-        assert kinds == ["config.applied"] * 3
+        assert [k for k in kinds if k != "quota.changed"] == ["config.applied"] * 3
+        assert "quota.changed" in kinds  # the audit trail's before/after of each team's quota (issue 18)
         with pytest.raises(NotFound):
             config.get_version(s, 99)
     # refused and invalid changes write nothing
+    events = count(store, EventRow)
     with pytest.raises(Forbidden), store.session.begin() as s:
         config.apply(s, v2_text, Principal("olga", "operator"))
     with pytest.raises(ServiceError) as e, store.session.begin() as s:
@@ -195,7 +197,7 @@ def test_config_versions_apply_diff_rollback(store: Store) -> None:
     assert "unknown pool 'gpu-big'" in e.value.message
     with pytest.raises(NotFound), store.session.begin() as s:
         config.rollback(s, 42, ADMIN)
-    assert count(store, ConfigVersionRow) == 3 and count(store, EventRow) == 3
+    assert count(store, ConfigVersionRow) == 3 and count(store, EventRow) == events
 
 
 # -- tokens ----------------------------------------------------------------------------------------

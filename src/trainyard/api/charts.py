@@ -94,6 +94,7 @@ class Chart:
     legend: list[tuple[str, str]] = field(default_factory=list)  # (css, name)
     data: dict[str, str] = field(default_factory=dict)  # data-* attributes of the <svg>
     empty: str | None = None  # shown instead of a plot when there is nothing to draw
+    bars: list[tuple[str, float, float, float, float, str]] = field(default_factory=list)  # (css, x, y, w, h, tip)
 
     @property
     def box(self) -> tuple[float, float, float, float]:
@@ -148,4 +149,25 @@ def line_chart(title: str, series: list[Series], *, width: int = 640, height: in
     c.x_ticks = [(px(t), x_fmt(t)) for t in ticks]
     c.y_ticks = [(py(t), y_fmt(t)) for t in y_ticks(lo, hi, 4) if lo <= t <= hi]
     c.markers = [(px(x), tip) for x, tip in markers if x0 <= x <= x1]
+    return c
+
+
+def bar_chart(title: str, bars: list[tuple[str, float, str]], *, width: int = 400, height: int = 180,
+              y_fmt: Fmt = fmt_number, y_ticks: Callable[[float, float, int], list[float]] = nice_ticks,
+              empty: str = "nothing in this period") -> Chart:
+    """Vertical bars, one per (label, value, css), from 0; the labels are the x ticks."""
+    c = Chart(width, height, title)
+    if not bars or not any(v > 0 for _, v, _ in bars):
+        c.empty = empty
+        return c
+    left, top, right, bottom = c.box
+    hi = max(v for _, v, _ in bars)
+    slot = (right - left) / len(bars)
+    for i, (label, v, css) in enumerate(bars):
+        h = (bottom - top) * v / hi
+        x = left + i * slot + slot * 0.15
+        c.bars.append((css, round(x, 1), round(bottom - h, 1), round(slot * 0.7, 1), round(h, 1),
+                       f"{label}: {y_fmt(v)}"))
+        c.x_ticks.append((round(left + (i + 0.5) * slot, 1), label))
+    c.y_ticks = [(round(bottom - (bottom - top) * t / hi, 1), y_fmt(t)) for t in y_ticks(0.0, hi, 4) if 0 <= t <= hi]
     return c

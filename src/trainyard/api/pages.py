@@ -16,6 +16,7 @@ from markupsafe import Markup
 from trainyard.api import charts
 from trainyard.services.dashboard import LossCurve
 from trainyard.services.dashboard_history import History
+from trainyard.services.usage_history import UsageHistory
 
 # Only our own script and stylesheet run or apply; no page may frame ours.
 HEADERS = {
@@ -104,3 +105,38 @@ def history_charts(h: History, now: float) -> list[charts.Chart]:
                            charts.Series("max", list(zip(xs, h.wait_max_s)), "s3", dots=True)],
                           y_min=0.0, y_fmt=charts.fmt_duration, y_ticks=charts.duration_ticks, empty="no job started in this window", **opts),
     ]
+
+
+def usage_charts(h: UsageHistory, rep: dict[str, Any]) -> list[charts.Chart]:
+    """The Usage page: GPU-hours per team per bucket against nominal quota, busy % per bucket, queue
+    wait percentiles per class, lost GPU-hours by cause. The numbers ride along as data-* attributes."""
+    xs = [c - h.end for c in h.centers]
+    span = h.end - h.start
+    opts = dict(width=560, height=220, x_range=(-span, 0.0), x_fmt=charts.fmt_ago,
+                x_tick_values=[-span + i * span / 6 for i in range(7)])
+    series = []
+    for i, (team, values) in enumerate(sorted(h.team_gpu_hours.items())):
+        css = f"s{i % 6}"
+        series.append(charts.Series(team, list(zip(xs, values)), css))
+        if team in h.team_nominal_gpu_hours:
+            series.append(charts.Series(f"{team} quota", [(x, h.team_nominal_gpu_hours[team]) for x in xs],
+                                        f"{css} quota"))
+    per_bucket = charts.fmt_duration(h.bucket_s)
+    teams = charts.line_chart(f"GPU-hours per team per {per_bucket} (dashed: nominal quota)", series, y_min=0.0,
+                              **opts)
+    teams.data.update({f"team-{t}": ",".join(f"{v:.6g}" for v in vals) for t, vals in h.team_gpu_hours.items()})
+    busy = charts.line_chart(f"busy % of {h.capacity} GPUs", [charts.Series("busy", list(zip(xs, h.busy_pct)), "s1")],
+                             y_min=0.0, y_max=100.0, y_fmt=lambda v: f"{v:.0f}%", **opts)
+    busy.data["busy"] = ",".join(f"{v:.6g}" for v in h.busy_pct)
+    waits = rep["waits"]
+    wait = charts.bar_chart("queue wait p50 / p90 / p99 per class",
+                            [(f"{w['class']} p{q}", w[f"p{q}_s"], f"s{k}") for w in waits
+                             for k, q in enumerate((50, 90, 99))],
+                            width=560, height=220, y_fmt=charts.fmt_duration, y_ticks=charts.duration_ticks,
+                            empty="no attempt started in this period")
+    wait.data.update({f"wait-{w['class']}": f"{w['p50_s']:.6g},{w['p90_s']:.6g},{w['p99_s']:.6g}" for w in waits})
+    lost_by = sorted(rep["cluster"]["lost_by_cause"].items())
+    lost = charts.bar_chart("lost GPU-hours by cause", [(c, v, "s3") for c, v in lost_by], width=560, height=220,
+                            empty="no work lost in this period")
+    lost.data.update({f"lost-{c}": f"{v:.6g}" for c, v in lost_by})
+    return [teams, busy, wait, lost]

@@ -88,6 +88,17 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class Constraints:
+    """The job's own placement options (sbatch's `-C`, GPU model, `-x`, `--exclusive`): the engine
+    has honoured them already; a backend whose engine checks them too (Slurm) passes them on."""
+
+    constraint: str | None = None
+    gpu_model: str | None = None
+    exclude: tuple[str, ...] = ()
+    exclusive: bool = False
+
+
+@dataclass(frozen=True)
 class LaunchSpec:
     """Everything needed to start one attempt of a job; decided by the control loop."""
 
@@ -102,6 +113,19 @@ class LaunchSpec:
     job: JobInfo = JobInfo()  # name, team, pool, class...: what the environment's Slurm part says
     owner: Owner | None = None  # who the ranks run as (None: the plane's own user)
     limits: Limits = Limits()  # memory and CPUs per node / task
+    # When the plane will have ended this attempt for its time limit (SIGTERM, grace, SIGKILL), in
+    # seconds from its start; None: no limit. A backend with limits of its own (Slurm's --time)
+    # sets one here as a backstop; the plane's own stop comes first.
+    time_limit_s: float | None = None
+    # A batch script (`yard submit job.sbatch`), run as Slurm runs one: `command` runs once, on the
+    # first rank's node, with the whole allocation's environment; its `srun` starts the tasks
+    # (`ranks`). The attempt then has one rank to report, 0: the script, whose exit is the job's.
+    # False: `command` is every rank's (the command form, `yard submit -- CMD`, like `srun CMD`).
+    batch: bool = False
+    constraints: Constraints = Constraints()
+    # sbatch's -e/--error: each rank's stderr goes to `JobDir.rank_err(r)`, its stdout alone to
+    # `rank_log(r)` (False: both to rank_log, as sbatch without --error)
+    stderr_apart: bool = False
 
 
 @dataclass(frozen=True)
@@ -115,6 +139,7 @@ class RankState:
     signal: int | None  # set when it was killed by a signal (e.g. 9, 15)
     lost: bool = False  # gone with no recorded exit (died unwatched, pid recycled, or its node died)
     stopped: bool = False  # running but stopped (SIGSTOP, /proc state T): makes no progress
+    oom_killed: bool = False  # the kernel's OOM killer killed a process of the rank (its memory limit)
 
 
 @dataclass(frozen=True)
@@ -140,7 +165,8 @@ class Backend(Protocol):
 
     def launch(self, spec: LaunchSpec) -> None: ...
 
-    def signal(self, job_id: int, attempt: int, sig: int) -> None: ...
+    def signal(self, job_id: int, attempt: int, sig: int, *, batch_shell: bool = False) -> None: ...
+    # batch_shell: sbatch's --signal=B:SIG, to a batch job's script shell rather than its steps' tasks
 
     def poll(self) -> list[AttemptState]: ...
 

@@ -16,6 +16,8 @@ can carry it like any command::
                                                     and exit 75 two seconds later
     ["yard-fake", "term=ignore"]                    runs until SIGKILL (ends with signal 9)
     ["yard-fake", "run=3", "oom"]                   after 3 s: an out-of-memory error in its log, exit 1
+    ["yard-fake", "run=3", "oom=kill"]              after 3 s: killed by the kernel's OOM killer (signal 9,
+                                                    `oom_killed`, nothing in the log), as over its --mem
     ["yard-fake", "run=60", "rank1:run=2", "rank1:exit=1"]   rank 1 fails after 2 s, the others run on
 
     run=T       seconds until it exits by itself (default: never)
@@ -29,6 +31,7 @@ can carry it like any command::
     ckpt=K      rank 0 commits <checkpoint dir>/step-<N>/COMMITTED every K steps
     log=TEXT    a line written to the rank's log at start (repeatable)
     oom         "torch.OutOfMemoryError: CUDA out of memory" in the log when it exits
+    oom=kill    instead of exiting, the kernel's OOM killer kills it (RankState.oom_killed)
     rankN:KEY=VALUE   the same, for rank N only
 
 A command that is not `yard-fake` is looked up in `programs` (argv[0] → Program); otherwise, if
@@ -114,6 +117,7 @@ class Program:
     checkpoint_every: int | None = None
     log: tuple[str, ...] = ()
     oom: bool = False
+    oom_kill: bool = False
 
 
 def parse_program(argv: list[str]) -> tuple[Program, dict[int, Program]]:
@@ -151,6 +155,8 @@ def parse_program(argv: list[str]) -> tuple[Program, dict[int, Program]]:
                 target["checkpoint_every"] = int(value)
             elif key == "log":
                 target["log"] = (*target.get("log", ()), value)  # type: ignore[misc]
+            elif key == "oom" and value == "kill":
+                target["oom_kill"] = True
             elif key == "oom" and not value:
                 target["oom"] = True
                 target.setdefault("exit_code", 1)
@@ -189,6 +195,7 @@ class _Rank:
     exit_code: int = 0
     checkpoint_at_exit: bool = False
     ended: tuple[int | None, int | None, bool] | None = None  # (exit code, signal, lost)
+    oom_killed: bool = False
 
     def __post_init__(self) -> None:
         self.exit_at, self.exit_code = self.program.run_s, self.program.exit_code
@@ -316,7 +323,8 @@ class FakeCluster:
             self._commit(att, rk)
         if rk.program.oom:
             _append(att.jd.rank_log(rk.rank), [OOM_LINE])
-        rk.ended = (rk.exit_code, None, False)
+        rk.oom_killed = rk.program.oom_kill
+        rk.ended = (None, _KILL, False) if rk.oom_killed else (rk.exit_code, None, False)
 
     def deliver(self, att: _Attempt, rk: _Rank, sig: int, now: float) -> None:
         self.advance(att, rk, now)
@@ -369,6 +377,7 @@ class FakeBackend:
     """
 
     name = "fake"
+    containment = "fake"  # no processes: nothing to contain (see backends.contain for the local backend)
 
     def __init__(self, data_dir: str | Path, nodes: list[NodeInfo], *, clock: Callable[[], float] | None = None,
                  cluster: FakeCluster | None = None, programs: Mapping[str, Program] | None = None,
@@ -442,7 +451,7 @@ class FakeBackend:
                 _Attempt(spec, out)
             self._known.add((spec.job_id, spec.attempt))
 
-    def signal(self, job_id: int, attempt: int, sig: int) -> None:
+    def signal(self, job_id: int, attempt: int, sig: int, *, batch_shell: bool = False) -> None:
         """Deliver `sig` to every rank (recorded in `signals`); ranks or attempts gone are skipped."""
         with self.cluster.lock:
             att = self._attempt(job_id, attempt)
@@ -624,7 +633,7 @@ def _state(rk: _Rank) -> RankState:
     if rk.ended is None:
         return RankState(rk.rank, rk.pid, running=True, exit_code=None, signal=None, stopped=rk.stopped)
     code, sig, lost = rk.ended
-    return RankState(rk.rank, rk.pid, running=False, exit_code=code, signal=sig, lost=lost)
+    return RankState(rk.rank, rk.pid, running=False, exit_code=code, signal=sig, lost=lost, oom_killed=rk.oom_killed)
 
 
 def _append(path: Path, lines: list[str]) -> None:

@@ -4,14 +4,28 @@ One machine plays one or more nodes, so the whole control plane (placement acros
 node rendezvous, preemption, requeue, re-attach) runs for real without a cluster.
 
 Processes. Each rank is `rank_runner.py` (see there) in its own session and process group, with
-the command as its child in that group. Signals go to the whole group (`os.killpg`), so SIGKILL
-leaves nothing behind, grandchildren included. A command that starts its own session or daemon
-escapes the group, exactly as under Slurm without cgroups; that is not prevented here.
+the command as its child. The command and everything it starts live in the attempt's *cell*
+(`backends.contain`: a cgroup v2 or v1 subtree, or the runner's descendants in subreaper mode),
+which it enters between fork and exec, so a command that starts its own session or daemon
+(torchrun's workers, `setsid`, `nohup … &`) does not escape: `signal` reaches every process of
+the cell (frozen while signalled, so a fork cannot slip past; the SIGUSR1 notice goes to the
+processes that handle it, see `contain.ops.notice`), a rank is over only when its cell is empty
+(the runner kills what the command left behind), and `release` removes the cell only once it is
+empty. The chosen mode is `containment` / `containment_line` (said by `yard up` and shown in
+`yard nodes`). Limits (`LaunchSpec.limits`) are the cell's: memory per node, CPU bandwidth and
+the GPU devices per rank; emulated GPUs are character devices `<data_dir>/dev/nvidia<minor>`
+(TRAINYARD_GPU_DEVICES names a rank's own). A limit the mode cannot enforce fails the launch.
+
+Identity. With `LaunchSpec.owner` the runner (which stays the plane's user, root) starts the
+command as that account: setgroups(owner.groups), setgid, setuid, and HOME/USER/LOGNAME of the
+account in the environment; the rank logs are chowned to the owner before the command writes
+them. Without an owner the ranks run as the plane's own user.
 
 Run state on disk, so a control plane killed with -9 loses nothing:
 
     <job_dir>/logs/rank-<r>.log               appended across attempts, a marker line per attempt
-    <job_dir>/run/attempt-<a>/attempt.json    written before any rank starts: ranks and placement
+    <job_dir>/run/attempt-<a>/attempt.json    written before any rank starts: ranks and placement,
+                                              owner, the cell (`cell`, `contain`: absolute paths)
     <job_dir>/run/attempt-<a>/rank-<r>.json   written by the runner: pid, start time, pgid
     <job_dir>/run/attempt-<a>/rank-<r>.exit   written by the runner (or by the backend that reaped
                                               a runner killed by a signal): exit code or signal
@@ -21,9 +35,15 @@ Run state on disk, so a control plane killed with -9 loses nothing:
                                               on every inventory/poll/launch, absent means up
 
 A new `LocalBackend` scans `<data_dir>/jobs/*/run/attempt-*` and reports those attempts from the
-files alone; a pid counts as the rank only if its /proc start time matches the record (pids get
-recycled). A runner that is gone without an exit file is `lost`. `release` deletes `run/attempt-<a>/`
-and keeps the logs.
+files alone (cells included: they are found by their recorded paths), and kills and removes any
+cell of its data dir that no run dir records; a pid counts as the rank only if its /proc start time matches the record (pids get
+recycled). A runner that is gone without an exit file is `lost`; a finished attempt's leftover
+processes are killed by the next poll. `release` deletes `run/attempt-<a>/` and keeps the logs.
+
+A batch script (`LaunchSpec.batch`) is one rank, the script, on the first node with the
+allocation's environment and our `srun`/`scontrol` first on its PATH (`local_batch`,
+`local_srun`); its tasks are srun's children, in the script's cell. Fault injection on another
+node of a batch job does not reach those tasks (attempt.json places only the script).
 
 Launch waits until every runner has recorded that its command was executed, so it can honour
 "every rank or none": a command that is not found (127) or not executable (126) is recorded in the
@@ -34,8 +54,9 @@ it dead; `hang_node` SIGSTOPs them and marks it hung; `revive_node` SIGCONTs and
 node that is not up is `healthy=False` in the inventory, refuses launches and fails `check_node`.
 They act on the run state on disk, so any process on the same data dir can inject them.
 
-Environment: the ranks inherit this process's environment minus `TRAINYARD_*` (the control plane's
-own settings are not the job's business) and minus Slurm's job variables (`SLURM_*`, `SLURMD_*`
+Environment: the ranks inherit this process's environment minus `TRAINYARD_*` and `YARD_*` (the
+control plane's own settings and the CLI's, YARD_TOKEN included, are not the job's business) and
+minus Slurm's job variables (`SLURM_*`, `SLURMD_*`
 but SLURM_CONF: were the plane itself started inside a Slurm allocation, those would describe
 that allocation, not this job), then `LaunchSpec.env`, then every part of `contracts.rank_env`
 (the contract, TRAINYARD_*, torchelastic's and the emulated Slurm job variables; every emulated
@@ -47,7 +68,9 @@ node i's GPU j is physical GPU offset(i) + j when the nodes are slices of real G
 
 from __future__ import annotations
 
+import logging
 import os
+import pwd
 import shutil
 import signal as _signal
 import socket
@@ -56,18 +79,24 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
 from trainyard.backends import _procfs
 from trainyard.backends import registry
+from trainyard.backends import contain
+from trainyard.backends import local_batch
 from trainyard.backends._files import read_json, write_json
-from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState
+from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, Owner, RankLaunch, RankState
+from trainyard.backends.contain import ops as contain_ops
+from trainyard.backends.contain.devices import Device, gpu_devices
 from trainyard.contracts import EnvPart, Gang, JobDir, RankSlot, rank_env
 from trainyard.ports import free_port
 
 RUNNER = Path(__file__).with_name("rank_runner.py")
+log = logging.getLogger("trainyard.backend")
 EMULATED_MODEL = "emulated"
 
 
@@ -79,6 +108,7 @@ class _Attempt:
     world_size: int
     procs: dict[int, subprocess.Popen] = field(default_factory=dict)  # runners we started, not yet reaped
     nodes: dict[int, str] = field(default_factory=dict)  # rank -> node it was placed on
+    cell: dict | None = None  # the containment record (attempt.json "cell"); None: process groups only
 
 
 class LocalBackend:
@@ -97,10 +127,16 @@ class LocalBackend:
         *,
         gpu_offsets: Mapping[str, int] | None = None,
         launch_timeout_s: float = 30.0,
+        containment: str | None = None,
     ) -> None:
         """`gpu_offsets`: physical index of each node's GPU 0. Default: nodes that are slices of
         real GPUs (gpu_model != "emulated", as `detect_local_nodes` makes them) are laid out
         contiguously in list order; emulated ones use their node-local indices.
+        `containment`: auto | cgroup2 | cgroup1 | subreaper (None: $TRAINYARD_CONTAINMENT, else
+        auto; see `backends.contain`).
+
+        Raises:
+            BackendError: the containment asked for by name cannot work here (the message says why).
         """
         names = [n.name for n in nodes]
         if len(set(names)) != len(names):
@@ -113,7 +149,23 @@ class LocalBackend:
         self._launch_timeout_s = launch_timeout_s
         self._lock = threading.RLock()
         self._attempts: dict[tuple[int, int], _Attempt] = {}
+        self._stuck: dict[tuple[int, int], _Attempt] = {}  # released, but processes would not die yet
+        try:
+            self._contain = contain.choose(containment, str(self._data_dir))
+        except contain.ContainmentError as e:
+            raise BackendError(str(e)) from e
+        self._devices, devices_note = gpu_devices(
+            str(self._data_dir), [(n.name, n.gpus, n.gpu_model == EMULATED_MODEL) for n in nodes], self._offsets)
+        self.containment = self._contain.mode
+        self.containment_line = self._contain.line() + (f"; {devices_note}" if devices_note else "")
+        # A fallback is a warning (an operator should know the jobs are less contained than they could be).
+        (log.warning if self._contain.fallback or devices_note else log.info)("%s", self.containment_line)
         self._discover()
+        # Cells on disk that no run dir re-attaches (the plane died between making them and
+        # recording them, or a run dir was deleted by hand): nothing of them may run on.
+        swept = self._contain.driver.sweep(self._keys_on_disk())
+        if swept:
+            log.warning("containment: killed and removed %d unrecorded attempt cell(s): %s", len(swept), ", ".join(swept))
 
     # -- interface ------------------------------------------------------------------------------
 
@@ -141,13 +193,26 @@ class LocalBackend:
                 jd.logs.mkdir(parents=True, exist_ok=True)
                 run_dir.parent.mkdir(parents=True, exist_ok=True)
                 if run_dir.is_dir() and not any(run_dir.glob("rank-*.json")):
-                    shutil.rmtree(run_dir)  # an owner died before starting any rank of it
+                    # An owner died before any rank of it had recorded itself: end what it may
+                    # have started, then start afresh.
+                    old = (read_json(run_dir / "attempt.json") or {}).get("cell")
+                    if old:
+                        contain_ops.kill(old, [], timeout_s=5)
+                        contain_ops.remove(old)
+                    shutil.rmtree(run_dir)
                 run_dir.mkdir()  # fails if live state of this attempt is there: never mix two runs
             except OSError as e:
                 raise BackendError(f"job {spec.job_id}: cannot create {e.filename}: {e.strerror}") from e
-            att = _Attempt(spec.job_id, spec.attempt, run_dir, len(spec.ranks), nodes={r.rank: r.node for r in spec.ranks})
+            nodes = {0: _first_node(spec)} if spec.batch else {r.rank: r.node for r in spec.ranks}
+            att = _Attempt(spec.job_id, spec.attempt, run_dir, len(nodes), nodes=nodes)
             try:
-                write_json(run_dir / "attempt.json", _attempt_record(spec))
+                cell = self._prepare_cell(spec)
+            except BackendError:
+                shutil.rmtree(run_dir, ignore_errors=True)
+                raise
+            att.cell = {k: v for k, v in cell.items() if k != "ranks"}
+            try:
+                write_json(run_dir / "attempt.json", _attempt_record(spec, cell))
                 self._start_ranks(spec, att, jd)
                 self._await_runners(att)
                 # A fault injected by another process while we were starting: it may not have
@@ -164,30 +229,57 @@ class LocalBackend:
                 raise
             self._attempts[(spec.job_id, spec.attempt)] = att
 
-    def signal(self, job_id: int, attempt: int, sig: int) -> None:
-        """Send `sig` to each rank's process group; ranks (or attempts) already gone are skipped."""
+    def signal(self, job_id: int, attempt: int, sig: int, *, batch_shell: bool = False) -> None:
+        """Send `sig` to every process of the attempt (its cell: every session and daemon its
+        ranks started); ranks (or attempts) already gone are skipped. `batch_shell` (--signal=B:)
+        changes nothing here: the notice reaches a batch script's shell already. The preemption notice
+        (SIGUSR1) goes to the processes that handle it, or to a rank's command where none does
+        (`contain.ops.notice`: a launcher that does not handle it must not die of it). An attempt
+        recorded without a cell (by an older plane) gets it by process group."""
         with self._lock:
             att = self._attempts.get((job_id, attempt))
             if att is None:
                 return
-            for r in range(att.world_size):
-                rec = read_json(att.run_dir / f"rank-{r}.json")
-                if rec is not None and _group_is_ours(rec):
-                    try:
-                        os.killpg(rec["pgid"], sig)
-                    except ProcessLookupError:
-                        pass
+            recs = [rec for r in range(att.world_size) if (rec := read_json(att.run_dir / f"rank-{r}.json"))]
+            if att.cell is not None and sig == _signal.SIGUSR1:
+                plans = (read_json(att.run_dir / "attempt.json") or {}).get("contain") or {}
+                ranks = []
+                for r in range(att.world_size):
+                    rec = read_json(att.run_dir / f"rank-{r}.json")
+                    live = rec is not None and _procfs.is_alive(rec["pid"], rec["start_time"])
+                    ranks.append((plans.get(str(r)) or {}, rec["pid"] if live else None,
+                                  rec.get("child_pid") if rec else None))
+                contain_ops.notice(att.cell, ranks, sig)
+                return
+            if att.cell is not None:
+                contain_ops.signal(att.cell, _runner_pids(recs), sig)
+                if sig in (_signal.SIGKILL, _signal.SIGCONT):
+                    # A runner stopped with its rank (`hang_rank`, a hung node) must go on to reap
+                    # the command and record how it ended.
+                    for rec in recs:
+                        if _group_is_ours(rec):
+                            _killpg(rec["pgid"], _signal.SIGCONT)
+                return
+            for rec in recs:
+                if _group_is_ours(rec):
+                    _killpg(rec["pgid"], sig)
 
     def poll(self) -> list[AttemptState]:
         """Facts about every known attempt. A rank that was alive when its node died (`kill_node`,
         by this or another process) is `lost`, whatever exit record it left; a rank whose
         processes are stopped (a hung node, `hang_rank`) is `running` and `stopped`."""
         with self._lock:
+            self._retry_stuck()
             dead = {n for n in self._nodes if self._node_state(n) == "dead"}
-            return [
-                AttemptState(a.job_id, a.attempt, [self._rank_state(a, r, dead) for r in range(a.world_size)])
-                for _, a in sorted(self._attempts.items())
-            ]
+            out = []
+            for _, a in sorted(self._attempts.items()):
+                st = AttemptState(a.job_id, a.attempt, [self._rank_state(a, r, dead) for r in range(a.world_size)])
+                if st.done and a.cell is not None and a.cell.get("mode") != "subreaper":
+                    # Every runner is gone (each drains its rank before it exits, but one killed
+                    # with its node cannot): whatever is left in the cell dies now.
+                    contain_ops.signal(a.cell, [], _signal.SIGKILL)
+                out.append(st)
+            return out
 
     def check_node(self, name: str) -> tuple[bool, str]:
         """Health check before a drained node returns to service: (passed, reason).
@@ -229,7 +321,16 @@ class LocalBackend:
         them later, and a re-attaching backend treats a zombie as exited.
         """
         with self._lock:
+            # The cells of attempts that are over (nothing runs in them) go now: a plane stopped
+            # between an attempt's end and its release would otherwise leave empty cgroups behind
+            # (the next owner's release finds them gone, which is fine). rmdir fails on a cgroup
+            # that still has a process, so nothing running is touched.
+            for att in self._attempts.values():
+                recs = [rec for r in range(att.world_size) if (rec := read_json(att.run_dir / f"rank-{r}.json"))]
+                if att.cell is not None and not _runner_pids(recs):  # every runner has recorded its end
+                    contain_ops.remove(att.cell, retry_s=0)
             self._attempts.clear()
+            self._contain.driver.close()  # only removes our base directories when they are empty
 
     # -- fault injection (emulation only; not part of the Backend interface) ---------------------
 
@@ -254,14 +355,13 @@ class LocalBackend:
                     write_json(run_dir / f"rank-{r}.lost", {"node": name, "reason": "node dead", "at": _now()})
                 except OSError:
                     continue  # the attempt was released meanwhile
-                rec = read_json(run_dir / f"rank-{r}.json")
-                if rec is not None and _group_is_ours(rec):
-                    _killpg(rec["pgid"], _signal.SIGKILL)
-                    killed.append(rec)
+                killed.append((run_dir, r))
+            self._signal_ranks(killed, _signal.SIGKILL)
+            recs = [rec for run_dir, r in killed if (rec := read_json(run_dir / f"rank-{r}.json"))]
             deadline = time.monotonic() + 5
-            while killed and time.monotonic() < deadline:
-                killed = [rec for rec in killed if _group_is_ours(rec) and _group_has_live_member(rec)]
-                if killed:
+            while recs and time.monotonic() < deadline:
+                recs = [rec for rec in recs if _group_is_ours(rec) and _group_has_live_member(rec)]
+                if recs:
                     time.sleep(0.01)
 
     def hang_node(self, name: str) -> None:
@@ -274,7 +374,7 @@ class LocalBackend:
         with self._lock:
             self._known_node(name)
             self._set_node_state(name, "hung")
-            self._stop_groups([rec for run_dir, r in self._ranks_on(name) if (rec := read_json(run_dir / f"rank-{r}.json"))])
+            self._stop_ranks(self._ranks_on(name))
 
     def revive_node(self, name: str) -> None:
         """The node is repaired: SIGCONT the stopped rank groups still on it, mark it `up`.
@@ -286,8 +386,7 @@ class LocalBackend:
         """
         with self._lock:
             self._known_node(name)
-            recs = [rec for run_dir, r in self._ranks_on(name) if (rec := read_json(run_dir / f"rank-{r}.json"))]
-            self._signal_groups(recs, _signal.SIGCONT)
+            self._signal_ranks(self._ranks_on(name), _signal.SIGCONT)
             self._set_node_state(name, "up")
 
     def kill_rank(self, job_id: int, attempt: int, rank: int, sig: int = _signal.SIGKILL) -> None:
@@ -297,9 +396,7 @@ class LocalBackend:
             BackendError: no such attempt or rank here (run state on disk, any owner).
         """
         with self._lock:
-            rec = read_json(self._rank_run_dir(job_id, attempt, rank) / f"rank-{rank}.json")
-            if rec is not None:
-                self._signal_groups([rec], sig)
+            self._signal_ranks([(self._rank_run_dir(job_id, attempt, rank), rank)], sig)
 
     def hang_rank(self, job_id: int, attempt: int, rank: int) -> None:
         """SIGSTOP one rank's process group: it keeps `running`, with `stopped=True`. Returns
@@ -309,9 +406,7 @@ class LocalBackend:
             BackendError: no such attempt or rank here (run state on disk, any owner).
         """
         with self._lock:
-            rec = read_json(self._rank_run_dir(job_id, attempt, rank) / f"rank-{rank}.json")
-            if rec is not None:
-                self._stop_groups([rec])
+            self._stop_ranks([(self._rank_run_dir(job_id, attempt, rank), rank)])
 
     # -- node state -----------------------------------------------------------------------------
 
@@ -357,9 +452,10 @@ class LocalBackend:
                 return run_dir
         raise BackendError(f"job {job_id} attempt {attempt}: no rank {rank} here")
 
-    def _stop_groups(self, recs: list[dict]) -> None:
-        """SIGSTOP the groups and wait (briefly) until /proc shows them stopped: delivery is async."""
-        self._signal_groups(recs, _signal.SIGSTOP)
+    def _stop_ranks(self, ranks: list[tuple[Path, int]]) -> None:
+        """SIGSTOP the ranks and wait (briefly) until /proc shows them stopped: delivery is async."""
+        self._signal_ranks(ranks, _signal.SIGSTOP)
+        recs = [rec for run_dir, r in ranks if (rec := read_json(run_dir / f"rank-{r}.json"))]
         deadline = time.monotonic() + 2
         while recs and time.monotonic() < deadline:
             recs = [rec for rec in recs if not _all_stopped(rec)]
@@ -367,10 +463,23 @@ class LocalBackend:
                 time.sleep(0.005)
 
     @staticmethod
-    def _signal_groups(recs: list[dict], sig: int) -> None:
-        for rec in recs:
-            if _group_is_ours(rec):
-                _killpg(rec["pgid"], sig)
+    def _signal_ranks(ranks: list[tuple[Path, int]], sig: int) -> None:
+        """Fault injection: `sig` to every process of each rank's cell, then to its runner's group
+        (a node that dies takes the runner with it). Cell first: in subreaper mode the runner must
+        outlive its descendants, or they would be re-parented out of reach."""
+        for run_dir, r in ranks:
+            rec = read_json(run_dir / f"rank-{r}.json")
+            if rec is None or not _group_is_ours(rec):
+                continue
+            plan = ((read_json(run_dir / "attempt.json") or {}).get("contain") or {}).get(str(r))
+            if plan and sig == _signal.SIGKILL:
+                # Stop the runner first: it must neither record the command's end (the node died,
+                # nobody was left to watch) nor die before its descendants (subreaper mode).
+                _killpg(rec["pgid"], _signal.SIGSTOP)
+                contain_ops.kill(plan, [rec["pid"]], timeout_s=5)
+            elif plan:
+                contain_ops.signal(plan, [rec["pid"]], sig)
+            _killpg(rec["pgid"], sig)
 
     # -- launch ---------------------------------------------------------------------------------
 
@@ -395,6 +504,34 @@ class LocalBackend:
         if not Path(spec.workdir).is_dir():
             raise BackendError(f"{where}: workdir {spec.workdir!r} is not a directory")
 
+    def _prepare_cell(self, spec: LaunchSpec) -> dict:
+        """Make the attempt's cell with its limits (memory per node, CPU and devices per rank)."""
+        lim = spec.limits
+        gpus_on: dict[str, int] = {}
+        for r in spec.ranks:
+            gpus_on[r.node] = gpus_on.get(r.node, 0) + len(r.gpus)
+        node_mem = {n: lim.mem_mib if lim.mem_mib is not None else
+                    (lim.mem_per_gpu_mib * max(1, g) if lim.mem_per_gpu_mib is not None else None)
+                    for n, g in gpus_on.items()}
+        every = tuple(sorted({(d.major, d.minor) for devs in self._devices.values() for d in devs}))
+        if spec.batch:
+            own = {r.rank: [(d.major, d.minor) for d in self._rank_devices(r)] for r in spec.ranks}
+            needs = local_batch.batch_needs(spec, own, node_mem, every)
+        else:
+            needs = contain.Needs(
+            contain.attempt_key(spec.job_id, spec.attempt),
+                tuple(contain.RankNeeds(r.rank, r.node, tuple((d.major, d.minor) for d in self._rank_devices(r)),
+                                        lim.cpus_per_task) for r in spec.ranks),
+                node_mem, every)
+        try:
+            return self._contain.driver.prepare(needs)
+        except contain.ContainmentError as e:
+            raise BackendError(f"job {spec.job_id} attempt {spec.attempt}: {e}") from e
+
+    def _rank_devices(self, r: RankLaunch) -> list[Device]:
+        devs = self._devices.get(r.node) or []
+        return [devs[g] for g in r.gpus if g < len(devs)]
+
     def _start_ranks(self, spec: LaunchSpec, att: _Attempt, jd: JobDir) -> None:
         port = free_port(self._master_addr)  # rank 0 binds it moments later (the usual torchrun race)
         ranks = sorted(spec.ranks, key=lambda r: r.rank)
@@ -403,23 +540,52 @@ class LocalBackend:
                           for r in ranks))
         info = spec.job if spec.job.submit_host else replace(spec.job, submit_host=socket.gethostname())
         inherited = {k: v for k, v in os.environ.items()
-                     if not k.startswith(("TRAINYARD_", "SLURM_", "SLURMD_")) or k == "SLURM_CONF"}
-        for rl in ranks:
-            env = {**inherited, "CUDA_DEVICE_ORDER": "PCI_BUS_ID", **spec.env}
-            env.update(rank_env(gang, rl.rank, job_id=spec.job_id, attempt=spec.attempt,
-                                checkpoint_dir=spec.checkpoint_dir, master_addr=self._master_addr, master_port=port,
-                                workdir=spec.workdir, info=info, parts=EnvPart.ALL))
+                     if not k.startswith(("TRAINYARD_", "YARD_", "SLURM_", "SLURMD_")) or k == "SLURM_CONF"}
+        if exports_none(spec.env):  # --export=NONE or a list: a login's minimal env, nothing of the plane's
+            inherited = minimal_env()
+        if spec.batch:  # the script once, on the first node, with the allocation's environment
+            first = _first_node(spec)
+            on_first = [r for r in ranks if r.node == first]
+            devices = {r.node: [] for r in ranks}
+            for r in ranks:
+                devices[r.node] += [d.path for d in self._rank_devices(r)]
+            local_batch.prepare(att.run_dir, spec, gang, self._master_addr, port, devices, socket.gethostname())
+            path = spec.env.get("PATH", inherited.get("PATH", ""))
+            env = {**inherited, "CUDA_DEVICE_ORDER": "PCI_BUS_ID", **spec.env,
+                   **local_batch.batch_env(gang, replace(spec, job=info), att.run_dir, self._master_addr, port, path)}
+            gpus_of_first = tuple(g for r in on_first for g in r.gpus)
+            devices_of_first = [d.path for r in on_first for d in self._rank_devices(r)]
+            starts = [(RankLaunch(0, first, gpus_of_first), env, devices_of_first)]
+        else:
+            starts = []
+            for rl in ranks:
+                env = {**inherited, "CUDA_DEVICE_ORDER": "PCI_BUS_ID", **spec.env}
+                env.update(rank_env(gang, rl.rank, job_id=spec.job_id, attempt=spec.attempt,
+                                    checkpoint_dir=spec.checkpoint_dir, master_addr=self._master_addr,
+                                    master_port=port, workdir=spec.workdir, info=info, parts=EnvPart.ALL))
+                starts.append((rl, env, [d.path for d in self._rank_devices(rl)]))
+        for rl, env, devices_of_rank in starts:
+            if spec.owner is not None:
+                env.update(_owner_env(spec.owner))
+            env.update(_limits_env(spec, devices_of_rank))
             gpus = ",".join(map(str, rl.gpus)) or "none"
-            with open(jd.rank_log(rl.rank), "ab") as log:
-                log.write(f"=== trainyard: attempt {spec.attempt} started {now} on {rl.node} gpus {gpus} ===\n".encode())
-                log.flush()
+            paths = [jd.rank_log(rl.rank)] + ([jd.rank_err(rl.rank)] if spec.stderr_apart else [])
+            with ExitStack() as files:
+                logs = [files.enter_context(open(p, "ab")) for p in paths]
+                for log in logs:
+                    if spec.owner is not None:  # the job writes its own log (as the owner) through it
+                        made_here = os.fstat(log.fileno()).st_gid == os.getegid()  # else: the job dir's (team's) group
+                        os.fchown(log.fileno(), spec.owner.uid, spec.owner.gid if made_here else -1)
+                    log.write(f"=== trainyard: attempt {spec.attempt} started {now} on {rl.node} gpus {gpus} ===\n"
+                              .encode())
+                    log.flush()
                 att.procs[rl.rank] = subprocess.Popen(
                     [sys.executable, "-I", "-S", str(RUNNER), str(att.run_dir), str(rl.rank), "--", *spec.command],
                     cwd=spec.workdir,
                     env=env,
                     stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
+                    stdout=logs[0],
+                    stderr=logs[1] if spec.stderr_apart else subprocess.STDOUT,  # -e/--error: apart
                     start_new_session=True,
                 )
 
@@ -447,8 +613,14 @@ class LocalBackend:
                 time.sleep(0.005)
 
     def _abort(self, att: _Attempt) -> None:
-        """SIGKILL every group of the attempt, reap our runners, wait for the rest, delete run state."""
+        """SIGKILL every process of the attempt (its cell first, then the runners' groups), reap
+        our runners, wait for the rest; once the cell is empty remove it and the run state. A
+        cell that will not empty (a process in uninterruptible sleep) keeps its run state and is
+        retried on every poll."""
         recs = [read_json(att.run_dir / f"rank-{r}.json") for r in range(att.world_size)]
+        left: set[int] = set()
+        if att.cell is not None:
+            left = contain_ops.kill(att.cell, _runner_pids([rec for rec in recs if rec]), timeout_s=10)
         for r, rec in enumerate(recs):
             proc = att.procs.get(r)
             if proc is not None and proc.poll() is None:
@@ -467,7 +639,40 @@ class LocalBackend:
             live = [rec for rec in live if _group_is_ours(rec) and _group_has_live_member(rec)]
             if live:
                 time.sleep(0.01)
+        if att.cell is not None:
+            left = contain_ops.kill(att.cell, [], timeout_s=1) if left else left
+            busy = contain_ops.remove(att.cell) if not left else ["(populated)"]
+            if left or busy:
+                log.error("job %s attempt %s: its cell is not empty (pids %s) or not removable (%s); retrying",
+                          att.job_id, att.attempt, sorted(left), ", ".join(busy))
+                self._stuck[(att.job_id, att.attempt)] = att
+                return
+        self._remove_run_dir(att)
+
+    def _keys_on_disk(self) -> set[str]:
+        """The cell key of every attempt with a run dir, also one being launched right now by
+        another process on this data dir (its run dir is made before its cell)."""
+        keys = set()
+        for run_dir in JobDir.attempt_runs(self._data_dir):
+            meta = read_json(run_dir / "attempt.json") or {}
+            try:  # the job dir is named <id> or <id>-<key>
+                job = int(meta.get("job_id") or run_dir.parent.parent.name.split("-", 1)[0])
+                keys.add(contain.attempt_key(job, int(meta.get("attempt") or run_dir.name.split("-", 1)[1])))
+            except ValueError:
+                continue
+        return keys | {contain.attempt_key(j, a) for j, a in self._attempts}
+
+    def _retry_stuck(self) -> None:
+        for key, att in list(self._stuck.items()):
+            assert att.cell is not None
+            if not contain_ops.kill(att.cell, [], timeout_s=0.2) and not contain_ops.remove(att.cell):
+                del self._stuck[key]
+                self._remove_run_dir(att)
+                log.info("job %s attempt %s: its cell is empty and removed at last", *key)
+
+    def _remove_run_dir(self, att: _Attempt) -> None:
         shutil.rmtree(att.run_dir, ignore_errors=True)
+        self._contain.driver.close()  # our base cgroup directories, once no attempt is left there
         try:
             att.run_dir.parent.rmdir()  # `run/` itself, once no attempt is left in it
         except OSError:
@@ -528,7 +733,8 @@ class LocalBackend:
                 continue  # the owner died before anything was started
             world = int(meta["world_size"]) if meta else max(ranks) + 1
             nodes = {int(r["rank"]): str(r["node"]) for r in meta.get("ranks", [])} if meta else {}
-            self._attempts[(job_id, attempt)] = _Attempt(job_id, attempt, run_dir, world, nodes=nodes)
+            cell = meta.get("cell") if meta else None
+            self._attempts[(job_id, attempt)] = _Attempt(job_id, attempt, run_dir, world, nodes=nodes, cell=cell)
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -561,7 +767,7 @@ def detect_local_nodes(nodes: int = 1, gpus_per_node: int | None = None) -> list
 
 
 def _create(data_dir: Path, nodes: list[NodeInfo], options: Mapping[str, object]) -> LocalBackend:
-    return LocalBackend(data_dir, nodes)
+    return LocalBackend(data_dir, nodes, containment=options.get("containment"))  # type: ignore[arg-type]
 
 
 def _discover_nodes(data_dir: Path, options: Mapping[str, object]) -> list[NodeInfo]:
@@ -570,7 +776,7 @@ def _discover_nodes(data_dir: Path, options: Mapping[str, object]) -> list[NodeI
 
 registry.register(registry.BackendKind(
     "local", "processes on this machine, which may play several nodes", _create, _discover_nodes,
-    options=frozenset({"nodes", "gpus_per_node"})))
+    options=frozenset({"nodes", "gpus_per_node", "containment"})))
 
 
 def _nvml_gpus() -> list[tuple[str, int]]:
@@ -609,20 +815,88 @@ def _default_offsets(nodes: list[NodeInfo]) -> dict[str, int]:
     return offsets
 
 
-def _attempt_record(spec: LaunchSpec) -> dict:
+def _limits_env(spec: LaunchSpec, devices: list[str]) -> dict[str, str]:
+    """Slurm's variables for the limits asked (as sbatch sets them) and the rank's GPU device files."""
+    out = {}
+    if spec.limits.cpus_per_task is not None:
+        out["SLURM_CPUS_PER_TASK"] = str(spec.limits.cpus_per_task)
+    if spec.limits.mem_mib is not None:
+        out["SLURM_MEM_PER_NODE"] = str(spec.limits.mem_mib)
+    if spec.limits.mem_per_gpu_mib is not None:
+        out["SLURM_MEM_PER_GPU"] = str(spec.limits.mem_per_gpu_mib)
+    if devices:
+        out["TRAINYARD_GPU_DEVICES"] = ",".join(devices)
+    return out
+
+
+def _first_node(spec: LaunchSpec) -> str:
+    """Where a batch script runs: the node of rank 0 (Slurm's first node of the allocation)."""
+    return min(spec.ranks, key=lambda r: r.rank).node
+
+
+def _attempt_record(spec: LaunchSpec, cell: dict) -> dict:
+    if spec.batch:  # one rank, the script, holding the first node's GPUs (`local_batch`)
+        first = _first_node(spec)
+        ranks = [{"rank": 0, "node": first, "gpus": [g for r in spec.ranks if r.node == first for g in r.gpus]}]
+    else:
+        ranks = [{"rank": r.rank, "node": r.node, "gpus": list(r.gpus)} for r in spec.ranks]
     return {
         "job_id": spec.job_id,
         "attempt": spec.attempt,
-        "world_size": len(spec.ranks),
-        "ranks": [{"rank": r.rank, "node": r.node, "gpus": list(r.gpus)} for r in spec.ranks],
+        "world_size": len(ranks),
+        "ranks": ranks,
+        "batch": spec.batch,
+        "allocation": [{"rank": r.rank, "node": r.node, "gpus": list(r.gpus)} for r in spec.ranks],
         "command": list(spec.command),
         "workdir": spec.workdir,
         "started_at": datetime.now(timezone.utc).isoformat(),
+        "cell": {k: v for k, v in cell.items() if k != "ranks"},  # see backends.contain
+        "contain": cell["ranks"],  # each rank's plan: the cgroups its command joins (rank_runner.py)
+        "owner": None if spec.owner is None else {
+            "user": spec.owner.user, "uid": spec.owner.uid, "gid": spec.owner.gid,
+            "groups": list(spec.owner.groups) or [spec.owner.gid]},
     }
 
 
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def exports_none(env: Mapping[str, str]) -> bool:
+    """Whether the job was submitted with `--export=NONE` or a list without ALL: `yard submit` sets
+    SLURM_EXPORT_ENV to the option's value then, as sbatch does (cli/export.py)."""
+    v = env.get("SLURM_EXPORT_ENV")
+    return v is not None and "ALL" not in [x.strip().upper() for x in v.split(",")]
+
+
+def minimal_env() -> dict[str, str]:
+    """What a job with `--export=NONE` starts from, as Slurm's batch step with the user's login
+    environment: a default PATH, and HOME/USER/LOGNAME/SHELL of the account (`_owner_env` sets
+    them again for the owner); nothing of the plane's own environment."""
+    try:
+        pw = pwd.getpwuid(os.geteuid())
+        home, user, shell = pw.pw_dir, pw.pw_name, pw.pw_shell or "/bin/sh"
+    except KeyError:
+        home, user, shell = "/", str(os.geteuid()), "/bin/sh"
+    return {"PATH": DEFAULT_PATH, "HOME": home, "USER": user, "LOGNAME": user, "SHELL": shell}
+
+
+def _owner_env(owner: Owner) -> dict[str, str]:
+    """HOME, USER and LOGNAME of the account the ranks run as (as login and Slurm set them)."""
+    try:
+        home = pwd.getpwuid(owner.uid).pw_dir
+    except KeyError:
+        home = "/"
+    return {"HOME": home, "USER": owner.user, "LOGNAME": owner.user}
+
+
 def _exited(rank: int, pid: int | None, ex: dict) -> RankState:
-    return RankState(rank, pid, running=False, exit_code=ex.get("exit_code"), signal=ex.get("signal"))
+    return RankState(rank, pid, running=False, exit_code=ex.get("exit_code"), signal=ex.get("signal"),
+                     oom_killed=bool(ex.get("oom_killed")))
+
+
+def _runner_pids(recs: list[dict]) -> list[int]:
+    """The runners of these records that are still the very processes recorded (not recycled)."""
+    return [rec["pid"] for rec in recs if _procfs.is_alive(rec["pid"], rec["start_time"])]
 
 
 def _stopped(rec: dict | None) -> bool:

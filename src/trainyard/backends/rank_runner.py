@@ -7,16 +7,40 @@ were the parent and got killed, a rank ending afterwards would leave no trace of
 the local backend starts this runner (in a new session: it is the process-group leader) and the
 runner starts the command as its child in the same group. The runner
 
-1. writes `<run-dir>/rank-<r>.json` = {pid, start_time, pgid, child_pid} (or `error` when the
+1. reads its rank's plan from `<run-dir>/attempt.json` (written by the backend before any rank
+   starts): `owner` {user, uid, gid, groups} and `contain[<rank>]` {mode, join, freezer, kill,
+   memory} (see `backends.contain`);
+2. forks the command's process, which, before it executes anything of the job, writes its pid to
+   `<dir>/cgroup.procs` of every cgroup in `join` (so the command and every descendant, whatever
+   sessions it creates, are inside them), then drops to the owner (setgroups, setgid, setuid) and
+   executes the command. In `subreaper` mode the runner is a child subreaper instead
+   (PR_SET_CHILD_SUBREAPER): orphaned descendants are re-parented to it, not to init;
+3. writes `<run-dir>/rank-<r>.json` = {pid, start_time, pgid, child_pid} (or `error` when the
    command cannot be executed), which tells the backend the rank is up and lets a later control
    plane find it and check the pid was not recycled;
-2. survives the signals the control loop sends to the group (SIGUSR1 preemption notice, SIGTERM,
-   ...): they reach the command directly, the runner only keeps waiting;
-3. writes `<run-dir>/rank-<r>.exit` = {exit_code, signal} atomically when the command ends.
+4. survives the signals the control loop sends (SIGUSR1 preemption notice, SIGTERM, ...): the
+   backend signals the processes of the rank's cgroup (or, in subreaper mode, the runner's
+   descendants), and a signal that reaches the runner's group only keeps it waiting;
+5. when the command ends, kills whatever it left behind in the rank's cgroup (or among the
+   runner's descendants) and waits until none is left, like slurmstepd at the end of a step:
+   a rank is over only when nothing of it runs;
+6. writes `<run-dir>/rank-<r>.exit` = {exit_code, signal, oom_killed} atomically; `oom_killed`
+   is the kernel's own count (memory.events / memory.oom_control of the rank's memory cgroup).
 
-SIGKILL of the group kills the runner too; then no exit file is written and the backend reports
-the rank as killed (if it watched) or lost (if nobody did). A command that cannot be executed is
-recorded as exit code 127 (not found) or 126 (not executable), like a shell, and the launch fails.
+A full data disk cannot lose the exit record: before the command starts, the runner reserves
+`rank-<r>.exit.reserve` (RESERVE_BYTES of blanks, fsynced). When the ordinary write fails for
+want of space, the record is written over the reserved bytes (no new block needed) and the file
+renamed to `rank-<r>.exit`; if even that fails the runner keeps the wait status and retries
+every second, staying alive, so the backend sees the rank running rather than lost (a job that
+exited 0 on a full disk used to be judged NODE_FAIL and run again).
+
+The runner itself stays outside the rank's cgroups and keeps the plane's identity (root, when
+the plane is root): the job cannot signal it, its memory limit does not cover it, and the
+kernel's OOM killer never picks it for the job's allocation. SIGKILL of the runner's group kills
+the runner too; then no exit file is written and the backend reports the rank as killed (if it
+watched) or lost (if nobody did). A command that cannot be executed is recorded as exit code 127
+(not found) or 126 (not executable, or the owner's identity cannot be taken), like a shell, and
+the launch fails.
 
 The runner is run by path with `-I -S` and imports only the standard library, so it starts fast
 and nothing in the job's workdir, PYTHONPATH or site-packages can change its behaviour.
@@ -24,15 +48,22 @@ and nothing in the job's workdir, PYTHONPATH or site-packages can change its beh
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
 import sys
+import time
+import warnings  # noqa: F401  os.execvpe imports it; after setuid the owner may not read the stdlib
 
 # Signals the runner itself must survive (the group gets them, the command acts on them).
 SURVIVE = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 # Python ignores SIGPIPE/SIGXFSZ at start-up; an ignored disposition survives exec, so reset it.
 RESET_IN_CHILD = SURVIVE + (signal.SIGPIPE, signal.SIGXFSZ)
+PR_SET_CHILD_SUBREAPER = 36
+DRAIN_TIMEOUT_S = 30.0
+RESERVE_BYTES = 4096  # room for the exit record, taken before the command starts
+RETRY_S = 1.0
 
 
 def _start_time(pid: int) -> int:
@@ -44,54 +75,339 @@ def _start_time(pid: int) -> int:
 def _write_json(path: str, obj: dict) -> None:
     """Write atomically: a reader sees the old state or the whole new one, never half a file."""
     tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)  # a half-written file on a full disk would only take more of it
+        except OSError:
+            pass
+        raise
 
 
-def main(argv: list[str]) -> int:
+def _reserve(path: str) -> None:
+    """Take the disk space the exit record will need; a disk already full leaves no reserve
+    (the ordinary write and the retries still apply)."""
+    try:
+        with open(path, "wb") as f:
+            f.write(b" " * RESERVE_BYTES)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def _record_exit(exit_path: str, record: dict) -> None:
+    """Write the exit record even on a full disk (see the module docstring); returns once written,
+    or at once when the run dir is gone (the attempt was released: nobody wants it)."""
+    reserve = exit_path + ".reserve"
+    while True:
+        try:
+            _write_json(exit_path, record)
+            try:
+                os.unlink(reserve)
+            except OSError:
+                pass
+            return
+        except OSError as e:
+            if e.errno == errno.ENOENT and not os.path.isdir(os.path.dirname(exit_path)):
+                return
+        try:
+            body = json.dumps(record).encode()
+            with open(reserve, "r+b") as f:
+                f.write(body.ljust(RESERVE_BYTES))  # JSON readers ignore the trailing blanks
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(reserve, exit_path)
+            return
+        except OSError:
+            time.sleep(RETRY_S)  # keep the wait status; the disk may get room again
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def _plan(run_dir: str, rank: int) -> tuple[dict | None, dict]:
+    """(owner, containment) of this rank from attempt.json; a missing file means neither."""
+    try:
+        with open(os.path.join(run_dir, "attempt.json")) as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        return None, {}
+    return meta.get("owner"), (meta.get("contain") or {}).get(str(rank)) or {}
+
+
+# -- starting the command ------------------------------------------------------------------------
+
+
+def _exec_child(command: list[str], owner: dict | None, join: list[str], err_w: int) -> None:
+    """In the forked child: enter the cgroups, become the owner, execute. Never returns."""
+    stage = "join"
+    try:
+        me = str(os.getpid())
+        for d in join:
+            _write(os.path.join(d, "cgroup.procs"), me)
+        stage = "identity"
+        if owner is not None:
+            os.setgroups([int(g) for g in owner.get("groups") or [owner["gid"]]])
+            os.setgid(int(owner["gid"]))
+            os.setuid(int(owner["uid"]))
+        stage = "exec"
+        for sig in RESET_IN_CHILD:
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, ())
+        os.execvpe(command[0], command, os.environ)
+    except BaseException as e:  # report to the runner through the pipe, then die
+        if stage == "exec" and isinstance(e, FileNotFoundError):
+            stage = "notfound"
+        what = getattr(e, "strerror", None) or str(e)
+        try:
+            os.write(err_w, f"{stage}:{what}".encode()[:4000])
+        finally:
+            os._exit(127 if stage == "notfound" else 126)
+
+
+def _spawn(command: list[str], owner: dict | None, join: list[str]) -> tuple[int, str | None, int]:
+    """Fork and execute; (pid, error or None, code). The close-on-exec pipe stays silent when
+    the exec succeeded, and says why otherwise (not found, not executable, setuid refused, ...)."""
+    err_r, err_w = os.pipe()  # both close-on-exec (PEP 446)
+    # Block the signals we survive until the child has reset them: no handler of ours runs in it.
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, SURVIVE)
+    pid = os.fork()
+    if pid == 0:
+        os.close(err_r)
+        _exec_child(command, owner, join, err_w)
+    signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    os.close(err_w)
+    chunks = []
+    while chunk := os.read(err_r, 4096):
+        chunks.append(chunk)
+    os.close(err_r)
+    if not chunks:
+        return pid, None, 0
+    os.waitpid(pid, 0)
+    stage, _, what = b"".join(chunks).decode(errors="replace").partition(":")
+    if stage == "notfound":
+        return pid, f"cannot execute {command[0]!r}: {what}", 127
+    if stage == "join":
+        return pid, f"cannot enter the rank's cgroup: {what}", 126
+    if stage == "identity":
+        user = (owner or {}).get("user")
+        return pid, f"cannot run as {user} (uid {(owner or {}).get('uid')}): {what}", 126
+    return pid, f"cannot execute {command[0]!r}: {what}", 126
+
+
+# -- after the command ---------------------------------------------------------------------------
+
+
+def _oom_kills(memory: str | None) -> int:
+    """How many processes of the rank the kernel's OOM killer killed (v2 memory.events, v1
+    memory.oom_control); 0 without a memory cgroup."""
+    if not memory:
+        return 0
+    for name in ("memory.events", "memory.oom_control"):
+        try:
+            text = _read(os.path.join(memory, name))
+        except OSError:
+            continue
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+    return 0
+
+
+def _cgroup_pids(dirs: list[str]) -> set[int]:
+    out: set[int] = set()
+    for d in dirs:
+        try:
+            out.update(int(p) for p in _read(os.path.join(d, "cgroup.procs")).split())
+        except OSError:
+            pass
+    return out
+
+
+def _kill(pids: set[int]) -> None:
+    for p in pids:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _drain_cgroup(plan: dict) -> None:
+    """Kill every process left in the rank's cgroup and wait until it is empty. v2: cgroup.kill;
+    v1: freeze, SIGKILL each member, thaw (a frozen process cannot fork meanwhile)."""
+    join = plan.get("join") or []
+    deadline = time.monotonic() + DRAIN_TIMEOUT_S
+    while _cgroup_pids(join) and time.monotonic() < deadline:
+        kill_dir, freezer = plan.get("kill"), plan.get("freezer")
+        if kill_dir:
+            try:
+                _write(os.path.join(kill_dir, "cgroup.kill"), "1")
+            except OSError:
+                _kill(_cgroup_pids(join))
+        elif freezer and plan.get("mode") == "cgroup1":
+            state = os.path.join(freezer, "freezer.state")
+            try:
+                _write(state, "FROZEN")
+                until = time.monotonic() + 1.0
+                while _read(state).strip() != "FROZEN" and time.monotonic() < until:
+                    time.sleep(0.005)
+                _kill(_cgroup_pids(join))
+            finally:
+                try:
+                    _write(state, "THAWED")
+                except OSError:
+                    pass
+        else:
+            _kill(_cgroup_pids(join))
+        time.sleep(0.01)
+
+
+def _descendants(root: int) -> set[int]:
+    """Every live descendant of `root`, from the parent links of /proc/<pid>/stat."""
+    kids: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            raw = _read(f"/proc/{name}/stat")
+        except OSError:
+            continue
+        fields = raw[raw.rindex(")") + 2 :].split()
+        if fields[0] not in ("Z", "X"):
+            kids.setdefault(int(fields[1]), []).append(int(name))
+    found: set[int] = set()
+    todo = list(kids.get(root, ()))
+    while todo:
+        p = todo.pop()
+        if p not in found:
+            found.add(p)
+            todo.extend(kids.get(p, ()))
+    return found
+
+
+def _drain_descendants() -> None:
+    """Subreaper mode: SIGKILL every descendant and reap it until none is left. Orphans are
+    re-parented to us, so repeating the walk finds the children of the ones just killed."""
+    me = os.getpid()
+    deadline = time.monotonic() + DRAIN_TIMEOUT_S
+    while time.monotonic() < deadline:
+        found = _descendants(me)
+        _kill(found)
+        _reap_all()
+        if not found:
+            return
+        time.sleep(0.005)
+
+
+def _reap_all() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _pass_on(child: int, sig: int) -> None:
+    try:
+        os.kill(child, sig)
+    except ProcessLookupError:  # ended meanwhile
+        pass
+
+
+def _wait_for(child: int, subreaper: bool) -> int:
+    """The command's wait status; in subreaper mode adopted orphans are reaped on the way."""
+    if not subreaper:
+        return os.waitpid(child, 0)[1]  # retried by Python on EINTR (PEP 475)
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:  # cannot happen while the child is unreaped; be safe
+            return os.waitpid(child, 0)[1]
+        if pid == child:
+            return status
+
+
+def main(argv: list[str], forward: tuple[signal.Signals, ...] = ()) -> int:
+    """`forward`: signals the runner passes on to the command's process when it gets them itself,
+    for a caller whose signals reach the runner alone (Slurm's `scancel --batch`, sbatch's
+    `--signal=B:`, signals the batch step's first process and none of its children)."""
     if len(argv) < 4 or argv[2] != "--":
         print("usage: rank_runner.py <run-dir> <rank> -- <command...>", file=sys.stderr)
         return 2
     run_dir, rank, command = argv[0], int(argv[1]), argv[3:]
     state_path = os.path.join(run_dir, f"rank-{rank}.json")
     exit_path = os.path.join(run_dir, f"rank-{rank}.exit")
+    owner, plan = _plan(run_dir, rank)
+    subreaper = plan.get("mode") == "subreaper"
 
     # A handler (not SIG_IGN): handlers fall back to the default on exec, so the command starts
     # with normal dispositions while the runner keeps waiting when the group is signalled.
     for sig in SURVIVE:
         signal.signal(sig, lambda *_: None)
+    if subreaper:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+            msg = f"cannot become a child subreaper: {os.strerror(ctypes.get_errno())}"
+            print(f"trainyard: {msg}", file=sys.stderr, flush=True)
+            _write_json(exit_path, {"exit_code": 126, "signal": None, "error": msg})
+            _write_json(state_path, {"pid": os.getpid(), "start_time": _start_time(os.getpid()),
+                                     "pgid": os.getpgrp(), "child_pid": None, "error": msg})
+            return 126
 
     me = os.getpid()
     state: dict = {"pid": me, "start_time": _start_time(me), "pgid": os.getpgrp()}
-    try:
-        child = os.posix_spawnp(
-            command[0], command, dict(os.environ), setsigmask=(), setsigdef=RESET_IN_CHILD
-        )
-    except OSError as e:
-        code = 127 if isinstance(e, FileNotFoundError) else 126
-        msg = f"cannot execute {command[0]!r}: {e.strerror}"
-        print(f"trainyard: {msg}", file=sys.stderr, flush=True)
-        _write_json(exit_path, {"exit_code": code, "signal": None, "error": msg})
-        _write_json(state_path, {**state, "child_pid": None, "error": msg})
+    _reserve(exit_path + ".reserve")
+    child, error, code = _spawn(command, owner, list(plan.get("join") or []))
+    if error is not None:
+        print(f"trainyard: {error}", file=sys.stderr, flush=True)
+        _write_json(exit_path, {"exit_code": code, "signal": None, "error": error})
+        _write_json(state_path, {**state, "child_pid": None, "error": error})
         return code
+    for sig in forward:
+        signal.signal(sig, lambda signum, _frame: _pass_on(child, signum))
     try:
         _write_json(state_path, {**state, "child_pid": child})
     except OSError:
         # The run dir is gone: the attempt was released while we were starting (an owner died
-        # mid-launch and the next one cleaned up). Nothing may run untracked: end the group.
+        # mid-launch and the next one cleaned up). Nothing may run untracked: end it all.
+        _drain_descendants() if subreaper else _drain_cgroup(plan)
         os.killpg(0, signal.SIGKILL)
 
-    _, status = os.waitpid(child, 0)  # retried by Python on EINTR (PEP 475)
+    status = _wait_for(child, subreaper)
+    oom = _oom_kills(plan.get("memory"))
+    if subreaper:
+        _drain_descendants()
+    elif plan.get("join"):
+        _drain_cgroup(plan)
     if os.WIFSIGNALED(status):
         record = {"exit_code": None, "signal": os.WTERMSIG(status)}
         rc = 128 + os.WTERMSIG(status)
     else:
         record = {"exit_code": os.WEXITSTATUS(status), "signal": None}
         rc = os.WEXITSTATUS(status)
-    _write_json(exit_path, record)
+    record["oom_killed"] = oom > 0
+    _record_exit(exit_path, record)
     return rc
 
 

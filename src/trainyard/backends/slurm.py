@@ -4,13 +4,27 @@ trainyard keeps deciding (quotas, classes, preemption by checkpoint, retries); S
 processes across nodes. Each attempt is one batch job pinned to the engine's placement:
 
     sbatch --nodelist=<the placement's nodes> --nodes=N --ntasks-per-node=K --gres=gpu:G
-           --no-requeue --job-name=yard-<job>-<attempt> --chdir=<workdir> <run dir>/batch.sh
+           --no-requeue --job-name=<the job's name> --comment="trainyard job J attempt A" --chdir=<workdir> <run dir>/batch.sh
 
 and the batch script runs one `srun` step that starts every rank through `slurm_task.py` (Slurm's
 own SLURM_* variables, plus the rest of `contracts.rank_env` built from them; MASTER_ADDR = the
 first node's address; each rank's output in `JobDir.rank_log`) and the same rank runner as the local backend,
 whose exit records land in `<job dir>/run/attempt-<a>/` — the job dir is on a file system the
 control plane and the nodes share, as a Slurm cluster's home or project space is.
+
+A batch script (`LaunchSpec.batch`: `yard submit job.sbatch`) runs as sbatch runs one: the same
+allocation is asked for, but batch.sh then `exec`s `slurm_task.py --batch`, which runs the
+script once, in Slurm's own batch step on the first node, with the batch step's environment and
+the job's under it (`slurm_task.batch_env`), behind the same rank runner: the attempt has one
+rank, 0, the script, and its exit record is the attempt's outcome (75 = requeue me, as for a
+rank). The `srun` and `scontrol` the script runs are Slurm's own; the tasks its `srun` starts get
+the batch step's environment (srun's default) and write to the script's output, rank 0's log.
+Signals to a batch attempt (`signal`): the notices SIGUSR1/SIGUSR2 go to the tasks of its steps
+only, as Slurm's `--signal=SIG@secs` without `B:` sends them (the script's shell, which would die
+of a signal it does not trap, is left alone; the tasks its srun started get the notice, exit 75,
+and srun's exit is the script's); every other signal goes with `scancel --full` (the batch
+shell, its children, the steps), as plain `scancel` sends SIGTERM to the batch step too. A
+batch attempt's rank is `lost` when any node of its allocation goes down (Slurm ends such a job).
 
 Facts come from those records and from Slurm: `squeue` for the batch jobs, `scontrol show node`
 for the inventory (GPUs from GRES, block and rack from node features; GPU memory, which Slurm does
@@ -31,6 +45,7 @@ CUDA_VISIBLE_DEVICES itself.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shlex
@@ -45,7 +60,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainyard.backends import registry
-from trainyard.backends._files import read_json, write_json
+from trainyard.backends import slurm_env
+from trainyard.backends._files import read_json, touch, write_json
 from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState
 from trainyard.contracts import JobDir
 
@@ -57,6 +73,8 @@ UNHEALTHY_FLAGS = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "POWER", "REBOOT",
 ACTIVE_JOB_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "RESIZING",
                      "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT", "STAGE_OUT",
                      "SIGNALING")
+# Signals a batch attempt gets in its steps' tasks only (Slurm's --signal without B:): preemption notices.
+NOTICE_SIGNALS = (_signal.SIGUSR1, _signal.SIGUSR2)
 
 
 @dataclass
@@ -67,6 +85,8 @@ class _Attempt:
     world_size: int
     slurm_id: int
     nodes: dict[int, str] = field(default_factory=dict)  # rank → planned node (actual: rank-<r>.node)
+    batch: bool = False  # a batch script: one rank (the script) on the first node of `allocation`
+    allocation: tuple[str, ...] = ()  # every node of the Slurm job, in order
 
 
 def parse_kv_line(line: str) -> dict[str, str]:
@@ -131,21 +151,25 @@ class SlurmBackend:
         self._data_dir = Path(data_dir)
         self._partition = partition
         self._gpu_mem = gpu_mem_mib
-        self._env = {**os.environ, **(env or {})}
+        # Slurm's commands: found once, on the plane's own PATH at start (the operator's), then run
+        # by absolute path with an environment of the plane's choosing (`slurm_env.command_env`).
+        self._bin = find_commands(env)
+        self._env = slurm_env.command_env(os.environ, env)
+        self._env["PATH"] = ":".join(dict.fromkeys([*self._env["PATH"].split(":"),
+                                                    *(os.path.dirname(b) for b in self._bin.values())]))
         self._launch_timeout_s = launch_timeout_s
         self._python = python
         self._lock = threading.RLock()
         self._attempts: dict[tuple[int, int], _Attempt] = {}
         self._node_cache: tuple[float, dict[str, dict[str, str]]] | None = None
-        require_commands(self._env)
         self._discover()
 
     # -- Slurm commands --------------------------------------------------------------------------
 
     def _run(self, *args: str, check: bool = True, timeout: float = 30.0) -> subprocess.CompletedProcess:
         try:
-            r = subprocess.run(list(args), env=self._env, capture_output=True, text=True, timeout=timeout,
-                               stdin=subprocess.DEVNULL)
+            r = subprocess.run([self._bin.get(args[0], args[0]), *args[1:]], env=self._env, capture_output=True,
+                               text=True, timeout=timeout, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired as e:
             raise BackendError(f"slurm: `{' '.join(args[:2])}` did not answer in {timeout:.0f}s") from e
         except OSError as e:
@@ -257,22 +281,48 @@ class SlurmBackend:
             except OSError as e:
                 raise BackendError(f"{where}: cannot create {e.filename}: {e.strerror}") from e
             script = run_dir / "batch.sh"
-            script.write_text(self._batch_script(spec, run_dir, per_rank))
-            args = ["sbatch", "--parsable", f"--job-name=yard-{spec.job_id}-{spec.attempt}",
+            try:
+                self._hand_over(run_dir, self._batch_script(spec, run_dir, per_rank), spec)
+            except OSError as e:
+                shutil.rmtree(run_dir, ignore_errors=True)
+                raise BackendError(f"{where}: cannot prepare {run_dir}: {e.strerror}") from e
+            # --export=ALL exports the clean environment sbatch runs with (slurm_env), nothing of the
+            # job's: that one reaches the tasks through job-env.json.
+            # The job's own name (SLURM_JOB_NAME, %x, squeue's NAME); which trainyard job and attempt
+            # it is stays in the comment, for an operator reading squeue -o %k.
+            args = ["sbatch", "--parsable", f"--job-name={spec.job.name or f'yard-{spec.job_id}'}",
+                    f"--comment=trainyard job {spec.job_id} attempt {spec.attempt}",
                     f"--nodes={len(order)}", f"--nodelist={','.join(order)}", f"--ntasks-per-node={k}",
                     "--no-requeue", f"--chdir={spec.workdir}", f"--output={run_dir / 'batch.log'}",
                     "--open-mode=append", "--export=ALL"]
             if self._partition:
                 args.append(f"--partition={self._partition}")
+            c = spec.constraints  # the job's own options: slurmctld checks them against the pinned nodes too
             if gpn:
-                args.append(f"--gres=gpu:{gpn}")
-            env = {k_: v for k_, v in self._env.items() if not k_.startswith("TRAINYARD_")}
-            env.update(spec.env)
-            env.update(TRAINYARD_JOB_ID=str(spec.job_id), TRAINYARD_ATTEMPT=str(spec.attempt),
-                       TRAINYARD_CHECKPOINT_DIR=spec.checkpoint_dir)
+                args.append(f"--gres=gpu:{c.gpu_model}:{gpn}" if c.gpu_model else f"--gres=gpu:{gpn}")
+            if c.constraint:
+                args.append(f"--constraint={c.constraint}")
+            if c.exclude:
+                args.append(f"--exclude={','.join(c.exclude)}")
+            if c.exclusive:
+                args.append("--exclusive")
+            if spec.job.team:  # Slurm's accounting and limits see the team as the account
+                args.append(f"--account={spec.job.team}")
+            if spec.limits.cpus_per_task:  # SLURM_CPUS_PER_TASK, and Slurm's CPUs for each task
+                args.append(f"--cpus-per-task={spec.limits.cpus_per_task}")
+            if spec.limits.mem_mib:  # SLURM_MEM_PER_NODE, and Slurm's memory limit where it enforces one
+                args.append(f"--mem={spec.limits.mem_mib}M")
+            elif spec.limits.mem_per_gpu_mib:
+                args.append(f"--mem-per-gpu={spec.limits.mem_per_gpu_mib}M")
+            if spec.time_limit_s:  # a backstop: the plane stops the job at its limit first
+                args.append(f"--time={math.ceil(spec.time_limit_s / 60)}")
+            command = [self._bin["sbatch"], *args[1:], str(script)]
+            if spec.owner is not None:  # submitted by the owner: Slurm runs and charges the job as them
+                command = [self._bin["runuser"], "-u", spec.owner.user, "--", *command]
             try:
-                r = subprocess.run([*args, str(script)], env=env, capture_output=True, text=True, timeout=30,
-                                   stdin=subprocess.DEVNULL)
+                # from the job's directory: Slurm makes sbatch's own the job's SLURM_SUBMIT_DIR
+                r = subprocess.run(command, env=self._env, capture_output=True, text=True, timeout=30,
+                                   stdin=subprocess.DEVNULL, cwd=spec.workdir or None)
             except (OSError, subprocess.TimeoutExpired) as e:
                 shutil.rmtree(run_dir, ignore_errors=True)
                 raise BackendError(f"{where}: sbatch failed: {e}") from e
@@ -280,11 +330,20 @@ class SlurmBackend:
                 shutil.rmtree(run_dir, ignore_errors=True)
                 raise BackendError(f"{where}: Slurm refused the job: {r.stderr.strip()[:500]}")
             slurm_id = int(r.stdout.strip().split(";")[0])
-            att = _Attempt(spec.job_id, spec.attempt, run_dir, len(spec.ranks), slurm_id,
-                           nodes={r_.rank: r_.node for r_ in spec.ranks})
-            write_json(run_dir / "attempt.json", {"job_id": spec.job_id, "attempt": spec.attempt,
-                                                   "world_size": len(spec.ranks), "slurm_job_id": slurm_id,
-                                                   "ranks": [{"rank": x.rank, "node": x.node} for x in spec.ranks]})
+            # A batch attempt reports one rank, the script, on the first node (as the local backend).
+            ranks = {0: order[0]} if spec.batch else {r_.rank: r_.node for r_ in spec.ranks}
+            att = _Attempt(spec.job_id, spec.attempt, run_dir, len(ranks), slurm_id, nodes=ranks,
+                           batch=spec.batch, allocation=tuple(order))
+            meta = {"job_id": spec.job_id, "attempt": spec.attempt, "world_size": len(ranks),
+                    "slurm_job_id": slurm_id, "ranks": [{"rank": x, "node": n} for x, n in ranks.items()]}
+            if spec.batch:
+                meta.update(batch=True, allocation=list(order))
+            try:
+                write_json(run_dir / "attempt.json", meta)
+            except OSError as e:  # the owner's directory: something took the name
+                self._cancel(att)
+                shutil.rmtree(run_dir, ignore_errors=True)
+                raise BackendError(f"{where}: cannot record the attempt in {run_dir}: {e.strerror}") from e
             try:
                 self._await_ranks(att)
             except BaseException:
@@ -293,21 +352,47 @@ class SlurmBackend:
                 raise
             self._attempts[(spec.job_id, spec.attempt)] = att
 
+    def _hand_over(self, run_dir: Path, script: str, spec: LaunchSpec) -> None:
+        """Write the batch script and the job's environment into the new attempt dir, then give the
+        dir to the job's owner, whose tasks write their records there (mode 0700: the job token is
+        in job-env.json). Written while the dir is still the plane's, through its descriptor."""
+        fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            sfd = os.open("batch.sh", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                          dir_fd=fd)
+            with os.fdopen(sfd, "w") as f:
+                f.write(script)
+                if spec.owner is not None:
+                    os.fchown(f.fileno(), spec.owner.uid, spec.owner.gid)
+            slurm_env.write_job_env(fd, slurm_env.job_env(os.environ, spec), spec.owner)
+            if spec.owner is not None:
+                os.fchown(fd, spec.owner.uid, spec.owner.gid)
+            os.fchmod(fd, 0o700)
+        finally:
+            os.close(fd)
+
     def _batch_script(self, spec: LaunchSpec, run_dir: Path, per_rank: int) -> str:
-        task = [self._python, "-I", "-S", str(TASK), str(run_dir), str(spec.job_dir), "--", *spec.command]
+        """batch.sh: the rendezvous (the first node's address, a free port), then every rank in
+        one srun step (the command form) or the job's own script in this batch step (a batch spec)."""
+        mode = (["--batch"] if spec.batch else []) + (["--stderr-apart"] if spec.stderr_apart else [])
+        task = [self._python, "-I", "-S", str(TASK), *mode, str(run_dir), str(spec.job_dir), "--", *spec.command]
         pick_port = ("import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])")
-        return "\n".join([
+        lines = [
             "#!/bin/bash",
-            f"# trainyard job {spec.job_id}, attempt {spec.attempt}: every rank in one srun step",
+            f"# trainyard job {spec.job_id}, attempt {spec.attempt}: "
+            + ("the job's batch script, once, in this batch step" if spec.batch else "every rank in one srun step"),
             'MASTER_ADDR=$(scontrol show node "$SLURMD_NODENAME" -o 2>/dev/null | tr " " "\\n" '
             '| sed -n "s/^NodeAddr=//p")',
             'export MASTER_ADDR="${MASTER_ADDR:-$(hostname)}"',
             f"export MASTER_PORT=$({shlex.quote(self._python)} -c {shlex.quote(pick_port)})",
-            f"export TRAINYARD_GPUS_PER_RANK={per_rank}",
-            # --kill-on-bad-exit=0: a failed rank does not take the others down; the control loop decides.
-            "exec srun --kill-on-bad-exit=0 --unbuffered " + " ".join(shlex.quote(a) for a in task),
-            "",
-        ])
+        ]
+        if spec.batch:
+            lines.append("exec " + " ".join(shlex.quote(a) for a in task))
+        else:
+            lines += [f"export TRAINYARD_GPUS_PER_RANK={per_rank}",
+                      # --kill-on-bad-exit=0: a failed rank does not take the others down; the control loop decides.
+                      "exec srun --kill-on-bad-exit=0 --unbuffered " + " ".join(shlex.quote(a) for a in task)]
+        return "\n".join([*lines, ""])
 
     def _await_ranks(self, att: _Attempt) -> None:
         where = f"job {att.job_id} attempt {att.attempt}"
@@ -322,6 +407,10 @@ class SlurmBackend:
             states = self._job_states([att.slurm_id])
             state = None if states is None else states.get(att.slurm_id)  # None: not known (yet)
             if state is not None and state not in ACTIVE_JOB_STATES:
+                # A short job can start its ranks and end between the read above and squeue's
+                # answer: read the records again, after the end, before calling it a failed start.
+                if all(read_json(att.run_dir / f"rank-{r}.json") is not None for r in range(att.world_size)):
+                    return
                 tail = _tail(att.run_dir / "batch.log")
                 raise BackendError(f"{where}: the Slurm job {att.slurm_id} ended ({state}) before every rank "
                                    f"started{': ' + tail if tail else ''}")
@@ -331,16 +420,22 @@ class SlurmBackend:
                                    f"(Slurm job {att.slurm_id} is {state or 'unknown'})")
             time.sleep(0.05)
 
-    def signal(self, job_id: int, attempt: int, sig: int) -> None:
-        """`scancel --signal`: every task of the attempt's step gets `sig`; gone is fine."""
+    def signal(self, job_id: int, attempt: int, sig: int, *, batch_shell: bool = False) -> None:
+        """`scancel --signal`: every task of the attempt's step gets `sig`; gone is fine. A batch
+        attempt's notices (SIGUSR1/2) go to its steps' tasks only, anything else with `--full`
+        (the script's shell and children too): see the module docstring. `batch_shell` (the job's
+        --signal=B:SIG) sends it to the script's shell alone, `scancel --batch`, as Slurm does."""
         with self._lock:
             att = self._attempts.get((job_id, attempt))
             if att is None:
                 return
             if sig == _signal.SIGKILL:
-                (att.run_dir / "killed").touch(exist_ok=True)
+                touch(att.run_dir / "killed")  # the owner's dir: never through a link
             name = _signal.Signals(sig).name.removeprefix("SIG")
-            self._run("scancel", f"--signal={name}", str(att.slurm_id), check=False)
+            full = ["--full"] if att.batch and sig not in NOTICE_SIGNALS else []
+            if att.batch and batch_shell:
+                full = ["--batch"]
+            self._run("scancel", *full, f"--signal={name}", str(att.slurm_id), check=False)
 
     def poll(self) -> list[AttemptState]:
         with self._lock:
@@ -365,7 +460,7 @@ class SlurmBackend:
             node = (att.run_dir / f"rank-{r}.node").read_text().strip() or att.nodes.get(r)
         except OSError:
             node = att.nodes.get(r)
-        if node in down:
+        if node in down or (att.batch and down.intersection(att.allocation)):
             return RankState(r, pid, running=False, exit_code=None, signal=None, lost=True)
         if job_state in ACTIVE_JOB_STATES:
             return RankState(r, pid, running=True, exit_code=None, signal=None, stopped=job_state == "STOPPED")
@@ -412,20 +507,41 @@ class SlurmBackend:
 
     def _discover(self) -> None:
         for run_dir in JobDir.attempt_runs(self._data_dir):
+            try:  # the plane wrote it; one the job's owner put there (it owns the dir) names nothing
+                if os.lstat(run_dir / "attempt.json").st_uid != os.geteuid():
+                    continue
+            except OSError:
+                continue
             meta = read_json(run_dir / "attempt.json")
             if not meta or "slurm_job_id" not in meta:
                 continue
             self._attempts[(int(meta["job_id"]), int(meta["attempt"]))] = _Attempt(
                 int(meta["job_id"]), int(meta["attempt"]), run_dir, int(meta["world_size"]), int(meta["slurm_job_id"]),
-                nodes={int(x["rank"]): str(x["node"]) for x in meta.get("ranks", [])})
+                nodes={int(x["rank"]): str(x["node"]) for x in meta.get("ranks", [])},
+                batch=bool(meta.get("batch")), allocation=tuple(str(n) for n in meta.get("allocation", ())))
 
 
 def require_commands(env: Mapping[str, str] | None = None) -> None:
     """Raises BackendError unless Slurm's client commands are on PATH."""
-    path = (env if env is not None else os.environ).get("PATH")
+    find_commands(env)
+
+
+def find_commands(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The absolute paths of Slurm's client commands (and runuser), found on the plane's PATH at
+    start (`env`'s PATH first, when it has one) and the standard system directories.
+
+    Raises:
+        BackendError: a Slurm command is not there.
+    """
+    path = ":".join(p for p in ((env or {}).get("PATH"), os.environ.get("PATH"), slurm_env.COMMAND_PATH) if p)
+    found = {}
     for cmd in ("sbatch", "squeue", "scancel", "scontrol"):
-        if shutil.which(cmd, path=path) is None:
+        where = shutil.which(cmd, path=path)
+        if where is None:
             raise BackendError(f"slurm backend: `{cmd}` is not on PATH (install Slurm's client commands)")
+        found[cmd] = os.path.abspath(where)
+    found["runuser"] = shutil.which("runuser", path=slurm_env.COMMAND_PATH) or "runuser"
+    return found
 
 
 def _create(data_dir: Path, nodes: list[NodeInfo], options: Mapping[str, object]) -> SlurmBackend:

@@ -1,6 +1,8 @@
 """One rank of a Slurm attempt: the job environment from Slurm's, then the rank runner.
 
 Usage (by `srun`, once per task): python -I -S slurm_task.py <run-dir> <job-dir> -- <command...>
+       (as Slurm's batch step, a batch script): python -I -S slurm_task.py --batch <run-dir> <job-dir> -- <command...>
+       `--stderr-apart` (after --batch, if any): stderr to `JobDir.rank_err` (sbatch's -e/--error)
 
 `srun` starts one task per rank and describes the allocation in Slurm's own variables
 (SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID, SLURM_STEP_NODELIST, SLURM_STEP_TASKS_PER_NODE, ...).
@@ -14,34 +16,40 @@ variables and TRAINYARD_*). It then sends the rank's output to the job dir's ran
 backend does, records the node it landed on, and becomes the rank runner (`rank_runner.py`: exit
 records in the run dir, on the shared file system the control plane reads).
 
+The job's own environment (its variables, the job token, TRAINYARD_JOB_ID/ATTEMPT/CHECKPOINT_DIR)
+is not in the task's: the plane writes it to `<run-dir>/job-env.json` (the owner's, 0600) and it is
+laid over the task's environment here, under what is the task's own (`TASK_OWN`: Slurm's variables,
+its GPUs, MASTER_ADDR/PORT); see `slurm_env`.
+
+With `--batch` (`LaunchSpec.batch`: a submitted script) this runs once, as Slurm's own batch step
+on the first node, and the attempt has one rank, 0: the script. Its environment is the batch
+step's as Slurm made it (the whole allocation's SLURM_*, the first node's GPUs) with the job's
+laid under it as for a task, and none of the per-task variables (`contracts.rank_env` is not
+applied: RANK, WORLD_SIZE, ... of a task have no meaning in the batch step, as in Slurm's). The
+job's PATH comes first, with the directory of Slurm's own `srun`/`scontrol` after it when it lacks
+them: the `srun` the script runs is Slurm's, and the tasks it starts get the batch step's
+environment (srun's default --export=ALL): the job's, MASTER_ADDR/PORT, TRAINYARD_*. Their output
+goes to srun's, the script's: rank 0's log. The script's exit is the rank's exit record.
+
 Standard library only and run with -I -S, like the runner: nothing in the job's environment can
-change how a rank starts. `contracts.py` is loaded by its path for the same reason.
+change how a rank starts. `contracts.py` is loaded by its path for the same reason (by_path.py).
 """
 
 from __future__ import annotations
 
-import importlib.util
+import json
 import os
+import shutil
+import signal
 import sys
 import time
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, _HERE)
-import rank_runner  # noqa: E402  (a sibling file, imported by path: -I -S has no site-packages)
+import by_path  # noqa: E402  (siblings, imported by path: -I -S has no site-packages)
+import rank_runner  # noqa: E402
 
-
-def _load_contracts():  # noqa: ANN202 - a module
-    path = os.path.join(os.path.dirname(_HERE), "contracts.py")
-    spec = importlib.util.spec_from_file_location("_trainyard_contracts", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path}")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up while the classes are made
-    spec.loader.exec_module(mod)
-    return mod
-
-
-contracts = _load_contracts()
+contracts = by_path.load("contracts")
 
 
 def tasks_on_node(spec: str, node_index: int) -> int:
@@ -85,33 +93,117 @@ def task_env(environ: dict[str, str]) -> dict[str, str]:
     return env
 
 
+# What the task's own environment says and the job's may not change: Slurm's variables, the GPUs
+# Slurm bound to the task, and the rendezvous the batch script chose.
+TASK_OWN_PREFIXES = ("SLURM_", "SLURMD_")
+TASK_OWN = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT",
+            "TRAINYARD_GPUS_PER_RANK")
+
+
+def read_job_env(run_dir: str) -> dict[str, str]:
+    """The job's environment the plane wrote for this attempt (`slurm_env.write_job_env`).
+
+    Raises:
+        ValueError: the file is missing or not a mapping of strings.
+    """
+    try:
+        with open(os.path.join(run_dir, "job-env.json")) as f:
+            env = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"cannot read the job's environment in {run_dir}: {e}") from None
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise ValueError(f"{run_dir}/job-env.json is not a mapping of strings")
+    return env
+
+
+def with_job_env(task: dict[str, str], job: dict[str, str]) -> dict[str, str]:
+    """The task's environment with the job's laid over it, but for what is the task's own."""
+    out = {**task, **job}
+    out.update({k: v for k, v in task.items() if k.startswith(TASK_OWN_PREFIXES) or k in TASK_OWN})
+    return out
+
+
+# Slurm's commands a batch script calls: found on the batch step's own PATH (the plane's command
+# PATH, which sbatch exported), kept reachable behind the job's PATH.
+SLURM_TOOLS = ("srun", "scontrol")
+
+
+def batch_path(job_path: str, step_path: str) -> str:
+    """The job's PATH, then the directories of Slurm's `srun`/`scontrol` it does not find (or has
+    not at all): the script's `srun` is Slurm's own, as under sbatch."""
+    dirs = [d for d in job_path.split(":") if d]
+    for tool in SLURM_TOOLS:
+        if shutil.which(tool, path=":".join(dirs)) is None:
+            where = shutil.which(tool, path=step_path)
+            if where is not None and os.path.dirname(where) not in dirs:
+                dirs.append(os.path.dirname(where))
+    return ":".join(dirs)
+
+
+def batch_env(environ: dict[str, str], job: dict[str, str]) -> dict[str, str]:
+    """The batch step's environment (see the module docstring): Slurm's and the batch script's
+    own over the job's, PATH from `batch_path`, TRAINYARD_NODE the node it runs on.
+
+    Raises:
+        KeyError: Slurm did not say which node this is (SLURMD_NODENAME).
+    """
+    env = with_job_env(environ, job)
+    env["PATH"] = batch_path(job.get("PATH", ""), environ.get("PATH", ""))
+    env.pop("TRAINYARD_GPUS_PER_RANK", None)
+    env["TRAINYARD_NODE"] = environ["SLURMD_NODENAME"]
+    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    return env
+
+
 def main(argv: list[str]) -> int:
+    batch = bool(argv) and argv[0] == "--batch"
+    if batch:
+        argv = argv[1:]
+    apart = bool(argv) and argv[0] == "--stderr-apart"  # -e/--error: stderr to the rank's .err file
+    if apart:
+        argv = argv[1:]
     if len(argv) < 4 or argv[2] != "--":
-        print("usage: slurm_task.py <run-dir> <job-dir> -- <command...>", file=sys.stderr)
+        print("usage: slurm_task.py [--batch] [--stderr-apart] <run-dir> <job-dir> -- <command...>", file=sys.stderr)
         return 2
     run_dir, job_dir, command = argv[0], argv[1], argv[3:]
     try:
-        env = task_env(dict(os.environ))
+        if batch:  # the script's environment is the batch step's, not a task's (no RANK...)
+            env = batch_env(dict(os.environ), read_job_env(run_dir))
+            os.environ.clear()
+        else:
+            os.environ.update(with_job_env(dict(os.environ), read_job_env(run_dir)))
+            env = task_env(dict(os.environ))
     except (KeyError, ValueError) as e:  # into the batch log: no rank log without a rank
         print(f"trainyard: slurm_task: cannot build the job environment: {e!r}", file=sys.stderr, flush=True)
         return 2
     os.environ.update(env)
-    rank = env["RANK"]
+    rank = "0" if batch else env["RANK"]  # a batch attempt's one rank is its script
     log = contracts.JobDir(job_dir).rank_log(int(rank))
     log.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
+    if apart:
+        fd = os.open(contracts.JobDir(job_dir).rank_err(int(rank)), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 2)
+        os.close(fd)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    print(f"=== trainyard: attempt {env['TRAINYARD_ATTEMPT']} started {stamp} on "
-          f"{env['TRAINYARD_NODE']} (slurm job {os.environ.get('SLURM_JOB_ID', '?')}) gpus "
-          f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'none')} ===", flush=True)
+    header = (f"=== trainyard: attempt {env.get('TRAINYARD_ATTEMPT', '?')} started {stamp} on "
+              f"{env['TRAINYARD_NODE']} (slurm job {os.environ.get('SLURM_JOB_ID', '?')}) gpus "
+              f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'none')} ===")
+    print(header, flush=True)
+    if apart:
+        print(header, file=sys.stderr, flush=True)
     with open(os.path.join(run_dir, f"rank-{rank}.node"), "w") as f:
         f.write(env["TRAINYARD_NODE"])
     # Slurm signals the task's process group (`scancel --signal`): the runner survives them and
-    # the command, in the same group, gets them. The group must stay Slurm's to be tracked.
-    return rank_runner.main([run_dir, rank, "--", *command])
+    # the command, in the same group, gets them. The group must stay Slurm's to be tracked. A batch
+    # step's notice with `scancel --batch` (--signal=B:) reaches this process alone: passed on to
+    # the script, the shell that traps it (no step gets notices otherwise, and --full reaches the
+    # script itself, so nothing arrives twice).
+    notices = (signal.SIGUSR1, signal.SIGUSR2) if batch else ()
+    return rank_runner.main([run_dir, rank, "--", *command], forward=notices)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """Cluster commands: nodes (sinfo), drain / resume (scontrol update node), teams and quotas,
-the versioned cluster configuration, and tokens."""
+and the versioned cluster configuration (tokens: `cli/tokens.py`)."""
 
 from __future__ import annotations
 
@@ -11,32 +11,34 @@ import typer
 from trainyard.cli.client import Client
 from trainyard.cli.common import fail
 from trainyard.cli.render import print_json, table
+from trainyard.cli.safe_text import clean, clean_lines
 
 JSON = typer.Option(False, "--json", help="print JSON instead of a table")
 
 
 def nodes(as_json: bool = JSON) -> None:
-    """Nodes, like sinfo: GPUs free and used, GPU model and memory, topology, state."""
+    """Nodes, like sinfo: GPUs free and used, GPU model and memory, topology, how jobs are contained
+    (cgroup2, cgroup1, subreaper, or the cluster engine's own), state."""
     ns = Client().get("/api/v1/nodes")["nodes"]
     if as_json:
         print_json(ns)
         return
-    table(["NODE", "POOL", "STATE", "GPUS", "USED", "FREE", "MODEL", "MEM(GB)", "BLOCK", "RACK", "REASON"],
+    table(["NODE", "POOL", "STATE", "GPUS", "USED", "FREE", "MODEL", "MEM(GB)", "BLOCK", "RACK", "CONTAIN", "REASON"],
           [[n["name"], n["pool"], n["state"], n["gpus"], n["gpus_used"], n["gpus_free"], n["gpu_model"],
-            f"{n['gpu_mem_gb']:g}", n["block"], n["rack"], n["reason"]] for n in ns])
+            f"{n['gpu_mem_gb']:g}", n["block"], n["rack"], n.get("containment", ""), n["reason"]] for n in ns])
 
 
 def drain(node: str = typer.Argument(..., help="node name"),
           reason: str = typer.Option("", "--reason", help="why (shown in `yard nodes`)"), as_json: bool = JSON) -> None:
     """Drain a node: nothing new starts there; running jobs run on."""
     n = Client().post(f"/api/v1/nodes/{node}/drain", json={"reason": reason})
-    print_json(n) if as_json else typer.echo(f"node {n['name']}: {n['state']}")
+    print_json(n) if as_json else typer.echo(f"node {clean(n['name'])}: {n['state']}")
 
 
 def resume(node: str = typer.Argument(..., help="node name"), as_json: bool = JSON) -> None:
     """Return a drained node to service."""
     n = Client().post(f"/api/v1/nodes/{node}/resume")
-    print_json(n) if as_json else typer.echo(f"node {n['name']}: {n['state']}")
+    print_json(n) if as_json else typer.echo(f"node {clean(n['name'])}: {n['state']}")
 
 
 teams_app = typer.Typer(help="Teams and their quotas.", no_args_is_help=False, invoke_without_command=True)
@@ -60,19 +62,47 @@ def teams(ctx: typer.Context, as_json: bool = JSON) -> None:
     table(["TEAM", "COHORT", "POOL", "NOMINAL", "BORROW≤", "LEND≤", "USED", "PENDING"], rows)
 
 
+def _limit(value: str | None, option: str) -> int | None | str:
+    """A limit as typed: a number of GPUs, or `none` (no limit: the field is removed); "" for not given."""
+    if value is None:
+        return ""
+    if value.strip().lower() in ("none", "unlimited"):
+        return None
+    if not value.strip().isdigit():
+        fail(f"{option}: expected a number of GPUs or 'none', got {value!r}")
+    return int(value)
+
+
 @teams_app.command("set")
-def teams_set(team: str = typer.Argument(...), nominal: int = typer.Option(..., "--nominal", min=0),
-              borrowing_limit: Optional[int] = typer.Option(None, "--borrowing-limit", min=0),
-              lending_limit: Optional[int] = typer.Option(None, "--lending-limit", min=0),
+def teams_set(team: str = typer.Argument(...),
+              nominal: Optional[int] = typer.Option(None, "--nominal", min=0, help="GPUs the team is guaranteed"),
+              borrowing_limit: Optional[str] = typer.Option(None, "--borrowing-limit",
+                                                            help="most GPUs it may borrow beyond its nominal, or none"),
+              lending_limit: Optional[str] = typer.Option(None, "--lending-limit",
+                                                          help="most of its idle GPUs it lends, or none"),
+              cohort: Optional[str] = typer.Option(None, "--cohort", help="its cohort ('' for none)"),
               pool: str = typer.Option("default", "--pool"), message: str = typer.Option("", "-m", "--message"),
               as_json: bool = JSON) -> None:
-    """Set a team's quota in one pool (writes a new configuration version)."""
-    c = Client()
-    cur = c.get(f"/api/v1/teams/{team}")
-    quotas = dict(cur["quotas"])
-    quotas[pool] = {"nominal": nominal, "borrowing_limit": borrowing_limit, "lending_limit": lending_limit}
-    out = c.put(f"/api/v1/teams/{team}", json={"quotas": quotas, "message": message})
-    print_json(out) if as_json else typer.echo(f"team {team}: quota set (configuration version {out['config_version']})")
+    """Change a team's quota in one pool, or its cohort: only the fields given change, everything else
+    in the configuration stays as it was, comments included (a new configuration version)."""
+    fields: dict[str, int | None] = {} if nominal is None else {"nominal": nominal}
+    for key, value, option in (("borrowing_limit", borrowing_limit, "--borrowing-limit"),
+                               ("lending_limit", lending_limit, "--lending-limit")):
+        v = _limit(value, option)
+        if v != "":
+            fields[key] = v  # type: ignore[assignment]
+    if not fields and cohort is None:
+        fail("give what to change: --nominal, --borrowing-limit, --lending-limit or --cohort")
+    body: dict = {"message": message}
+    if fields:
+        body["quotas"] = {pool: fields}
+    if cohort is not None:
+        body["cohort"] = cohort
+    out = Client().patch(f"/api/v1/teams/{team}", json=body)
+    for w in out.get("warnings", []):
+        typer.echo(f"warning: {clean(w)}", err=True)
+    print_json(out) if as_json else typer.echo(f"team {clean(team)}: updated (configuration version "
+                                               f"{out['config_version']})")
 
 
 cluster_app = typer.Typer(help="The cluster configuration: versioned, with diff and rollback.", no_args_is_help=True)
@@ -85,8 +115,8 @@ def cluster_get(version: Optional[int] = typer.Option(None, "--version", min=1),
     if as_json:
         print_json(v)
     else:
-        typer.echo(f"# version {v['version']} by {v['author']}: {v['message']}")
-        typer.echo(v["text"].rstrip("\n"))
+        typer.echo(f"# version {v['version']} by {clean(v['author'])}: {clean(v['message'])}")
+        typer.echo(clean_lines(v["text"].rstrip("\n")))
 
 
 @cluster_app.command("apply")
@@ -98,6 +128,8 @@ def cluster_apply(file: Path = typer.Argument(..., help="YAML file with cluster,
     except OSError as e:
         fail(f"{file}: {e.strerror or e}")
     v = Client().post("/api/v1/cluster/config", json={"text": text, "message": message})
+    for w in v.get("warnings", []):
+        typer.echo(f"warning: {clean(w)}", err=True)
     print_json(v) if as_json else typer.echo(f"configuration version {v['version']} in force")
 
 
@@ -118,7 +150,7 @@ def cluster_history(as_json: bool = JSON) -> None:
 def cluster_diff(a: int = typer.Argument(..., min=1), b: int = typer.Argument(..., min=1), as_json: bool = JSON) -> None:
     """Unified diff between two versions."""
     d = Client().get("/api/v1/cluster/config/diff", params={"from": a, "to": b})
-    print_json(d) if as_json else typer.echo(d["diff"] or f"versions {a} and {b} are the same", nl=False)
+    print_json(d) if as_json else typer.echo(clean_lines(d["diff"]) or f"versions {a} and {b} are the same", nl=False)
 
 
 @cluster_app.command("rollback")
@@ -126,15 +158,3 @@ def cluster_rollback(version: int = typer.Argument(..., min=1), as_json: bool = 
     """Apply an older version's text as the newest version."""
     v = Client().post("/api/v1/cluster/config/rollback", json={"version": version})
     print_json(v) if as_json else typer.echo(f"configuration version {v['version']} in force (copy of {version})")
-
-
-token_app = typer.Typer(help="API tokens.", no_args_is_help=True)
-
-
-@token_app.command("create")
-def token_create(user: str = typer.Option(..., "--user"), role: str = typer.Option(..., "--role",
-                 help="admin, operator, member or viewer"), team: Optional[str] = typer.Option(None, "--team"),
-                 as_json: bool = JSON) -> None:
-    """Create a token (admin only); it is printed once."""
-    t = Client().post("/api/v1/tokens", json={"user": user, "role": role, "team": team})
-    print_json(t) if as_json else typer.echo(t["token"])

@@ -31,9 +31,8 @@ from typing import Any, Optional
 
 import typer
 
-from trainyard.cli.client import Client
+from trainyard.cli.client import Client, local_job_dir
 from trainyard.cli.common import fail
-from trainyard.contracts import JobDir
 
 SCENARIOS = ("kill-rank", "kill-node", "hang-rank", "revive-node", "preempt", "corrupt-checkpoint", "kill-plane")
 _NEEDS_JOB = ("kill-rank", "kill-node", "hang-rank", "preempt", "corrupt-checkpoint", "kill-plane")
@@ -73,10 +72,10 @@ def _running(c: Client, job: int) -> dict[str, Any]:
     return j
 
 
-def _rank_nodes(data_dir: Path, job: int, attempt: int) -> dict[int, str]:
+def _rank_nodes(data_dir: Path, j: dict[str, Any], attempt: int) -> dict[int, str]:
     """rank -> node of the attempt, from the backend's attempt record (else empty)."""
     try:
-        meta = json.loads((JobDir.of(data_dir, job).attempt_run(attempt) / "attempt.json").read_text())
+        meta = json.loads((local_job_dir(data_dir, j).attempt_run(attempt) / "attempt.json").read_text())
     except (OSError, ValueError):
         return {}
     out: dict[int, str] = {}
@@ -87,7 +86,7 @@ def _rank_nodes(data_dir: Path, job: int, attempt: int) -> dict[int, str]:
 
 
 def _world(j: dict[str, Any], data_dir: Path) -> int:
-    ranks = _rank_nodes(data_dir, j["id"], j["attempt"])
+    ranks = _rank_nodes(data_dir, j, j["attempt"])
     if ranks:
         return len(ranks)
     return sum(len(p.get("gpus", [])) for p in (j.get("placement") or [])) or 1
@@ -106,6 +105,16 @@ def _newest_committed(ck: Path) -> list[Path]:
         if d.is_dir() and tail.isdigit() and (d / "COMMITTED").exists():
             steps.append((int(tail), d))
     return [d for _, d in sorted(steps, reverse=True)]
+
+
+def _save_in_flight(ck: Path, newest: Path | None) -> bool:
+    """Is a step-N/ newer than the newest committed one being written (no COMMITTED yet)?"""
+    floor = int(newest.name.split("-", 1)[1]) if newest is not None else -1
+    for d in ck.glob("step-*"):
+        tail = d.name.split("-", 1)[1]
+        if d.is_dir() and tail.isdigit() and int(tail) > floor and not (d / "COMMITTED").exists():
+            return True
+    return False
 
 
 def chaos(
@@ -162,7 +171,7 @@ def chaos(
         be, names, _ = _backend(c, dd)
         if node is None:
             _check_rank(j, dd, rank)
-            node = _rank_nodes(dd, job, attempt).get(rank) or (j.get("placement") or [{}])[0].get("node")
+            node = _rank_nodes(dd, j, attempt).get(rank) or (j.get("placement") or [{}])[0].get("node")
         if node not in names:
             fail(f"--node: unknown node {node!r}; nodes are {', '.join(names)}")
         be.kill_node(node)
@@ -183,13 +192,22 @@ def chaos(
                    f"({seconds:g}s): job {job} is to be preempted by checkpoint")
     elif scenario == "corrupt-checkpoint":
         _check_rank(j, dd, rank)
-        ck = JobDir.of(dd, job).checkpoints
+        ck = local_job_dir(dd, j).checkpoints
         be, _, _ = _backend(c, dd)
         world = _world(j, dd)
-        # freeze the ranks first, so no newer checkpoint is committed between the damage and the kill
-        for r in range(world):
-            be.hang_rank(job, attempt, r)
-        steps = _newest_committed(ck)
+        # Freeze the ranks first, so no newer checkpoint is committed between the damage and the
+        # kill. A save in flight at the freeze (a newer step-N/ without COMMITTED) would commit
+        # after the thaw and make the damage moot (seen under load: resumed past the damaged
+        # step), so wait for a freeze with no save in flight: thaw, let it finish, freeze again.
+        for _ in range(100):
+            for r in range(world):
+                be.hang_rank(job, attempt, r)
+            steps = _newest_committed(ck)
+            if not _save_in_flight(ck, steps[0] if steps else None):
+                break
+            for r in range(world):
+                be.kill_rank(job, attempt, r, signal.SIGCONT)
+            time.sleep(0.1)
         if not steps:
             for r in range(world):
                 be.kill_rank(job, attempt, r, signal.SIGCONT)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any, Iterator, NoReturn
 
@@ -18,13 +19,15 @@ import typer
 
 from trainyard.cli.common import EXIT_BAD_INPUT
 from trainyard.cli.http import HttpClient, Response, TransportError
+from trainyard.cli.safe_text import clean
+from trainyard.contracts import JobDir
 from trainyard.defaults import DEFAULT_PORT, default_data_dir
 
 EXIT_UNAVAILABLE = 1
 
 
 def _die(message: str, code: int) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"error: {clean(message)}", err=True)  # API errors quote what was sent: other people's text too
     raise typer.Exit(code)
 
 
@@ -64,6 +67,19 @@ def error_message(r: Response) -> str:
     return f"{'field ' + repr(field) + ': ' if field else ''}{detail}"
 
 
+BUSY_RETRY_S = 30.0
+
+
+def _retry_after(r: Any) -> float | None:
+    """The pause a 503 asks for (Retry-After in seconds, at most 5), or None: not a busy answer."""
+    if r.status_code != 503:
+        return None
+    try:
+        return min(5.0, max(0.1, float(r.headers.get("retry-after", ""))))
+    except ValueError:
+        return None
+
+
 class Client:
     def __init__(self, url: str | None = None, tok: str | None = None, timeout: float = 30.0):
         self.url = url or server_url()
@@ -74,11 +90,20 @@ class Client:
             _die(f"YARD_URL: {e}", EXIT_BAD_INPUT)
 
     def request(self, method: str, path: str, **kw: Any) -> Any:
-        try:
-            r = self.http.request(method, path, **kw)
-        except TransportError as e:
-            _die(f"cannot reach the trainyard server at {self.url} ({type(e).__name__}); "
-                 "is `yard up` running? (set YARD_URL)", EXIT_UNAVAILABLE)
+        """One API call; a 503 with Retry-After (the plane is busy: api/admission.py) is retried
+        after the pause it asks for, for up to BUSY_RETRY_S in all, as a person would."""
+        waited = 0.0
+        while True:
+            try:
+                r = self.http.request(method, path, **kw)
+            except TransportError as e:
+                _die(f"cannot reach the trainyard server at {self.url} ({type(e).__name__}); "
+                     "is `yard up` running? (set YARD_URL)", EXIT_UNAVAILABLE)
+            pause = _retry_after(r)
+            if pause is None or waited + pause > BUSY_RETRY_S:
+                break
+            time.sleep(pause)
+            waited += pause
         if r.status_code >= 500:
             _die(f"server error at {path}: HTTP {r.status_code}", EXIT_UNAVAILABLE)
         if r.status_code >= 400:
@@ -95,6 +120,12 @@ class Client:
     def put(self, path: str, **kw: Any) -> Any:
         return self.request("PUT", path, **kw)
 
+    def patch(self, path: str, **kw: Any) -> Any:
+        return self.request("PATCH", path, **kw)
+
+    def delete(self, path: str, **kw: Any) -> Any:
+        return self.request("DELETE", path, **kw)
+
     def stream(self, path: str, params: dict[str, Any]) -> Iterator[str]:
         try:
             with self.http.stream("GET", path, params=params, timeout=None) as r:
@@ -108,3 +139,11 @@ class Client:
 
 def data_dir_of(value: str | None) -> Path:
     return Path(value) if value else default_data_dir()
+
+
+def local_job_dir(data_dir: Path, job: dict) -> JobDir:
+    """A job's directory (`contracts.JobDir`) under a local data dir, by the name the API gives
+    (`job_dir` of `GET /api/v1/jobs/{id}`: keyed, see there); a job shown without it (a reader
+    who may not see it) by its id alone, the layout of jobs stored before keys."""
+    name = Path(job["job_dir"]).name if job.get("job_dir") else str(job["id"])
+    return JobDir(Path(data_dir) / "jobs" / name)

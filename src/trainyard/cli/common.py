@@ -16,7 +16,9 @@ import typer
 
 from trainyard.parsing import ConfigError, parse_duration
 
-FORMATS = ("philly", "synthetic")
+FORMATS = ("philly", "synthetic", "pollux")
+# The cluster each format runs on when --cluster is not given (Pollux: its simulator's 16 x 4).
+DEFAULT_CLUSTERS = {"philly": "80x8", "synthetic": "80x8", "pollux": "16x4"}
 EXIT_BAD_INPUT = 2
 
 
@@ -82,19 +84,42 @@ def check_choice(value: str, choices: tuple[str, ...], option: str) -> str:
     return value
 
 
+def trace_file(trace: Path) -> Path:
+    """--trace as given: a file, or the name of a fetched public trace (`philly`, `pollux:3`;
+    `sim/trace_catalog.py`), found in the data dir that `yard trace fetch` filled."""
+    if trace.is_file():
+        return trace
+    from trainyard.defaults import default_data_dir
+    from trainyard.sim.trace_catalog import resolve
+
+    try:
+        found = resolve(str(trace), default_data_dir())
+    except FileNotFoundError as e:
+        raise BadInput(f"--trace: {e}") from None
+    if found is None:
+        raise BadInput(f"--trace: no such file: {trace} (nor a trace name: philly, pollux, pollux:N)")
+    return found
+
+
 def load_workload(fmt: str, trace: Path | None, *, date_from: str | None, date_to: str | None,
-                  warmup_days: float, cluster: str, seed: int, jobs: int, teams: int = 3):
-    """Load (philly) or generate (synthetic) the workload; every input problem raises ConfigError/BadInput."""
+                  warmup_days: float, cluster: str | None, seed: int, jobs: int, teams: int = 3):
+    """Load (philly, pollux) or generate (synthetic) the workload; every input problem raises
+    ConfigError/BadInput. `cluster` None: the format's default (`DEFAULT_CLUSTERS`)."""
     from trainyard.sim.philly import load_philly, parse_cluster_shape
 
     check_choice(fmt, FORMATS, "--format")
+    cluster = cluster or DEFAULT_CLUSTERS[fmt]
     parse_cluster_shape(cluster)
+    if fmt == "pollux":
+        from trainyard.sim.pollux import load_pollux
+
+        if trace is None:
+            raise BadInput("--trace: required with --format pollux (a workload-N.csv of Pollux's, or pollux:N)")
+        return load_pollux(trace_file(trace), cluster=cluster)
     if fmt == "philly":
         if trace is None:
-            raise BadInput("--trace: required with --format philly")
-        if not trace.is_file():
-            raise BadInput(f"--trace: no such file: {trace}")
-        return load_philly(trace, date_from=date_from, date_to=date_to, warmup_days=warmup_days,
+            raise BadInput("--trace: required with --format philly (a CSV file, or philly)")
+        return load_philly(trace_file(trace), date_from=date_from, date_to=date_to, warmup_days=warmup_days,
                            cluster=cluster, seed=seed)
     from trainyard.sim.synthetic import generate
 

@@ -11,11 +11,21 @@ from typing import Any, Optional
 
 import typer
 
+from trainyard.cli import event_format, queue_format
 from trainyard.cli.client import Client
+from trainyard.cli.columns import terminal_width
 from trainyard.cli.common import EXIT_BAD_INPUT, fail
-from trainyard.cli.render import ago, clock, duration, nodelist, print_json, table
-from trainyard.cli.sbatch import SbatchError, parse_sbatch, slurm_time
+from trainyard.cli.export import ExportError, job_env, parse_export
+from trainyard.cli.render import clock, duration, gpu_indices, nodelist, print_json, table
+from trainyard.cli.safe_text import clean
+from trainyard.cli.strict import AFTER_DASHDASH
+from trainyard import io_patterns
+from trainyard.cli.sbatch import SbatchError, gpu_spec, open_mode, parse_sbatch, slurm_time
+from trainyard.mail_types import check_mail_user, parse_mail_type
+from trainyard.contracts import expand_hostlist
+from trainyard.sched.constraints import ConstraintError, parse_features
 from trainyard.parsing import parse_begin
+from trainyard.signal_spec import parse_signal
 from trainyard.states import TERMINAL_STATES
 
 JSON = typer.Option(False, "--json", help="print JSON instead of a table")
@@ -39,19 +49,54 @@ def _looks_like_script(args: list[str]) -> bool:
 def submit(
     ctx: typer.Context,
     nodes: Optional[str] = typer.Option(None, "-N", "--nodes", help="nodes: a number or a range MIN-MAX (elastic)"),
-    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", help="GPUs on each node"),
-    gpus: Optional[int] = typer.Option(None, "-G", "--gpus", help="total GPUs (anywhere, or divided over --nodes)"),
+    gpus_per_node: Optional[str] = typer.Option(None, "--gpus-per-node", help="GPUs on each node: N or TYPE:N "
+                                                "(a GPU model, e.g. a100:4: only nodes of that model)"),
+    gpus: Optional[str] = typer.Option(None, "-G", "--gpus", help="total GPUs (anywhere, or divided over --nodes): "
+                                       "N or TYPE:N"),
+    constraint: Optional[str] = typer.Option(None, "-C", "--constraint", help="node features, as sbatch: ib, "
+                                             "ib&nvme, a100|h100, (a|b)&c"),
+    nodelist: Optional[str] = typer.Option(None, "-w", "--nodelist", help="nodes the job must include: node-[0-1]"),
+    exclude: Optional[str] = typer.Option(None, "-x", "--exclude", help="nodes the job must not use: node-3"),
+    exclusive: bool = typer.Option(False, "--exclusive", help="whole nodes: no other job on them; holds (and is "
+                                   "charged for) every GPU of each"),
+    ntasks: Optional[int] = typer.Option(None, "-n", "--ntasks", help="total tasks, as sbatch (with -N M: N/M per node)"),
     gpu_mem: Optional[float] = typer.Option(None, "--gpu-mem", help="GB of GPU memory needed on each GPU (shares GPUs)"),
-    time_limit: Optional[str] = typer.Option(None, "-t", "--time", help="time limit: minutes, MM:SS, HH:MM:SS, D-HH:MM:SS, or 30m / 2h"),
+    time_limit: Optional[str] = typer.Option(None, "-t", "--time", help="time limit, as sbatch: minutes, MM:SS, HH:MM:SS, D-HH[:MM[:SS]], "
+                                                      "or 30m / 2h; UNLIMITED, INFINITE or 0: the class's max run time"),
     team: Optional[str] = typer.Option(None, "-A", "--team", "--account", help="team (default: your token's)"),
-    job_class: Optional[str] = typer.Option(None, "-q", "--class", "--qos", help="class: interactive, training, batch"),
+    job_class: Optional[str] = typer.Option(None, "-q", "--class", "--qos",
+                                            help="class (Slurm's QOS, also -q/--qos in #SBATCH): interactive, "
+                                                 "training, batch"),
     name: Optional[str] = typer.Option(None, "-J", "--name", "--job-name", help="job name"),
-    output: Optional[str] = typer.Option(None, "-o", "--output", help="also link the log here (%j id, %t rank, %x name)"),
+    output: Optional[str] = typer.Option(None, "-o", "--output", help="also link the log here, as sbatch (%j id, %t rank, "
+                                         "%x name, %u user, %N node, %A/%a array; stdout and stderr unless -e)"),
+    error: Optional[str] = typer.Option(None, "-e", "--error", help="stderr apart from stdout, linked here, as sbatch "
+                                        "(the same patterns as --output)"),
+    open_mode_: Optional[str] = typer.Option(None, "--open-mode", help="as sbatch: append (default: a new attempt "
+                                             "keeps the earlier ones' output) or truncate (each attempt starts empty)"),
+    mail_type: Optional[str] = typer.Option(None, "--mail-type", help="as sbatch: BEGIN, END, FAIL, REQUEUE, ALL, "
+                                            "TIME_LIMIT, TIME_LIMIT_90/80/50, ... (comma-separated), posted to the "
+                                            "cluster's webhook (notify: in its configuration)"),
+    mail_user: Optional[str] = typer.Option(None, "--mail-user", help="who --mail-type's messages are for "
+                                            "(default: you)"),
     tasks_per_node: Optional[int] = typer.Option(None, "--ntasks-per-node", help="ranks per node (default: one per GPU)"),
+    mem: Optional[str] = typer.Option(None, "--mem", help="memory per node for all the job's ranks there, as sbatch: "
+                                      "16G, 500M, a number of MB; the kernel ends a job over it (state OUT_OF_MEMORY)"),
+    mem_per_gpu: Optional[str] = typer.Option(None, "--mem-per-gpu", help="memory per GPU, as sbatch (not with --mem)"),
+    cpus_per_task: Optional[int] = typer.Option(None, "-c", "--cpus-per-task", help="CPUs per rank, as sbatch"),
     checkpoint_interval: Optional[str] = typer.Option(None, "--checkpoint-interval", help="how often the job checkpoints"),
     pool: Optional[str] = typer.Option(None, "-p", "--pool", "--partition", help="pool of nodes"),
     workdir: Optional[str] = typer.Option(None, "-D", "--chdir", help="working directory (default: here)"),
-    env: list[str] = typer.Option([], "--env", "-e", help="KEY=VALUE for the job's environment (repeatable)"),
+    env: list[str] = typer.Option([], "--env", help="KEY=VALUE for the job's environment (repeatable; long form only: "
+                                  "-e is --error, as in sbatch)"),
+    notice: Optional[str] = typer.Option(None, "--signal",
+                                         help="as sbatch: [B:]SIG[@secs], SIG sent secs (60) before the time limit, "
+                                              "e.g. USR1@120, so the job checkpoints before it is stopped"),
+    export: Optional[str] = typer.Option(None, "--export",
+                                         help="your shell's environment for the job, as sbatch: ALL (default), NONE, "
+                                              "VAR1,VAR2 (only those), ALL,VAR=value"),
+    _requeue: bool = typer.Option(False, "--requeue", help="requeue when preempted or its node is lost: every job's "
+                                                       "default (--no-requeue is refused)"),
     hold: bool = typer.Option(False, "-H", "--hold", help="submit held; `yard release` lets it run"),
     dependency: Optional[str] = typer.Option(None, "-d", "--dependency",
                                              help="wait for other jobs, as sbatch: afterok:12[:13], afterany:12, "
@@ -62,6 +107,9 @@ def submit(
     array: Optional[str] = typer.Option(None, "-a", "--array",
                                         help="a job array, as sbatch: 0-9, 1,3,5, 0-15:4, 0-99%8 (at most 8 at once); "
                                              "each task sees $SLURM_ARRAY_TASK_ID"),
+    reservation: Optional[str] = typer.Option(None, "--reservation",
+                                              help="run in this admin reservation (yard reservation list), on its "
+                                                   "nodes while it is active"),
     parsable: bool = typer.Option(False, "--parsable", help="print only the job id (for scripts, as sbatch)"),
     recipe: Optional[str] = typer.Option(None, "--recipe", help="a training recipe (llama-pretrain, gemma-pretrain, "
                                          "sft, rl, or a YAML file) instead of a command"),
@@ -74,31 +122,60 @@ def submit(
     Prints the job id."""
     args = list(ctx.args)
     body: dict[str, Any] = {}
+    try:
+        model_g, gpus_n = (None, None) if gpus is None else gpu_spec(gpus, "--gpus")
+        model_n, per_node = (None, None) if gpus_per_node is None else gpu_spec(gpus_per_node, "--gpus-per-node")
+        if constraint is not None:
+            parse_features(constraint.strip())
+        for opt, v in (("--nodelist", nodelist), ("--exclude", exclude)):
+            if v is not None:
+                try:
+                    if not expand_hostlist(v.strip()):
+                        raise ValueError(f"no node names in {v!r}")
+                except ValueError as e:
+                    raise ValueError(f"{opt}: {e}") from None
+        for pattern, option in ((output, "--output"), (error, "--error")):
+            if pattern is not None:
+                io_patterns.check(pattern, option)
+        open_mode_ = None if open_mode_ is None else open_mode(open_mode_)
+        if mail_type is not None:
+            mail_type = parse_mail_type(mail_type) or "NONE"
+        if mail_user is not None:
+            mail_user = check_mail_user(mail_user)
+    except ConstraintError as e:
+        fail(f"-C/--constraint: {e}")
+    except ValueError as e:
+        fail(str(e))
+    if model_g and model_n and model_g != model_n:
+        fail(f"--gpus and --gpus-per-node name different GPU models ({model_g}, {model_n})")
     if recipe is not None:
         if args:
             fail("--recipe: give a recipe or a command/script, not both")
         # Every rank runs `python -m trainyard.recipes RECIPE --set …`; the recipe is validated here
         # (errors name the field) and says how many GPUs to ask for when none are given.
-        from trainyard.recipes.spec import RecipeError, load_recipe, recipe_path, shipped
+        from trainyard.recipes.spec import RecipeError, absolute_paths, load_recipe, recipe_path, shipped
 
         try:
             ref = recipe if recipe in shipped() else str(recipe_path(recipe))
             spec = load_recipe(ref, sets)
-            sets = list(sets)
-            if spec.init_from and not Path(spec.init_from).expanduser().is_absolute():
-                sets.append(f"init_from={Path(spec.init_from).expanduser().resolve()}")
-            if nodes is None and gpus_per_node is None and tasks_per_node is None:  # one rank per GPU
-                spec.check_world_size(gpus if gpus is not None else spec.gpus)
+            sets = [*sets, *absolute_paths(spec)]  # ranks start in the job's workdir, maybe on another node
+            if nodes is None and per_node is None and tasks_per_node is None:  # one rank per GPU
+                spec.check_world_size(gpus_n if gpus_n is not None else spec.gpus)
         except RecipeError as e:
             fail(str(e))
         body["command"] = [sys.executable, "-m", "trainyard.recipes", ref] + [x for s in sets for x in ("--set", s)]
         body["name"] = spec.name
-        if gpus is None and gpus_per_node is None and nodes is None:
+        if gpus_n is None and per_node is None and nodes is None:
             body["gpus"] = spec.gpus
     elif sets:
         fail("--set: only with --recipe")
     elif not args:
         fail("give a command after `--` or a batch script")
+    elif len(args) > 1 and not ctx.meta.get(AFTER_DASHDASH) and _looks_like_script(args[:1]):
+        # sbatch would pass them to the script; trainyard's batch scripts take none yet, and running
+        # the script as a plain command instead would quietly drop its #SBATCH lines
+        fail(f"{args[0]}: arguments after a batch script ({' '.join(args[1:])}) are not passed to it; put "
+             "yard submit's options before the script, or run it as a command after `--`")
     elif _looks_like_script(args):
         path = Path(args[0])
         try:
@@ -116,13 +193,24 @@ def submit(
         body.setdefault("name", path.name)
     else:
         body["command"] = args
+    unlimited = time_limit is not None and slurm_time(time_limit) is None
     if time_limit is not None:
         time_limit = slurm_time(time_limit)
-    given = {"nodes": nodes, "gpus_per_node": gpus_per_node, "gpus": gpus, "gpu_mem_gb": gpu_mem, "time": time_limit,
+    given = {"nodes": nodes, "gpus_per_node": per_node, "gpus": gpus_n, "gpu_mem_gb": gpu_mem, "time": time_limit,
              "team": team, "class": job_class, "name": name, "output": output, "tasks_per_node": tasks_per_node,
              "checkpoint_interval": checkpoint_interval, "pool": pool, "workdir": workdir, "dependency": dependency,
-             "begin": begin, "array": array}
+             "begin": begin, "array": array, "signal": notice, "mem": mem, "mem_per_gpu": mem_per_gpu, "cpus_per_task": cpus_per_task,
+             "error": error, "open_mode": open_mode_, "mail_type": mail_type, "mail_user": mail_user,
+             "constraint": constraint, "gpu_model": model_g or model_n, "nodelist": nodelist, "exclude": exclude,
+             "ntasks": ntasks, "reservation": reservation}
     body.update({k: v for k, v in given.items() if v is not None})
+    if unlimited:  # over a script's #SBATCH --time, as sbatch's command line wins
+        body["time"] = None
+    if isinstance(body.get("signal"), str):
+        try:
+            body["signal"] = parse_signal(body["signal"]).text()
+        except ValueError as e:
+            fail(str(e))
     if isinstance(body.get("begin"), str):  # read here, in the user's time zone; the API gets seconds
         try:
             body["begin"] = parse_begin(body["begin"], time.time())
@@ -130,11 +218,21 @@ def submit(
             fail(f"--begin: {e}")
     if hold:
         body["hold"] = True
+    if exclusive:
+        body["exclusive"] = True
     if "nodes" in body and isinstance(body["nodes"], str) and body["nodes"].isdigit():
         body["nodes"] = int(body["nodes"])
     wd = body.get("workdir") or os.getcwd()
     body["workdir"] = str(Path(wd).resolve())
-    envs: dict[str, str] = {}
+    try:  # the command line's --export over the script's, as sbatch
+        raw_export = body.get("export", "ALL")
+        exported = parse_export(export) if export is not None else parse_export(str(body.pop("export", "ALL")))
+    except ExportError as e:
+        fail(str(e))
+    body.pop("export", None)
+    envs = job_env(exported, os.environ)
+    if not exported.everything:  # as sbatch: the job (and its srun) sees what --export said
+        envs["SLURM_EXPORT_ENV"] = export if export is not None else str(raw_export)
     for e in env:
         k, eq, v = e.partition("=")
         if not eq or not k:
@@ -142,7 +240,11 @@ def submit(
         envs[k] = v
     if envs:
         body["env"] = envs
+    if body.get("mail_type") == "NONE":  # the command line's NONE over a script's --mail-type
+        body["mail_type"] = None
     job = Client().post("/api/v1/jobs", json=body)
+    for w in job.pop("warnings", None) or ():
+        typer.echo(f"warning: {w}", err=True)
     if as_json:
         print_json(job)
     elif parsable:
@@ -151,48 +253,41 @@ def submit(
         typer.echo(f"Submitted job {job['id']}")
 
 
-QUEUE_FIELDS = ("id,name,team,user,class,state,start_time,submit_time,nodes_min,nodes_max,gpus,gpus_per_node,"
-                "placement,reason,est_start,array_job_id,array_task_id")
-
-
-def _shown_id(j: dict) -> str:
-    """As squeue shows it: an array's task as ARRAY_TASK, any other job by its id."""
-    return str(j["id"]) if j.get("array_job_id") is None else f"{j['array_job_id']}_{j['array_task_id']}"
-
-
-def _queue_rows(jobs: list[dict], now: float) -> list[list[Any]]:
-    rows = []
-    for j in jobs:
-        running = j["state"] in ("RUNNING", "COMPLETING")
-        t = ago(j["start_time"], now) if running else ago(j["submit_time"], now) if j["state"] in ("PENDING", "REQUEUED") else ""
-        size = (f"{j['nodes_min']}" if j["nodes_min"] == j["nodes_max"] else f"{j['nodes_min']}-{j['nodes_max']}")
-        gpus = j["gpus"] if j["gpus_per_node"] is None else f"{size}x{j['gpus_per_node']}"
-        where = nodelist(j["placement"]) if running else f"({j['reason']})"
-        rows.append([_shown_id(j), j["name"][:20], j["team"], j["user"], j["class"], j["state"], t, gpus,
-                     clock(j["est_start"]) if not running else "", where])
-    return rows
-
-
 def queue(
     team: Optional[str] = typer.Option(None, "-A", "--team", help="only this team's jobs"),
     user: Optional[str] = typer.Option(None, "-u", "--user", help="only this user's jobs"),
     state: Optional[str] = typer.Option(None, "-t", "--states",
                                         help="comma-separated states or squeue codes (PD,R,CD...); 'all': every state"),
     all_jobs: bool = typer.Option(False, "-a", "--all", help="finished jobs too"),
+    fmt: Optional[str] = typer.Option(None, "-o", "--format",
+                                      help="columns as squeue -o: \"%.8i %.9P %.20j %.8u %.2t %.10M %.6D %R\" "
+                                           "(%[.][size]letter), or names as -O"),
+    names: Optional[str] = typer.Option(None, "-O", "--Format",
+                                        help="columns by name as squeue -O: id,name,team,user,class,state,st,time,"
+                                             "timelimit,timeleft,nodes,gpus,est_start,start,submit,end,reason,"
+                                             "nodelist,reasonlist (each [:[.]size])"),
+    noheader: bool = typer.Option(False, "-h", "--noheader", help="no header line"),
     as_json: bool = JSON,
 ) -> None:
-    """The queue, like squeue: id, name, team, user, class, state, time, GPUs, est. start, nodes (reason)."""
+    """The queue, like squeue: id, name, team, user, class, state, time, GPUs, est. start, nodes (reason).
+
+    Fits the terminal ($COLUMNS) by cutting names and reasons; ids, users and states stay whole."""
+    try:
+        shape = queue_format.layout(fmt, names)
+    except queue_format.FormatError as e:
+        fail(str(e))
     params: dict[str, Any] = {k: v for k, v in {"team": team, "user": user, "state": state}.items() if v}
     if not all_jobs and not state:
         params["active"] = "true"
     if not as_json:
-        params["fields"] = QUEUE_FIELDS
+        params["fields"] = queue_format.API_FIELDS
     jobs = Client().get("/api/v1/jobs", params=params)["jobs"]
     if as_json:
         print_json(jobs)
         return
-    table(["JOBID", "NAME", "TEAM", "USER", "CLASS", "STATE", "TIME", "GPUS", "EST.START", "NODELIST(REASON)"],
-          _queue_rows(jobs, time.time()))
+    lines = shape.lines(jobs, terminal_width(), header=not noheader)
+    if lines:
+        typer.echo("\n".join(lines))
 
 
 def _task_id(c: Client, array_id: int, index: int) -> int | None:
@@ -224,26 +319,28 @@ def show(job_id: str = typer.Argument(..., help="job id, or ARRAY_TASK (42_3)"),
         return
     keys = ["id", "name", "user", "team", "class", "pool", "state", "reason", "held", "nodes_min", "nodes_max",
             "gpus_per_node", "gpus", "tasks_per_node", "gpu_mem_gb", "time_limit_s", "checkpoint_interval_s",
-            "attempt", "dependency", "array_job_id", "array_task_id", "exit_code", "signal", "workdir", "output"]
+            "attempt", "dependency", "array_job_id", "array_task_id", "exit_code", "signal", "workdir", "output",
+            "job_dir", "constraint", "gpu_model", "nodelist_asked", "exclude_nodes", "exclusive", "ntasks"]
     for k in keys:
-        typer.echo(f"{k:>22}: {'' if j.get(k) is None else j.get(k)}")
-    typer.echo(f"{'command':>22}: {' '.join(j['command'] or []) or '(batch script)'}")
+        typer.echo(f"{k:>22}: {clean(j.get(k))}")
+    typer.echo(f"{'command':>22}: {clean(' '.join(j['command'] or [])) or '(batch script)'}")
     for k in ("submit_time", "begin_time", "eligible_time", "start_time", "end_time", "est_start"):
         typer.echo(f"{k:>22}: {'' if j[k] is None else time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(j[k]))}")
-    typer.echo(f"{'placement':>22}: {nodelist(j['placement'])}")
+    typer.echo(f"{'nodelist':>22}: {nodelist(j['placement'])}")
+    typer.echo(f"{'gpus (node:indices)':>22}: {clean(gpu_indices(j['placement']))}")
     typer.echo(f"{'retries':>22}: {j.get('retries', 0)}")
     typer.echo(f"{'lost GPU-seconds':>22}: {j.get('lost_gpu_s', 0):.1f} (work since the last checkpoint, all attempts)")
     if j.get("avoid_nodes"):
-        typer.echo(f"{'avoids':>22}: {','.join(j['avoid_nodes'])} (earlier attempts failed there; used only if "
+        typer.echo(f"{'avoids':>22}: {clean(','.join(j['avoid_nodes']))} (earlier attempts failed there; used only if "
                    "nothing else fits)")
     if j.get("attempts"):
         table(["ATTEMPT", "STATE", "CAUSE", "STARTED", "RAN", "EXIT", "SIGNAL", "LOST GPU-s", "RECOVERY", "NODES",
-               "REASON"],
+               "GPUS", "REASON"],
               [[a["attempt"], a["state"], a.get("cause", ""), clock(a["started_at"]),
                 duration((a["ended_at"] or time.time()) - a["started_at"]), "" if a["exit_code"] is None else a["exit_code"],
                 "" if a["signal"] is None else a["signal"], f"{a.get('lost_gpu_s') or 0:.1f}",
                 "" if a.get("recover_s") is None else f"{a['recover_s']:.1f}s",
-                nodelist(a["placement"]), a["reason"]] for a in j["attempts"]])
+                nodelist(a["placement"]), gpu_indices(a["placement"]), a["reason"]] for a in j["attempts"]])
 
 
 def _expand(c: Client, texts: list[str], verb: str) -> list[int]:
@@ -280,8 +377,8 @@ def _act(verb: str):  # noqa: ANN202
                 continue
             out.append(j)
             if not as_json:
-                typer.echo(f"job {_shown_id(j)}: {j['state']}"
-                           + (f" ({j['reason']})" if j["reason"] not in ("", "None") else ""))
+                typer.echo(f"job {queue_format.shown_id(j)}: {j['state']}"
+                           + (f" ({clean(j['reason'])})" if j["reason"] not in ("", "None") else ""))
         if as_json:
             print_json(out)
         if refused:
@@ -312,8 +409,16 @@ def logs(job_id: str = typer.Argument(..., help="job id, or ARRAY_TASK (42_3)"),
 
 
 def events(job_id: Optional[str] = typer.Argument(None, help="only this job's events (an id, or ARRAY_TASK: 42_3)"),
-           limit: int = typer.Option(200, "-n", "--limit", help="how many (newest)"), as_json: bool = JSON) -> None:
-    """The audit trail: who changed what, when and why."""
+           limit: int = typer.Option(200, "-n", "--limit", help="how many (newest)"),
+           fmt: str = typer.Option(event_format.DEFAULT, "-o", "--format",
+                                   help="columns by name: time,actor,event,job,node,why (each [:size])"),
+           noheader: bool = typer.Option(False, "-h", "--noheader", help="no header line"),
+           as_json: bool = JSON) -> None:
+    """The audit trail: who changed what, when and why. Fits the terminal ($COLUMNS) by cutting WHY."""
+    try:
+        fields = event_format.parse(fmt)
+    except ValueError as e:
+        fail(str(e))
     c = Client()
     if job_id is not None:
         evs = c.get(f"/api/v1/jobs/{resolve(c, job_id)}/events")["events"]
@@ -323,6 +428,6 @@ def events(job_id: Optional[str] = typer.Argument(None, help="only this job's ev
     if as_json:
         print_json(evs)
         return
-    table(["TIME", "ACTOR", "EVENT", "JOB", "NODE", "WHY"],
-          [[time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(e["time"])), e["actor"], e["kind"],
-            e["job_id"] or "", e["node"] or "", e["message"]] for e in evs])
+    out = event_format.lines(evs, fields, terminal_width(), header=not noheader)
+    if out:
+        typer.echo("\n".join(out))

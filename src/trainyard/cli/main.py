@@ -2,11 +2,18 @@
 
 Command groups live in their own modules and are wired here:
 - `yard sim` (`cli/sim.py`): simulate a workload under each policy, write a report;
+- `yard trace fetch|list` (`cli/trace.py`): the public traces it replays, downloaded and verified;
 - `yard plan capacity` (`cli/plan.py`): smallest cluster meeting a wait target, by simulation;
 - `yard bench sched` (`cli/bench.py`): time scheduling cycles on a synthetic snapshot;
 - `yard up` (`cli/up.py`): the control plane (API, store, control loop, local backend);
 - job commands (`cli/jobs.py`): submit, queue, show, cancel, hold, release, requeue, logs, events;
-- cluster commands (`cli/admin.py`): nodes, drain, resume, teams, cluster, token.
+- cluster commands (`cli/admin.py`): nodes, drain, resume, teams, cluster; tokens (`cli/tokens.py`): create, list, revoke;
+  reservations (`cli/reservations.py`): create, list, delete;
+- accounting: acct (sacct, `cli/acct.py`), report (sreport, `cli/report.py`), share and prio (sshare,
+  sprio, `cli/share.py`), audit (the audit trail as JSON lines, `cli/audit.py`).
+
+- recipes: run (train on this machine, `cli/run.py`), export (a run as a Hugging Face model,
+  `cli/model_export.py`), models (the exported models and their lineage, `cli/models.py`).
 
 Bad arguments or input: one line `error: …` on stderr and exit code 2 (`cli/common.py`).
 """
@@ -15,8 +22,11 @@ from __future__ import annotations
 
 import typer
 
-from trainyard.cli import admin, bench, chaos, jobs, plan, run, tboard, up
+from trainyard.cli import (acct, admin, audit, bench, chaos, jobs, model_export, models, plan, report, reservations, run,
+                           share, tboard, tokens, up)
+from trainyard.cli import trace as trace_cmd
 from trainyard.cli import sim as sim_cmd
+from trainyard.cli.strict import CONTEXT, StrictCommand
 
 app = typer.Typer(help="trainyard: a manager for GPU training clusters shared by several teams.",
                   no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
@@ -28,19 +38,28 @@ def _main() -> None:
 
 
 app.command("sim")(sim_cmd.sim)
+app.add_typer(trace_cmd.app, name="trace")
 app.add_typer(plan.app, name="plan")
 app.add_typer(bench.app, name="bench")
 app.command("up")(up.up)
 app.command("demo")(up.demo)
-app.command("submit", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(jobs.submit)
+app.command("submit", cls=StrictCommand, context_settings=CONTEXT)(jobs.submit)
 for _name in ("queue", "show", "cancel", "hold", "release", "requeue", "logs", "events"):
     app.command(_name)(getattr(jobs, _name))
 for _name in ("nodes", "drain", "resume"):
     app.command(_name)(getattr(admin, _name))
 app.add_typer(admin.teams_app, name="teams")
 app.add_typer(admin.cluster_app, name="cluster")
-app.add_typer(admin.token_app, name="token")
+app.add_typer(tokens.token_app, name="token")
+app.add_typer(reservations.app, name="reservation")
+app.command("acct")(acct.acct)
+app.command("report")(report.report)
+app.command("share")(share.share)
+app.command("prio")(share.prio)
+app.command("audit")(audit.audit)
 app.command("run")(run.run)
+app.command("export")(model_export.export)
+app.command("models")(models.models)
 app.command("chaos")(chaos.chaos)
 app.command("tensorboard")(tboard.tensorboard)
 

@@ -118,7 +118,8 @@ def capacity(
 
 
 def _memory_prepare(model_name, config, params, strategy, precision, tp, pp, seq, micro_batch, recompute,
-                    sequence_parallel, gpu_mem, gpus_per_node, margin, gpus):
+                    sequence_parallel, gpu_mem, gpus_per_node, margin, gpus, attention="sdpa", activations="inventory",
+                    grad_accumulation=1):
     from trainyard.plan.memory import (ArchError, PlanError, TrainSetup, get_model, load_hf_config,
                                        parse_param_count, usable_bytes)
 
@@ -136,13 +137,15 @@ def _memory_prepare(model_name, config, params, strategy, precision, tp, pp, seq
             model = parse_param_count(params)
         setup = TrainSetup(strategy=strategy.strip().lower(), precision=precision.strip().lower(), tp=tp, pp=pp,
                            seq=seq, micro_batch=micro_batch, recompute=recompute.strip().lower(),
-                           sequence_parallel=sequence_parallel)
+                           sequence_parallel=sequence_parallel, attention=attention.strip().lower(),
+                           activation_model=activations.strip().lower(), grad_accumulation=grad_accumulation)
         setup.check(model)
         capacity = usable_bytes(gpu_mem, margin)
     except ArchError as e:
         raise BadInput(f"--config: {e}") from None
     except PlanError as e:
-        raise BadInput(f"--{e.field.replace('_', '-')}: {e.message}") from None
+        flag = {"activation_model": "activations"}.get(e.field, e.field)
+        raise BadInput(f"--{flag.replace('_', '-')}: {e.message}") from None
     if gpus_per_node < 1:
         raise BadInput(f"--gpus-per-node: must be at least 1, got {gpus_per_node}")
     if gpus is not None and (gpus < 1 or gpus % setup.model_parallel):
@@ -168,15 +171,18 @@ def _memory_notes(model, setup, gpus_per_node) -> list[str]:
     if isinstance(model, ModelArch):
         notes.extend(model.notes)
         approx = []
-        if model.gated_mlp:
-            approx.append("a gated MLP")
-        if model.ffn != 4 * model.hidden:
-            approx.append(f"an MLP width of {model.ffn} (the paper's is 4h = {4 * model.hidden})")
-        if model.is_gqa:
-            approx.append(f"grouped-query attention ({model.kv_heads} KV heads for {model.heads}; "
-                          f"K and V activations are counted at full width)")
-        if approx:
-            notes.append("activations use Korthikanti et al.'s GPT formulas; approximate for " + ", ".join(approx))
+        if setup.activation_model == "paper":
+            if model.gated_mlp:
+                approx.append("a gated MLP")
+            if model.ffn != 4 * model.hidden:
+                approx.append(f"an MLP width of {model.ffn} (the paper's is 4h = {4 * model.hidden})")
+            if model.is_gqa:
+                approx.append(f"grouped-query attention ({model.kv_heads} KV heads for {model.heads}; "
+                              f"K and V activations are counted at full width)")
+            if approx:
+                notes.append("activations use Korthikanti et al.'s GPT formulas; approximate for " + ", ".join(approx))
+        elif not model.gated_mlp:
+            notes.append("a 2-matrix MLP is counted without dropout masks (the recipes' models have none)")
         if model.max_positions and setup.seq > model.max_positions:
             notes.append(f"--seq {setup.seq} exceeds the model's {model.max_positions} positions")
     else:
@@ -187,10 +193,16 @@ def _memory_notes(model, setup, gpus_per_node) -> list[str]:
                      f"{setup.pp} in flight")
     if setup.tp > gpus_per_node:
         notes.append(f"tensor parallel degree {setup.tp} spans nodes of {gpus_per_node} GPUs")
-    if setup.recompute == "full":
-        notes.append("full recompute: the recomputed layer's working set during backward is not counted")
-    if setup.zero_stage == 3:
-        notes.append("ZeRO-3/FSDP: the gathered parameters of the layers in flight are not counted")
+    if setup.activation_model == "paper":
+        if setup.recompute == "full":
+            notes.append("full recompute: the recomputed layer's working set during backward is not counted")
+        if setup.zero_stage == 3:
+            notes.append("ZeRO-3/FSDP: the gathered parameters of the layers in flight are not counted")
+    elif isinstance(model, ModelArch):
+        if setup.recompute == "selective":
+            notes.append("selective recompute is torchtitan's op-level policy (every other matmul's output saved)")
+        if setup.strategy in ("zero1", "zero2"):
+            notes.append("ZeRO-1/2: the communication buckets are not counted (the margin stands for them)")
     return notes
 
 
@@ -222,7 +234,14 @@ def memory(
     pp: int = typer.Option(1, "--pp", help="Pipeline parallel degree."),
     seq: int = typer.Option(2048, "--seq", help="Sequence length."),
     micro_batch: int = typer.Option(1, "--micro-batch"),
-    recompute: str = typer.Option("none", "--recompute", help="none | selective | full"),
+    recompute: str = typer.Option("none", "--recompute",
+                                  help="none | selective (torchtitan's op-level policy) | full"),
+    attention: str = typer.Option("sdpa", "--attention", help="sdpa (fused: no stored scores) | eager"),
+    activations: str = typer.Option("inventory", "--activations",
+                                    help="inventory (each saved tensor of the recipes' layers) | paper "
+                                         "(Korthikanti et al.'s GPT formulas)"),
+    grad_accumulation: int = typer.Option(1, "--grad-accumulation",
+                                          help="Micro-batches per step (above 1 the gradients live through backward)."),
     sequence_parallel: bool = typer.Option(True, "--sequence-parallel/--no-sequence-parallel",
                                            help="Megatron sequence parallelism with --tp > 1."),
     gpu_mem: float = typer.Option(80.0, "--gpu-mem", help="GPU memory in GiB (an '80 GB' A100/H100: 80)."),
@@ -234,18 +253,20 @@ def memory(
 ) -> None:
     """Bytes per GPU for parameters, gradients, optimizer states and activations, and the fewest GPUs that fit.
 
-    Model state per the ZeRO paper, activations per Korthikanti et al. 2022: docs/memory-planner.md.
+    Model state per the ZeRO paper; activations, the loss's temporaries and FSDP's gathered units as
+    the recipes run them (or Korthikanti et al.'s formulas with --activations paper); the peak is
+    the largest moment of a step: docs/memory-planner.md.
     """
     model, setup, capacity = run_guarded(_memory_prepare, model_name, config, params, strategy, precision, tp, pp,
                                          seq, micro_batch, recompute, sequence_parallel, gpu_mem, gpus_per_node,
-                                         margin, gpus)
+                                         margin, gpus, attention, activations, grad_accumulation)
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    from trainyard.plan.memory import (STRATEGY_LABELS, ModelArch, activation_bytes_per_layer, activation_formula,
-                                       arch_dict, memory_per_gpu, min_gpus, setup_dict, state_bytes_per_param,
-                                       suggest, unsharded_bytes)
+    from trainyard.plan.memory import (STRATEGY_LABELS, ModelArch, activation_formula, arch_dict, layer_activation_bytes,
+                                       memory_per_gpu, min_gpus, setup_dict, state_bytes_per_param, suggest,
+                                       unsharded_bytes)
 
     fit = min_gpus(model, setup, capacity, gpus_per_node)
     dp = gpus // setup.model_parallel if gpus is not None else (fit.dp if fit else 1)
@@ -255,9 +276,7 @@ def memory(
     compare = _memory_compare(model, setup, dp, capacity, gpus_per_node)
     notes = _memory_notes(model, setup, gpus_per_node)
     is_arch = isinstance(model, ModelArch)
-    per_layer = (activation_bytes_per_layer(setup.seq, setup.micro_batch, model.hidden, model.heads, setup.tp,
-                                            recompute=setup.recompute, sequence_parallel=setup.sequence_parallel,
-                                            precision=setup.precision) if is_arch else None)
+    per_layer = layer_activation_bytes(model, setup) if is_arch else None
     if as_json:
         out = {
             "model": arch_dict(model),
@@ -271,6 +290,9 @@ def memory(
                         "activations": None if bd.activations is None else round(bd.activations),
                         "activations_per_layer": None if per_layer is None else round(per_layer),
                         "activation_formula": activation_formula(setup) if is_arch else None,
+                        "loss_temporaries": round(bd.loss), "working_set": round(bd.working_set),
+                        "buffers": round(bd.buffers), "peak_moment": bd.moment or None,
+                        "moments": {name: round(v) for name, v in bd.moments},
                         "total": round(bd.total), "model_state_gb": float(_gb(bd.model_state)),
                         "total_gb": float(_gb(bd.total)), "total_gib": round(bd.total / 2**30, 2),
                         "fits": bd.total <= capacity},
@@ -326,12 +348,28 @@ def memory(
         table.add_row("activations", f"{bd.activations:,.0f}", _gb(bd.activations), _gib(bd.activations),
                       escape(f"{layers:g} layers x {per_layer:,.0f} B, {activation_formula(setup)}; "
                              f"+ {outside:,.0f} B embedding/output"))
-    table.add_row("[bold]total[/]", f"[bold]{bd.total:,.0f}[/]", f"[bold]{_gb(bd.total)}[/]",
-                  f"[bold]{_gib(bd.total)}[/]", "")
+    if bd.moments:
+        for name, value, how in (
+                ("loss temporaries", bd.loss, "fp32 log-softmax, its and the NLL's gradients (start of backward)"),
+                ("layer backward", bd.working_set, "one layer's backward working set"
+                                                   + (" (recomputed layer included)" if setup.recompute != "none"
+                                                      else "")),
+                ("buffers", bd.buffers, {3: "FSDP: gathered root unit + prefetched layer",
+                                         0: "DDP gradient buckets"}.get(setup.zero_stage, "")
+                 if bd.buffers else "none (one process: no wrapper)" if bd.dp == 1 else "not counted")):
+            table.add_row(name, f"{value:,.0f}", _gb(value), _gib(value), how)
+        live = ", ".join(f"{n} {_gib(v)} GiB" for n, v in bd.moments)
+        table.add_row("[bold]peak[/]", f"[bold]{bd.total:,.0f}[/]", f"[bold]{_gb(bd.total)}[/]",
+                      f"[bold]{_gib(bd.total)}[/]", escape(f"at the {bd.moment} (moments: {live})"))
+    else:
+        table.add_row("[bold]total[/]", f"[bold]{bd.total:,.0f}[/]", f"[bold]{_gb(bd.total)}[/]",
+                      f"[bold]{_gib(bd.total)}[/]", "")
     table.add_row("usable", f"{capacity:,.0f}", _gb(capacity), _gib(capacity),
                   f"{gpu_mem:g} GiB x (1 - {margin:.0%} margin)")
     con.print(table)
     con.print("GB = 10^9 bytes (as in the ZeRO paper), GiB = 2^30 bytes", highlight=False)
+    con.print(f"needs {bd.total / (1 - margin) / 2**30:.1f} GiB of GPU memory per GPU at {bd.gpus} GPUs (the peak "
+              f"with the {margin:.0%} margin)", highlight=False)
     if fit is not None:
         con.print(f"[bold]minimum: {fit.gpus} GPUs = {fit.nodes} node{'s' if fit.nodes > 1 else ''} of "
                   f"{gpus_per_node}[/] (dp {fit.dp} x tp {setup.tp} x pp {setup.pp}): {_gb(fit.breakdown.total)} GB "

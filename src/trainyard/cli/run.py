@@ -3,6 +3,10 @@
 RECIPE is a shipped recipe (`llama-pretrain`, `gemma-pretrain`, `sft`, `rl`) or a YAML file.
 The recipe is validated here first (bad input: one line `error: …` naming the field, exit 2);
 then N ranks start (`trainyard.recipes.launch`) with DIR/checkpoints, DIR/metrics and DIR/logs.
+With `model.from` (a Hugging Face checkpoint) or `data.path` (the user's data) the directory and
+every data file are checked here too, so a missing config.json or a JSON line without the text
+field fails before anything is written to DIR.
+A recipe's `export: DIR` (relative to DIR) is checked here as well; the ranks export at the end.
 Running the same command again with the same DIR resumes from the newest complete checkpoint.
 SIGUSR1 or SIGTERM (and the first Ctrl-C) make every rank checkpoint and stop: exit 75.
 """
@@ -26,7 +30,7 @@ def run(
 ) -> None:
     """Train a recipe locally with N processes; rerun with the same --out to resume."""
     from trainyard.recipes.checkpoints import check_resume, resolve_init
-    from trainyard.recipes.spec import RecipeError, load_recipe, recipe_path, shipped
+    from trainyard.recipes.spec import RecipeError, absolute_paths, load_recipe, recipe_path, shipped
 
     if nproc < 1:
         fail(f"--nproc: must be at least 1, got {nproc}")
@@ -36,11 +40,22 @@ def run(
         spec.check_world_size(nproc)
         sets = list(sets)
         if spec.init_from:
-            absolute = str(Path(spec.init_from).expanduser().resolve())
-            resolve_init(absolute)  # a missing source fails here, not in every rank
-            if absolute != spec.init_from:
-                sets.append(f"init_from={absolute}")
+            resolve_init(str(Path(spec.init_from).expanduser().resolve()))  # a missing source fails here
+        sets += absolute_paths(spec)  # the ranks' record: absolute
+        spec = load_recipe(ref, sets)
+        if spec.model.from_ is not None:
+            from trainyard.recipes.hf_checkpoint import inspect
+
+            inspect(spec.model.from_)  # the directory's files and model_type, before anything starts
+        if spec.data.path is not None:
+            from trainyard.recipes.user_data import check_recipe
+
+            check_recipe(spec)  # every file and line, before anything is written to --out
         check_resume(JobDir(out).checkpoints, spec)
+        if spec.export is not None:
+            from trainyard.recipes.export import check_recipe_target
+
+            check_recipe_target(spec, JobDir(out.resolve()).checkpoints)  # `export:` before anything starts
     except RecipeError as e:
         fail(str(e))
     if out.exists() and not out.is_dir():

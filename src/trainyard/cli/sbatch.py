@@ -3,10 +3,20 @@
 As in Slurm, directives are read from the top of the script until the first line that is
 neither blank nor a comment; options on the command line win over the script's. Supported:
 `-N/--nodes`, `--gres=gpu[:type]:N`, `--gpus-per-node`, `-G/--gpus`, `-t/--time`, `-J/--job-name`,
-`--qos` (→ class), `-A/--account` (→ team), `-o/--output`, `-p/--partition` (→ pool),
-`--ntasks-per-node`, `-D/--chdir`, `-H/--hold`, `-d/--dependency`, `-b/--begin`, `-a/--array`. Options that make sense to Slurm but not here
-(`--mem`, `--cpus-per-task`, `--mail-*`, …) are ignored with a warning; anything else is an error
-that names the line.
+`-q/--qos` (→ class), `-A/--account` (→ team), `-o/--output` and `-e/--error` (stdout and stderr
+apart, Slurm's filename patterns: io_patterns.py), `--open-mode=append|truncate` (whether a new
+attempt keeps the earlier attempts' output), `-p/--partition` (→ pool),
+`--ntasks-per-node`, `--mem`, `--mem-per-gpu`, `-c/--cpus-per-task`, `-D/--chdir`, `-H/--hold`,
+`-d/--dependency`, `-b/--begin`, `-a/--array`, `--export` (cli/export.py), `--signal`
+(signal_spec.py), `--mail-type`/`--mail-user` (the cluster's webhook: mail_types.py,
+control/notify.py), `--reservation` (an admin reservation,
+`cli/reservations.py`: checked at submission, honoured by the engine), `--requeue` (every job's default); placement (services/placement_ask.py):
+`-C/--constraint` (features: `&`, `|`, parentheses), the GPU model of `--gpus`/`--gpus-per-node`/
+`--gres=gpu:TYPE:N`, `-w/--nodelist` and `-x/--exclude` (hostlists), `--exclusive` (whole nodes),
+`-n/--ntasks`. Refused with a reason (cli/refused.py): `--nice`, `--time-min`, `--no-requeue`.
+Options that make sense to Slurm but not here (`--mem-per-cpu`, …) are ignored with a warning;
+anything else is an error that names the line.
+In `#SBATCH` lines, as in sbatch, `-e` is `--error` (never yard submit's `--env`).
 """
 
 from __future__ import annotations
@@ -15,7 +25,14 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from trainyard.parsing import parse_begin, parse_duration, parse_node_range
+from trainyard import io_patterns
+from trainyard.cli.export import parse_export
+from trainyard.mail_types import check_mail_user, parse_mail_type
+from trainyard.cli.refused import refusal
+from trainyard.contracts import expand_hostlist
+from trainyard.sched.constraints import parse_features
+from trainyard.parsing import parse_begin, parse_duration, parse_mem_mib, parse_node_range
+from trainyard.signal_spec import parse_signal
 
 
 class SbatchError(ValueError):
@@ -31,26 +48,78 @@ _FIELDS = {
     "-G": "gpus", "--gpus": "gpus",
     "-t": "time", "--time": "time",
     "-J": "name", "--job-name": "name",
-    "--qos": "class",
+    "-q": "class", "--qos": "class",
     "-A": "team", "--account": "team",
     "-o": "output", "--output": "output",
     "-p": "pool", "--partition": "pool",
-    "--ntasks-per-node": "tasks_per_node",
+    "--ntasks-per-node": "tasks_per_node", "--tasks-per-node": "tasks_per_node",  # sbatch's alias
+    "--mem": "mem", "--mem-per-gpu": "mem_per_gpu",
+    "-c": "cpus_per_task", "--cpus-per-task": "cpus_per_task",
     "-D": "workdir", "--chdir": "workdir",
     "--gres": "gres",
     "-d": "dependency", "--dependency": "dependency",
     "-b": "begin", "--begin": "begin",
     "-a": "array", "--array": "array",
+    "--export": "export",
+    "--signal": "signal",
+    "-e": "error", "--error": "error",
+    "--open-mode": "open_mode",
+    "--mail-type": "mail_type", "--mail-user": "mail_user",
+    "-C": "constraint", "--constraint": "constraint",
+    "-w": "nodelist", "--nodelist": "nodelist",
+    "-x": "exclude", "--exclude": "exclude",
+    "-n": "ntasks", "--ntasks": "ntasks",
+    "--reservation": "reservation",
 }
-_FLAGS = {"-H": "hold", "--hold": "hold"}
-IGNORED = {"--mem", "--mem-per-cpu", "--mem-per-gpu", "-c", "--cpus-per-task", "--mail-type", "--mail-user",
-           "-e", "--error", "--exclusive", "--requeue", "--no-requeue", "-n", "--ntasks", "--constraint", "-C",
-           "--open-mode", "--signal", "--comment"}
+_FLAGS = {"-H": "hold", "--hold": "hold", "--exclusive": "exclusive"}
+IGNORED = {"--mem-per-cpu", "--comment"}
 
 
-def slurm_time(raw: str) -> str:
-    """Slurm reads a bare `--time` number as minutes; trainyard's durations read it as seconds."""
-    return f"{raw.strip()}m" if raw.strip().isdigit() else raw
+UNLIMITED_TIMES = ("unlimited", "infinite")
+OPEN_MODES = ("append", "truncate")
+
+
+def open_mode(raw: str, option: str = "--open-mode") -> str:
+    """`--open-mode` as sbatch reads it: `append` or `truncate` (any case; sbatch looks at the first
+    letter only, which would take `--open-mode=apple`: refused here).
+
+    Raises:
+        ValueError: anything else (the message names `option`).
+    """
+    v = raw.strip().lower()
+    if v not in OPEN_MODES:
+        raise ValueError(f"{option}: expected append or truncate, got {raw!r}")
+    return v
+
+
+def slurm_time(raw: str) -> str | None:
+    """`--time` as Slurm reads it, for trainyard's durations: a bare number is minutes (a duration
+    alone would read it as seconds); `UNLIMITED`, `INFINITE` and `0` are no limit of the job's own
+    (None: the class's max run time still holds), as sbatch has them."""
+    s = raw.strip()
+    if s.lower() in UNLIMITED_TIMES or (s.isdigit() and int(s) == 0):
+        return None
+    return f"{s}m" if s.isdigit() else raw
+
+
+def gpu_spec(raw: str, option: str) -> tuple[str | None, int]:
+    """A GPU request in Slurm's `[type:]N` form (`--gpus`, `--gpus-per-node`, `--gres=gpu:…`) →
+    (model or None, count). The model is a placement constraint the engine honours (nodes'
+    `gpu_model` in the cluster configuration); one no node has is refused at submission.
+
+    Raises:
+        ValueError: not `N` or `TYPE:N`, or N below 1 (the message names `option`).
+    """
+    m = re.fullmatch(r"(?:([A-Za-z0-9_.-]+):)?(\d+)", raw.strip())
+    if not m:
+        raise ValueError(f"{option}: expected a GPU count N or Slurm's TYPE:N (e.g. 2 or a100:2), got {raw!r}")
+    if int(m.group(2)) < 1:
+        raise ValueError(f"{option}: must be at least 1, got {raw!r}")
+    return m.group(1), int(m.group(2))
+
+
+def gpu_count(raw: str, option: str) -> int:
+    return gpu_spec(raw, option)[1]
 
 
 @dataclass
@@ -59,9 +128,25 @@ class SbatchOptions:
     warnings: list[str] = field(default_factory=list)
 
 
-def _value(field_name: str, raw: str, file: str, line: int) -> object:
+def _value(field_name: str, raw: str, file: str, line: int, option: str = "") -> object:
     try:
-        if field_name in ("gpus_per_node", "gpus", "tasks_per_node"):
+        if field_name in ("mem", "mem_per_gpu"):
+            parse_mem_mib(raw)
+            return raw.strip()
+        if field_name in ("gpus_per_node", "gpus"):
+            return gpu_spec(raw, option or field_name)
+        if field_name in ("constraint", "nodelist", "exclude"):
+            try:
+                if field_name == "constraint":
+                    parse_features(raw.strip())
+                elif not expand_hostlist(raw.strip()):
+                    raise ValueError(f"no node names in {raw!r}")
+            except ValueError as e:
+                raise ValueError(f"{option or field_name}: {e}") from None
+            return raw.strip()
+        if field_name in ("tasks_per_node", "cpus_per_task", "ntasks"):
+            if not raw.strip().isdigit():
+                raise ValueError(f"expected a whole number, got {raw!r}")
             v = int(raw)
             if v < 1:
                 raise ValueError("must be at least 1")
@@ -70,19 +155,36 @@ def _value(field_name: str, raw: str, file: str, line: int) -> object:
             lo, hi = parse_node_range(raw)
             return lo if lo == hi else f"{lo}-{hi}"
         if field_name == "time":
-            raw = slurm_time(raw)
-            parse_duration(raw)
-            return raw
+            limit = slurm_time(raw)
+            if limit is not None:
+                parse_duration(limit)
+            return limit
         if field_name == "begin":
             parse_begin(raw, 0.0)  # checked here so that the error names the line; read at submission
             return raw
+        if field_name == "signal":
+            return parse_signal(raw, option or "--signal").text()
+        if field_name == "export":
+            parse_export(raw, option or "--export")
+            return raw.strip()
+        if field_name in ("output", "error"):
+            if not raw.strip():
+                raise ValueError(f"{option or '--' + field_name}: empty file name")
+            return io_patterns.check(raw.strip(), option or f"--{field_name}")
+        if field_name == "open_mode":
+            return open_mode(raw, option or "--open-mode")
+        if field_name == "mail_type":
+            return parse_mail_type(raw, option or "--mail-type") or "NONE"
+        if field_name == "mail_user":
+            return check_mail_user(raw, option or "--mail-user")
         if field_name == "gres":
-            m = re.fullmatch(r"gpu(?::[A-Za-z0-9_.-]+)?:(\d+)", raw.strip())
-            if not m or int(m.group(1)) < 1:
+            kind, colon, count = raw.strip().partition(":")
+            if kind != "gpu" or not colon:
                 raise ValueError(f"expected gpu:N or gpu:TYPE:N, got {raw!r}")
-            return int(m.group(1))
+            return gpu_spec(count, option or "--gres")
     except ValueError as e:
-        raise SbatchError(file, line, f"{field_name}: {e}") from None
+        named = option and str(e).startswith(option + ":")  # the message names the option already
+        raise SbatchError(file, line, str(e) if named else f"{field_name}: {e}") from None
     if not raw.strip():
         raise SbatchError(file, line, f"{field_name}: empty value")
     return raw
@@ -115,6 +217,11 @@ def parse_sbatch(text: str, file: str = "script") -> SbatchOptions:
             if not w.startswith("-"):
                 raise SbatchError(file, no, f"expected an option, got {w!r}")
             name, eq, val = w.partition("=")
+            if refusal(name):
+                raise SbatchError(file, no, str(refusal(name)))
+            if name == "--requeue":  # what every trainyard job gets (cli/refused.py)
+                i += 1
+                continue
             if name in _FLAGS:
                 out.fields[_FLAGS[name]] = True
                 i += 1
@@ -126,10 +233,6 @@ def parse_sbatch(text: str, file: str = "script") -> SbatchOptions:
                 else:
                     raise SbatchError(file, no, f"unknown option {name!r}")
             if not eq:
-                if name in IGNORED and name in ("--exclusive", "--requeue", "--no-requeue"):
-                    out.warnings.append(f"{file}:{no}: {name} is ignored by trainyard")
-                    i += 1
-                    continue
                 if i + 1 >= len(words):
                     raise SbatchError(file, no, f"option {name} needs a value")
                 val = words[i + 1]
@@ -139,9 +242,10 @@ def parse_sbatch(text: str, file: str = "script") -> SbatchOptions:
                 out.warnings.append(f"{file}:{no}: {name} is ignored by trainyard")
                 continue
             fname = _FIELDS[name]
-            v = _value(fname, val, file, no)
-            if fname == "gres":
-                out.fields["gpus_per_node"] = v
-            else:
-                out.fields[fname] = v
+            v = _value(fname, val, file, no, name)
+            if isinstance(v, tuple):  # a GPU request: (model, count); the model is a placement constraint
+                model, v = v
+                if model:
+                    out.fields["gpu_model"] = model
+            out.fields["gpus_per_node" if fname == "gres" else fname] = v
     return out

@@ -22,7 +22,7 @@ from typing import Optional
 
 import typer
 
-from trainyard.cli.common import (BadInput, check_choice, command_line, load_workload, parse_seconds,
+from trainyard.cli.common import (DEFAULT_CLUSTERS, BadInput, check_choice, command_line, load_workload, parse_seconds,
                                   resolve_policies, run_guarded)
 
 
@@ -80,12 +80,13 @@ def _install(tmp: Path, out: Path) -> None:
 
 
 def sim(
-    trace: Optional[Path] = typer.Option(None, "--trace", help="Trace file (for --format philly)."),
-    fmt: str = typer.Option("philly", "--format", help="philly | synthetic"),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="Trace file (--format philly or pollux)."),
+    fmt: str = typer.Option("philly", "--format", help="philly | pollux | synthetic"),
     date_from: Optional[str] = typer.Option(None, "--from", help="First day loaded, YYYY-MM-DD (philly)."),
     date_to: Optional[str] = typer.Option(None, "--to", help="Day after the last day loaded (exclusive)."),
     warmup_days: float = typer.Option(2.0, "--warmup-days", help="Days from --from not measured (philly)."),
-    cluster: str = typer.Option("80x8", "--cluster", help="NODESxGPUS, e.g. 80x8."),
+    cluster: Optional[str] = typer.Option(None, "--cluster",
+                                          help="NODESxGPUS, e.g. 80x8 (default: 80x8; pollux: 16x4)."),
     policies: str = typer.Option("all", "--policies", help="'all' or a comma-separated list."),
     estimates: str = typer.Option("user", "--estimates", help="none | user | oracle"),
     seed: int = typer.Option(1, "--seed"),
@@ -122,7 +123,7 @@ def sim(
     # Outside a terminal (make demo in CI, a pipe) Rich assumes 80 columns and cuts the table.
     Console(width=None if sys.stdout.isatty() else 160).print(format_table(results, title=w.name))
     meta = {"command": command_line(), "format": fmt, "trace": str(trace) if trace else None, "from": date_from,
-            "to": date_to, "warmup_days": warmup_days, "cluster": cluster, "policies": names,
+            "to": date_to, "warmup_days": warmup_days, "cluster": cluster or DEFAULT_CLUSTERS[fmt], "policies": names,
             "estimates": estimates, "seed": seed, "jobs": jobs if fmt == "synthetic" else None,
             "node_mtbf_s": mtbf, "config": str(config) if config else None,
             "configured_policy": configured.policy if configured is not None else None,

@@ -18,7 +18,7 @@ from typing import Optional
 
 import typer
 
-from trainyard.cli.client import Client, data_dir_of
+from trainyard.cli.client import Client, data_dir_of, local_job_dir
 from trainyard.cli.common import fail
 from trainyard.contracts import JobDir
 
@@ -38,8 +38,8 @@ def tensorboard(
     print_only: bool = typer.Option(False, "--print", help="print the tensorboard command instead of running it"),
 ) -> None:
     """TensorBoard on a job's metrics (loss, learning rate, throughput, all attempts)."""
-    Client().get(f"/api/v1/jobs/{job_id}")  # exists, and the caller may read it
-    jd = JobDir.of(data_dir_of(data_dir), job_id)
+    job = Client().get(f"/api/v1/jobs/{job_id}")  # exists, and the caller may read it
+    jd = local_job_dir(data_dir_of(data_dir), job)
     logdir = logdir_of(jd.root)
     if logdir is None:
         fail(f"job {job_id}: no TensorBoard events under {jd.tensorboard} (the runtime writes "

@@ -1,7 +1,8 @@
 """Starting an attempt: its row (committed first), the job directory, the launch, and a failed launch.
 
 `start` runs inside the schedule step's transaction: it moves the job to RUNNING
-(`transitions.start_attempt`), mints the attempt's job token and returns the `LaunchSpec`.
+(`transitions.start_attempt`), mints the attempt's job token and returns the `LaunchSpec` (with the
+job's --mem / --mem-per-gpu / --cpus-per-task as its `limits`).
 `launch` runs after the commit: it prepares the job directory (the batch script, Slurm's
 `--output` links) and asks the backend to start every rank; a launch the backend refuses (no
 such program, workdir gone, …) fails the job as the user's error.
@@ -10,20 +11,26 @@ such program, workdir gone, …) fails the job as the user's error.
 from __future__ import annotations
 
 import logging
-import os
 import socket
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from sqlalchemy.orm import Session
 
-from trainyard.backends.base import BackendError, LaunchSpec
+from trainyard import io_patterns
+from trainyard.backends.base import BackendError, Constraints, LaunchSpec, Limits
 from trainyard.contracts import JobDir, JobInfo
+from trainyard.control import job_dirs, job_files, output_links
 from trainyard.control.context import LoopContext
-from trainyard.services import auth, transitions
+from trainyard.services import auth, owners, transitions
+from trainyard.services.errors import Forbidden
+from trainyard.services.jobs import LAUNCH_FAILED_HELD
+from trainyard.services.output_paths import relative_to_workdir
 from trainyard.services.events import record
 from trainyard.services.ranks import ranks_for
 from trainyard.states import AttemptOutcome, JobState
+from trainyard.store import identity
 from trainyard.store.models import JobRow
 
 log = logging.getLogger("trainyard.loop")
@@ -36,7 +43,7 @@ def start(ctx: LoopContext, s: Session, j: JobRow, placement: list[dict[str, Any
     """Commit-side half of a start: the job is RUNNING on `placement`; returns what to launch.
     `cluster`: the configuration's cluster name (SLURM_CLUSTER_NAME)."""
     transitions.start_attempt(s, j, placement, now)
-    jd = ctx.job_dir(j.id)
+    jd = ctx.job_dir(j)
     env = dict(j.env)
     if ctx.api_url:
         env["TRAINYARD_API"] = ctx.api_url
@@ -47,26 +54,63 @@ def start(ctx: LoopContext, s: Session, j: JobRow, placement: list[dict[str, Any
                    submit_dir=j.workdir, submit_host=SUBMIT_HOST, tasks_per_node=j.tasks_per_node)
     return LaunchSpec(job_id=j.id, attempt=j.attempt, command=command, workdir=j.workdir, job_dir=str(jd.root),
                       ranks=ranks_for(placement, j.tasks_per_node), env=env,
-                      checkpoint_dir=str(jd.checkpoints), job=info)
+                      checkpoint_dir=str(jd.checkpoints), job=info,
+                      limits=Limits(j.mem_mib, j.mem_per_gpu_mib, j.cpus_per_task), batch=not j.command,
+                      stderr_apart=stderr_apart(j.output, j.error),
+                      constraints=Constraints(j.constraint, j.gpu_model, tuple(j.exclude_nodes or ()), bool(j.exclusive)))
+
+
+def stderr_apart(output: str | None, error: str | None) -> bool:
+    """Whether the ranks' stderr goes to a file of its own: `-e/--error` given, and not the very
+    pattern of `--output` (then both share the file, as in Slurm)."""
+    return error is not None and error != output
 
 
 def launch(ctx: LoopContext, spec: LaunchSpec, now: float) -> None:
-    """Backend-side half of a start, after the commit."""
+    """Backend-side half of a start, after the commit: who the job runs as (`owners.resolve`,
+    asked again: an account may have gone since the submit), its directory claimed
+    (`job_dirs.claim`) and made for that account (`job_files.prepare`), then the backend. A job with no one left to run as fails as a launch
+    the backend refused does."""
     jd = JobDir(spec.job_dir)
     try:
-        jd.create()
         with ctx.store.session() as s:
             j = s.get(JobRow, spec.job_id)
-            script = j.script if j is not None else None
-            output = j.output if j is not None else None
-            name = j.name if j is not None else ""
-            array = (j.array_job_id, j.array_task_id) if j is not None else (None, None)
-        if script is not None and not jd.script.exists():
-            jd.script.write_text(script)
+            if j is None:
+                return  # gone meanwhile (nothing deletes jobs today)
+            script, output, error, name, user = j.script, j.output, j.error, j.name, j.user
+            truncate = j.open_mode == "truncate"
+            if script is None and not j.command and j.array_job_id not in (None, j.id):
+                first = s.get(JobRow, j.array_job_id)  # an array's script is stored once, with its first task
+                script = first.script if first is not None else None
+            array = (j.array_job_id, j.array_task_id)
+            owner = job_dirs.owner_record(identity.instance_id(s), j.id, j.dir_key)
+            adopt = j.dir_key is None and spec.attempt > 1  # a job from before keys, that ran before
+            cfg = ctx.configs.current(s)
+            cls = next((c for c in cfg.spec.classes if c.name == j.job_class), None)
+            limits = [x for x in (j.time_limit_s, cls.max_run_time if cls else None) if x]
+        who = owners.resolve(cfg.spec, user, spec.job.team)
+        if (blocked := owners.blocked_at(jd.root.parent.parent, who.owner)) is not None:
+            raise BackendError(f"{who.owner.user!r}, the account the job runs as, cannot reach its job dir: "
+                               f"{blocked} does not let it in (put the data dir where every account may pass)")
+        try:
+            job_dirs.claim(jd, owner, adopt_unmarked=adopt)
+        except job_dirs.ForeignJobDir as e:
+            _hold_foreign(ctx, spec, str(e), now)
+            return
+        # The plane ends a job at its time limit (control/stops.py: SIGTERM, the class's grace, SIGKILL
+        # after kill_wait); a backend that can enforce a limit of its own (Slurm's --time) gets the
+        # moment by which the plane has surely done so, as a backstop that never cuts a grace short.
+        backstop = min(limits) + (cls.grace_period if cls else 60.0) + ctx.params.kill_wait_s if limits else None
+        spec = replace(spec, owner=who.launch_owner, time_limit_s=backstop)
+        job_files.prepare(jd, who, [r.rank for r in spec.ranks], script, errors=spec.stderr_apart,
+                          truncate=truncate)
         if output:
-            link_outputs(output, spec, name, jd, array)
+            link_outputs(output, spec, name, jd, array, user=user)
+        if error and spec.stderr_apart:
+            link_outputs(error, spec, name, jd, array, user=user, option="--error", target=jd.rank_err)
         ctx.backend.launch(spec)
-    except (BackendError, OSError) as e:
+    except (BackendError, OSError, Forbidden) as e:
+        e = e.message if isinstance(e, Forbidden) else e
         with ctx.lock, ctx.store.session.begin() as s:
             j = s.get(JobRow, spec.job_id)
             if j is not None and j.attempt == spec.attempt and j.state == JobState.RUNNING:
@@ -76,36 +120,66 @@ def launch(ctx: LoopContext, spec: LaunchSpec, now: float) -> None:
                 record(s, "backend", "job.failed", f"launch failed: {e}", job_id=j.id, at=now)
 
 
+def _hold_foreign(ctx: LoopContext, spec: LaunchSpec, why: str, now: float) -> None:
+    """The job's directory is not its own (`control/job_dirs.py`): nothing was launched; the job
+    goes back to the queue held, as Slurm's "launch failed requeued held", until an admin has
+    looked at the directory, moved it aside and released the job."""
+    log.warning("job %s: launch refused: %s", spec.job_id, why)
+    with ctx.lock, ctx.store.session.begin() as s:
+        j = s.get(JobRow, spec.job_id)
+        if j is None or j.attempt != spec.attempt or j.state != JobState.RUNNING:
+            return
+        transitions.end_attempt(s, j, AttemptOutcome.REQUEUED, f"launch refused: {why}"[:200], now)
+        transitions.back_to_queue(j, now, LAUNCH_FAILED_HELD)
+        j.held, j.eligible_time = True, None
+        record(s, "scheduler", "job.launch_refused",
+               f"attempt {spec.attempt} not launched: {why}; held until an admin moves the directory aside and "
+               "releases the job", job_id=j.id, at=now, data={"job_dir": spec.job_dir, "attempt": spec.attempt})
+
+
 def link_outputs(pattern: str, spec: LaunchSpec, name: str, jd: JobDir,
-                 array: tuple[int | None, int | None] = (None, None)) -> None:
-    """Slurm's `--output`: make the asked-for path(s) point at the rank logs (%j id, %t rank, %x name,
-    %A an array's id and %a the task's index; outside an array, the job's id and 0).
+                 array: tuple[int | None, int | None] = (None, None), *, user: str = "",
+                 option: str = "--output", target: Callable[[int], Path] | None = None) -> None:
+    """Slurm's `--output` (or `--error`: `option`, linked to `target`, the ranks' stderr files):
+    make the asked-for path(s) point at the rank logs, with Slurm's filename patterns
+    (`io_patterns`: %j id, %t rank, %x name, %u user, %N node, %A an array's id and %a the
+    task's index; outside an array, the job's id and 0).
 
     The control plane may run with more rights than the job's owner, so it only ever creates a
-    symlink inside the job's working directory, replaces nothing but an older symlink, and skips
-    (the log stays in the job dir) whatever would land elsewhere.
+    symlink inside the job's working directory, through no symbolic link (`output_links`), and
+    replaces nothing but an older symlink; whatever would land elsewhere is skipped (the log stays
+    in the job dir). Submission has refused what it could see (`services/output_paths.py`).
+    The links (and the directories made for them) belong to the job's owner, when it has one.
     """
+    target = target or jd.rank_log
     workdir = Path(spec.workdir).resolve()
     safe_name = "".join(c if c.isalnum() or c in "-_." else "_" for c in name).lstrip(".") or "job"
-    for r in spec.ranks:
-        if r.rank > 0 and "%t" not in pattern:
+    safe_user = "".join(c if c.isalnum() or c in "-_." else "_" for c in user).lstrip(".") or "user"
+    aid, index = array
+    nodes = list(dict.fromkeys(r.node for r in sorted(spec.ranks, key=lambda r: r.rank)))
+    per_rank = io_patterns.uses(pattern, "tNn")
+    per_task = io_patterns.uses(pattern, "t")
+    linked: set[Path] = set()
+    for r in sorted(spec.ranks, key=lambda r: r.rank):
+        if r.rank > 0 and not per_rank:
             break
-        aid, index = array
-        path = Path(pattern.replace("%j", str(spec.job_id)).replace("%t", str(r.rank)).replace("%x", safe_name)
-                    .replace("%A", str(spec.job_id if aid is None else aid)).replace("%a", str(index or 0)))
-        if not path.is_absolute():
-            path = workdir / path
+        if r.rank > 0 and spec.batch and not per_task:
+            break  # a script's other tasks write to srun's output, the script's own
+        step = "batch" if spec.batch else "0"
+        values = {"A": str(spec.job_id if aid is None else aid), "a": str(index or 0), "b": str((index or 0) % 10),
+                  "j": str(spec.job_id), "J": f"{spec.job_id}.{step}", "s": step, "N": r.node,
+                  "n": str(nodes.index(r.node)), "t": str(r.rank), "u": safe_user, "x": safe_name}
+        path = Path(io_patterns.expand(pattern, values))
+        if path in linked:
+            continue  # `%N` without `%t`: a node's first rank has its file (a link shows one log)
+        linked.add(path)
+        rel = relative_to_workdir(path, spec.workdir)
+        if rel is None:
+            log.warning("job %s: %s %s is outside its working directory; not linked", spec.job_id, option, path)
+            return
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            where = path.parent.resolve() / path.name
-            if not where.is_relative_to(workdir) or path.name in ("", ".", ".."):
-                log.warning("job %s: --output %s is outside its working directory; not linked", spec.job_id, path)
-                return
-            if where.is_symlink():
-                where.unlink()
-            elif where.exists():
-                log.warning("job %s: --output %s exists and is not a link; not replaced", spec.job_id, where)
-                continue
-            os.symlink(jd.rank_log(r.rank), where)
+            output_links.link_inside(workdir, rel, target(r.rank), owner=spec.owner)
+        except output_links.Refused as e:
+            log.warning("job %s: %s %s not linked: %s", spec.job_id, option, path, e)
         except OSError as e:
-            log.warning("job %s: cannot link --output %s: %s", spec.job_id, path, e)
+            log.warning("job %s: cannot link %s %s: %s", spec.job_id, option, path, e)

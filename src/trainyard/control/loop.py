@@ -13,8 +13,11 @@ the transitions they make (start, stop, end an attempt, requeue, finish) are the
 decisions to the store before acting on the backend, and the next pass's reconcile makes the two
 agree again (DESIGN rule 3).
 
-It runs on its own thread: `wake()` (after any change through the API) or a short tick. Tests of
-the loop's own logic call `step()` directly with a fake backend and a fake clock.
+It runs on its own supervised thread (control/supervise.py): `wake()` (after any change through
+the API) or a short tick. Each pass is timed (`LoopStats`: the recent passes' durations for
+/healthz and the metrics, each step's share of the last one); a pass over `pass_budget_s` is
+logged with that breakdown. Tests of the loop's own logic call `step()` directly with a fake
+backend and a fake clock.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from trainyard.control.node_watch import NodeWatch
 from trainyard.control.reconcile import Reconciler
 from trainyard.control.schedule import Scheduler
 from trainyard.control.stops import Stops
+from trainyard.control.supervise import Supervised
+from trainyard.control.store_audit import SeenRecord
 from trainyard.sched.policy import Policy
 from trainyard.services.config import ConfigCache
 from trainyard.spec import HealthSpec
@@ -55,7 +60,7 @@ class ControlLoop:
         self.stats = LoopStats()
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread: Supervised | None = None
         # a finished round wakes the loop: a node that just passed takes its work at once
         self.health = HealthChecker(ctx.data_dir, self._health_spec, self._node_names,
                                     on_round=lambda node, context: self.wake())
@@ -65,6 +70,7 @@ class ControlLoop:
         self.stops = Stops(ctx)
         self.dependencies = Dependencies(ctx)
         self.scheduler = Scheduler(ctx, self.health, policy)
+        self.seen = SeenRecord(store, ctx.data_dir)
 
     @property
     def api_url(self) -> str | None:
@@ -84,10 +90,12 @@ class ControlLoop:
 
     # -- thread ----------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="trainyard-loop", daemon=True)
+    def start(self, on_thread_death: Callable[[str, BaseException], None] | None = None) -> None:
+        """Start the loop and the health checks, each on a supervised thread (control/supervise.py):
+        one that dies is restarted and `on_thread_death(name, error)` is told."""
+        self._thread = Supervised("trainyard-loop", self._run, self._stop, on_thread_death)
         self._thread.start()
-        self.health.start()
+        self.health.start(on_thread_death)
 
     def stop(self) -> None:
         self._stop.set()
@@ -96,11 +104,21 @@ class ControlLoop:
         if self._thread is not None:
             self._thread.join(timeout=30)
 
+    @property
+    def running(self) -> bool:
+        """The loop's thread is started and alive (it may be pausing before a restart)."""
+        return self._thread is not None and self._thread.alive and not self._stop.is_set()
+
+    @property
+    def threads(self) -> list[Supervised]:
+        return [t for t in (self._thread, self.health.thread) if t is not None]
+
     def wake(self) -> None:
         self._wake.set()
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
+    def _run(self, stop: threading.Event) -> None:
+        params = self.ctx.params
+        while not stop.is_set():
             t0 = time.perf_counter()
             try:
                 self.step()
@@ -109,23 +127,44 @@ class ControlLoop:
                 self.stats.last_error = f"{type(e).__name__}: {e}"
                 log.exception("control loop pass failed")
             took = time.perf_counter() - t0
-            self.stats.last_step_ms = took * 1000
-            self._wake.wait(self.ctx.params.tick_s)
+            self.stats.pass_done(took, params.pass_budget_s)
+            if took > params.pass_budget_s:
+                log.warning("control loop pass took %.2fs (budget %.2fs): %s", took, params.pass_budget_s,
+                            ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in self.stats.last_phases.items()))
+            self._wake.wait(params.tick_s)
             self._wake.clear()
             # Wakes closer together than this are merged into one pass. A pass that took long (many
             # pending jobs) is followed by a pause twice as long, so that under a burst of API calls
-            # the loop takes at most a third of the interpreter and requests stay fast.
-            self._stop.wait(max(self.ctx.params.min_interval_s, 2 * took))
+            # the loop takes at most a third of the interpreter and requests stay fast; the pause is
+            # capped, so that a slow pass never delays the next start by more than `max_pause_s`.
+            stop.wait(min(params.max_pause_s, max(params.min_interval_s, 2 * took)))
 
     # -- one pass --------------------------------------------------------------------------------
 
     def step(self) -> None:
         ctx = self.ctx
         now = ctx.clock()
+        phases: dict[str, float] = {}
+        t = time.perf_counter()
+
+        def done(name: str) -> None:
+            nonlocal t
+            t1 = time.perf_counter()
+            phases[name] = t1 - t
+            t = t1
         facts = Facts(ctx.backend.poll(), ctx.backend.inventory())
+        done("poll")
         self.reconcile.run(facts, now)
+        done("reconcile")
         self.node_watch.run(facts, now)
+        done("node_watch")
         self.stops.run(now)
+        done("stops")
         self.dependencies.run(now)
+        done("dependencies")
         self.scheduler.run(facts, ctx.clock())
+        done("schedule")
+        self.seen.run()  # the data dir's record of the newest job id (control/store_audit.py)
+        done("seen")
         self.stats.steps += 1
+        self.stats.last_phases = phases

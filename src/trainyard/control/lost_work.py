@@ -15,6 +15,7 @@ import json
 import os
 from pathlib import Path
 
+from trainyard.backends._files import open_untrusted
 from trainyard.contracts import JobDir
 
 TAIL_BYTES = 256 * 1024  # the end of metrics.jsonl holds the attempt's last steps
@@ -23,7 +24,7 @@ TAIL_BYTES = 256 * 1024  # the end of metrics.jsonl holds the attempt's last ste
 def last_steps(metrics_file: Path, attempt: int, limit: int = 64) -> list[dict]:
     """The last step records of `attempt` (oldest first), read from the end of the file."""
     try:
-        with open(metrics_file, "rb") as fh:
+        with open_untrusted(metrics_file) as fh:  # the job writes it: no link, no FIFO
             fh.seek(0, os.SEEK_END)
             size = fh.tell()
             fh.seek(max(0, size - TAIL_BYTES))

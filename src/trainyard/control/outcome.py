@@ -1,9 +1,12 @@
 """How an attempt ended, from the backend's facts about its ranks: the job's next state and reason.
 
 Pure functions, so every rule of the exit-code contract (DESIGN.md) has a test of its own:
-0 everywhere → COMPLETED; 75 ("checkpointed, requeue me") → REQUEUED; a stop the control plane
+0 everywhere → COMPLETED; 75 ("checkpointed, requeue me") → REQUEUED, also when a launcher
+(torchrun) turned its workers' 75 into its own exit 1 and the runtime's record says the attempt
+checkpointed on a notice (`runtime_checkpointed`); a stop the control plane
 asked for (cancel, time limit, preemption, requeue) ends as that stop says; anything else is a
-failure, classified: OUT_OF_MEMORY when a log says so, NODE_FAIL when the ranks vanished without
+failure, classified: OUT_OF_MEMORY when the backend says the kernel OOM-killed a process of a rank
+(`RankState.oom_killed`: the cgroup's memory.events / memory.oom_control) or a log says so, NODE_FAIL when the ranks vanished without
 an exit (their processes died while nobody watched), `Hung` for the runtime's watchdog exit,
 a user error when it failed before its first step (or its command is missing), else a crash
 with the first bad rank's code or signal. Each outcome names a `cause`; the control loop
@@ -12,12 +15,13 @@ retries the `RETRYABLE` ones within the class's budget (`control/retry.py`).
 
 from __future__ import annotations
 
+import json
 import signal as _signal
 from dataclasses import dataclass
 from pathlib import Path
 
 from trainyard.backends.base import AttemptState, RankState
-from trainyard.contracts import REQUEUE_EXIT, WATCHDOG_EXIT, JobDir
+from trainyard.contracts import REQUEUE_EXIT, WATCHDOG_EXIT, JobDir, committed_steps
 from trainyard.states import AttemptOutcome, JobState, StopKind
 
 OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "torch.OutOfMemoryError", "Killed process")
@@ -64,15 +68,50 @@ def first_failure(ranks: list[RankState]) -> RankState | None:
 
 
 def _log_says_oom(job_dir: JobDir, rank: int) -> bool:
-    log = job_dir.rank_log(rank)
+    """"out of memory" in the tail of the rank's log, or of its stderr file (-e/--error puts a
+    traceback there)."""
+    for log in (job_dir.rank_log(rank), job_dir.rank_err(rank)):
+        try:
+            with open(log, "rb") as fh:
+                fh.seek(0, 2)
+                fh.seek(max(0, fh.tell() - 64 * 1024))
+                tail = fh.read().decode("utf-8", "replace")
+        except OSError:
+            continue
+        if any(m in tail for m in OOM_MARKERS):
+            return True
+    return False
+
+
+def runtime_checkpointed(job_dir: JobDir, attempt: int) -> int | None:
+    """The step the in-job runtime says this attempt checkpointed on a preemption notice, when
+    that checkpoint is committed; None otherwise.
+
+    Why: a launcher between the rank and the training processes (torchrun's agent, `accelerate
+    launch`) exits 1 when its workers exit 75, so the rank's exit code cannot say "checkpointed,
+    requeue me". The runtime's own record can: before it exits 75 it appends
+    `{"event": "preempted", "attempt": a, "checkpoint_step": N}` to the job's metrics.jsonl, and
+    step-N/ counts once its commit marker exists (DESIGN's checkpoint contract). The record
+    must be the attempt's last line, so a job that carried on after it does not count."""
     try:
-        with open(log, "rb") as fh:
+        with open(job_dir.metrics_file, "rb") as fh:
             fh.seek(0, 2)
-            fh.seek(max(0, fh.tell() - 64 * 1024))
-            tail = fh.read().decode("utf-8", "replace")
+            fh.seek(max(0, fh.tell() - 256 * 1024))
+            lines = fh.read().decode("utf-8", "replace").splitlines()
     except OSError:
-        return False
-    return any(m in tail for m in OOM_MARKERS)
+        return None
+    last = None
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("attempt") == attempt:
+            last = rec
+    if last is None or last.get("event") != "preempted" or not isinstance(last.get("checkpoint_step"), int):
+        return None
+    step = last["checkpoint_step"]
+    return step if any(s == step for s, _ in committed_steps(job_dir.checkpoints)) else None
 
 
 def classify(st: AttemptState, stop_kind: StopKind | str | None, job_dir: JobDir | Path,
@@ -100,8 +139,11 @@ def classify(st: AttemptState, stop_kind: StopKind | str | None, job_dir: JobDir
     if stop_kind == StopKind.HUNG and not all_ok:
         return Outcome(JobState.FAILED, AttemptOutcome.FAILED,
                        "Hung: ranks stopped and made no progress", code, sig, "hung")
+    by_runtime = runtime_checkpointed(job_dir, st.attempt) if not any(c == REQUEUE_EXIT for c in codes) else None
     if stop_kind in (StopKind.PREEMPT, StopKind.REQUEUE) and not all_ok:
-        saved = "checkpointed" if any(c == REQUEUE_EXIT for c in codes) else "stopped without a checkpoint exit"
+        saved = ("checkpointed" if any(c == REQUEUE_EXIT for c in codes) else
+                 f"checkpointed step {by_runtime}, as the runtime recorded" if by_runtime is not None else
+                 "stopped without a checkpoint exit")
         if stop_kind == StopKind.PREEMPT:
             return Outcome(JobState.REQUEUED, AttemptOutcome.PREEMPTED,
                            f"Preempted ({saved})", code, sig, "preempted")
@@ -113,6 +155,16 @@ def classify(st: AttemptState, stop_kind: StopKind | str | None, job_dir: JobDir
     if bad is None:  # every rank exited 0 or 75, at least one 75: it asks to be requeued
         return Outcome(JobState.REQUEUED, AttemptOutcome.REQUEUED,
                        "JobRequestedRequeue (exit 75)", REQUEUE_EXIT, None, "requeued")
+    if by_runtime is not None and all(r.exit_code is not None for r in ranks):
+        # a launcher's exit code over workers that checkpointed and exited 75
+        return Outcome(JobState.REQUEUED, AttemptOutcome.REQUEUED,
+                       f"JobRequestedRequeue (the runtime checkpointed step {by_runtime}; the launcher exited "
+                       f"{bad.exit_code})", bad.exit_code, None, "requeued")
+    oomed = [r for r in ranks if r.oom_killed]
+    if oomed:  # the backend's fact: the kernel's OOM killer ended a process of the rank (its --mem)
+        return Outcome(JobState.OUT_OF_MEMORY, AttemptOutcome.OUT_OF_MEMORY,
+                       f"oom: the kernel killed a process of rank {oomed[0].rank} over the job's memory limit",
+                       oomed[0].exit_code, oomed[0].signal, "oom")
     if any(_log_says_oom(job_dir, r.rank) for r in ranks):
         return Outcome(JobState.OUT_OF_MEMORY, AttemptOutcome.OUT_OF_MEMORY,
                        f"oom: out of memory on rank {bad.rank}", code, sig, "oom")
@@ -125,7 +177,7 @@ def classify(st: AttemptState, stop_kind: StopKind | str | None, job_dir: JobDir
                        f"Hung: no step finished within the watchdog's time (rank {bad.rank}, "
                        f"exit {WATCHDOG_EXIT})", bad.exit_code, None, "hung")
     if bad.exit_code in (126, 127) or (not made_progress and bad.signal != _signal.SIGKILL):
-        what = {126: "command not executable", 127: "command not found"}.get(bad.exit_code, "failed before its first step")
+        what = {126: "command not executable", 127: "command not found"}.get(bad.exit_code, "failed before reporting its first step")
         how = f"exit {bad.exit_code}" if bad.signal is None else f"signal {_signame(bad.signal)}"
         return Outcome(JobState.FAILED, AttemptOutcome.FAILED,
                        f"UserError: {what} ({how} on rank {bad.rank})",

@@ -62,7 +62,8 @@ class Reconciler:
                 st = reported.get((j.id, j.attempt))
                 if st is None:
                     self._never_launched(s, j, now)
-                elif len(st.ranks) < len(ranks_for(j.placement or [], j.tasks_per_node)):
+                elif len(st.ranks) < (1 if not j.command else len(ranks_for(j.placement or [], j.tasks_per_node))):
+                    # (a batch script is one rank to a backend that runs it as Slurm does: LaunchSpec.batch)
                     self._partial_launch(s, j, now)
                     ended.append((j.id, j.attempt))
                 elif st.done:
@@ -83,7 +84,7 @@ class Reconciler:
     def note_checkpoint(self, j: JobRow) -> tuple[int, float] | None:
         """The newest committed checkpoint of this attempt, as the engine's `last_checkpoint`;
         returns its (step, commit time), or None if this attempt made none."""
-        found = newest_checkpoint(self.ctx.job_dir(j.id).checkpoints)
+        found = newest_checkpoint(self.ctx.job_dir(j).checkpoints)
         if found is None or j.start_time is None or found[2] < j.start_time:
             return None
         if j.last_checkpoint is None or found[2] > j.last_checkpoint:
@@ -112,7 +113,7 @@ class Reconciler:
                job_id=j.id, at=now)
 
     def _finish(self, s: Session, j: JobRow, st: AttemptState, now: float, cfg: ConfigVersion) -> None:
-        jd = self.ctx.job_dir(j.id)
+        jd = self.ctx.job_dir(j)
         checkpoint = self.note_checkpoint(j)
         attempt = transitions.attempt_row(s, j)
         made_progress = (attempt is not None and attempt.first_step_at is not None) or \

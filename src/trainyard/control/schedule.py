@@ -20,19 +20,24 @@ from trainyard.backends.base import LaunchSpec
 from trainyard.control import before_work, launch
 from trainyard.control.context import Facts, LoopContext
 from trainyard.control.health import HealthChecker
-from trainyard.control.snapshot import USAGE_HALF_LIFE_S, NodeIndex, PendingCache, build_snapshot, decayed_usage
+from trainyard.control.snapshot import NodeIndex, PendingCache, build_snapshot
+from trainyard.control.usage_cache import DecayedUsage
 from trainyard.sched.policy import Policy
 from trainyard.sched.types import Reason
 from trainyard.services import arrays, transitions
 from trainyard.services.nodes import node_states
 from trainyard.states import ACTIVE_STATES, PENDING_STATES, JobState, StopKind
-from trainyard.store.models import ENGINE_COLUMNS, AttemptRow, JobRow
+from trainyard.store.models import ENGINE_COLUMNS, JobRow
 
 # squeue's names for the engine's reasons.
 REASONS = {
     Reason.QUOTA: "Quota", Reason.CAPACITY: "Resources", Reason.TOPOLOGY: "Topology", Reason.MEMORY: "GpuMemory",
     Reason.RESERVATION: "Reservation", Reason.PRIORITY: "Priority", Reason.HELD: "JobHeldUser",
     Reason.PREEMPTING: "Preempting",
+    # admin reservations (sched/reservations.py), in Slurm's words: held nodes (now, or before the
+    # job's time limit would end), a reservation not started yet, one that ended or was deleted
+    Reason.RESERVED: "ReqNodeNotAvail, Reserved for maintenance", Reason.RESV_WAIT: "Reservation",
+    Reason.RESV_GONE: "ReservationDeleted",
 }
 # What `snapshot.pending_of` (every column marked `engine()` in store.models) and the reason and
 # array bookkeeping read of a waiting job.
@@ -45,6 +50,10 @@ class Scheduler:
         force names (`scheduler:` in the cluster config), so a `yard cluster apply` changes it."""
         self.ctx, self.health, self.policy = ctx, health, policy
         self._pending_cache = PendingCache(PENDING_COLUMNS)  # waiting jobs unchanged since the last pass are not rebuilt
+        # victim -> the job it was preempted for, while both are in play (`Snapshot.stopped_for`).
+        # Kept in memory: after a restart of the plane, at most one more preemption sets it again.
+        self._stopped_for: dict[int, int] = {}
+        self._usage = DecayedUsage()  # fair share's usage, kept up to date (not six weeks reread a pass)
 
     def run(self, facts: Facts, now: float) -> None:
         ctx = self.ctx
@@ -53,10 +62,6 @@ class Scheduler:
             states = node_states(s)
             running = list(s.scalars(select(JobRow).where(JobRow.state.in_(ACTIVE_STATES))))
             pending = _waiting_rows(s, now)
-            horizon = now - 6 * USAGE_HALF_LIFE_S
-            spans = s.execute(select(JobRow.team, AttemptRow.placement, AttemptRow.started_at, AttemptRow.ended_at)
-                              .join(JobRow, JobRow.id == AttemptRow.job_id)
-                              .where(or_(AttemptRow.ended_at.is_(None), AttemptRow.ended_at > horizon))).all()
             pending, limited = _array_throttle(pending, running)
             if limited:
                 self._note_limited(limited)
@@ -65,8 +70,9 @@ class Scheduler:
             unhealthy = facts.unhealthy
             unchecked, checking = before_work.gate(self.health, cfg, states, unhealthy, running, pending, now)
             idx = NodeIndex.build(cfg, states, unhealthy + sorted(unchecked))
-        usage = decayed_usage(((t, sum(len(p["gpus"]) for p in pl), a, b) for t, pl, a, b in spans), now)
-        snap = build_snapshot(cfg, idx, running, pending, usage, now, self._pending_cache)
+            usage = self._usage(s, now)
+        snap = build_snapshot(cfg, idx, running, pending, usage, now, self._pending_cache,
+                              stopped_for=self._victims_in_play(running, pending))
         result = (self.policy or cfg.policy).cycle(snap)
         by_id = {j.id: j for j in pending}
         launches: list[LaunchSpec] = []
@@ -77,6 +83,7 @@ class Scheduler:
                 v = s.get(JobRow, pre.job_id)
                 if v is None or v.state != JobState.RUNNING or v.stop_kind is not None:
                     continue
+                self._stopped_for[pre.job_id] = pre.for_job
                 transitions.request_stop(
                     s, v, StopKind.PREEMPT, now, actor="scheduler", event="job.preempting", reason="Preempting",
                     message=f"preempted ({pre.reason}) to make room for job {pre.for_job}; checkpoint notice follows",
@@ -94,6 +101,15 @@ class Scheduler:
                 write_reasons(s, updates)
         for spec in launches:
             launch.launch(ctx, spec, now)
+
+    def _victims_in_play(self, running: Sequence[JobRow], pending: Sequence[Any]) -> dict[int, int]:
+        """The victims still running or waiting whose preemptor still waits; the rest forgotten."""
+        if not self._stopped_for:
+            return {}
+        waiting = {j.id for j in pending}
+        present = waiting | {j.id for j in running}
+        self._stopped_for = {v: b for v, b in self._stopped_for.items() if v in present and b in waiting}
+        return dict(self._stopped_for)
 
     def _note_limited(self, limited: list[Any]) -> None:
         """Tasks an array's `%N` throttle keeps back this pass: reason JobArrayTaskLimit, no estimate."""

@@ -16,7 +16,9 @@ from operator import itemgetter
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
+from trainyard.contracts import slurm_node_order
 from trainyard.sched.cluster import ClusterState, Node, Placement
+from trainyard.sched.constraints import where_of
 from trainyard.sched.types import JobRequest, PendingJob, RunningJob, Snapshot
 from trainyard.services.config import ConfigVersion
 from trainyard.store.models import ENGINE_COLUMNS, REQUEST_FIELDS, JobRow, NodeRow
@@ -38,11 +40,17 @@ class NodeIndex:
         for n in cfg.nodes:
             st = states.get(n.name)
             ok = (st is None or st.state == "up") and n.name not in bad
-            nodes.append(Node(n.name, n.gpus, n.gpu_mem_mib, n.pool, n.gpu_model, n.block, n.rack, healthy=ok))
+            nodes.append(Node(n.name, n.gpus, n.gpu_mem_mib, n.pool, n.gpu_model, n.block, n.rack, healthy=ok,
+                              features=n.features))
         return cls(tuple(nodes), {n.name: i for i, n in enumerate(nodes)})
 
     def to_rows(self, p: Placement) -> list[dict[str, Any]]:
-        return [{"node": self.nodes[i].name, "gpus": list(g), "mem_mib": m} for (i, g), m in zip(p.nodes, p.mem_mib)]
+        """The placement's parts in Slurm's node order (`contracts.slurm_node_order`: by name,
+        numbers by value), whatever order the engine chose them in: the first node (where a batch
+        script runs, and `scontrol show hostnames | head -n 1` finds the rendezvous host) and the
+        ranks' block layout are then the ones Slurm gives the same allocation."""
+        parts = sorted(zip(p.nodes, p.mem_mib), key=lambda part: slurm_node_order(self.nodes[part[0][0]].name))
+        return [{"node": self.nodes[i].name, "gpus": list(g), "mem_mib": m} for (i, g), m in parts]
 
     def from_rows(self, rows: Sequence[dict[str, Any]]) -> Placement | None:
         try:
@@ -56,11 +64,13 @@ def request_of(j: JobRow) -> JobRequest:
     """`j` is a job row, or any object with its columns as attributes (a plain SQL row). The columns
     marked `engine()` in `store.models` pass as they are (`REQUEST_FIELDS`); the rest are derived
     here: the total GPUs of a gang at its minimum size, the nodes to avoid as a set, and the
-    engine's `submit_time`, which is the job's eligible time (`JobRow.eligible_time`) when it has one."""
+    engine's `submit_time`, which is the job's eligible time (`JobRow.eligible_time`) when it has one,
+    and its placement constraints as one `Where` (None for most jobs: `sched/constraints.py`)."""
     gpn = j.gpus_per_node
     return JobRequest(
         id=j.id, submit_time=j.submit_time if j.eligible_time is None else j.eligible_time,
         gpus=j.gpus if gpn is None else gpn * j.nodes_min, avoid=frozenset(j.avoid_nodes or ()),
+        where=where_of(j.constraint, j.gpu_model, j.nodelist, j.exclude_nodes, bool(j.exclusive)),
         **{field: getattr(j, column) for column, field in _AS_IS},
     )
 
@@ -98,9 +108,10 @@ def decayed_usage(spans: Iterable[tuple[str, int, float, float | None]], now: fl
     return out
 
 
-# The columns `pending_of` reads: a waiting job whose values of these (and of `avoid_nodes`, a
-# list) are unchanged since the last pass gets the same `PendingJob` back (`PendingCache`).
-PENDING_KEY = tuple(c for c in ENGINE_COLUMNS if c != "avoid_nodes")
+# The columns `pending_of` reads: a waiting job whose values of these (and of the lists, made
+# tuples to be hashed) are unchanged since the last pass gets the same `PendingJob` back (`PendingCache`).
+LIST_COLUMNS = ("avoid_nodes", "nodelist", "exclude_nodes")
+PENDING_KEY = tuple(c for c in ENGINE_COLUMNS if c not in LIST_COLUMNS)
 
 
 class PendingCache:
@@ -114,14 +125,13 @@ class PendingCache:
 
     def __init__(self, columns: Sequence[str]) -> None:
         self._key = itemgetter(*(columns.index(c) for c in PENDING_KEY))
-        self._avoid = columns.index("avoid_nodes")
+        self._lists = tuple(columns.index(c) for c in LIST_COLUMNS)
         self._last: dict[tuple, PendingJob] = {}
 
     def __call__(self, rows: Iterable[Sequence[Any]]) -> list[PendingJob]:
-        last, new, out, key_of, avoid = self._last, {}, [], self._key, self._avoid
+        last, new, out, key_of, lists = self._last, {}, [], self._key, self._lists
         for j in rows:
-            nodes = j[avoid]
-            key = (key_of(j), tuple(nodes) if nodes else ())
+            key = (key_of(j), *(tuple(j[i]) if j[i] else () for i in lists))
             p = last.get(key)
             if p is None:
                 p = pending_of(j)
@@ -132,10 +142,11 @@ class PendingCache:
 
 
 def build_snapshot(cfg: ConfigVersion, idx: NodeIndex, running_rows: Sequence[JobRow], pending_rows: Sequence[JobRow],
-                   usage: dict[str, float], now: float, cache: PendingCache, explain: bool = True) -> Snapshot:
+                   usage: dict[str, float], now: float, cache: PendingCache, explain: bool = True,
+                   stopped_for: dict[int, int] | None = None) -> Snapshot:
     teams, classes = cfg.sched
     running = [r for r in (running_of(j, idx) for j in running_rows) if r is not None]
     cluster = ClusterState.build(idx.nodes, [r.placement for r in running])
     pending = cache(j for j in pending_rows if not j.held and j.job_class in classes and j.team in teams)
     return Snapshot(now=now, cluster=cluster, teams=teams, classes=classes, running=running, pending=pending,
-                    usage=usage, explain=explain)
+                    usage=usage, explain=explain, stopped_for=stopped_for or {}, reservations=cfg.reservations)

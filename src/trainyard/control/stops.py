@@ -7,6 +7,9 @@ with a stop in progress moves along its sequence, one stage per pass at most:
 - cancel, time limit, a failed rank and a failed node go straight to SIGTERM, then SIGKILL after
   `kill_wait_s` (Slurm's KillWait);
 - a hung job gets SIGKILL at once: a stopped process cannot act on SIGTERM.
+A job that asked for a notice before its time limit (sbatch's `--signal=[B:]SIG@secs`,
+`signal_spec.py`) gets SIG once per attempt when `secs` are left of that limit, before any stop:
+what it does with it (checkpoint, exit) is its own business; the limit stops it as before.
 The stage reached is stored, so a restarted loop carries on where the last one stopped; the
 signals are sent after the transaction commits.
 """
@@ -19,6 +22,7 @@ from sqlalchemy import select
 
 from trainyard.control.context import LoopContext
 from trainyard.services import transitions
+from trainyard.signal_spec import SignalSpec, parse_signal
 from trainyard.services.events import record
 from trainyard.states import ACTIVE_STATES, JobState, StopKind, StopStage
 from trainyard.store.models import JobRow
@@ -51,7 +55,7 @@ class Stops:
 
     def run(self, now: float) -> None:
         ctx = self.ctx
-        sends: list[tuple[int, int, signal.Signals]] = []
+        sends: list[tuple[int, int, signal.Signals, bool]] = []  # (job, attempt, signal, to the batch shell)
         with ctx.lock, ctx.store.session.begin() as s:
             classes = ctx.configs.current(s).spec.classes
             grace = {c.name: c.grace_period for c in classes}
@@ -59,6 +63,13 @@ class Stops:
             for j in s.scalars(select(JobRow).where(JobRow.state.in_(ACTIVE_STATES))):
                 if j.stop_kind is None:
                     limits = [x for x in (j.time_limit_s, max_run.get(j.job_class)) if x]
+                    notice = _notice_due(j, limits, now)
+                    if notice is not None:
+                        sends.append((j.id, j.attempt, notice.sig, notice.batch_only))
+                        j.notice_sent_attempt = j.attempt
+                        record(s, "scheduler", "job.signal",
+                               f"sent {notice.sig.name} (--signal={notice.text()}: {notice.secs}s before the time limit)",
+                               job_id=j.id, at=now, data={"signal": int(notice.sig), "stage": "notice_signal"})
                     if not (limits and j.start_time is not None and now - j.start_time >= min(limits)):
                         continue
                     transitions.request_stop(s, j, StopKind.TIMEOUT, now, actor="scheduler", event="job.timeout",
@@ -69,7 +80,7 @@ class Stops:
                 if stage <= j.stop_stage:
                     continue
                 sig = SIGNAL_OF[stage]
-                sends.append((j.id, j.attempt, sig))
+                sends.append((j.id, j.attempt, sig, False))
                 j.stop_stage = stage
                 if stage >= StopStage.TERM:
                     j.state = JobState.COMPLETING
@@ -77,5 +88,16 @@ class Stops:
                 if stage > StopStage.NOTICE or kind.checkpoints_first:
                     record(s, "scheduler", "job.signal", f"sent {sig.name} ({kind})", job_id=j.id, at=now,
                            data={"signal": int(sig), "stage": int(stage)})
-        for jid, att, sig in sends:
-            ctx.backend.signal(jid, att, sig)
+        for jid, att, sig, batch_shell in sends:
+            if batch_shell:
+                ctx.backend.signal(jid, att, sig, batch_shell=True)
+            else:
+                ctx.backend.signal(jid, att, sig)
+
+
+def _notice_due(j: JobRow, limits: list[float], now: float) -> SignalSpec | None:
+    """The job's --signal notice when it is due now and not yet sent to this attempt."""
+    if not (j.notice_signal and limits and j.start_time is not None and j.notice_sent_attempt != j.attempt):
+        return None
+    spec = parse_signal(j.notice_signal)
+    return spec if now - j.start_time >= min(limits) - spec.secs else None

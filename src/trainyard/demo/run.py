@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
 import signal
 import subprocess
@@ -73,7 +74,10 @@ class Demo:
         self.data_dir.mkdir(parents=True)
         yard = Path(sys.executable).parent / "yard"
         cmd = [str(yard) if yard.exists() else sys.executable, *([] if yard.exists() else ["-m", "trainyard.cli.main"]),
-               "up", "--config", str(DEMO_CONFIG), "--data-dir", str(self.data_dir), "--port", "0", "--tick", "0.5"]
+               "up", "--config", str(DEMO_CONFIG), "--data-dir", str(self.data_dir), "--port", "0", "--tick", "0.5",
+               # The demo's members (alice, bob) have no Unix accounts: their jobs run as whoever runs
+               # the demo, root included (an emulation on one's own machine, not a shared cluster).
+               "--run-as", pwd.getpwuid(os.geteuid()).pw_name, *(["--allow-root-jobs"] if os.geteuid() == 0 else [])]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(self.data_dir / "up.log", "w"),
                                      start_new_session=True)
         deadline = time.monotonic() + 60

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from trainyard.contracts import CHECKPOINT_MARKER, NOTICE_SIGNAL, REQUEUE_EXIT, newest_checkpoint
 from trainyard.runtime.env import JobEnv
+from trainyard.runtime.metrics import peak_memory
 from trainyard.runtime.progress import ProgressReporter
 
 
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(a.step_time)
             step += 1
             progress.report(step, last_checkpoint_step=last_ckpt and last_ckpt[0],
-                            last_checkpoint_time=last_ckpt and last_ckpt[1])
+                            last_checkpoint_time=last_ckpt and last_ckpt[1], metrics=peak_memory())
             if noticed:
                 checkpoint(step)
                 print(f"rank {rank}: preemption notice: checkpointed step {step}, exiting {REQUEUE_EXIT}", flush=True)

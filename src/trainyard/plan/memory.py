@@ -54,12 +54,16 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Iterable
 
+from trainyard.plan import inventory
+
 GB = 10**9  # the ZeRO paper's GB
 GIB = 2**30
 
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3", "fsdp")  # fsdp = ZeRO-3 (full shard)
 PRECISIONS = ("bf16", "fp16", "fp32")
 RECOMPUTE = ("none", "selective", "full")
+ATTENTION = ("sdpa", "eager")  # sdpa: PyTorch's fused attention (no stored scores), what the recipes run
+ACTIVATION_MODELS = ("inventory", "paper")  # inventory: plan/inventory.py; paper: Korthikanti et al.'s formulas
 STRATEGY_LABELS = {"ddp": "DDP", "zero1": "ZeRO-1 (P_os)", "zero2": "ZeRO-2 (P_os+g)",
                    "zero3": "ZeRO-3 (P_os+g+p)", "fsdp": "FSDP full shard (ZeRO-3)"}
 
@@ -360,6 +364,9 @@ class TrainSetup:
     micro_batch: int = 1
     recompute: str = "none"
     sequence_parallel: bool = True  # with tp > 1 (Megatron's sequence parallelism); no effect at tp 1
+    attention: str = "sdpa"
+    activation_model: str = "inventory"
+    grad_accumulation: int = 1  # micro-batches per step: above 1 the gradients are live during backward
 
     @property
     def zero_stage(self) -> int:
@@ -372,10 +379,11 @@ class TrainSetup:
     def check(self, model: Model) -> None:
         """Raise PlanError naming the setting that cannot work with this model."""
         for name, value, choices in (("strategy", self.strategy, STRATEGIES), ("precision", self.precision, PRECISIONS),
-                                     ("recompute", self.recompute, RECOMPUTE)):
+                                     ("recompute", self.recompute, RECOMPUTE), ("attention", self.attention, ATTENTION),
+                                     ("activation_model", self.activation_model, ACTIVATION_MODELS)):
             if value not in choices:
                 raise PlanError(name, f"{value!r} is not one of {', '.join(choices)}")
-        for name in ("tp", "pp", "seq", "micro_batch"):
+        for name in ("tp", "pp", "seq", "micro_batch", "grad_accumulation"):
             if getattr(self, name) < 1:
                 raise PlanError(name, f"must be at least 1, got {getattr(self, name)}")
         if isinstance(model, ModelArch):
@@ -464,7 +472,14 @@ def activation_bytes_per_layer(s: int, b: int, h: int, a: int, t: int = 1, *, re
 
 
 def activation_formula(setup: TrainSetup) -> str:
-    """The paper's per-layer expression that `activation_bytes_per_layer` evaluates for this setup."""
+    """The per-layer expression evaluated for this setup (the paper's, or the inventory's in words)."""
+    if setup.activation_model == "inventory":
+        e = inventory.element_bytes(setup.precision)
+        what = {"none": "norms, Q/K/V, attention output, MLP intermediates",
+                "selective": "layer input, Q, V, attention output, MLP up and down outputs",
+                "full": "layer input"}[setup.recompute]
+        scores = ", softmax probabilities" if setup.attention == "eager" and setup.recompute == "none" else ""
+        return f"{e} B x tokens x ({what}{scores}) [inventory]"
     tp, sp = setup.tp > 1, setup.tp > 1 and setup.sequence_parallel
     if setup.precision == "fp32":
         base = {("none", False): "sbh(66 + 9as/h)", ("none", True): "sbh(18 + 48/t + 9as/ht)",
@@ -499,7 +514,16 @@ def _outside_layers_bytes(m: ModelArch, setup: TrainSetup, first: bool, last: bo
 
 @dataclass(frozen=True, slots=True)
 class Breakdown:
-    """Bytes on the most loaded GPU of a setup at data-parallel degree dp."""
+    """Bytes on the most loaded GPU of a setup at data-parallel degree dp.
+
+    `parameters`, `gradients`, `optimizer` are the model state (the ZeRO paper's terms);
+    `activations` what backward keeps (None: no architecture). With the inventory model the
+    total is the largest of the step's moments (`moments`, `moment`): `loss` (the loss's
+    temporaries at the start of backward), `working_set` (one layer's backward) and `buffers`
+    (FSDP's gathered units, DDP's buckets) are counted at the moments they exist, and the
+    gradients only where they are live. With the paper's model (or a bare parameter count) the
+    total is model state + activations, as before.
+    """
 
     model: str
     setup: TrainSetup
@@ -511,6 +535,10 @@ class Breakdown:
     optimizer: float
     activations: float | None  # None: no architecture (a bare parameter count)
     layers_in_flight: float = 0.0  # layers' worth of activations stored (L on the first stage)
+    loss: float = 0.0
+    working_set: float = 0.0
+    buffers: float = 0.0
+    moments: tuple[tuple[str, float], ...] = ()  # (moment, bytes live then); empty: model state + activations
 
     @property
     def gpus(self) -> int:
@@ -521,29 +549,102 @@ class Breakdown:
         return self.parameters + self.gradients + self.optimizer
 
     @property
+    def moment(self) -> str:
+        """When the step peaks: 'start of backward', 'layer backward', 'optimizer step' ('' : a sum)."""
+        return max(self.moments, key=lambda m: m[1])[0] if self.moments else ""
+
+    @property
     def total(self) -> float:
+        if self.moments:
+            return max(v for _, v in self.moments)
         return self.model_state + (self.activations or 0.0)
+
+
+def _layer_shape(m: ModelArch) -> inventory.LayerShape:
+    return inventory.LayerShape(hidden=m.hidden, q_width=m.heads * m.head_size, kv_width=m.kv_heads * m.head_size,
+                                heads=m.heads, ffn=m.ffn, gated_mlp=m.gated_mlp, rms_norm=m.norm == "rms")
+
+
+def _per_layer(m: ModelArch, setup: TrainSetup) -> float:
+    """Activation bytes one layer stores for one micro-batch, in the setup's activation model."""
+    if setup.activation_model == "paper":
+        return activation_bytes_per_layer(setup.seq, setup.micro_batch, m.hidden, m.heads, setup.tp,
+                                          recompute=setup.recompute, sequence_parallel=setup.sequence_parallel,
+                                          precision=setup.precision)
+    return setup.seq * setup.micro_batch * inventory.saved_per_token(
+        _layer_shape(m), setup.recompute, e=inventory.element_bytes(setup.precision), t=setup.tp,
+        sp=setup.sequence_parallel, attention=setup.attention, seq=setup.seq)
+
+
+def layer_activation_bytes(m: ModelArch, setup: TrainSetup) -> float:
+    """Activation bytes one layer stores for one micro-batch (inventory or paper model)."""
+    setup.check(m)
+    return _per_layer(m, setup)
+
+
+def _stage_params(m: ModelArch, setup: TrainSetup) -> list[tuple[str, float, float, bool, bool]]:
+    """(stage, parameters on one GPU before ZeRO, layers' worth of activations, first, last) per stage."""
+    t, p, L = setup.tp, setup.pp, m.layers
+    if p == 1:
+        return [("all", m.params / t, float(L), True, True)]
+    lp = L // p
+    # 1F1B: the first stage has p micro-batches in flight over L/p layers (= L layers' worth), the
+    # last stage one. Megatron keeps a copy of a tied word embedding on the last stage for the output.
+    first = (m.embedding_params + lp * m.layer_params) / t
+    last = (lp * m.layer_params + m.norm_params + m.vocab * m.hidden) / t
+    return [("first", first, float(L), True, False), ("last", last, float(lp), False, True)]
 
 
 def _stages(model: Model, setup: TrainSetup) -> list[tuple[str, float, float | None, float]]:
     """(stage, parameters on one GPU of it before ZeRO, activation bytes, layers' worth) per candidate stage."""
-    t, p = setup.tp, setup.pp
     if isinstance(model, ParamCount):
-        return [("all" if p == 1 else "each", model.params / (t * p), None, 0.0)]
-    per_layer = activation_bytes_per_layer(setup.seq, setup.micro_batch, model.hidden, model.heads, t,
-                                           recompute=setup.recompute, sequence_parallel=setup.sequence_parallel,
-                                           precision=setup.precision)
-    L = model.layers
-    if p == 1:
-        acts = L * per_layer + _outside_layers_bytes(model, setup, True, True, 1)
-        return [("all", model.params / t, acts, float(L))]
-    lp = L // p
-    # 1F1B: the first stage has p micro-batches in flight over L/p layers (= L layers' worth), the
-    # last stage one. Megatron keeps a copy of a tied word embedding on the last stage for the output.
-    first = (model.embedding_params + lp * model.layer_params) / t
-    last = (lp * model.layer_params + model.norm_params + model.vocab * model.hidden) / t
-    return [("first", first, p * lp * per_layer + _outside_layers_bytes(model, setup, True, False, p), float(L)),
-            ("last", last, lp * per_layer + _outside_layers_bytes(model, setup, False, True, 1), float(lp))]
+        return [("all" if setup.pp == 1 else "each", model.params / (setup.tp * setup.pp), None, 0.0)]
+    per_layer = _per_layer(model, setup)
+    out = []
+    for stage, shard, layers, first, last in _stage_params(model, setup):
+        in_flight = setup.pp if first else 1
+        if setup.activation_model == "paper":
+            acts = layers * per_layer + _outside_layers_bytes(model, setup, first, last, in_flight)
+        else:
+            e = inventory.element_bytes(setup.precision)
+            norm = inventory.final_norm_per_token(_layer_shape(model), e=e, t=setup.tp, sp=setup.sequence_parallel)
+            acts = layers * per_layer + (setup.seq * setup.micro_batch * norm if last else 0.0)
+        out.append((stage, shard, acts, layers))
+    return out
+
+
+def _moments(model: ModelArch, setup: TrainSetup, dp: int, stage: str, shard: float, st: ModelState,
+             acts: float) -> tuple[float, float, float, tuple[tuple[str, float], ...]]:
+    """(loss temporaries, layer working set, buffers at the start of backward, moments) of a stage."""
+    t, tokens = setup.tp, setup.seq * setup.micro_batch
+    e = inventory.element_bytes(setup.precision)
+    last = stage in ("all", "last")
+    first = stage in ("all", "first")
+    shape = _layer_shape(model)
+    loss = tokens * inventory.loss_per_token(model.vocab, t=t) if last else 0.0
+    ws = tokens * inventory.working_set_per_token(shape, setup.recompute, e=e, t=t, sp=setup.sequence_parallel,
+                                                 attention=setup.attention, seq=setup.seq)
+    w, g, _ = state_bytes_per_param(setup.precision)
+    layer = model.layer_params / t
+    root = ((model.embedding_params if first else 0)
+            + ((model.norm_params + (model.vocab * model.hidden if setup.pp > 1 else model.output_params))
+               if last else 0)) / t
+    buf_start = buf_layer = buf_step = 0.0
+    if dp > 1 and setup.zero_stage == 3:  # FSDP: full-size gathered units in the parameter dtype
+        buf_start = w * (root + layer)
+        buf_layer = w * (root + 2 * layer) + (w + (inventory.FP32 if w < inventory.FP32 else 0)) * layer
+    elif dp > 1 and setup.strategy == "ddp":  # DDP's buckets: a second copy of the gradients
+        buf_start = buf_layer = buf_step = g * shard
+    grads_acc = st.gradients if setup.grad_accumulation > 1 else 0.0
+    head = (model.norm_params + model.output_params) / t if last else 0.0
+    grads_head = g * head / (dp if setup.zero_stage >= 2 else 1)
+    # foreach/fused AdamW (the recipes' defaults) make about one fp32 temporary of what it updates
+    opt_tmp = inventory.FP32 * shard / (dp if setup.zero_stage >= 1 else 1)
+    base = st.parameters + st.optimizer
+    moments = (("start of backward", base + grads_acc + acts + loss + buf_start),
+               ("layer backward", base + max(grads_acc, grads_head) + acts + ws + buf_layer),
+               ("optimizer step", base + st.gradients + opt_tmp + buf_step))
+    return loss, ws, buf_start, moments
 
 
 def _per_stage(model: Model, setup: TrainSetup, dp: int) -> list[Breakdown]:
@@ -553,8 +654,12 @@ def _per_stage(model: Model, setup: TrainSetup, dp: int) -> list[Breakdown]:
     out = []
     for stage, shard, acts, inflight in _stages(model, setup):
         st = model_state_bytes(shard, setup.strategy, setup.precision, dp)
+        extra: dict = {}
+        if isinstance(model, ModelArch) and setup.activation_model == "inventory":
+            loss, ws, buffers, moments = _moments(model, setup, dp, stage, shard, st, acts or 0.0)
+            extra = {"loss": loss, "working_set": ws, "buffers": buffers, "moments": moments}
         out.append(Breakdown(model.name, setup, dp, stage, shard, st.parameters, st.gradients, st.optimizer, acts,
-                             inflight))
+                             inflight, **extra))
     return out
 
 
@@ -584,45 +689,44 @@ class Fit:
     breakdown: Breakdown
 
 
-def _kept_and_sharded(setup: TrainSetup) -> tuple[int, int]:
-    """Bytes per parameter the strategy keeps whole on every GPU, and those it shards over dp."""
-    w, g, o = state_bytes_per_param(setup.precision)
-    z = setup.zero_stage
-    keep = (w if z < 3 else 0) + (g if z < 2 else 0) + (o if z < 1 else 0)
-    return keep, w + g + o - keep
+_UNBOUNDED_DP = 10**15  # a data-parallel degree at which whatever ZeRO shards is as good as gone
 
 
 def unsharded_bytes(model: Model, setup: TrainSetup) -> float:
     """The per-GPU bytes no data-parallel degree removes (the limit as dp grows), on the worst stage."""
     setup.check(model)
-    keep, _ = _kept_and_sharded(setup)
-    return max(keep * shard + (acts or 0.0) for _, shard, acts, _ in _stages(model, setup))
+    return memory_per_gpu(model, setup, _UNBOUNDED_DP).total
 
 
 def min_gpus(model: Model, setup: TrainSetup, capacity: float, gpus_per_node: int = 8) -> Fit | None:
     """The smallest data-parallel degree (GPUs = dp × tp × pp) whose per-GPU total fits in
     `capacity` bytes, or None if none does (what ZeRO does not shard is already too big).
 
-    Per stage the total is A + B/dp, A what the strategy keeps whole (activations included) and B
-    what it shards, so dp >= B / (capacity - A): found in closed form, then confirmed.
+    One process needs no data-parallel wrapper (no gathered units, no buckets), so dp = 1 is tried
+    first; from dp = 2 on every moment of the step is A + B/dp (A what the strategy keeps whole, B
+    what it shards), which never grows with dp: the smallest dp is found by doubling, then
+    bisection.
     """
     if gpus_per_node < 1:
         raise PlanError("gpus_per_node", f"must be at least 1, got {gpus_per_node}")
     setup.check(model)
-    keep, shard_bytes = _kept_and_sharded(setup)
-    need = 1
-    for _, shard, acts, _ in _stages(model, setup):
-        fixed = keep * shard + (acts or 0.0)
-        sharded = shard_bytes * shard
-        if fixed > capacity or (sharded > 0 and fixed == capacity):
+
+    def fits(dp: int) -> bool:
+        return memory_per_gpu(model, setup, dp).total <= capacity
+
+    if fits(1):
+        dp = 1
+    else:
+        floor = unsharded_bytes(model, setup)
+        if floor >= capacity:
             return None
-        if sharded > 0:
-            need = max(need, math.ceil(sharded / (capacity - fixed)))
-    dp = need
-    while dp > 1 and memory_per_gpu(model, setup, dp - 1).total <= capacity:  # rounding: step down
-        dp -= 1
-    while memory_per_gpu(model, setup, dp).total > capacity:  # rounding: step up
-        dp += 1
+        lo, hi = 1, 2  # fits(lo) is False, fits(hi) is what the doubling looks for
+        while not fits(hi):
+            lo, hi = hi, hi * 2
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+        dp = hi
     gpus = dp * setup.model_parallel
     return Fit(dp, gpus, math.ceil(gpus / gpus_per_node), memory_per_gpu(model, setup, dp))
 

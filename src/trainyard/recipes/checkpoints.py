@@ -46,7 +46,7 @@ def _get(d: Any, path: str) -> Any:
 def check_compatible(saved: dict[str, Any], spec: RecipeSpec) -> None:
     """Raises RecipeError naming the first field that differs from the saved run's recipe, when
     the run has committed checkpoints to resume from."""
-    now = spec.model_dump(mode="json")
+    now = spec.model_dump(mode="json", by_alias=True)
     for path, why in FIXED:
         old, new = _get(saved, path), _get(now, path)
         if old is None or old == new:

@@ -1,4 +1,5 @@
-"""Model builders: transformers' Llama and Gemma classes from a small `ModelSpec`, random init.
+"""Model builders: transformers' Llama and Gemma classes from a small `ModelSpec`, random init
+(or, with `model.from`, a Hugging Face checkpoint on disk: `recipes/hf_checkpoint.py`).
 
 The real architectures (rotary embeddings, RMSNorm, SwiGLU/GeGLU, grouped- or multi-query
 attention, Gemma's scaled and tied embeddings) at sizes a CPU trains in seconds. Built from a
@@ -45,8 +46,14 @@ def model_config(spec: ModelSpec):  # noqa: ANN201 - a transformers PretrainedCo
     return GemmaConfig(tie_word_embeddings=True if spec.tie_embeddings is None else spec.tie_embeddings, **common)
 
 
-def build_model(spec: ModelSpec) -> torch.nn.Module:
-    """A randomly initialized causal LM (float32, CPU; the caller moves it)."""
+def build_model(spec: ModelSpec, *, load_weights: bool = True) -> torch.nn.Module:
+    """A randomly initialized causal LM (float32, CPU; the caller moves it), or with `model.from`
+    the Hugging Face checkpoint's model with its weights (`load_weights=False`: its architecture
+    only, for a caller that loads a trainyard checkpoint over it)."""
+    if spec.from_ is not None:
+        from trainyard.recipes.hf_checkpoint import build_model as build_hf
+
+        return build_hf(spec.from_, load_weights=load_weights)
     cfg = model_config(spec)
     if spec.arch == "llama":
         from transformers import LlamaForCausalLM as cls

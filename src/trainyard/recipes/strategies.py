@@ -27,7 +27,8 @@ from trainyard.recipes.models import decoder_layers
 STRATEGIES = ("ddp", "fsdp2")
 
 
-def wrap(model: torch.nn.Module, strategy: str, device: torch.device, *, bf16: bool = False) -> torch.nn.Module:
+def wrap(model: torch.nn.Module, strategy: str, device: torch.device, *, bf16: bool = False,
+         find_unused: bool = True) -> torch.nn.Module:
     """The model ready for data-parallel training under `strategy` (unchanged in one process)."""
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy {strategy!r} is not one of {', '.join(STRATEGIES)}")
@@ -36,14 +37,21 @@ def wrap(model: torch.nn.Module, strategy: str, device: torch.device, *, bf16: b
     if strategy == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        # find_unused_parameters=True, for exact resumes: without it DDP puts every gradient in one
+        # find_unused_parameters=True (the caller decides: deterministic runs on > 2 ranks), for exact
+        # resumes: without it DDP puts every gradient in one
         # bucket for its first step and rebuilds the buckets in gradient-ready order after it. With
         # more than two ranks the ring all-reduce's summation order depends on a gradient's place
         # in its bucket, so the first step after a resume was summed differently from the same
         # step of an uninterrupted run (last-bit differences on 8 ranks). With it, the buckets
         # keep their construction-time layout at every step of every attempt. The price is one
-        # walk of the autograd graph per step.
-        return DDP(model, device_ids=[device] if device.type == "cuda" else None, find_unused_parameters=True)
+        # walk of the autograd graph per step. With two ranks a sum of two is the same either way.
+        return DDP(model, device_ids=[device] if device.type == "cuda" else None, find_unused_parameters=find_unused)
+    return shard_fsdp2(model, device, bf16=bf16)
+
+
+def shard_fsdp2(model: torch.nn.Module, device: torch.device, *, bf16: bool = False) -> torch.nn.Module:
+    """`fully_shard` each decoder layer, then the root (embeddings, final norm, output head), over
+    all ranks; on a model whose parameters are on the meta device too (`sharded_start`)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -82,4 +90,4 @@ def no_sync(model: torch.nn.Module, sync: bool) -> Iterator[None]:
     yield
 
 
-__all__ = ["STRATEGIES", "no_sync", "unwrap", "wrap"]
+__all__ = ["STRATEGIES", "no_sync", "shard_fsdp2", "unwrap", "wrap"]

@@ -1,5 +1,8 @@
 """The training entry points: `pretrain`, `sft`, `rl`, on top of `trainyard.runtime.Run`.
 
+`trainer_class(spec)` picks the trainer: by kind, and for `sft`/`rl` on the user's data
+(`data.path`) the Hugging Face trainers of `chat_train.py`, which share everything below.
+
 One process is one rank; `main(spec)` runs it to the end (exit 0), to a preemption checkpoint
 (exit 75, raised by the runtime as SystemExit), or to an error. What the runtime provides and the
 trainers use as is: the process group and seeding (`init`), checkpoints of model, optimizer,
@@ -10,7 +13,9 @@ recipe's data, model, strategy and the step itself.
 The shape shared by all three (`Trainer`):
 1. `init(seed, deterministic)`; read the run's saved recipe (`<checkpoint dir>/recipe.yaml`) and
    refuse a recipe whose model, data, seed or global batch differ from the checkpoint's (a DCP
-   load of other shapes would fail and mark good checkpoints damaged);
+   load of other shapes would fail and mark good checkpoints damaged); `preflight()`: every
+   check of the user's input (files, fields, chat template, reward) before anything is written,
+   then recipe.yaml and init_from.json;
 2. build the dataset (every sample has an id), the model (seeded: identical on every rank), load
    `init_from` weights (sft, rl), keep a frozen reference copy (rl with a KL term), wrap it in the
    strategy, AdamW and the LR schedule, the `ResumableSampler`;
@@ -33,7 +38,7 @@ import time
 import warnings
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -42,10 +47,11 @@ import torch.nn.functional as F
 import trainyard.runtime as yr
 from trainyard.contracts import committed_steps
 from trainyard.recipes import data as D
+from trainyard.recipes import checkpointing, hf_checkpoint, sharded_start, throughput, user_data
 from trainyard.recipes.checkpoints import RECIPE_FILE, check_compatible, resolve_init, saved_recipe
-from trainyard.recipes.models import build_model, count_parameters
+from trainyard.recipes.models import build_model, count_parameters, decoder_layers
 from trainyard.recipes.spec import ModelSpec, RecipeError, RecipeSpec
-from trainyard.recipes.strategies import no_sync, unwrap, wrap
+from trainyard.recipes.strategies import no_sync, shard_fsdp2, unwrap, wrap
 
 INIT_FILE = "init_from.json"
 
@@ -74,7 +80,11 @@ def build_optimizer(model: torch.nn.Module, spec: RecipeSpec) -> torch.optim.Opt
             (decay if p.dim() >= 2 else rest).append(p)
     o = spec.optim
     groups = [{"params": decay, "weight_decay": o.weight_decay}, {"params": rest, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=o.lr, betas=tuple(o.betas), eps=o.eps, foreach=False)
+    impl = o.implementation
+    if impl == "auto":  # fused kernels on CUDA; on CPUs foreach (a few ops per step, not per parameter)
+        impl = "fused" if any(p.is_cuda for p in decay + rest) else "foreach"
+    return torch.optim.AdamW(groups, lr=o.lr, betas=tuple(o.betas), eps=o.eps, foreach=impl == "foreach",
+                             fused=True if impl == "fused" else None)
 
 
 class Trainer:
@@ -90,7 +100,8 @@ class Trainer:
         self.ckpt_dir = Path(ctx.env.checkpoint_dir)
         self.metrics_dir = Path(ctx.env.metrics_dir)
         spec.check_world_size(self.world)
-        self.bf16 = spec.precision == "bf16" and self.device.type == "cuda"
+        self.bf16 = spec.precision in ("bf16", "auto") and self.device.type == "cuda"
+        self.deterministic = torch.are_deterministic_algorithms_enabled()
 
         # 1. the run's identity: a rerun with an incompatible recipe is refused before anything loads
         saved = saved_recipe(self.ckpt_dir)
@@ -102,33 +113,81 @@ class Trainer:
                 print(f"trainyard.recipes: the model is {self.init_info['source']}'s ({self.model_spec.arch}, "
                       f"hidden {self.model_spec.hidden_size}, {self.model_spec.num_layers} layers); the recipe's "
                       "model section is not used", file=sys.stderr, flush=True)
+        if self.init_info is not None and spec.model.from_ is not None and self.model_spec.from_ is not None and \
+                Path(spec.model.from_).resolve() != Path(self.model_spec.from_).resolve():
+            raise RecipeError(f"{spec.model.from_}, but the init_from run {self.init_info['source']} was trained from "
+                              f"{self.model_spec.from_}; with init_from the model is that run's: leave model.from out",
+                              "model.from")
         effective = spec.model_copy(update={"model": self.model_spec})
         resuming = bool(committed_steps(self.ckpt_dir))
         if saved is not None and resuming:
             check_compatible(saved, effective)
+        # the user's model and data are checked before anything is written (bad input: exit 2, no trace)
+        self._tokenizer: user_data.Tokenizer | None = None
+        self.hf = hf_checkpoint.inspect(self.model_spec.from_) if self.model_spec.from_ is not None else None
+        if self.hf is not None and self.main:
+            print(f"trainyard.recipes: the model is {self.hf.describe()} from {self.hf.directory}; the recipe's "
+                  "model sizes are not used", file=sys.stderr, flush=True)
+        self.preflight()
         if self.main:
             self.ckpt_dir.mkdir(parents=True, exist_ok=True)
             tmp = self.ckpt_dir / f".{RECIPE_FILE}.tmp"
             tmp.write_text(effective.to_yaml())
             os.replace(tmp, self.ckpt_dir / RECIPE_FILE)
+            record = self.ckpt_dir / INIT_FILE
+            if self.init_info is not None and not record.exists():
+                record.write_text(json.dumps(self.init_info, indent=1))
 
         # 2. data, model, strategy, optimizer, sampler
         self.data = self.build_data()
         if spec.batch.global_batch_size > len(self.data):
             raise RecipeError(f"{spec.batch.global_batch_size} exceeds the data's {len(self.data)} samples "
                               f"({self.data.fingerprint.description})", "batch.global_batch_size")
-        model = build_model(self.model_spec)
+        # resuming, the weights come from this run's own checkpoint, and with init_from from that run's:
+        # model.from's are not read first. Under FSDP2 with weights to read (a checkpoint, a resume),
+        # no rank holds the whole model: built on the meta device, sharded, each rank reads its rows.
+        # A random start (values a single process would draw) and a KL reference (a whole copy) build
+        # it whole.
+        needs_whole = spec.kind == "rl" and spec.rl.kl_coef > 0
+        self.sharded_start = (spec.strategy == "fsdp2" and self.world > 1 and not needs_whole
+                              and (resuming or self.init_info is not None or self.hf is not None))
+        if self.sharded_start:
+            model = sharded_start.build_sharded(
+                self.model_spec, self.device, load_checkpoint=not resuming and self.init_info is None,
+                shard=lambda m: shard_fsdp2(self.prepare(m), self.device, bf16=self.bf16))
+            if self.main:
+                source = ("this run's checkpoint" if resuming else
+                          f"{self.init_info['checkpoint']}" if self.init_info is not None else str(self.hf.directory))
+                print(f"trainyard.recipes: FSDP2 start on the meta device: each rank holds and reads only its shard "
+                      f"(weights from {source})", file=sys.stderr, flush=True)
+        else:
+            model = build_model(self.model_spec, load_weights=not resuming and self.init_info is None)
+        if self.hf is not None and isinstance(getattr(self.data, "meta", None), dict):
+            top, vocab = self.data.meta.get("max_id", -1), model.config.vocab_size
+            if top >= vocab:
+                raise RecipeError(f"the tokenized data has token id {top}, the model's vocabulary is {vocab} "
+                                  f"({self.hf.directory / hf_checkpoint.CONFIG}: vocab_size)", "model.from")
         if self.init_info is not None:
             source = Path(self.init_info["checkpoint"])
-            if source.is_dir():
+            if source.is_dir() and self.sharded_start:
+                if not resuming:
+                    sharded_start.load_dcp_shards(model, source)
+            elif source.is_dir():
                 load_weights(model, source)
             elif not resuming or (spec.kind == "rl" and spec.rl.kl_coef > 0):
                 # resuming, the weights come from this run's own checkpoint; only a KL reference needs them
                 raise RecipeError(f"the checkpoint this run starts from, {source}, is gone", "init_from")
         self.reference = self.build_reference(model)
         self.n_params = count_parameters(model)
-        model.to(self.device)
-        self.model = wrap(model, spec.strategy, self.device, bf16=self.bf16)
+        if self.sharded_start:
+            self.model = model  # sharded and on its device already
+        else:
+            model.to(self.device)
+            find_unused = spec.ddp_find_unused
+            if find_unused is None:  # see strategies.wrap: only an exact resume on > 2 ranks needs it
+                find_unused = self.deterministic and self.world > 2
+            self.model = wrap(self.prepare(model), spec.strategy, self.device, bf16=self.bf16,
+                              find_unused=find_unused)
         self.optimizer = build_optimizer(self.model, spec)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(spec))
         self.sampler = yr.ResumableSampler(len(self.data), spec.batch.global_batch_size, seed=spec.seed,
@@ -140,13 +199,32 @@ class Trainer:
         self.run = yr.Run(ctx, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
                           sampler=self.sampler, extra={"data": self.data.fingerprint},
                           checkpoint_every=spec.checkpoint_every, keep_last=spec.keep_last,
-                          watchdog_s=spec.watchdog_s)
+                          watchdog_s=spec.watchdog_s,
+                          log_every=spec.log_every or (10 if self.device.type == "cuda" else 1))
+        seq = getattr(self.data, "seq_len", None) or spec.data.seq_len
+        precision = "bf16" if self.bf16 else "tf32"
+        self.run.metrics.set_flops(throughput.flops_per_token(unwrap(self.model), seq),
+                                   throughput.peak_flops(self.device, precision, self.world, spec.gpu_peak_tflops))
         self._samples_fh = None
 
     # -- pieces ---------------------------------------------------------------------------------------
 
     def build_data(self) -> Any:
         raise NotImplementedError
+
+    def prepare(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Activation checkpointing, then `torch.compile` per decoder layer, before any sharding."""
+        checkpointing.apply(model, self.spec.activation_checkpoint)
+        if self.spec.compile:
+            for layer in decoder_layers(model):
+                layer.compile()
+        return model
+
+    def preflight(self) -> None:
+        """Every check of the user's input that can fail, before anything is written (exit 2, no
+        trace): here the documents of `data.path` (unless their token cache is already there)."""
+        if self.spec.data.path is not None:
+            self.on_rank0(lambda: None if self._token_cache_ready() else user_data.check(self.spec.data))
 
     def build_reference(self, model: torch.nn.Module) -> torch.nn.Module | None:
         return None
@@ -157,36 +235,64 @@ class Trainer:
     def evaluate(self) -> dict[str, Any]:
         return {}
 
+    def on_rank0(self, fn: Callable[[], Any]) -> Any:
+        """`fn()` on rank 0 only, its result (or its RecipeError) handed to every rank.
+
+        For what must happen once (write a file, decide which checkpoint) while every rank
+        learns the outcome, and fails the same way on bad input.
+        """
+        result, error = None, None
+        if self.main:
+            try:
+                result = fn()
+            except RecipeError as e:
+                error = (e.message, e.field)
+        if self.ctx.distributed:
+            box = [(result, error)]
+            dist.broadcast_object_list(box, src=0, group=self.ctx.control_group)
+            result, error = box[0]
+        if error is not None:
+            raise RecipeError(*error)
+        return result
+
+    # -- the user's data (data.path) ---------------------------------------------------------------------
+
+    def tokenizer(self) -> user_data.Tokenizer:
+        """The checkpoint's tokenizer with `model.from`, else the recipes' bytes."""
+        if self._tokenizer is None:
+            self._tokenizer = hf_checkpoint.HFTokenizer(self.hf) if self.hf is not None else user_data.ByteTokenizer()
+        return self._tokenizer
+
+    def _token_cache_ready(self) -> bool:
+        key, _ = user_data.cache_key(self.spec.data, self.tokenizer())
+        return (self.ckpt_dir / user_data.CACHE_DIR / f"{key}.json").is_file()
+
+    def user_data(self) -> user_data.PackedTokens:
+        """Rank 0 tokenizes `data.path` into the run's token cache (once); every rank maps it."""
+        d = self.spec.data
+        meta = self.on_rank0(lambda: str(user_data.build_cache(d, self.tokenizer(),
+                                                               self.ckpt_dir / user_data.CACHE_DIR)))
+        return user_data.PackedTokens(meta, d.seq_len, d.val_fraction)
+
     def _resolve_init(self, saved: dict[str, Any] | None) -> dict[str, Any] | None:
         """The init checkpoint: the one recorded by the run's first attempt, else the newest now.
 
         Rank 0 decides and tells the others, so all load the same one even while the source run
-        is still writing checkpoints. Recorded in `<checkpoint dir>/init_from.json`.
+        is still writing checkpoints. Recorded in `<checkpoint dir>/init_from.json` once the
+        run's input has passed its checks (with recipe.yaml).
         """
         if self.spec.kind == "pretrain" or not self.spec.init_from:
-            if self.spec.kind != "pretrain" and self.main:
+            if self.spec.kind != "pretrain" and self.spec.model.from_ is None and self.main:
                 warnings.warn(f"{self.spec.kind} without init_from starts from a random model", RuntimeWarning,
                               stacklevel=2)
             return None
-        info, error = None, None
-        if self.main:
+        def decide() -> dict[str, Any]:
             record = self.ckpt_dir / INIT_FILE
-            try:
-                if record.exists():
-                    info = json.loads(record.read_text())
-                else:
-                    info = resolve_init(self.spec.init_from)
-                    self.ckpt_dir.mkdir(parents=True, exist_ok=True)
-                    record.write_text(json.dumps(info, indent=1))
-            except RecipeError as e:
-                error = (e.message, e.field)
-        if self.ctx.distributed:
-            box = [(info, error)]
-            dist.broadcast_object_list(box, src=0, group=self.ctx.control_group)
-            info, error = box[0]
-        if error is not None:
-            raise RecipeError(*error)
-        return info
+            if record.exists():
+                return json.loads(record.read_text())
+            return resolve_init(self.spec.init_from)
+
+        return self.on_rank0(decide)
 
     def global_sum(self, *values: float | torch.Tensor) -> torch.Tensor:
         """Element-wise sum over ranks (float64, on this rank's device)."""
@@ -219,6 +325,25 @@ class Trainer:
             out["grad_norm"] = norm
         return out
 
+    def finish_grpo_step(self, pg_sum: torch.Tensor, kl_sum: torch.Tensor, counts: torch.Tensor, n_global: float,
+                         group: int) -> dict[str, Any]:
+        """Optimizer step after a GRPO batch's micro-batches (tasks and the user's prompts alike);
+        its metrics: loss and KL per response token, mean reward and response length, samples.
+        `counts` = the global (response tokens, reward sum, completions)."""
+        norm = self.optimizer_step()
+        tot = self.global_sum(pg_sum, kl_sum)
+        out: dict[str, Any] = {
+            "loss": tot[0] / n_global,
+            "reward": counts[1] / counts[2],
+            "response_tokens": counts[0] / counts[2],
+            "samples": self.spec.batch.global_batch_size * group,
+        }
+        if self.reference is not None:
+            out["kl"] = tot[1] / n_global
+        if norm is not None:
+            out["grad_norm"] = norm
+        return out
+
     def micro_batches(self, n: int) -> list[slice]:
         return [slice(i, min(n, i + self.micro)) for i in range(0, n, self.micro)]
 
@@ -235,7 +360,8 @@ class Trainer:
     def fit(self) -> None:
         spec, run = self.spec, self.run
         if self.main:
-            print(f"trainyard.recipes: {spec.name} ({spec.kind}): {self.model_spec.arch} with {self.n_params:,} "
+            arch = self.hf.model_type if self.hf is not None else self.model_spec.arch
+            print(f"trainyard.recipes: {spec.name} ({spec.kind}): {arch} with {self.n_params:,} "
                   f"parameters, {spec.strategy} on {self.world} process(es) ({self.device.type}), "
                   f"{len(self.data):,} samples; {self.data.fingerprint.description}", file=sys.stderr, flush=True)
         t_print = time.monotonic()
@@ -260,11 +386,55 @@ class Trainer:
 # -- pretrain ---------------------------------------------------------------------------------------------
 
 
+def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Schulman's k3 estimate of KL(pi || pi_ref), summed over the masked tokens."""
+    d = ref_logp - logp
+    return ((torch.exp(d) - d - 1) * mask).sum()
+
+
+def next_token_loss(model: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    """Summed cross-entropy of predicting tokens[:, 1:] from tokens[:, :-1], in fp32.
+
+    The logits are dropped before the caller's backward (only the log-softmax that autograd saved
+    stays): with a large vocabulary they are the biggest tensor of the step, and keeping them
+    through backward would add their size to its peak (what `yard plan memory` counts:
+    docs/memory-planner.md).
+    """
+    logits = model(input_ids=tokens[:, :-1]).logits
+    return F.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten(), reduction="sum")
+
+
 class Pretrain(Trainer):
     """Next-token prediction over windows of the stdlib's source text."""
 
-    def build_data(self) -> D.TokenWindows:
+    def build_data(self) -> D.TokenWindows | user_data.PackedTokens:
+        if self.spec.data.path is not None:
+            return self.user_data()
+        if self.hf is not None:
+            raise RecipeError("the stdlib corpus is bytes; with model.from give the text to tokenize with the "
+                              "checkpoint's tokenizer (a .jsonl or .txt file or a directory of them)", "data.path")
         return D.stdlib_corpus(self.spec.data)
+
+    def evaluate(self) -> dict[str, Any]:
+        """Mean next-token loss on the held-out windows of the user's data (`data.val_fraction`).
+
+        Every rank computes all of them (FSDP2 gathers need every rank in every forward; a
+        held-out split is small), in micro-batches, without gradients.
+        """
+        ids = getattr(self.data, "eval_ids", None)
+        if not ids:
+            return {}
+        model = unwrap(self.model)
+        was_training = model.training
+        model.eval()
+        total = torch.zeros((), dtype=torch.float64, device=self.device)
+        with torch.no_grad():
+            for start in range(0, len(ids), self.micro):
+                chunk = self.data.batch(ids[start: start + self.micro]).to(self.device)
+                with self.autocast():
+                    total += next_token_loss(model, chunk)
+        model.train(was_training)
+        return {"eval_loss": total / (len(ids) * self.data.seq_len)}
 
     def train_step(self, ids: list[int]) -> dict[str, Any]:
         tokens = self.data.batch(ids).to(self.device)
@@ -273,10 +443,8 @@ class Pretrain(Trainer):
         parts = self.micro_batches(len(ids))
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         for i, part in enumerate(parts):
-            chunk = tokens[part]
             with no_sync(self.model, i == len(parts) - 1), self.autocast():
-                logits = self.model(input_ids=chunk[:, :-1]).logits
-                loss = F.cross_entropy(logits.float().flatten(0, 1), chunk[:, 1:].flatten(), reduction="sum")
+                loss = next_token_loss(self.model, tokens[part])
                 (loss * (self.world / n_global)).backward()
             loss_sum += loss.detach()
         return self.finish_step(loss_sum, n_global)
@@ -314,6 +482,13 @@ def generate(model: torch.nn.Module, prompts: torch.Tensor, new_tokens: int, mas
 
 class TaskTrainer(Trainer):
     split = "train"
+
+    def preflight(self) -> None:
+        if self.hf is not None:  # init_from a run trained from model.from, on the generated tasks
+            what = "chat messages" if self.spec.kind == "sft" else "prompt/answer records"
+            raise RecipeError(f"the model is {self.hf.describe()} from {self.hf.directory}, the generated tasks are "
+                              f"bytes: give the {self.spec.kind} data ({what}) to tokenize with its tokenizer",
+                              "data.path")
 
     def build_data(self) -> D.TaskSet:
         d = self.spec.data
@@ -428,28 +603,25 @@ class RL(TaskTrainer):
                     with torch.no_grad():
                         ref_logits = self.reference(input_ids=seq[sl, :-1]).logits[:, P - 1:].float() + mask_v
                         ref_logp = torch.log_softmax(ref_logits, -1).gather(-1, resp[sl, :, None]).squeeze(-1)
-                    d = ref_logp - logp
-                    kl = ((torch.exp(d) - d - 1) * m).sum()
+                    kl = k3_kl(logp, ref_logp, m)
                     loss = loss + rl.kl_coef * kl
                     kl_sum += kl.detach()
                 (loss * (self.world / n_global)).backward()
             pg_sum += pg.detach()
-        norm = self.optimizer_step()
-        tot = self.global_sum(pg_sum, kl_sum)
-        out: dict[str, Any] = {
-            "loss": tot[0] / n_global,
-            "reward": counts[1] / counts[2],
-            "response_tokens": counts[0] / counts[2],
-            "samples": self.spec.batch.global_batch_size * G,
-        }
-        if self.reference is not None:
-            out["kl"] = tot[1] / n_global
-        if norm is not None:
-            out["grad_norm"] = norm
-        return out
+        return self.finish_grpo_step(pg_sum, kl_sum, counts, n_global, G)
 
 
 TRAINERS = {"pretrain": Pretrain, "sft": SFT, "rl": RL}
+
+
+def trainer_class(spec: RecipeSpec) -> type[Trainer]:
+    """The trainer of a recipe: by kind; sft and rl on the user's data (`data.path`) are the
+    chat/prompt trainers of `recipes/chat_train.py` (Hugging Face models, their tokenizers)."""
+    if spec.kind != "pretrain" and spec.data.path is not None:
+        from trainyard.recipes.chat_train import ChatSFT, PromptRL
+
+        return ChatSFT if spec.kind == "sft" else PromptRL
+    return TRAINERS[spec.kind]
 
 
 def load_weights(model: torch.nn.Module, step_dir: Path) -> None:
@@ -475,12 +647,23 @@ def main(spec: RecipeSpec, early_notice: Any = None) -> int:
         # N ranks on one CPU machine: share the cores instead of each rank taking all of them
         local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // local))
-    ctx = yr.init(seed=spec.seed, deterministic=spec.deterministic)
-    trainer = TRAINERS[spec.kind](spec, ctx)
+    cuda = torch.cuda.is_available()
+    if cuda and spec.tf32:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    deterministic = spec.deterministic if spec.deterministic is not None else not cuda
+    ctx = yr.init(seed=spec.seed, deterministic=deterministic)
+    from trainyard.recipes import export  # `export:`: checked before anything is written, done after the end
+
+    export_to = export.before_training(spec, ctx)
+    trainer = trainer_class(spec)(spec, ctx)
     if early_notice is not None and early_notice():
         trainer.run.preemption.request()  # a notice that came while the rank was starting
     trainer.fit()
+    del trainer  # its model and optimizer: the export reads the committed checkpoint
+    export.after_training(spec, ctx, export_to)
     return 0
 
 
-__all__ = ["RL", "SFT", "Pretrain", "TRAINERS", "Trainer", "generate", "load_weights", "lr_lambda", "main"]
+__all__ = ["RL", "SFT", "Pretrain", "TRAINERS", "Trainer", "generate", "load_weights", "lr_lambda", "main",
+           "k3_kl", "next_token_loss", "trainer_class"]

@@ -30,6 +30,29 @@ from typing import Any
 from trainyard.contracts import METRICS_FILE  # one definition, with the job dir's layout (re-exported)
 
 
+def peak_memory() -> dict[str, float]:
+    """This process's peak memory so far, for the control plane's accounting (`yard acct`'s max
+    RSS and peak GPU memory): `max_rss_mib` (getrusage; Linux counts KiB) and, once CUDA is in
+    use, `peak_gpu_mem_mib` (PyTorch's `max_memory_allocated` of the current device). Only what
+    is cheap to read without touching the GPU: CUDA is not initialised here if it was not."""
+    out: dict[str, float] = {}
+    try:
+        import resource
+
+        out["max_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)
+    except (ImportError, OSError, ValueError):
+        pass
+    import sys
+
+    torch = sys.modules.get("torch")  # never imported for this: a job without torch has no GPU peak
+    try:
+        if torch is not None and torch.cuda.is_initialized():
+            out["peak_gpu_mem_mib"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+    except Exception:  # noqa: BLE001 - a driver problem must not fail a progress report
+        pass
+    return out
+
+
 def _plain(v: Any) -> Any:
     """JSON-ready value: tensors and NumPy scalars to Python numbers, non-finite floats to strings."""
     if hasattr(v, "item") and callable(v.item):
@@ -90,6 +113,9 @@ class MetricsLogger:
         self._tb: Any = None
         self._tb_mode = tensorboard
         self._purge_step: int | None = None
+        # model FLOPs utilization: set by the trainer that knows its model and devices (see `set_flops`)
+        self.flops_per_token: float | None = None
+        self.peak_flops: float | None = None  # all ranks' devices together, FLOP/s
         self._last = time.monotonic()
         self._win_s, self._win_steps, self._win_samples, self._win_tokens = 0.0, 0, 0, 0
         self.last: dict[str, Any] = {}  # the last line logged (what progress reports carry)
@@ -123,6 +149,13 @@ class MetricsLogger:
             fh = self._file()
             fh.write(line)
             fh.flush()
+
+    def set_flops(self, flops_per_token: float | None, peak_flops: float | None) -> None:
+        """Add `mfu` (model FLOPs utilization, 0-1) to the lines that have `tokens_per_s`:
+        tokens/s x `flops_per_token` / `peak_flops` (the peak of every rank's device together).
+        Either None: no MFU (a CPU, a GPU whose peak is not known)."""
+        self.flops_per_token = flops_per_token
+        self.peak_flops = peak_flops
 
     def start_clock(self) -> None:
         """Start timing the next step now (after a resume, before the first step)."""
@@ -162,6 +195,8 @@ class MetricsLogger:
         if self._win_tokens:
             rec["tokens_per_s"] = round(self._win_tokens / win, 3)
             rec["tokens"] = self.tokens
+            if self.flops_per_token and self.peak_flops:
+                rec["mfu"] = round(self._win_tokens / win * self.flops_per_token / self.peak_flops, 5)
         rec["time"] = round(time.time(), 3)
         rec["attempt"] = self.attempt
         self._win_s, self._win_steps, self._win_samples, self._win_tokens = 0.0, 0, 0, 0

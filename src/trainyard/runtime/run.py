@@ -40,7 +40,7 @@ from trainyard.contracts import REQUEUE_EXIT
 from trainyard.runtime.cadence import CheckpointCadence
 from trainyard.runtime.checkpoint import CheckpointManager, CheckpointSaveError
 from trainyard.runtime.init import Context, init
-from trainyard.runtime.metrics import MetricsLogger
+from trainyard.runtime.metrics import MetricsLogger, peak_memory
 from trainyard.runtime.preemption import PreemptionHandler
 from trainyard.runtime.progress import ProgressReporter
 from trainyard.runtime.watchdog import Watchdog
@@ -342,7 +342,8 @@ class Run:
                 self.watchdog.stop()
             self.preemption.uninstall()
             if _event:
-                self.metrics.event("finished", self.step)
+                # the process's peaks (max RSS, CUDA's max_memory_allocated): what a memory plan is checked against
+                self.metrics.event("finished", self.step, **peak_memory())
                 self._report(event="finished")
             self.progress.close()
             self.metrics.close()
@@ -361,9 +362,9 @@ class Run:
         if not self.progress.enabled:
             return
         last = self.metrics.last
-        keep = ("loss", "lr", "step_time_s", "samples_per_s", "tokens_per_s", "samples", "tokens")
+        keep = ("loss", "lr", "step_time_s", "samples_per_s", "tokens_per_s", "mfu", "samples", "tokens")
         self.progress.report(
             self.step if step is None else step, event=event,
             last_checkpoint_step=self.checkpoints.last_committed_step,
             last_checkpoint_time=self.checkpoints.last_committed_time,
-            metrics={k: last[k] for k in keep if k in last})
+            metrics={**{k: last[k] for k in keep if k in last}, **peak_memory()})

@@ -26,7 +26,8 @@ def gb_to_mib(gb: float) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Node:
-    """One machine: its GPUs (all of one model and memory size) and its topology labels."""
+    """One machine: its GPUs (all of one model and memory size), its topology labels, and the
+    features jobs may ask for (`-C/--constraint`, `sched/constraints.py`)."""
 
     name: str
     gpus: int
@@ -36,6 +37,7 @@ class Node:
     block: str = ""
     rack: str = ""
     healthy: bool = True
+    features: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,9 @@ Rules, in the order they are applied:
    choosing the tightest such domain; otherwise it spans as few blocks as possible.
 4. Suspects: nodes in the job's `avoid` set (where an earlier attempt hung or crashed) are used
    only when the job fits nowhere else right now: a preference, so no job waits on it forever.
+5. Constraints (`req.where`, `sched/constraints.py`): nodes of another GPU model, without the
+   features asked for or excluded are never used (a rule, unlike `avoid`); nodes the job must
+   include are taken first; an exclusive job takes only nodes nothing uses, and every GPU of them.
 
 `place` returns the placement, or None with the reason it failed (capacity, topology or memory).
 It never modifies the state; callers `allocate` what they decide to keep.
@@ -25,19 +28,27 @@ from trainyard.sched.types import JobRequest, Reason
 
 def place(state: ClusterState, req: JobRequest, n_nodes: int | None = None) -> tuple[Placement | None, Reason | None]:
     """Find a placement for `req` (at `n_nodes` nodes for a node-shaped, possibly elastic job)."""
+    where = req.where
+    banned = frozenset() if where is None else where.banned(state.nodes)
+    special = where is not None and (where.include or where.exclusive)
     if req.avoid:
         avoid = frozenset(i for i, n in enumerate(state.nodes) if n.name in req.avoid)
         if avoid:
-            found = _place(state, req, n_nodes, avoid)
+            found = (_place_where(state, req, n_nodes, banned | avoid) if special
+                     else _place(state, req, n_nodes, banned | avoid))
             if found[0] is not None:
                 return found
-    return _place(state, req, n_nodes, frozenset())
+    if special:
+        return _place_where(state, req, n_nodes, banned)
+    return _place(state, req, n_nodes, banned)
 
 
 def _place(state: ClusterState, req: JobRequest, n_nodes: int | None,
            avoid: frozenset[int]) -> tuple[Placement | None, Reason | None]:
     pool = req.pool
     max_node = state.max_gpus.get(pool, 0)
+    if req.where is not None and avoid:  # the largest node it may use, not the pool's
+        max_node = max((n.gpus for i, n in enumerate(state.nodes) if n.pool == pool and i not in avoid), default=0)
     mem = req.gpu_mem_mib
     if req.gpus_per_node is not None:
         gpn = req.gpus_per_node
@@ -212,3 +223,82 @@ def _take(state: ClusterState, counts: list[tuple[int, int]], mem: int | None) -
             mems.append(mem)
         nodes.append((i, tuple(sorted(gis))))
     return Placement(nodes=tuple(nodes), mem_mib=tuple(mems))
+
+
+def _place_where(state: ClusterState, req: JobRequest, n_nodes: int | None,
+                 banned: frozenset[int]) -> tuple[Placement | None, Reason | None]:
+    """Rule 5 for jobs that must include nodes (`-w`) or take whole ones (`--exclusive`).
+
+    The included nodes come first (each with `gpus_per_node` GPUs, or for a GPU-count job at
+    least one, as many as it needs); the rest of the job is placed as any other. An exclusive
+    job sees only nodes with every GPU untouched, and takes all of them on each node it uses."""
+    where = req.where
+    assert where is not None
+    whole = where.exclusive
+    mem = None if whole else req.gpu_mem_mib
+    pool = req.pool
+    cands: dict[int, int] = {}
+    for i, node in enumerate(state.nodes):
+        if node.pool != pool or not node.healthy or i in banned:
+            continue
+        if whole:
+            c = node.gpus if state.free_whole[i] == node.gpus else 0
+        else:
+            c = state.usable_on_node(i, mem)
+        if c:
+            cands[i] = c
+    required = where.required(state.nodes)
+    if any(i in banned or state.nodes[i].pool != pool for i in required):
+        return None, Reason.TOPOLOGY  # a node it must include it may not use: never fits
+    if any(i not in cands for i in required):
+        return None, Reason.CAPACITY
+    must = set(required)
+    rest = [(i, c) for i, c in sorted(cands.items()) if i not in must]
+    counts: list[tuple[int, int]] = []
+    if req.gpus_per_node is not None:
+        gpn = req.gpus_per_node
+        n = n_nodes if n_nodes is not None else req.min_nodes
+        if len(required) > n:
+            return None, Reason.TOPOLOGY
+        if any(cands[i] < gpn for i in required):
+            return None, Reason.CAPACITY
+        chosen = list(required)
+        if n > len(required):
+            more = _choose_gang(state, [(i, c) for i, c in rest if c >= gpn], n - len(required), gpn)
+            if more is None:
+                return None, Reason.CAPACITY
+            chosen += more
+        counts = [(i, cands[i] if whole else gpn) for i in chosen]
+    else:
+        left = req.gpus
+        if len(required) > left and not whole:
+            return None, Reason.TOPOLOGY
+        for k, i in enumerate(required):
+            take = cands[i] if whole else min(cands[i], left - (len(required) - k - 1))
+            counts.append((i, take))
+            left -= take
+        if left > 0:
+            if whole:
+                # Best fit on one node, else the largest nodes first, until the GPUs are there.
+                one = [(c, i) for i, c in rest if c >= left]
+                if one:
+                    c, i = min(one)
+                    counts.append((i, c))
+                    left = 0
+                else:
+                    for i, c in sorted(rest, key=lambda ic: (-ic[1], ic[0])):
+                        counts.append((i, c))
+                        left -= c
+                        if left <= 0:
+                            break
+            else:
+                top = max((c for _, c in rest), default=0)
+                spread = _choose_spread(state, rest, -(-left // top), left) if top else None
+                if spread is None and rest:
+                    spread = _choose_spread(state, rest, len(rest), left)
+                if spread is not None:
+                    counts += spread
+                    left = 0
+        if left > 0:
+            return None, Reason.CAPACITY
+    return _take(state, counts, mem), None

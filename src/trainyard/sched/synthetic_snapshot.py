@@ -158,8 +158,12 @@ def build_snapshot(*, nodes: int = 1250, gpus_per_node: int = 8, pending: int = 
                                     attained_gpu_s=rng.uniform(0, 7200.0) * req.min_gpus if requeued else 0.0))
     usage = {t: rng.uniform(0.5, 1.5) * teams[t].quota(POOL).nominal * 7 * 86400.0 for t in names}
     allocated: dict[tuple[str, str], int] = {}
+    by_class: dict[tuple[str, str, str], int] = {}
     for r in run_jobs:  # what a control loop keeps up to date as jobs start and end
         key = (r.req.team, r.req.pool)
         allocated[key] = allocated.get(key, 0) + r.gpus
+        ck = (r.req.team, r.req.pool, r.req.job_class)
+        by_class[ck] = by_class.get(ck, 0) + r.gpus
     return Snapshot(now=now, cluster=state, teams=teams, classes=dict(CLASSES), running=tuple(run_jobs),
-                    pending=tuple(pend_jobs), usage=usage, explain=explain, allocated=allocated)
+                    pending=tuple(pend_jobs), usage=usage, explain=explain, allocated=allocated,
+                    allocated_by_class=by_class)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from trainyard.sched.cluster import ClusterState, Placement
+from trainyard.sched.constraints import Where
 
 # A job's id: the store's integer primary key, or a trace's job number in the simulator. Ties in
 # every ordering are broken by it, so ints (not strings: "10" < "9") keep submission order.
@@ -25,7 +26,13 @@ JobId = int
 
 @dataclass(frozen=True, slots=True)
 class JobClass:
-    """A class of service: how urgent, how long it may wait and how it may be interrupted."""
+    """A class of service: how urgent, how long it may wait and how it may be interrupted.
+
+    `checkpoint_on_notice`: its jobs checkpoint when they get a preemption notice and exit 75
+    (trainyard's runtime does; DESIGN.md, contracts), so a preemption loses only the save and the
+    restart, not the work since the last periodic checkpoint. False for jobs that ignore the
+    notice (a plain script): they lose what they did since their last checkpoint.
+    """
 
     name: str
     priority: int
@@ -34,6 +41,7 @@ class JobClass:
     min_run_s: float = 0.0
     max_run_s: float | None = None
     grace_s: float = 60.0
+    checkpoint_on_notice: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,14 +58,27 @@ class Quota:
     lending_limit: int | None = None
 
 
+# In `Team.las`: least-attained-service preemption for every class of the team.
+ALL_CLASSES = "*"
+
+
 @dataclass(frozen=True, slots=True)
 class Team:
+    """A team: its cohort, its quotas per pool, and whether its own short or young jobs may take
+    GPUs from its own long-running ones (`las`: the classes for which it does, `ALL_CLASSES` for
+    every class, empty for none: the engine's step 5c, least-attained-service within the team's
+    own quota; its choice, as it is its own work that waits)."""
+
     name: str
     cohort: str | None = None
     quotas: Mapping[str, Quota] = field(default_factory=dict)
+    las: frozenset[str] = frozenset()
 
     def quota(self, pool: str) -> Quota:
         return self.quotas.get(pool, _NO_QUOTA)
+
+    def las_for(self, job_class: str) -> bool:
+        return bool(self.las) and (ALL_CLASSES in self.las or job_class in self.las)
 
 
 _NO_QUOTA = Quota(nominal=0, borrowing_limit=0, lending_limit=0)
@@ -72,7 +93,8 @@ class JobRequest:
     GPUs anywhere, packed on as few nodes (and blocks) as possible.
     `gpu_mem_mib` is the memory needed on each GPU, in MiB; None asks for whole GPUs. A job with a
     `gpu_mem_mib` smaller than the GPU's memory may share that GPU with others whose requests fit
-    beside it.
+    beside it. `where`: the nodes it may use (features, GPU model, node lists) and whether it takes
+    them whole (`sched/constraints.py`); None for a job that asked for none of that.
     """
 
     id: JobId
@@ -88,6 +110,8 @@ class JobRequest:
     checkpoint_interval_s: float | None = None
     pool: str = "default"
     avoid: frozenset[str] = frozenset()  # node names to use only when nothing else fits (suspects)
+    where: Where | None = None
+    reservation: str | None = None  # the admin reservation it runs in (sbatch --reservation; sched/reservations.py)
 
     # Derived once at construction: read on every job in every cycle.
     min_gpus: int = field(init=False, compare=False, repr=False)
@@ -167,6 +191,18 @@ class RunningJob:
 
 
 @dataclass(frozen=True, slots=True)
+class AdminReservation:
+    """An admin reservation (Slurm's `scontrol create reservation`): `nodes` (names) held from
+    `start` until `end` for the jobs submitted with `--reservation=name` (`sched/reservations.py`).
+    Who may submit into it is checked at submission, not here."""
+
+    name: str
+    nodes: frozenset[str]
+    start: float
+    end: float
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """Everything one cycle may look at. The cycle must not modify it.
 
@@ -188,6 +224,17 @@ class Snapshot:
     # GPUs held per (team, pool), as the running jobs add up. Optional: a caller that keeps it
     # incrementally (the simulator) saves every cycle a pass over the running jobs.
     allocated: Mapping[tuple[str, str], int] | None = None
+    # The same per (team, pool, class): a team's quota is filled by its highest-priority work
+    # first (`sched/budget.py`). Optional, for the same reason; consistent with `running`.
+    allocated_by_class: Mapping[tuple[str, str, str], int] | None = None
+    # Jobs stopped for another job that still waits: victim -> the job it was stopped for. The
+    # cycle tries a victim only after that job, so a victim that would come back ahead of it (an
+    # in-quota job stopped for its own team's higher-priority job that borrows) cannot take the
+    # GPUs it left straight back and be preempted again.
+    stopped_for: Mapping[JobId, JobId] = field(default_factory=dict)
+    # Admin reservations (`sched/reservations.py`): nodes held for some users and teams over a
+    # time window; ended ones hold nothing.
+    reservations: Sequence[AdminReservation] = ()
 
 
 class Reason(str, enum.Enum):
@@ -201,6 +248,10 @@ class Reason(str, enum.Enum):
     PRIORITY = "priority"  # jobs ahead of it come first (the policy does not backfill)
     HELD = "held"  # held by a user or operator
     PREEMPTING = "preempting"  # victims are checkpointing to make room for it
+    # admin reservations (`sched/reservations.py`):
+    RESERVED = "reserved"  # it would fit but on nodes an admin reservation holds (now, or before it would end)
+    RESV_WAIT = "resv_wait"  # its reservation has not started yet
+    RESV_GONE = "resv_gone"  # its reservation ended or was deleted
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,7 +263,10 @@ class Start:
 @dataclass(frozen=True, slots=True)
 class Preempt:
     job_id: JobId
-    reason: str  # "reclaim" (quota taken back), "priority" or "share" (time-sharing by attained service)
+    # "reclaim" (quota taken back), "priority", "share" (time-sharing of borrowed GPUs by attained
+    # service), "las" (least-attained-service within a team's own quota) or "overdue" (an overdue job
+    # takes its place back from its own team's jobs submitted after it)
+    reason: str
     for_job: JobId
 
 

@@ -21,7 +21,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import select, update
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from trainyard.services.errors import Forbidden, ServiceError, Unauthorized
@@ -77,21 +78,29 @@ def create_token(s: Session, *, user: str, role: str, team: str | None, by: Prin
                    created_at=time.time(), created_by=by.user))
     if role != "job":
         record(s, by.user, "token.created", f"token for {user} ({role}{', team ' + team if team else ''})",
-               data={"user": user, "role": role, "team": team})
+               data={"user": user, "role": role, "team": team, "before": None,
+                     "after": {"user": user, "role": role, "team": team, "revoked": False}})
     return token
 
 
 # Valid tokens already looked up, by hash: every API request authenticates, and tokens change
-# only through this process (created by the API, revoked by the control loop when a job's attempt
-# ends, which calls `forget_cached_tokens`). Entries also expire, so a token revoked behind this
-# process's back (by hand in the database) stops working within CACHE_TTL_S.
+# only through this process (created or revoked through the API, revoked by the control loop when
+# a job's attempt ends), which calls `forget_cached_tokens` after its commit. A generation number
+# closes the race of a lookup that read the row before the revocation committed and would cache
+# it after the cache was cleared: it is cached only if no forget happened in between. Entries also
+# expire, so a token revoked behind this process's back (by hand in the database) stops working
+# within CACHE_TTL_S.
 CACHE_TTL_S = 30.0
 _cache: dict[str, tuple[Principal, float]] = {}
 _cache_lock = threading.Lock()
+_generation = 0
 
 
 def forget_cached_tokens() -> None:
+    """Call after committing a revocation: the next request of every token goes to the store."""
+    global _generation
     with _cache_lock:
+        _generation += 1
         _cache.clear()
 
 
@@ -105,21 +114,36 @@ def cached_principal(token: str | None) -> Principal | None:
 
 
 def authenticate(s: Session, token: str | None) -> Principal:
+    """The caller of `token`; a lookup in the store also stamps the token's `last_used_at`, so
+    `yard token list` shows the last use to within CACHE_TTL_S."""
     if not token:
         raise Unauthorized("no token: send 'Authorization: Bearer <token>' (the CLI reads YARD_TOKEN)")
     who = cached_principal(token)
     if who is not None:
         return who
+    generation = _generation
     h = hash_token(token)
     row = s.scalars(select(TokenRow).where(TokenRow.token_hash == h)).first()
     if row is None or row.revoked:
         raise Unauthorized("unknown or revoked token")
     who = Principal(row.user, row.role, row.team, row.job_id)
+    _stamp_last_use(s, row.id)
     with _cache_lock:
-        if len(_cache) > 10_000:
-            _cache.clear()
-        _cache[h] = (who, time.monotonic() + CACHE_TTL_S)
+        if generation == _generation:
+            if len(_cache) > 10_000:
+                _cache.clear()
+            _cache[h] = (who, time.monotonic() + CACHE_TTL_S)
     return who
+
+
+def _stamp_last_use(s: Session, token_id: int) -> None:
+    """Best effort: a busy store (SQLite's one writer) must not fail the request being served."""
+    try:
+        with s.get_bind().connect() as c:
+            c.execute(update(TokenRow).where(TokenRow.id == token_id).values(last_used_at=time.time()))
+            c.commit()
+    except OperationalError:
+        pass
 
 
 def ensure_admin_token(s: Session, path) -> str | None:  # noqa: ANN001 (Path)

@@ -15,6 +15,8 @@ setting outside the history.
 from __future__ import annotations
 
 import difflib
+import json
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -24,12 +26,13 @@ import yaml
 from sqlalchemy import event, func, select
 from sqlalchemy.orm import Session
 
+from trainyard.services import owners
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Forbidden, NotFound, ServiceError
 from trainyard.services.events import record
 from trainyard.sched.cluster import Node
 from trainyard.sched.policy import Policy
-from trainyard.sched.types import JobClass, Team
+from trainyard.sched.types import AdminReservation, JobClass, Team
 from trainyard.spec import EXAMPLE_CONFIG, ConfigError, ConfigSpec, parse_config
 from trainyard.store.models import ConfigVersionRow
 
@@ -62,6 +65,11 @@ class ConfigVersion:
         """Teams and classes as the engine takes them (`ConfigSpec.to_sched`)."""
         _, teams, classes = self.spec.to_sched()
         return teams, classes
+
+    @cached_property
+    def reservations(self) -> tuple[AdminReservation, ...]:
+        """Its admin reservations as the engine takes them (`ConfigSpec.to_admin_reservations`)."""
+        return self.spec.to_admin_reservations()
 
     @cached_property
     def policy(self) -> Policy:
@@ -97,20 +105,47 @@ def _validated(text: str, where: str = "config") -> ConfigSpec:
 
 
 def apply(s: Session, text: str, by: Principal, message: str = "") -> int:
-    """Validate `text` and store it as the newest version; returns the version number."""
+    """Validate `text` and store it as the newest version; returns the version number.
+
+    Beyond the model's own validation, the accounts and groups it names must exist on this
+    machine (`owners.check_config`): a `users:` entry or a team `group:` that names nothing is
+    an error naming the entry, never a job that later runs as someone else."""
     if not by.is_admin:
         raise Forbidden("only an admin can change the cluster configuration")
-    _validated(text)
+    spec = _validated(text)
+    try:
+        owners.check_config(spec)
+    except ConfigError as e:
+        raise ServiceError(str(e), field=e.field) from None
+    new = spec
     latest = s.scalar(select(func.max(ConfigVersionRow.version))) or 0
-    if latest:
-        current = s.get(ConfigVersionRow, latest)
-        if current is not None and current.text == text:
-            return latest  # applying the same text twice makes no new version
+    current = s.get(ConfigVersionRow, latest) if latest else None
+    if current is not None and current.text == text:
+        return latest  # applying the same text twice makes no new version
     version = latest + 1
     event.listen(s, "after_commit", _count_applied, once=True)  # caches look again once it is visible
     s.add(ConfigVersionRow(version=version, text=text, author=by.user, created_at=time.time(), message=message))
-    record(s, by.user, "config.applied", message or f"configuration version {version}", data={"version": version})
+    record(s, by.user, "config.applied", message or f"configuration version {version}",
+           data={"version": version, "before": {"version": latest or None}, "after": {"version": version}})
+    old = _validated(current.text) if current is not None else None
+    for team, before, after in quota_changes(old, new):
+        record(s, by.user, "quota.changed", f"team {team}: quota changed in configuration version {version}",
+               data={"team": team, "version": version, "before": before, "after": after})
     return version
+
+
+def _team_quotas(spec: ConfigSpec | None) -> dict[str, dict]:
+    if spec is None:
+        return {}
+    return {t.name: {"cohort": t.cohort, "quotas": {p: q.model_dump() for p, q in sorted(t.quotas.items())}}
+            for t in spec.teams}
+
+
+def quota_changes(old: ConfigSpec | None, new: ConfigSpec) -> list[tuple[str, dict | None, dict | None]]:
+    """(team, before, after) for each team whose cohort or quotas differ between two versions (None:
+    the team is new, or gone): the audit trail's `quota.changed` events."""
+    a, b = _team_quotas(old), _team_quotas(new)
+    return [(t, a.get(t), b.get(t)) for t in sorted(set(a) | set(b)) if a.get(t) != b.get(t)]
 
 
 def set_policy(s: Session, name: str, by: Principal, message: str) -> tuple[int, bool] | None:
@@ -129,6 +164,43 @@ def set_policy(s: Session, name: str, by: Principal, message: str) -> tuple[int,
         return None
     text = with_policy(row.text, name)
     return apply(s, text, by, message), bool(current.params)
+
+
+def with_top_level(text: str, values: dict[str, object]) -> str:
+    """`text` with each top-level `key: value` of `values` set (its line replaced, or appended),
+    every other line as it was. Values are written as JSON scalars, which YAML reads back as is."""
+    for key, value in values.items():
+        line = f"{key}: {json.dumps(value)}"
+        pattern = re.compile(rf"^{re.escape(key)}:.*$", re.MULTILINE)
+        if pattern.search(text):
+            text = pattern.sub(line, text, count=1)
+        else:
+            text = text + ("" if text.endswith("\n") or not text else "\n") + line + "\n"
+    return text
+
+
+def set_identity(s: Session, by: Principal, message: str, *, run_as: str | None = None,
+                 allow_root_jobs: bool | None = None) -> int | None:
+    """`yard up --run-as USER [--allow-root-jobs]`: the newest version with `run_as` and
+    `allow_root_jobs` set, applied as a new version (None when nothing changes). As `set_policy`
+    does for the policy: a start-up flag that changes who jobs run as is a configuration change
+    like any other, listed, diffed and rolled back.
+
+    Raises:
+        ServiceError: the account does not exist, or is root without allow_root_jobs (field named).
+    """
+    row = get_version(s)
+    wanted = {k: v for k, v in (("allow_root_jobs", allow_root_jobs), ("run_as", run_as)) if v is not None}
+    text, _ = with_identity(row.text, "", wanted, "")
+    return None if text == row.text else apply(s, text, by, message)
+
+
+def with_identity(text: str, why: str, values: dict[str, object], flags: str) -> tuple[str, str]:
+    """(`text` with `values` of `run_as`/`allow_root_jobs` where they differ, its message): what
+    `yard up --config FILE --run-as USER` stores, in one version with the file's text."""
+    current = _validated(text)
+    changed = {k: v for k, v in values.items() if getattr(current, k) != v}
+    return (with_top_level(text, changed), f"{why}, {flags}") if changed else (text, why)
 
 
 def given_text(text: str, policy: str | None) -> tuple[str, str]:

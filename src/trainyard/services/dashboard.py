@@ -22,6 +22,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from trainyard.backends._files import open_untrusted
 from trainyard.contracts import JobDir
 from trainyard.services import events, jobs, nodes
 from trainyard.services.auth import Principal
@@ -146,7 +147,7 @@ def loss_curve(job_dir: Path, key: str = "loss", max_points: int = MAX_CURVE_POI
     last: dict[int, Any] = {}
     resumes: list[int] = []
     try:
-        with open(JobDir(job_dir).metrics_file, "rb") as fh:
+        with open_untrusted(JobDir(job_dir).metrics_file) as fh:  # the job's own file: no link, no FIFO
             for line in fh:
                 try:
                     r = json.loads(line)
@@ -188,16 +189,16 @@ class LogView:
 def job_logs(s: Session, data_dir: Path, job_id: int, by: Principal, rank: int = 0) -> LogView:
     """The end of a rank's log, if `by` may read the job's logs (`jobs.readable_logs` decides)."""
     try:
-        jobs.readable_logs(s, job_id, by)
+        row = jobs.readable_logs(s, job_id, by)
     except Forbidden as e:
         return LogView(False, e.message, rank)
-    jd = JobDir.of(data_dir, job_id)
+    jd = jobs.job_dir(data_dir, row)
     logs = jd.logs
     ranks = sorted(int(p.stem[5:]) for p in logs.glob("rank-*.log") if p.stem[5:].isascii() and p.stem[5:].isdigit())
     text, cut = "", False
     path = jd.rank_log(rank)
     try:
-        with open(path, "rb") as fh:
+        with open_untrusted(path) as fh:  # written by the job's owner: a regular file, not a link
             size = os.fstat(fh.fileno()).st_size
             cut = size > LOG_TAIL_BYTES
             fh.seek(max(0, size - LOG_TAIL_BYTES))
@@ -216,6 +217,6 @@ def job_page(s: Session, data_dir: Path, job_id: int, by: Principal, rank: int =
         "job": jobs.job_dict(row, by),
         "attempts": jobs.attempts(s, job_id),
         "events": events.list_events(s, job_id=job_id, limit=500, newest=True),
-        "loss": loss_curve(jobs.job_dir(data_dir, job_id)),
+        "loss": loss_curve(jobs.job_dir(data_dir, row).root),
         "logs": job_logs(s, data_dir, job_id, by, rank),
     }

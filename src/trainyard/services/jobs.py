@@ -20,18 +20,25 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Stric
 from sqlalchemy import Select, insert, select
 from sqlalchemy.orm import Session, make_transient_to_detached
 
+from trainyard import io_patterns, mail_types
 from trainyard.contracts import JobDir
-from trainyard.parsing import parse_begin
-from trainyard.services import arrays, dependencies, transitions
+from trainyard.parsing import parse_begin, parse_mem_mib
+from trainyard.services import arrays, dependencies, limits, notices, output_paths, owners, placement_ask, reservations, transitions
 from trainyard.services.auth import Principal
 from trainyard.services.config import ConfigVersion
 from trainyard.services.errors import Conflict, Forbidden, NotFound, ServiceError
 from trainyard.services.events import record
+from trainyard.signal_spec import parse_signal
 from trainyard.spec import parse_duration, parse_node_range
 from trainyard.states import ACTIVE_STATES, ALL_STATES, PENDING_STATES, STATE_CODES, TERMINAL_STATES, JobState, StopKind
 from trainyard.store.models import REQUEST_FIELDS, AttemptRow, JobRow
 
 LATEST_BEGIN = 4_102_444_800.0  # 2100-01-01
+# The reason of a job whose launch was refused and that waits held for an admin (Slurm's words for
+# it): its directory was not its own (`control/job_dirs.py`). Like JobHeldAdmin, only an operator
+# or admin releases it.
+LAUNCH_FAILED_HELD = "launch failed requeued held"
+ADMIN_HOLDS = ("JobHeldAdmin", LAUNCH_FAILED_HELD)
 
 
 def parse_states(text: str | None) -> list[str] | None:
@@ -58,6 +65,9 @@ class JobSubmit(BaseModel):
     `gpus` that divides over the nodes) asks for a gang; `gpus` alone asks for that many GPUs
     anywhere, packed on as few nodes as possible; nothing asks for one GPU. Every rank runs
     `command` (or the batch `script`); ranks are one per GPU unless `tasks_per_node` is given.
+    `mem` (per node) or `mem_per_gpu`, and `cpus_per_task`, are sbatch's `--mem`, `--mem-per-gpu` and
+    `--cpus-per-task` (sizes as Slurm writes them: `16G`, `500M`, a bare number of MB; 0 = no limit),
+    enforced by the backend (the local one through the attempt's cgroup).
     `dependency`, `begin` and `array` are sbatch's `--dependency`, `--begin` and `--array`
     (`services/dependencies.py`, `parsing.parse_begin`, `services/arrays.py`); an array's response
     is its first task, whose id is the array's.
@@ -74,13 +84,23 @@ class JobSubmit(BaseModel):
     gpus: int | None = Field(None, ge=1, le=1_000_000)
     tasks_per_node: int | None = Field(None, ge=1, le=1024)
     gpu_mem_gb: float | None = Field(None, ge=0.001, le=1_000_000)  # at least 1 MiB
+    mem: StrictInt | StrictStr | None = Field(None, description="memory per node, as sbatch --mem: 16G, 500M, MB")
+    mem_per_gpu: StrictInt | StrictStr | None = Field(None, description="memory per GPU, as sbatch --mem-per-gpu")
+    cpus_per_task: int | None = Field(None, ge=1, le=4096)
     time: str | float | None = Field(None, description="time limit: seconds, '30m', '2h', '1-12:00:00'")
     checkpoint_interval: str | float | None = None
     command: list[str] = Field(default_factory=list, max_length=10_000)
-    script: str | None = Field(None, max_length=1_000_000)
+    script: str | None = Field(None, max_length=4 << 20)  # and the operator's max_script_size
     workdir: str | None = Field(None, max_length=1000)
     env: dict[str, str] = Field(default_factory=dict)
     output: str | None = Field(None, max_length=1000)
+    error: str | None = Field(None, max_length=1000, description="as sbatch -e/--error: stderr apart from "
+                              "stdout, linked at this path (Slurm's filename patterns, as output)")
+    open_mode: str | None = Field(None, max_length=10, description="as sbatch --open-mode: append (keep earlier "
+                                  "attempts' output; the default) or truncate (each attempt starts empty)")
+    mail_type: str | None = Field(None, max_length=200, description="as sbatch --mail-type: BEGIN, END, FAIL, "
+                                  "REQUEUE, ALL, TIME_LIMIT[_90|_80|_50], ..., posted to the cluster's webhook")
+    mail_user: str | None = Field(None, max_length=200, description="as sbatch --mail-user (default: the user)")
     hold: bool = False
     dependency: str | None = Field(None, max_length=20_000,
                                    description="as sbatch --dependency: after, afterany, afterok, afternotok "
@@ -88,8 +108,24 @@ class JobSubmit(BaseModel):
     begin: StrictFloat | StrictInt | StrictStr | None = Field(
         None, description="not before this time, as sbatch --begin: UNIX seconds, or now+1hour, 16:00, "
                           "2026-12-24T08:00 … (read in the server's time zone; the CLI sends seconds)")
+    signal: str | None = Field(None, max_length=100,
+                               description="as sbatch --signal: [B:]SIG[@secs], sent secs (60) before the time limit")
     array: str | None = Field(None, max_length=10_000,
                               description="as sbatch --array: 0-9, 1,3,5, 0-15:4, with %N to run at most N at once")
+    # where it may run (services/placement_ask.py): sbatch's -C, --gpus=TYPE:N, -w, -x, --exclusive, -n
+    constraint: str | None = Field(None, max_length=1000, description="node features, as sbatch -C: a&b, a|b")
+    gpu_model: str | None = Field(None, max_length=100, description="GPU model, as TYPE of sbatch --gpus=TYPE:N")
+    nodelist: str | list[str] | None = Field(None, description="nodes it must include, as sbatch -w: n[0-1]")
+    exclude: str | list[str] | None = Field(None, description="nodes it must not use, as sbatch -x")
+    exclusive: bool = False
+    ntasks: int | None = Field(None, ge=1, le=1_000_000)
+    reservation: str | None = Field(None, min_length=1, max_length=100,
+                                    description="as sbatch --reservation: the admin reservation to run in")
+
+    @field_validator("signal")
+    @classmethod
+    def _signal(cls, v: str | None) -> str | None:
+        return None if v is None else parse_signal(v, "signal").text()
 
     @field_validator("dependency")
     @classmethod
@@ -110,6 +146,13 @@ class JobSubmit(BaseModel):
     @classmethod
     def _array(cls, v: str | None) -> str | None:
         return None if v is None else arrays.normalize(arrays.parse(v))
+
+    @field_validator("mem", "mem_per_gpu")
+    @classmethod
+    def _mem(cls, v: Any) -> Any:
+        if v is not None:
+            parse_mem_mib(v)
+        return v
 
     @field_validator("nodes")
     @classmethod
@@ -136,12 +179,30 @@ class JobSubmit(BaseModel):
             raise ValueError("the command's first word must be a program, and no argument may contain NUL")
         return v
 
-    @field_validator("output")
+    @field_validator("output", "error")
     @classmethod
-    def _output(cls, v: str | None) -> str | None:
+    def _output(cls, v: str | None, info: Any) -> str | None:
         if v is not None and (not v.strip() or ".." in Path(v).parts):
-            raise ValueError("an output path must not be empty nor contain '..'; it is linked inside the workdir")
-        return v
+            raise ValueError(f"an {info.field_name} path must not be empty nor contain '..'; it is linked inside "
+                             "the workdir")
+        return None if v is None else io_patterns.check(v, info.field_name)
+
+    @field_validator("open_mode")
+    @classmethod
+    def _open_mode(cls, v: str | None) -> str | None:
+        if v is not None and v.strip().lower() not in ("append", "truncate"):
+            raise ValueError(f"open_mode: expected append or truncate, got {v!r}")
+        return None if v is None else v.strip().lower()
+
+    @field_validator("mail_type")
+    @classmethod
+    def _mail_type(cls, v: str | None) -> str | None:
+        return None if v is None else mail_types.parse_mail_type(v, "mail_type")
+
+    @field_validator("mail_user")
+    @classmethod
+    def _mail_user(cls, v: str | None) -> str | None:
+        return None if v is None else mail_types.check_mail_user(v, "mail_user")
 
     @field_validator("env")
     @classmethod
@@ -219,6 +280,11 @@ def _check_against_config(sub: JobSubmit, team: str, cls: str, shape: tuple, cfg
         raise _bad(f"time limit {limit:.0f}s exceeds class {cls!r}'s max run time {max_run:.0f}s", "time")
 
 
+def _mem_limit(v: int | str | None) -> int | None:
+    """MiB, or None for no limit (not given, or Slurm's 0 = the whole node)."""
+    return (parse_mem_mib(v) or None) if v is not None else None
+
+
 def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_dir: Path,
            now: float | None = None) -> JobRow:
     """Validate and store a job as PENDING (or held). Nothing is written unless all is well.
@@ -234,31 +300,51 @@ def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_d
     cls = sub.job_class or cfg.spec.default_class
     if not sub.command and not sub.script:
         raise _bad("give a command or a script", "command")
+    if sub.mem is not None and sub.mem_per_gpu is not None:
+        raise _bad("give --mem or --mem-per-gpu, not both (as in Slurm)", "mem_per_gpu")
+    changed = placement_ask.apply_ntasks(sub.model_dump(by_alias=False))
+    if changed.get("ntasks") is not None:
+        sub = sub.model_copy(update={k: changed[k] for k in ("nodes", "tasks_per_node", "gpus_per_node")})
     shape = _resolve_shape(sub)
     _check_against_config(sub, team, cls, shape, cfg)
+    where = placement_ask.check(sub.model_dump(), sub.pool, cfg.nodes, shape)
+    reservations.check_job(cfg, sub.reservation, by.user, team, sub.pool, now)  # before anything is stored
+    who = owners.resolve(cfg.spec, by.user, team)  # someone to run it as, or a 403 naming the user
     workdir = sub.workdir or str(data_dir)
     if not os.path.isdir(workdir):
         raise _bad(f"working directory {workdir!r} does not exist", "workdir")
+    if (blocked := owners.blocked_at(workdir, who.owner)) is not None:
+        raise _bad(f"working directory {workdir!r} is out of reach of {who.owner.user!r}, the account the job "
+                   f"runs as ({blocked} does not let it in)", "workdir")
+    if sub.output is not None:
+        output_paths.check(sub.output, workdir)  # before anything is stored or created
+    if sub.error is not None:
+        output_paths.check(sub.error, workdir, field="error")
     lo, hi, gpn, total = shape
     now = time.time() if now is None else now
     name = sub.name or (Path(sub.command[0]).name if sub.command else "script")
     waits = _dependency_at_submit(s, sub.dependency, name, by.user) if sub.dependency else False
     begin = sub.begin if sub.begin is not None and sub.begin > now else None  # a past time is now
     spec = arrays.parse(sub.array) if sub.array else None
+    limits.check(s, cfg.spec.limits, user=by.user, team=team, command=sub.command, env=sub.env, script=sub.script,
+                 indices=spec.indices if spec else None)  # the operator's limits: nothing stored past one
     values = dict(
         name=name, user=by.user, team=team, job_class=cls, pool=sub.pool, state=JobState.PENDING,
         reason="JobHeldUser" if sub.hold else "Dependency" if waits else free_reason(begin, now), held=sub.hold,
         dependency=sub.dependency, dependency_pending=waits, begin_time=begin,
         eligible_time=None if sub.hold or waits else max(now, begin or now),
         command=list(sub.command), script=sub.script, workdir=workdir, env=dict(sub.env), output=sub.output,
+        error=sub.error, open_mode=sub.open_mode, mail_type=sub.mail_type,
+        mail_user=sub.mail_user if sub.mail_type else None,
         nodes_min=lo, nodes_max=hi, gpus_per_node=gpn, gpus=total, tasks_per_node=sub.tasks_per_node,
         gpu_mem_mib=None if sub.gpu_mem_gb is None else int(round(sub.gpu_mem_gb * 1024)),
-        time_limit_s=parse_duration(sub.time), checkpoint_interval_s=parse_duration(sub.checkpoint_interval),
+        mem_mib=_mem_limit(sub.mem), mem_per_gpu_mib=_mem_limit(sub.mem_per_gpu), cpus_per_task=sub.cpus_per_task,
+        time_limit_s=parse_duration(sub.time), notice_signal=sub.signal, checkpoint_interval_s=parse_duration(sub.checkpoint_interval),
         submit_time=now, queued_since=now, attempt=0, progress_s=0.0, attained_gpu_s=0.0, est_start=None,
         start_time=None, end_time=None, placement=None, last_checkpoint=None, exit_code=None, signal=None,
         progress=None, retries=0, retry_after=None, lost_gpu_s=0.0, avoid_nodes=None, stop_kind=None,
         stop_since=None, stop_stage=0, array_job_id=None, array_task_id=spec.indices[0] if spec else None,
-        array_throttle=spec.throttle if spec else None,
+        array_throttle=spec.throttle if spec else None, dir_key=JobDir.new_key(), ntasks=sub.ntasks, **where,
     )
     for column in REQUEST_FIELDS:  # a field the engine takes as is: submitted under its own name
         if column not in values:
@@ -270,7 +356,8 @@ def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_d
     row = JobRow(id=jid, **values)
     make_transient_to_detached(row)
     s.add(row)
-    what = (f"submitted by {by.user} for team {team}, class {cls}" + (", held" if sub.hold else "")
+    what = (f"submitted by {by.user} for team {team}, class {cls}"
+            + (f", runs as {who.owner.user}" if who.owner.user != by.user else "") + (", held" if sub.hold else "")
             + (f", dependency {sub.dependency}" if sub.dependency else ""))
     data = {"gpus": total, "nodes": [lo, hi], "gpus_per_node": gpn}
     if spec is None:
@@ -282,7 +369,8 @@ def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_d
     record(s, by.user, "job.submitted", f"{what}, task {spec.indices[0]} of array {jid} ({sub.array})",
            job_id=jid, at=now, data=data)
     for index in spec.indices[1:]:
-        task = {**values, "array_job_id": jid, "array_task_id": index,
+        # (the batch script is kept once, with the first task: `control/launch.py` reads it there)
+        task = {**values, "array_job_id": jid, "array_task_id": index, "dir_key": JobDir.new_key(), "script": None,
                 "env": {**sub.env, **arrays.task_env(jid, index, spec)}}
         tid = s.execute(_INSERT_JOB, {k: v for k, v in task.items() if v is not None}).inserted_primary_key[0]
         record(s, by.user, "job.submitted", f"{what}, task {index} of array {jid}", job_id=tid, at=now, data=data)
@@ -350,9 +438,9 @@ def _dependency_at_submit(s: Session, text: str, name: str, user: str) -> bool:
     return verdict == "wait"
 
 
-def job_dir(data_dir: Path, job_id: int) -> Path:
-    """The job's directory: `contracts.JobDir.of(data_dir, job_id).root` (see there for its layout)."""
-    return JobDir.of(data_dir, job_id).root
+def job_dir(data_dir: Path, job: JobRow) -> JobDir:
+    """The job's directory (`contracts.JobDir`: its layout, and why it is keyed)."""
+    return JobDir.of(data_dir, job.id, job.dir_key)
 
 
 # What the API and the CLI show of a job: (key, column), in output order. `job_dict` reads them from
@@ -361,7 +449,8 @@ def job_dir(data_dir: Path, job_id: int) -> Path:
 _SHOWN = (("id", "id"), ("name", "name"), ("user", "user"), ("team", "team"), ("class", "job_class"),
           ("pool", "pool"), ("state", "state"), ("reason", "reason"), ("held", "held"), ("nodes_min", "nodes_min"),
           ("nodes_max", "nodes_max"), ("gpus_per_node", "gpus_per_node"), ("gpus", "gpus"),
-          ("tasks_per_node", "tasks_per_node"), ("gpu_mem_gb", "gpu_mem_mib"), ("time_limit_s", "time_limit_s"),
+          ("tasks_per_node", "tasks_per_node"), ("gpu_mem_gb", "gpu_mem_mib"), ("mem_mib", "mem_mib"),
+          ("mem_per_gpu_mib", "mem_per_gpu_mib"), ("cpus_per_task", "cpus_per_task"), ("time_limit_s", "time_limit_s"),
           ("checkpoint_interval_s", "checkpoint_interval_s"), ("submit_time", "submit_time"),
           ("begin_time", "begin_time"), ("eligible_time", "eligible_time"),
           ("start_time", "start_time"), ("end_time", "end_time"), ("est_start", "est_start"), ("attempt", "attempt"),
@@ -369,14 +458,17 @@ _SHOWN = (("id", "id"), ("name", "name"), ("user", "user"), ("team", "team"), ("
           ("last_checkpoint", "last_checkpoint"), ("progress", "progress"), ("retries", "retries"),
          ("retry_after", "retry_after"), ("lost_gpu_s", "lost_gpu_s"), ("avoid_nodes", "avoid_nodes"),
           ("dependency", "dependency"), ("array_job_id", "array_job_id"), ("array_task_id", "array_task_id"),
+          ("constraint", "constraint"), ("gpu_model", "gpu_model"), ("nodelist_asked", "nodelist"),
+          ("exclude_nodes", "exclude_nodes"), ("exclusive", "exclusive"), ("ntasks", "ntasks"),
           ("command", "command"),
-          ("workdir", "workdir"), ("env", "env"), ("output", "output"))
+          ("workdir", "workdir"), ("env", "env"), ("output", "output"), ("error", "error"),
+          ("open_mode", "open_mode"), ("mail_type", "mail_type"), ("mail_user", "mail_user"))
 # a field the engine reads as is (marked `engine()` in store.models) is shown under its own name
 _SHOWN += tuple((c, c) for c in REQUEST_FIELDS if c not in {col for _, col in _SHOWN})
 _KEYS = tuple(k for k, _ in _SHOWN)
 _COLUMNS = tuple(c for _, c in _SHOWN)
 _MEM, _TEAM = _COLUMNS.index("gpu_mem_mib"), _COLUMNS.index("team")
-_PRIVATE = tuple(_COLUMNS.index(c) for c in ("command", "workdir", "env"))
+_PRIVATE = tuple(_COLUMNS.index(c) for c in ("command", "workdir", "env", "mail_user"))
 
 
 def _shown(values: list[Any], by: Principal | None) -> dict[str, Any]:
@@ -484,17 +576,27 @@ def _manageable(s: Session, job_id: int, by: Principal) -> JobRow:
     return row
 
 
+def _audit_state(row: JobRow) -> dict[str, Any]:
+    """What a user's action on a job changes, as the audit trail's before/after (services/audit.py)."""
+    return {"state": str(row.state), "held": bool(row.held), "reason": row.reason}
+
+
 def cancel(s: Session, job_id: int, by: Principal, now: float | None = None) -> JobRow:
     row = _manageable(s, job_id, by)
     now = time.time() if now is None else now
     if row.state in TERMINAL_STATES:
         raise Conflict(f"job {job_id} is already {row.state}")
     if row.state in PENDING_STATES:
+        before = _audit_state(row)
         transitions.cancel_waiting(s, row, now, f"CancelledBy:{by.user}", actor=by.user,
-                                   message=f"cancelled by {by.user} while pending")
+                                   message=f"cancelled by {by.user} while pending",
+                                   data={"before": before, "after": {**before, "state": str(JobState.CANCELLED),
+                                                                     "reason": f"CancelledBy:{by.user}"}})
     elif row.stop_kind != StopKind.CANCEL:
+        before = _audit_state(row)
         transitions.request_stop(s, row, StopKind.CANCEL, now, actor=by.user, event="job.cancel_requested",
-                                 message=f"cancel requested by {by.user}; stopping the ranks")
+                                 message=f"cancel requested by {by.user}; stopping the ranks",
+                                 data={"before": before, "after": {**before, "stop": str(StopKind.CANCEL)}})
     return row
 
 
@@ -503,10 +605,12 @@ def hold(s: Session, job_id: int, by: Principal, now: float | None = None) -> Jo
     if row.state not in PENDING_STATES:
         raise Conflict(f"only a pending job can be held; job {job_id} is {row.state}")
     if not row.held:
+        before = _audit_state(row)
         row.held = True
         row.reason = "JobHeldAdmin" if by.role in ("admin", "operator") else "JobHeldUser"
         row.est_start = None
-        record(s, by.user, "job.held", f"held by {by.user}", job_id=job_id, at=now)
+        record(s, by.user, "job.held", f"held by {by.user}", job_id=job_id, at=now,
+               data={"before": before, "after": _audit_state(row)})
     return row
 
 
@@ -516,13 +620,15 @@ def release(s: Session, job_id: int, by: Principal, now: float | None = None) ->
     row = _manageable(s, job_id, by)
     if not row.held:
         raise Conflict(f"job {job_id} is not held")
-    if row.reason == "JobHeldAdmin" and by.role not in ("admin", "operator"):
-        raise Forbidden(f"job {job_id} is held by an operator or admin (JobHeldAdmin); only they can release it")
+    if row.reason in ADMIN_HOLDS and by.role not in ("admin", "operator"):
+        raise Forbidden(f"job {job_id} is held by an operator or admin ({row.reason}); only they can release it")
     now = time.time() if now is None else now
+    before = _audit_state(row)
     row.held, row.reason = False, "Dependency" if row.dependency_pending else free_reason(row.begin_time, now)
     if not row.dependency_pending:
         row.eligible_time = max(now, row.begin_time or now)
-    record(s, by.user, "job.released", f"released by {by.user}", job_id=job_id, at=now)
+    record(s, by.user, "job.released", f"released by {by.user}", job_id=job_id, at=now,
+           data={"before": before, "after": _audit_state(row)})
     return row
 
 
@@ -534,12 +640,17 @@ def requeue(s: Session, job_id: int, by: Principal, now: float | None = None) ->
         raise Conflict(f"job {job_id} is already waiting ({row.state})")
     if row.state in ACTIVE_STATES:
         if row.stop_kind is None:
+            before = _audit_state(row)
             transitions.request_stop(s, row, StopKind.REQUEUE, now, actor=by.user, event="job.requeue_requested",
-                                     message=f"requeue requested by {by.user}; asking it to checkpoint")
+                                     message=f"requeue requested by {by.user}; asking it to checkpoint",
+                                     data={"before": before, "after": {**before, "stop": str(StopKind.REQUEUE)}})
         return row
+    before = _audit_state(row)
     row.state, row.reason, row.queued_since, row.end_time = JobState.REQUEUED, f"RequeuedBy:{by.user}", now, None
+    notices.note(row, "requeue", now, s)
     row.exit_code = row.signal = None
-    record(s, by.user, "job.requeued", f"requeued by {by.user} after it ended", job_id=job_id, at=now)
+    record(s, by.user, "job.requeued", f"requeued by {by.user} after it ended", job_id=job_id, at=now,
+           data={"before": before, "after": _audit_state(row)})
     return row
 
 

@@ -32,7 +32,9 @@ def gpus_in_use(s: Session) -> dict[str, set[int]]:
     return used
 
 
-def list_nodes(s: Session, cfg: ConfigVersion) -> list[dict[str, Any]]:
+def list_nodes(s: Session, cfg: ConfigVersion, containment: str | None = None) -> list[dict[str, Any]]:
+    """The configured nodes with their state and use; `containment`: how the backend contains each
+    attempt's processes there (cgroup2, cgroup1, subreaper; slurm: its own step tracking)."""
     states, used = node_states(s), gpus_in_use(s)
     out = []
     for n in cfg.nodes:
@@ -41,6 +43,8 @@ def list_nodes(s: Session, cfg: ConfigVersion) -> list[dict[str, Any]]:
         out.append({"name": n.name, "pool": n.pool, "gpus": n.gpus, "gpus_used": busy, "gpus_free": n.gpus - busy,
                     "gpu_model": n.gpu_model, "gpu_mem_gb": n.gpu_mem_mib / 1024, "block": n.block, "rack": n.rack,
                     "state": st.state if st else "up", "reason": st.reason if st else ""})
+        if containment is not None:
+            out[-1]["containment"] = containment
     return out
 
 
@@ -56,10 +60,12 @@ def set_state(s: Session, cfg: ConfigVersion, name: str, state: str, reason: str
         raise Forbidden("only an operator or admin can drain or resume nodes")
     get_node(s, cfg, name)
     row = s.get(NodeRow, name) or NodeRow(name=name)
+    before = {"state": row.state or "up", "reason": row.reason or ""}
     row.state, row.reason, row.updated_at, row.updated_by = state, reason, time.time(), by.user
     s.add(row)
     verb = {"up": "resumed", "drain": "drained", "down": "marked down"}[state]
     record(s, by.user, f"node.{state}", f"node {name} {verb} by {by.user}" + (f": {reason}" if reason else ""),
-           node=name, data={"state": state, "reason": reason})
+           node=name, data={"state": state, "reason": reason, "before": before,
+                            "after": {"state": state, "reason": reason}})
     s.flush()
     return get_node(s, cfg, name)

@@ -2,7 +2,8 @@
 
 Optional by design (DESIGN rule 4): the control plane also reads checkpoints and exit codes from
 disk. A report refreshes the job's `progress` and, when it names a newer checkpoint of the
-current attempt, the `last_checkpoint` the engine weighs when it chooses victims. Reports of an
+current attempt, the `last_checkpoint` the engine weighs when it chooses victims; peak memory
+among its metrics (`max_rss_mib`, `peak_gpu_mem_mib`) raises the attempt's, for `yard acct`. Reports of an
 older attempt are ignored (a late packet must not move a newer attempt backwards).
 """
 
@@ -19,6 +20,10 @@ from trainyard.services.auth import Principal
 from trainyard.services.errors import Forbidden, NotFound
 from trainyard.services.events import record
 from trainyard.store.models import AttemptRow, JobRow
+
+
+# Peak memory the runtime may report among its metrics (`runtime.metrics.peak_memory`), kept per attempt.
+PEAKS = ("max_rss_mib", "peak_gpu_mem_mib")
 
 
 class ProgressReport(BaseModel):
@@ -52,10 +57,17 @@ def report(s: Session, job_id: int, rep: ProgressReport, by: Principal) -> dict[
     if rep.attempt != row.attempt or row.state not in ("RUNNING", "COMPLETING"):
         return {"accepted": False, "why": f"job {job_id} is {row.state}, attempt {row.attempt}"}
     row.progress = rep.model_dump()
-    if rep.event not in ("start", "resume"):  # a step finished in this attempt: recovery is over
+    peaks = {k: float(v) for k in PEAKS if isinstance((v := rep.metrics.get(k)), (int, float))
+             and not isinstance(v, bool) and 0 <= v < 1e12}
+    att = None
+    if rep.event not in ("start", "resume") or peaks:
         att = s.scalars(select(AttemptRow).where(AttemptRow.job_id == job_id, AttemptRow.attempt == rep.attempt)).first()
-        if att is not None and att.first_step_at is None:
-            att.first_step_at = rep.time
+    if att is not None:
+        if rep.event not in ("start", "resume") and att.first_step_at is None:
+            att.first_step_at = rep.time  # a step finished in this attempt: recovery is over
+        for k, v in peaks.items():  # the attempt keeps the highest value reported (`yard acct`)
+            if getattr(att, k) is None or v > getattr(att, k):
+                setattr(att, k, v)
     t = rep.last_checkpoint_time
     if t is not None and row.start_time is not None and t >= row.start_time and \
             (row.last_checkpoint is None or t > row.last_checkpoint):

@@ -1,19 +1,27 @@
-"""Teams and quotas: read from the configuration in force; an update is a new configuration version."""
+"""Teams and quotas: read from the configuration in force; an update is a new configuration version.
+
+Two updates: `PUT` (TeamUpdate) replaces the quotas of the pools it names, `PATCH` (TeamPatch,
+what `yard teams set` sends) changes only the fields it names, so `--nominal 3` leaves the
+borrowing limit alone. Either edits the stored text in place, comments kept
+(`services/config_edit.py`), and answers with `warnings`: pools whose nominal quotas add up to
+more GPUs than the pool has (allowed, as Kueue allows it, but rarely meant: not every team can
+have its quota at once)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from trainyard import spec_bounds as B
 from trainyard.services import config
+from trainyard.services.config_edit import UNSET, edit_team
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Forbidden, NotFound
 from trainyard.states import ACTIVE_STATES, PENDING_STATES
-from trainyard.spec import QuotaSpec
+from trainyard.spec import ConfigSpec, QuotaSpec
 from trainyard.store.models import JobRow
 
 
@@ -21,6 +29,27 @@ class TeamUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     cohort: str | None = None
     quotas: dict[str, QuotaSpec] | None = None
+    message: str = ""
+
+
+class QuotaPatch(BaseModel):
+    """The quota fields to change in one pool; a field sent as null is removed (no limit)."""
+
+    model_config = ConfigDict(extra="forbid")
+    nominal: int | None = Field(None, ge=0, le=B.MAX_QUOTA_GPUS)
+    borrowing_limit: int | None = Field(None, ge=0, le=B.MAX_QUOTA_GPUS)
+    lending_limit: int | None = Field(None, ge=0, le=B.MAX_QUOTA_GPUS)
+
+    def given(self) -> dict[str, int | None]:
+        return {k: getattr(self, k) for k in type(self).model_fields if k in self.model_fields_set}
+
+
+class TeamPatch(BaseModel):
+    """Only what is named changes: per pool, the fields given (a pool sent as null loses its quota)."""
+
+    model_config = ConfigDict(extra="forbid")
+    cohort: str | None = None
+    quotas: dict[str, QuotaPatch | None] | None = None
     message: str = ""
 
 
@@ -43,17 +72,35 @@ def get_team(s: Session, cfg: config.ConfigVersion, name: str) -> dict[str, Any]
     raise NotFound(f"no team {name!r}")
 
 
-def update_team(s: Session, cfg: config.ConfigVersion, name: str, upd: TeamUpdate, by: Principal) -> int:
+def update_team(s: Session, cfg: config.ConfigVersion, name: str, upd: TeamUpdate | TeamPatch, by: Principal) -> int:
+    """Store the configuration with team `name` changed as a new version; returns its number.
+
+    Raises:
+        Forbidden: not an admin.
+        NotFound: no such team.
+        ServiceError: the result is not a valid configuration (e.g. a new pool's quota with no nominal).
+    """
     if not by.is_admin:
         raise Forbidden("only an admin can change teams and quotas")
-    doc = yaml.safe_load(cfg.text)
-    for t in doc.get("teams", []):
-        if t.get("name") == name:
-            if upd.cohort is not None:
-                t["cohort"] = upd.cohort or None
-            if upd.quotas is not None:
-                t["quotas"] = {p: q.model_dump(exclude_none=True) for p, q in upd.quotas.items()}
-            break
+    cohort = UNSET if upd.cohort is None else upd.cohort  # "" removes it
+    if isinstance(upd, TeamPatch):
+        quotas = None if upd.quotas is None else {p: None if q is None else q.given() for p, q in upd.quotas.items()}
+        text = edit_team(cfg.text, name, cohort=cohort, quotas=quotas)
     else:
-        raise NotFound(f"no team {name!r}")
-    return config.apply(s, yaml.safe_dump(doc, sort_keys=False), by, upd.message or f"team {name} updated")
+        quotas = None if upd.quotas is None else {p: q.model_dump(exclude_none=True) for p, q in upd.quotas.items()}
+        text = edit_team(cfg.text, name, cohort=cohort, quotas=quotas, replace=True)
+    return config.apply(s, text, by, upd.message or f"team {name} updated")
+
+
+def overcommitted(spec: ConfigSpec) -> list[str]:
+    """A warning per pool whose teams' nominal quotas add up to more GPUs than its nodes have."""
+    gpus: dict[str, int] = {}
+    for n in spec.cluster.expand():
+        gpus[n.pool] = gpus.get(n.pool, 0) + n.gpus
+    nominal: dict[str, int] = {}
+    for t in spec.teams:
+        for pool, q in t.quotas.items():
+            nominal[pool] = nominal.get(pool, 0) + q.nominal
+    return [f"pool {pool!r}: nominal quotas add up to {total} GPUs, more than its {gpus.get(pool, 0)}; "
+            "not every team can have its quota at once" for pool, total in sorted(nominal.items())
+            if total > gpus.get(pool, 0)]

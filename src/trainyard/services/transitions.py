@@ -13,7 +13,8 @@ and an ending attempt leaves what the metrics count (`attempts.cause`, `lost_gpu
     finish           → a terminal state, with exit code and signal
     cancel_waiting   PENDING/REQUEUED → CANCELLED
 
-Callers hold the write lock and an open transaction (`store.session.begin()`).
+Each also notes what the job's `--mail-type` may want to hear (`services/notices.py`), sent
+after the commit. Callers hold the write lock and an open transaction (`store.session.begin()`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from trainyard.services import notices
 from trainyard.services.events import record
 from trainyard.states import AttemptOutcome, JobState, StopKind, StopStage
 from trainyard.store.models import AttemptRow, JobRow, TokenRow
@@ -31,6 +33,12 @@ from trainyard.store.models import AttemptRow, JobRow, TokenRow
 def placement_text(placement: list[dict[str, Any]]) -> str:
     """`node-0:0,1, node-1:0,1`: where an attempt runs, as events and logs say it."""
     return ", ".join(f"{p['node']}:{','.join(map(str, p['gpus']))}" for p in placement)
+
+
+def placement_gpus(placement: list[dict[str, Any]] | None) -> int:
+    """The GPUs a placement holds, one per GPU index (a GPU shared by jobs that ask for GPU memory
+    counts once for each of them), as the loop's `attained_gpu_s` and the accounting count them."""
+    return sum(len(p.get("gpus") or ()) for p in placement or ())
 
 
 def start_attempt(s: Session, j: JobRow, placement: list[dict[str, Any]], now: float) -> None:
@@ -44,9 +52,10 @@ def start_attempt(s: Session, j: JobRow, placement: list[dict[str, Any]], now: f
     j.last_checkpoint = None
     _clear_stop(j)
     s.add(AttemptRow(job_id=j.id, attempt=j.attempt, placement=placement, started_at=now,
-                     state=AttemptOutcome.RUNNING))
+                     state=AttemptOutcome.RUNNING, gpus=placement_gpus(placement)))
     record(s, "scheduler", "job.started", f"attempt {j.attempt} started on {placement_text(placement)}",
            job_id=j.id, at=now, data={"attempt": j.attempt, "placement": placement})
+    notices.note(j, "begin", now, s)
 
 
 def request_stop(s: Session, j: JobRow, kind: StopKind, now: float, *, actor: str, event: str, message: str,
@@ -61,6 +70,8 @@ def request_stop(s: Session, j: JobRow, kind: StopKind, now: float, *, actor: st
     if completing:
         j.state = JobState.COMPLETING
     record(s, actor, event, message, job_id=j.id, node=node, at=now, data=data)
+    if kind == StopKind.TIMEOUT:
+        notices.note(j, "time_limit", now, s)
 
 
 def attempt_row(s: Session, j: JobRow) -> AttemptRow | None:
@@ -85,6 +96,7 @@ def back_to_queue(j: JobRow, now: float, reason: str) -> None:
     j.state, j.reason, j.queued_since = JobState.REQUEUED, reason, now
     j.placement, j.start_time, j.est_start = None, None, None
     _clear_stop(j)
+    notices.note(j, "requeue", now)
 
 
 def finish(j: JobRow, state: JobState | str, reason: str, now: float, *, exit_code: int | None = None,
@@ -93,6 +105,7 @@ def finish(j: JobRow, state: JobState | str, reason: str, now: float, *, exit_co
     j.state, j.reason, j.end_time = state, reason, now
     j.exit_code, j.signal = exit_code, signal
     _clear_stop(j)
+    notices.note(j, "end", now)
 
 
 def cancel_waiting(s: Session, j: JobRow, now: float, reason: str, *, actor: str, message: str,
@@ -100,6 +113,9 @@ def cancel_waiting(s: Session, j: JobRow, now: float, reason: str, *, actor: str
     """A waiting job is cancelled before it ever (re)started."""
     j.state, j.reason, j.end_time, j.est_start = JobState.CANCELLED, reason, now, None
     record(s, actor, "job.cancelled", message, job_id=j.id, at=now, data=data)
+    if reason.startswith("DependencyNeverSatisfied"):
+        notices.note(j, "invalid_depend", now, s)
+    notices.note(j, "end", now, s)
 
 
 def _clear_stop(j: JobRow) -> None:

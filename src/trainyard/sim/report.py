@@ -29,7 +29,8 @@ from trainyard.sim.workload import Workload
 
 COLUMNS = (
     "jobs", "utilization", "goodput", "avg_jct_s", "p50_jct_s", "p99_jct_s", "avg_wait_s", "p99_wait_s",
-    "avg_bounded_slowdown", "makespan_s", "preemptions", "lost_gpu_hours", "jain_fairness", "quota_violations",
+    "avg_bounded_slowdown", "makespan_s", "preemptions", "lost_gpu_hours", "lost_gpu_hours_if_ignored", "jain_fairness",
+    "quota_violations",
 )
 DEFINITIONS_POINTER = "docs/simulator.md; src/trainyard/sim/result.py (module docstring)"
 MAX_TEAMS = 12
@@ -55,7 +56,7 @@ def format_value(name: str, value: Any, *, with_seconds: bool = True) -> str:
     if name in ("utilization", "goodput", "jain_fairness"):
         return f"{value:.3f}"
     if isinstance(value, float):
-        return f"{value:.2f}" if not value.is_integer() or name == "lost_gpu_hours" else f"{value:.0f}"
+        return f"{value:.2f}" if not value.is_integer() or name.startswith("lost_gpu_hours") else f"{value:.0f}"
     return str(value)
 
 
@@ -238,13 +239,16 @@ def _jsonable(x: Any) -> Any:
 
 
 def write_report(out_dir: str | Path, results: dict[str, SimResult], workload: Workload, meta: dict) -> dict:
-    """Write report.json, report.md and the three PNGs into `out_dir` (created if missing).
+    """Write report.json, report.md and the three PNGs (with matplotlib: trainyard[sim]) into `out_dir`.
 
     Returns the JSON document written.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
+    try:
+        import matplotlib
+    except ImportError:  # `pip install trainyard` has no plotting; trainyard[sim] does
+        matplotlib = None
+    else:
+        matplotlib.use("Agg")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     ms = all_metrics(results)
@@ -275,13 +279,16 @@ def write_report(out_dir: str | Path, results: dict[str, SimResult], workload: W
     md += [f"{workload.total_gpus} GPUs on {len(workload.nodes)} nodes; {len(workload.jobs)} jobs loaded, "
            f"{sum(1 for j in workload.jobs if workload.measured(j.req.submit_time))} measured.", "",
            "## Results", "", markdown_table(ms), "",
-           "![utilization](utilization.png)", "", "![wait CDF](wait_cdf.png)", "", "![team share](team_share.png)", "",
+           *(["![utilization](utilization.png)", "", "![wait CDF](wait_cdf.png)", "",
+              "![team share](team_share.png)", ""] if matplotlib is not None else
+             ["(No plots: matplotlib is not installed; `pip install 'trainyard[sim]'` draws them.)", ""]),
            "## Workload notes", ""]
     md += [f"- {n}" for n in workload.notes] or ["- (none)"]
     md += ["", "## Metric definitions", "", _definitions(), ""]
     (out / "report.md").write_text("\n".join(md))
 
-    _plot_utilization(out / "utilization.png", results, workload)
-    _plot_wait_cdf(out / "wait_cdf.png", results, workload)
-    _plot_team_share(out / "team_share.png", results, workload)
+    if matplotlib is not None:
+        _plot_utilization(out / "utilization.png", results, workload)
+        _plot_wait_cdf(out / "wait_cdf.png", results, workload)
+        _plot_team_share(out / "team_share.png", results, workload)
     return doc

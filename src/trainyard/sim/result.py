@@ -13,12 +13,18 @@ Definitions (also in docs/simulator.md):
   true run time at its requested size.
 - `makespan_s`: first submission → last completion among measured jobs.
 - `preemptions`: preemptions suffered by measured jobs.
-- `lost_gpu_hours`: GPU-hours of measured jobs' work thrown away (work since the last checkpoint
-  at each preemption or failure, plus restart overheads).
+- `lost_gpu_hours`: GPU-hours of measured jobs' work thrown away: at a failure, or a preemption
+  whose notice is not honoured, the work since the last checkpoint; at a preemption honoured by a
+  checkpoint on the notice, the time spent saving; plus every restart overhead.
+- `lost_gpu_hours_if_ignored`: the same, had every preemption notice been ignored (same
+  decisions): what the checkpoint on notice saves.
+- `lost_frac`: GPU-seconds lost inside the window / capacity (utilization − goodput).
 - `jain_fairness`: Jain's index over teams of 1 / (the team's mean bounded slowdown): 1.0 when
   every team's jobs are slowed down alike.
 - `quota_violations`: episodes in which a team had a pending job that fits inside its unused
-  nominal quota for longer than its borrowers' grace period plus min run time.
+  nominal quota while another team of its cohort held more than its own nominal quota, for longer
+  than its borrowers' grace period plus min run time (GPUs it was owed stayed with a borrower;
+  free GPUs of the wrong shape are no quota matter, and a team no one borrows from is never owed).
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ class JobRecord:
     preemptions: int = 0
     failures: int = 0
     lost_gpu_s: float = 0.0
+    lost_if_ignored_gpu_s: float = 0.0  # the same had every preemption notice been ignored
     measured: bool = True
 
 
@@ -62,6 +69,7 @@ class SimResult:
     lost_gpu_s_in_window: float = 0.0
     quota_violations: int = 0
     quota_violation_s: float = 0.0
+    quota_violation_gpu_s: float = 0.0  # GPU-s owed during those episodes (owed GPUs x time)
     cycles: int = 0
     wall_s: float = 0.0
     end_time: float = 0.0
@@ -117,8 +125,11 @@ def metrics(res: SimResult) -> dict[str, float | int]:
         "preemptions": sum(r.preemptions for r in jobs),
         "failures": sum(r.failures for r in jobs),
         "lost_gpu_hours": round(sum(r.lost_gpu_s for r in jobs) / 3600, 2),
+        "lost_gpu_hours_if_ignored": round(sum(r.lost_if_ignored_gpu_s for r in jobs) / 3600, 2),
+        "lost_frac": round(res.lost_gpu_s_in_window / cap, 5),
         "jain_fairness": round(jain(team_inv), 4),
         "quota_violations": res.quota_violations,
+        "quota_owed_gpu_hours": round(res.quota_violation_gpu_s / 3600, 2),
         "cycles": res.cycles,
         "sim_wall_s": round(res.wall_s, 2),
     }

@@ -12,13 +12,20 @@ placement, preemptions send a notice.
 Work model (the same for every policy):
 - A job's true run time is `duration_s` at its largest size; at g of its G GPUs it runs g/G as
   fast (elastic jobs). Work is counted in seconds-at-full-size.
-- A restarted attempt first spends `restart_overhead_s` loading its checkpoint (no progress).
-- Each job checkpoints every `checkpoint_interval_s` of progress-making wall time. An interruption
-  (preemption or node failure) throws away the work since its last checkpoint; that, and every
-  restart overhead, is counted as lost GPU time.
+- A restarted attempt first spends `restart_overhead_s` loading its checkpoint (no progress), or
+  the workload's own figure where its trace world has one (`Workload.restart_overhead_s`).
+- Each job checkpoints every `checkpoint_interval_s` of progress-making wall time. A node failure
+  throws away the work since its last checkpoint; that, and every restart overhead, is counted as
+  lost GPU time.
 - A preempted job keeps its GPUs for min(class grace period, `stop_delay_s`) after the notice, then
-  leaves and is requeued with its checkpointed progress. (It does not checkpoint on the notice:
-  a conservative model that favours no policy.)
+  leaves and is requeued. Checkpoint on notice (issue 20 part 4), as trainyard's runtime does it:
+  a job whose class honours the notice (`JobClass.checkpoint_on_notice`) and whose stop delay
+  leaves time for the save (`notice_save_s`) saves its progress as of the notice; it loses only
+  the save time and, when it restarts, the restart overhead. A job that ignores the notice (or
+  cannot save in time) loses the work since its last periodic checkpoint, as on a failure. Every
+  policy that preempts is charged by this same model. Each record also keeps what its
+  preemptions would have cost had every notice been ignored (`lost_if_ignored_gpu_s`), so both
+  prices are reported for the same decisions.
 - Node failures (optional, exponential with mean `node_mtbf_s` per node) kill every job on the
   node at once; the node comes back after `node_repair_s`.
 Max run time is not enforced in the simulator (traces record what did run). A job the policy
@@ -46,6 +53,7 @@ from trainyard.sim.workload import SimJob, Workload
 class SimParams:
     restart_overhead_s: float = 60.0  # a restarted attempt spends this long loading before progress
     stop_delay_s: float = 30.0  # a preempted job holds its GPUs this long (capped by the class grace)
+    notice_save_s: float = 30.0  # the save on a notice; honoured if it fits in the stop delay
     default_checkpoint_interval_s: float = 1800.0  # for jobs that do not say
     node_mtbf_s: float | None = None  # mean time between failures of one node; None: no failures
     node_repair_s: float = 3600.0
@@ -67,8 +75,11 @@ class _Sim:
         self.jobs: dict[JobId, SimJob] = {}
         self.records: dict[JobId, JobRecord] = {}
         self.pending: dict[JobId, PendingJob] = {}
+        self.stopped_for: dict[JobId, JobId] = {}  # victim -> its preemptor (Snapshot.stopped_for)
         self.running: dict[JobId, RunningJob] = {}
         self.end_token: dict[JobId, int] = {}  # job -> attempt whose completion event is live
+        self.notice_at: dict[JobId, float] = {}  # job -> when its preemption notice went out
+        self.restart_s = wl.restart_overhead_s if wl.restart_overhead_s is not None else params.restart_overhead_s
         # (time, kind, sequence, job id or node index, token); the sequence is unique, so the
         # tuples never compare beyond it.
         self.events: list[tuple[float, int, int, int, int]] = []
@@ -86,6 +97,7 @@ class _Sim:
         self.last_t = 0.0
         self.util_series: list[tuple[float, int]] = [(0.0, 0)]
         self.team_alloc: dict[str, int] = {t: 0 for t in wl.teams}
+        self.class_alloc: dict[tuple[str, str, str], int] = {}  # (team, pool, class) -> GPUs
         self.team_series: dict[str, list[tuple[float, int]]] = {t: [(0.0, 0)] for t in wl.teams}
         self.usage: dict[str, float] = {t: 0.0 for t in wl.teams}
         self.usage_t = 0.0
@@ -94,6 +106,11 @@ class _Sim:
         self.below_since: dict[str, float | None] = {t: None for t in wl.teams}
         self.violations = 0
         self.violation_s = 0.0
+        # GPUs a team is owed now (0 outside an episode), since when, and GPU-s owed in its episode.
+        self.owed_gpus: dict[str, int] = {t: 0 for t in wl.teams}
+        self.owed_t: dict[str, float] = {t: 0.0 for t in wl.teams}
+        self.owed_acc: dict[str, float] = {t: 0.0 for t in wl.teams}
+        self.violation_gpu_s = 0.0
         pre = [c.grace_s + c.min_run_s for c in wl.classes.values() if c.preemptible]
         self.violation_limit = max(pre) if pre else 0.0
         self.cycles = 0
@@ -145,7 +162,8 @@ class _Sim:
             util_series=self.util_series, team_series=self.team_series,
             nominal={t: team.quota("default").nominal for t, team in self.wl.teams.items()},
             busy_gpu_s_in_window=self.busy_in_window, lost_gpu_s_in_window=self.lost_in_window,
-            quota_violations=self.violations, quota_violation_s=self.violation_s, cycles=self.cycles,
+            quota_violations=self.violations, quota_violation_s=self.violation_s,
+            quota_violation_gpu_s=self.violation_gpu_s, cycles=self.cycles,
             wall_s=_time.perf_counter() - wall0, end_time=self.now)
 
     def stuck(self) -> bool:
@@ -206,10 +224,12 @@ class _Sim:
             del sizes[pj.req.min_gpus]
         return pj
 
-    def change_alloc(self, team: str, delta: int) -> None:
+    def change_alloc(self, team: str, job_class: str, delta: int) -> None:
         self.decay_usage()
         self.allocated += delta
         self.team_alloc[team] = self.team_alloc.get(team, 0) + delta
+        k = (team, "default", job_class)
+        self.class_alloc[k] = self.class_alloc.get(k, 0) + delta
         self.util_series.append((self.now, self.allocated))
         self.team_series.setdefault(team, [(0.0, 0)]).append((self.now, self.team_alloc[team]))
         self.dirty = True
@@ -242,15 +262,25 @@ class _Sim:
         snap = Snapshot(now=self.now, cluster=self.cluster, teams=self.wl.teams, classes=self.wl.classes,
                         running=list(self.running.values()), pending=list(self.pending.values()),
                         usage=self.usage, explain=False,
-                        allocated={(t, "default"): g for t, g in self.team_alloc.items()})
+                        allocated={(t, "default"): g for t, g in self.team_alloc.items()},
+                        allocated_by_class={k: g for k, g in self.class_alloc.items() if g},
+                        stopped_for=self.victims_in_play())
         res: CycleResult = self.policy.cycle(snap)
         self.cycles += 1
         for pre in res.preemptions:
             self.preempt(pre.job_id)
+            self.stopped_for[pre.job_id] = pre.for_job
         for st in res.starts:
             self.start(st.job_id, st.placement)
         if res.starts or res.preemptions:
             self.check_violations()
+
+    def victims_in_play(self) -> dict[JobId, JobId]:
+        """As the control plane's: victims (running or waiting) whose preemptor still waits."""
+        if self.stopped_for:
+            self.stopped_for = {v: b for v, b in self.stopped_for.items()
+                                if b in self.pending and (v in self.pending or v in self.running)}
+        return self.stopped_for
 
     def start(self, job: JobId, placement) -> None:
         if job not in self.pending:
@@ -267,7 +297,7 @@ class _Sim:
         interval = r.checkpoint_interval_s or self.p.default_checkpoint_interval_s
         if r.checkpoint_interval_s is None:
             r = replace(r, checkpoint_interval_s=interval)
-        overhead = self.p.restart_overhead_s if pj.attempt > 0 else 0.0
+        overhead = self.restart_s if pj.attempt > 0 else 0.0
         rate = placement.gpus / r.max_gpus
         sj = self.jobs[job]
         remaining = max(0.0, sj.duration_s - pj.progress_s)
@@ -276,7 +306,7 @@ class _Sim:
                                        pj.attained_gpu_s)
         self.end_token[job] = pj.attempt
         self.push(end, _FINISH, job, pj.attempt)
-        self.change_alloc(r.team, placement.gpus)
+        self.change_alloc(r.team, r.job_class, placement.gpus)
 
     def preempt(self, job: JobId) -> None:
         rj = self.running.get(job)
@@ -286,6 +316,7 @@ class _Sim:
         if not cls.preemptible:
             raise RuntimeError(f"policy {self.policy.name} preempted non-preemptible job {job}")
         self.running[job] = replace(rj, preempting=True)
+        self.notice_at[job] = self.now
         self.records[job].preemptions += 1
         self.push(self.now + min(cls.grace_s, self.p.stop_delay_s), _STOP, job, rj.attempt)
 
@@ -295,27 +326,45 @@ class _Sim:
         overhead = rj.last_checkpoint - rj.start_time
         if overhead:
             self.lose(rec, overhead * rj.gpus)
+            rec.lost_if_ignored_gpu_s += overhead * rj.gpus
         self.cluster.release(rj.placement)
         rec.end = self.now
         self.done += 1
-        self.change_alloc(rj.req.team, -rj.gpus)
+        self.change_alloc(rj.req.team, rj.req.job_class, -rj.gpus)
 
     def interrupt(self, job: JobId, preempted: bool) -> None:
         """Stop a running attempt (preemption or node failure) and requeue it from its checkpoint."""
         rj = self.running.pop(job)
         rec = self.records[job]
         now = self.now
-        saved = rj.saved_at(now)
         rate = rj.gpus / rj.req.max_gpus
-        progress = rj.progress_s + max(0.0, saved - rj.last_checkpoint) * rate
-        self.lose(rec, rj.lost_if_stopped(now) + max(0.0, min(saved, rj.last_checkpoint) - rj.start_time) * rj.gpus)
+        lc, start, g = rj.last_checkpoint, rj.start_time, rj.gpus
+        # Without a save on the notice: back to the newest periodic checkpoint; lost is the work
+        # since then, plus the restart's loading time if it got no further.
+        saved = rj.saved_at(now)
+        ignored = rj.lost_if_stopped(now) + max(0.0, min(saved, lc) - start) * g
+        notice = self.notice_at.pop(job, None)
+        if preempted and notice is not None and self.honours_notice(rj):
+            # Saved as of the notice: lost is the time since (the save) and the loading time.
+            progress = rj.progress_s + max(0.0, notice - lc) * rate
+            self.lose(rec, (now - notice) * g + max(0.0, min(notice, lc) - start) * g)
+        else:
+            progress = rj.progress_s + max(0.0, saved - lc) * rate
+            self.lose(rec, ignored)
+        rec.lost_if_ignored_gpu_s += ignored
         if not preempted:
             rec.failures += 1
         self.cluster.release(rj.placement)
         self.end_token.pop(job, None)
         attained = rj.attained_gpu_s + (now - rj.start_time) * rj.gpus
-        self.change_alloc(rj.req.team, -rj.gpus)
+        self.change_alloc(rj.req.team, rj.req.job_class, -rj.gpus)
         self.enqueue(PendingJob(rj.req, rj.attempt + 1, now, progress, attained))
+
+    def honours_notice(self, rj: RunningJob) -> bool:
+        """Whether a preempted job saves on its notice: its class says it does, and the time it
+        keeps its GPUs after the notice covers the save."""
+        cls = self.wl.classes[rj.req.job_class]
+        return cls.checkpoint_on_notice and self.p.notice_save_s <= min(cls.grace_s, self.p.stop_delay_s)
 
     def node_fail(self, i: int) -> None:
         if not self.cluster.nodes[i].healthy:
@@ -330,16 +379,32 @@ class _Sim:
     # -- quota violations -----------------------------------------------------------------------
 
     def check_violations(self) -> None:
-        """A team is 'owed' while it has a pending job that fits in its unused nominal quota."""
+        """A team is 'owed' while it has a pending job that fits in its unused nominal quota and
+        another team of its cohort holds more than its own nominal quota: GPUs it is owed are in
+        a borrower's hands. Free GPUs a team cannot use (its job does not fit their shape) are no
+        other team's doing, and a team that no one can borrow from is never owed."""
+        teams = self.wl.teams
+        lent: dict[str, int] = {}  # cohort -> GPUs its members hold beyond their nominal quotas
+        for t, g in self.team_alloc.items():
+            if t in teams and teams[t].cohort and g > teams[t].quota("default").nominal:
+                lent[teams[t].cohort] = lent.get(teams[t].cohort, 0) + g - teams[t].quota("default").nominal
         for team, sizes in self.pend_sizes.items():
-            t = self.wl.teams.get(team)
+            t = teams.get(team)
             headroom = (t.quota("default").nominal if t else 0) - self.team_alloc.get(team, 0)
-            owed = bool(sizes) and headroom > 0 and min(sizes) <= headroom
+            # (A team with headroom does not borrow itself: the borrower is another member.)
+            owed = bool(sizes) and headroom > 0 and min(sizes) <= headroom and t is not None and t.cohort in lent
             since = self.below_since.get(team)
+            self._owe(team, min(headroom, lent[t.cohort]) if owed else 0)  # type: ignore[union-attr]
             if owed and since is None:
                 self.below_since[team] = self.now
+                self.owed_acc[team] = 0.0
             elif not owed and since is not None:
                 self.end_episode(team, since, self.now)
+
+    def _owe(self, team: str, gpus: int) -> None:
+        """The GPUs `team` is owed from now on; what it was owed until now is added up (GPU-s)."""
+        self.owed_acc[team] = self.owed_acc.get(team, 0.0) + self.owed_gpus.get(team, 0) * (self.now - self.owed_t.get(team, self.now))
+        self.owed_gpus[team], self.owed_t[team] = gpus, self.now
 
     def end_episode(self, team: str, since: float, now: float) -> None:
         self.below_since[team] = None
@@ -347,10 +412,13 @@ class _Sim:
         if length > self.violation_limit and self.m_from <= since < self.m_to:
             self.violations += 1
             self.violation_s += length
+            self.violation_gpu_s += self.owed_acc.get(team, 0.0)
+        self.owed_acc[team] = 0.0
 
     def close_violations(self, now: float) -> None:
         for team, since in list(self.below_since.items()):
             if since is not None:
+                self._owe(team, 0)  # (now is the simulation's end: self.now)
                 self.end_episode(team, since, now)
 
 

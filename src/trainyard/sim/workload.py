@@ -44,6 +44,9 @@ class Workload:
     origin: datetime | None = None
     name: str = "workload"
     notes: list[str] = field(default_factory=list)  # how quotas etc. were derived, for the report
+    # What a restart costs in this trace's world, if it says (Pollux: 30 s per allocation); None:
+    # the simulator's `SimParams.restart_overhead_s`.
+    restart_overhead_s: float | None = None
 
     def measured(self, submit_time: float) -> bool:
         return submit_time >= self.measure_from and (self.measure_to is None or submit_time < self.measure_to)

@@ -7,7 +7,11 @@ What lives where:
 - `nodes`: runtime state of the nodes (drained, down) — their shape comes from the configuration;
 - `config_versions`: the cluster configuration (nodes, teams and quotas, classes) as versioned
   YAML; the newest row is in force, older ones allow diff and rollback;
-- `tokens`: API tokens (only a SHA-256 hash is kept) with the role and team they grant.
+- `tokens`: API tokens (only a SHA-256 hash is kept) with the role and team they grant;
+- `store_meta`: facts about the store itself: `instance_id`, made once when the store is created
+  (`store/identity.py`);
+- `usage_carry`: what rows purged by retention had added to the Prometheus counters, so that the
+  counters never go down.
 
 Times are UNIX seconds (floats) so that the engine, which takes time as a number, reads them
 without conversion. Schema changes go through Alembic (`store/migrations`).
@@ -57,6 +61,10 @@ class JobRow(Base):
     workdir: Mapped[str] = mapped_column(String(1000))
     env: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
     output: Mapped[str | None] = mapped_column(String(1000), nullable=True)
+    # a random key made at submission: the job's directory is `jobs/<id>-<key>` (contracts.JobDir),
+    # which a store restored from an older backup cannot hand to another job; None: stored before
+    # keys (its directory is `jobs/<id>`)
+    dir_key: Mapped[str | None] = mapped_column(String(32), nullable=True)
 
     # what it asks for
     nodes_min: Mapped[int] = mapped_column(Integer, default=1, info=engine("min_nodes"))
@@ -71,6 +79,26 @@ class JobRow(Base):
     gpu_mem_mib: Mapped[int | None] = mapped_column(Integer, nullable=True, info=engine())
     time_limit_s: Mapped[float | None] = mapped_column(Float, nullable=True, info=engine("est_runtime_s"))
     checkpoint_interval_s: Mapped[float | None] = mapped_column(Float, nullable=True, info=engine())
+    # --signal: `[B:]NAME@secs` (signal_spec.py), and the attempt it was last sent to (once per attempt)
+    notice_signal: Mapped[str | None] = mapped_column(String, nullable=True)
+    notice_sent_attempt: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # where it may run (migration 0011): -C/--constraint on node features, the GPU model of
+    # --gpus=TYPE:N, -w/--nodelist and -x/--exclude (node names), --exclusive (whole nodes), -n/--ntasks
+    # (the engine reads them as one `JobRequest.where`, made by `control.snapshot.request_of`)
+    constraint: Mapped[str | None] = mapped_column(Text, nullable=True, info=engine(None))
+    gpu_model: Mapped[str | None] = mapped_column(String(100), nullable=True, info=engine(None))
+    nodelist: Mapped[list[str] | None] = mapped_column(JSON, nullable=True, info=engine(None))
+    exclude_nodes: Mapped[list[str] | None] = mapped_column(JSON, nullable=True, info=engine(None))
+    exclusive: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false(), info=engine(None))
+    ntasks: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # --reservation: the admin reservation it runs in (sched/reservations.py)
+    reservation: Mapped[str | None] = mapped_column(String(100), nullable=True, info=engine())
+    # --mail-type / --mail-user: what the cluster's webhook reports of this job
+    mail_type: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    mail_user: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    # -e/--error (stderr apart from --output) and --open-mode (append|truncate)
+    error: Mapped[str | None] = mapped_column(String(1000), nullable=True)
+    open_mode: Mapped[str | None] = mapped_column(String(10), nullable=True)
 
     # history the scheduler weighs
     submit_time: Mapped[float] = mapped_column(Float, info=engine(None))
@@ -118,7 +146,10 @@ class JobRow(Base):
     stop_since: Mapped[float | None] = mapped_column(Float, nullable=True)
     stop_stage: Mapped[int] = mapped_column(Integer, default=0)  # 0 none, 1 notice, 2 SIGTERM, 3 SIGKILL
 
-    __table_args__ = (Index("ix_jobs_state_id", "state", "id"),)
+    __table_args__ = (Index("ix_jobs_state_id", "state", "id"),
+                      Index("ix_jobs_user_state", "user", "state"),  # a user's live jobs (max_submit_jobs)
+                      # accounting windows: the jobs ended in a period, counted off the index alone
+                      Index("ix_jobs_end_time_acct", "end_time", "team", "user", "pool", "state"))
 
 
 # Derived from the `engine()` marks above, in column order: what the engine reads of a job, and the
@@ -144,6 +175,14 @@ class AttemptRow(Base):
     cause: Mapped[str] = mapped_column(String(20), default="", server_default="")  # outcome.CAUSES
     lost_gpu_s: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")  # since the last checkpoint
     first_step_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # the runtime's first report of a step
+    # GPUs its placement holds (one per GPU index, as the loop counts them): the accounting sums
+    # GPU-seconds in SQL without decoding every placement
+    gpus: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # the highest memory the in-job runtime reported for this attempt (its progress metrics), if any
+    max_rss_mib: Mapped[float | None] = mapped_column(Float, nullable=True)
+    peak_gpu_mem_mib: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+    __table_args__ = (Index("ix_attempts_started_at", "started_at"), Index("ix_attempts_ended_at", "ended_at"))
 
 
 class EventRow(Base):
@@ -157,6 +196,8 @@ class EventRow(Base):
     node: Mapped[str | None] = mapped_column(String(100), nullable=True)
     message: Mapped[str] = mapped_column(Text, default="")  # the why, for people
     data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+    __table_args__ = (Index("ix_events_kind_time", "kind", "time"),)
 
 
 class NodeRow(Base):
@@ -192,3 +233,23 @@ class TokenRow(Base):
     created_by: Mapped[str] = mapped_column(String(100), default="")
     last_used_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # `yard token list` shows it
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class StoreMetaRow(Base):
+    """One fact about the store itself, by key (`store/identity.py`)."""
+
+    __tablename__ = "store_meta"
+
+    key: Mapped[str] = mapped_column(String(50), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
+class UsageCarryRow(Base):
+    """A Prometheus sample's share from rows that retention purged: `name` is the sample's name,
+    `labels` its labels as sorted JSON. The metrics add it to what the rows left give."""
+
+    __tablename__ = "usage_carry"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    labels: Mapped[str] = mapped_column(String(500), primary_key=True)
+    value: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from trainyard.api.deps import MAX_ID, plane, principal, reader, session, storable_input
 from trainyard.control.plane import ControlPlane
-from trainyard.services import config
+from trainyard.services import config, teams
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Conflict, Forbidden
 from trainyard.services.nodes import gpus_in_use
@@ -33,13 +33,14 @@ def _apply(cp: ControlPlane, by: Principal, fn) -> dict[str, Any]:  # noqa: ANN0
         raise Forbidden("only an admin can change the cluster configuration")
     with cp.lock, cp.store.session.begin() as s:
         version = fn(s)
-        new = {n.name for n in parse_config(config.get_version(s, version).text).cluster.expand()}
+        spec = parse_config(config.get_version(s, version).text)
+        new = {n.name for n in spec.cluster.expand()}
         busy = sorted(set(gpus_in_use(s)) - new)
         if busy:
             raise Conflict(f"nodes {busy} run jobs and cannot leave the configuration; drain them and wait")
     cp.loop.wake()
     with cp.store.session() as s:
-        return _row(config.get_version(s, version))
+        return {**_row(config.get_version(s, version)), "warnings": teams.overcommitted(spec)}
 
 
 @router.post("")

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, AsyncIterator
 
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import PlainTextResponse, StreamingResponse
+from starlette.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
 from trainyard.api.deps import JobId, plane, principal, session, storable_input
-from trainyard.contracts import JobDir
+from trainyard.backends._files import open_untrusted
 from trainyard.services.ranks import ranks_for
 from trainyard.control.plane import ControlPlane
 from trainyard.services import events, jobs, progress
@@ -29,6 +31,9 @@ def submit(body: jobs.JobSubmit, by: Principal = Depends(principal), cp: Control
         cfg = cp.configs.current(s)
         row = jobs.submit(s, body, by, cfg, cp.data_dir, now=cp.clock())
         out = jobs.job_dict(row, by)
+        if row.mail_type and cfg.spec.notify is None:  # asked for, but nowhere to send it: said, not refused
+            out["warnings"] = [f"--mail-type {row.mail_type}: this cluster has no webhook configured (notify: in "
+                               "its configuration), so no notification will be sent"]
     if not body.hold:  # a held job is nothing for the scheduler until it is released (which wakes it)
         cp.loop.wake()
     return out
@@ -56,9 +61,12 @@ def list_jobs(state: str | None = Query(None, description="comma-separated state
 
 
 @router.get("/{job_id}")
-def get_job(job_id: JobId, by: Principal = Depends(principal), s: Session = Depends(session)) -> dict[str, Any]:
+def get_job(job_id: JobId, by: Principal = Depends(principal), cp: ControlPlane = Depends(plane),
+            s: Session = Depends(session)) -> dict[str, Any]:
+    """The job, its attempts, and (to who may manage it, as its workdir) its directory."""
     row = jobs.get(s, job_id, by)
-    return {**jobs.job_dict(row, by), "attempts": jobs.attempts(s, job_id)}
+    where = str(jobs.job_dir(cp.data_dir, row).root) if by.can_manage_team(row.team) else None
+    return {**jobs.job_dict(row, by), "attempts": jobs.attempts(s, job_id), "job_dir": where}
 
 
 def _action(fn):  # noqa: ANN001, ANN202
@@ -88,7 +96,7 @@ def logs(job_id: JobId, rank: int = Query(0, ge=0, le=1_000_000), offset: int = 
          s: Session = Depends(session)):  # noqa: ANN201
     """A rank's log (stdout and stderr), from byte `offset`; `follow` streams until the job ends."""
     row = jobs.readable_logs(s, job_id, by)
-    path = JobDir.of(cp.data_dir, job_id).rank_log(rank)
+    path = jobs.job_dir(cp.data_dir, row).rank_log(rank)
     if not follow:
         if not path.exists():
             # A rank of the job's world whose process has not written yet (Slurm creates the
@@ -100,37 +108,58 @@ def logs(job_id: JobId, rank: int = Query(0, ge=0, le=1_000_000), offset: int = 
             ranks = f"ranks 0..{world - 1}" if world else "no ranks"
             raise ServiceError(f"job {job_id} has no rank {rank} log (its last attempt had {ranks})", field="rank")
         return PlainTextResponse(_read(path, offset, -1).decode("utf-8", "replace"))
+    s.close()  # the stream may last hours: give the store connection back now, not at its end
     return StreamingResponse(_follow(cp, job_id, path, offset), media_type="text/plain")
 
 
 def _read(path: Path, offset: int, size: int) -> bytes:
     """Up to `size` bytes (-1: all) from `offset`; none past the end (seeking far past it fails)."""
-    with open(path, "rb") as fh:
+    with open_untrusted(path) as fh:  # written by the job's owner: a regular file, not a link
         if offset >= os.fstat(fh.fileno()).st_size:
             return b""
         fh.seek(offset)
         return fh.read(size)
 
 
-def _follow(cp: ControlPlane, job_id: int, path: Path, offset: int) -> Iterator[bytes]:
-    pos, idle_after_end = offset, 0
-    deadline = time.monotonic() + 24 * 3600
-    while time.monotonic() < deadline:
-        chunk = b""
-        if path.exists():
-            chunk = _read(path, pos, 1 << 20)
+FOLLOW_POLL_S = 0.25  # how often a follower looks for new bytes
+FOLLOW_STATE_EVERY_S = 2.0  # how often it asks the store whether the job has ended (when idle)
+FOLLOW_MAX_S = 24 * 3600
+
+
+async def _follow(cp: ControlPlane, job_id: int, path: Path, offset: int) -> AsyncIterator[bytes]:
+    """Stream new bytes of a rank's log until the job has ended and the log has nothing more.
+
+    Asynchronous so that a follower holds no worker thread, no store connection and no lock while
+    it waits (twenty `yard logs -f` used to hold twenty threads asleep, and a pass of the control
+    loop took 29 s); reads and the store lookup are short hops to a worker thread."""
+    pos, idle_after_end, checked = offset, 0, 0.0
+    deadline = time.monotonic() + FOLLOW_MAX_S
+    while time.monotonic() < deadline and not cp.liveness.shutting_down:
+        chunk = await run_in_threadpool(_read_if_there, path, pos, 1 << 20)
         if chunk:
             pos += len(chunk)
             yield chunk
             continue
-        with cp.store.session() as s:
-            row = s.get(jobs.JobRow, job_id)
-            done = row is None or row.state in TERMINAL_STATES
-        if done:
-            idle_after_end += 1
-            if idle_after_end > 1:
-                return
-        time.sleep(0.25)
+        if time.monotonic() - checked >= FOLLOW_STATE_EVERY_S or idle_after_end:
+            checked = time.monotonic()
+            if await run_in_threadpool(_job_ended, cp, job_id):
+                idle_after_end += 1
+                if idle_after_end > 1:  # one more read after the end: the last lines written
+                    return
+        await asyncio.sleep(FOLLOW_POLL_S)
+
+
+def _read_if_there(path: Path, offset: int, size: int) -> bytes:
+    try:
+        return _read(path, offset, size)
+    except FileNotFoundError:
+        return b""
+
+
+def _job_ended(cp: ControlPlane, job_id: int) -> bool:
+    with cp.store.session() as s:
+        row = s.get(jobs.JobRow, job_id)
+        return row is None or row.state in TERMINAL_STATES
 
 
 @router.post("/{job_id}/progress")

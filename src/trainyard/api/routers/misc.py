@@ -1,35 +1,21 @@
-"""Tokens, the caller's identity, the event log, the health check and the Prometheus metrics."""
+"""The caller's identity, the event log, the health and readiness checks and the Prometheus metrics."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Body, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy.orm import Session
 
 from trainyard.api.deps import MAX_ID, plane, principal, reader, session, storable_input
 from trainyard.control.plane import ControlPlane
-from trainyard.services import auth, events
+from trainyard.services import events
 from trainyard.services.auth import Principal
-from trainyard.services.errors import Forbidden, ServiceError
+from trainyard.services.errors import Forbidden
 
 router = APIRouter(tags=["misc"], dependencies=[Depends(storable_input)])
-
-
-@router.post("/api/v1/tokens", status_code=201)
-def create_token(user: str = Body(..., embed=True, min_length=1, max_length=100),
-                 role: str = Body(..., embed=True, max_length=20),
-                 team: str | None = Body(None, embed=True, max_length=100),
-                 by: Principal = Depends(principal), cp: ControlPlane = Depends(plane)) -> dict[str, Any]:
-    """Create a token (admin only). It is shown once; only its hash is stored."""
-    if role == "job" and by.is_admin:  # the loop makes one per started job; one made here is for no job and unaudited
-        raise ServiceError("job tokens are made by the control plane for each running job; roles here are "
-                           "admin, operator, member, viewer", field="role")
-    with cp.lock, cp.store.session.begin() as s:
-        known = {t.name for t in cp.configs.current(s).spec.teams}
-        token = auth.create_token(s, user=user, role=role, team=team, by=by, known_teams=known)
-    return {"token": token, "user": user, "role": role, "team": team}
 
 
 @router.get("/api/v1/whoami")
@@ -47,11 +33,21 @@ def list_events(job: int | None = Query(None, ge=0, le=MAX_ID), since: int = Que
     return {"events": events.list_events(s, job_id=job, since_id=since, limit=limit, newest=newest)}
 
 
-@router.get("/healthz")
-def healthz(cp: ControlPlane = Depends(plane)) -> dict[str, Any]:
-    st = cp.loop.stats
-    return {"ok": True, "loop": {"steps": st.steps, "last_step_ms": round(st.last_step_ms, 1), "errors": st.errors,
-                                 "last_error": st.last_error}}
+@router.get("/healthz", responses={503: {"description": "a check failed: the body says which"}})
+def healthz(cp: ControlPlane = Depends(plane)) -> JSONResponse:
+    """Is the plane doing its job (control/liveness.py): the loop's last pass recent, the store
+    writable, free disk above the floor, every background thread alive. 200 when all pass, else
+    503 with the same body. Needs no token (load balancers and watchdogs call it)."""
+    rep = cp.liveness.report()
+    return JSONResponse(rep.to_dict(), status_code=200 if rep.ok else 503)
+
+
+@router.get("/readyz", responses={503: {"description": "not ready: starting, store unreachable or stopping"}})
+def readyz(cp: ControlPlane = Depends(plane)) -> JSONResponse:
+    """Whether to send traffic here: started (one loop pass done), the store answers, not shutting
+    down (SIGTERM turns this off first). Needs no token."""
+    c = cp.liveness.ready()
+    return JSONResponse({"ready": c.ok, "detail": c.detail}, status_code=200 if c.ok else 503)
 
 
 @router.get("/metrics", response_class=Response)

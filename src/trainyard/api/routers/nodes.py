@@ -18,7 +18,7 @@ router = APIRouter(prefix="/api/v1/nodes", tags=["nodes"], dependencies=[Depends
 @router.get("")
 def list_nodes(by: Principal = Depends(reader), cp: ControlPlane = Depends(plane),
                s: Session = Depends(session)) -> dict[str, Any]:
-    return {"nodes": nodes.list_nodes(s, cp.configs.current(s))}
+    return {"nodes": nodes.list_nodes(s, cp.configs.current(s), containment=getattr(cp.backend, "containment", cp.backend.name))}
 
 
 @router.get("/{name}")

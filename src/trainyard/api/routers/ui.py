@@ -1,13 +1,14 @@
 """/ui: the web dashboard, server-rendered (Jinja2 templates, inline SVG charts, a little JS of ours).
 
 Pages: `/ui/login` (a token form), `/ui/` (cluster map, queue, running jobs, allocation and wait
-over time, recent events), `/ui/jobs/{id}` (details, attempts, loss curve, events, logs).
+over time, recent events), `/ui/jobs/{id}` (details, attempts, loss curve, events, logs),
+`/ui/usage` (GPU-hours per team against quota, busy %, waits per class, lost work by cause).
 
 Login: the token is checked like any API request (`auth.authenticate`) and kept in an HttpOnly,
 SameSite=Strict cookie scoped to /ui (Secure under HTTPS): page scripts never see it, other sites
 cannot send it. Job tokens are refused: they belong to a job, not a person. A POST whose
 `Origin` is another site is refused (login CSRF). Each page authenticates the cookie anew, so a
-revoked token logs out within the auth cache's TTL.
+revoked token logs out at its next page (a revocation clears the auth cache: services/tokens.py).
 
 What a page shows is what the API would show the same token: the data come from
 `services/dashboard*.py`, which call the API's service functions with the caller (a viewer sees
@@ -32,7 +33,8 @@ from starlette.concurrency import run_in_threadpool
 from trainyard.api import pages
 from trainyard.api.deps import MAX_ID, authenticate_token, cluster_reader, plane, session
 from trainyard.control.plane import ControlPlane
-from trainyard.services import auth, dashboard, dashboard_history, events
+from trainyard.services import auth, dashboard, dashboard_history, events, usage_history, usage_report
+from trainyard.services.accounting import Window
 from trainyard.services.auth import Principal
 from trainyard.services.errors import NotFound, ServiceError, Unauthorized
 
@@ -187,6 +189,25 @@ def overview(request: Request, window: str = "1h", refresh: str | None = None, c
                         charts=pages.history_charts(hist, now), window=window, windows=list(dashboard_history.WINDOWS),
                         events=events.list_events(s, limit=20, newest=True)[::-1], refresh=every,
                         refresh_arg="" if refresh is None else f"&refresh={every}")
+
+
+@router.get("/usage")
+@page
+def usage(request: Request, period: str = "7d", cp: ControlPlane = Depends(plane),
+          s: Session = Depends(session)) -> Response:
+    """Where the GPU-hours went over `period` (24h, 7d, 30d, 90d): `yard report`'s figures, plotted,
+    with the same role rules (a viewer sees teams' totals, a member their own team's users)."""
+    who = cluster_reader(caller(request, s))
+    if period not in usage_history.PERIODS:
+        raise ServiceError(f"unknown period {period[:50]!r}; periods are {list(usage_history.PERIODS)}",
+                           field="period")
+    cfg = cp.configs.current(s)
+    now = cp.clock()
+    win = Window(now - usage_history.PERIODS[period], now)
+    rep = usage_report.report(s, cfg, who, win, now).model_dump(by_alias=True)
+    hist = usage_history.usage_history(s, cfg, win, now)
+    return pages.render("usage.html", who=who, now=now, rep=rep, charts=pages.usage_charts(hist, rep),
+                        period=period, periods=list(usage_history.PERIODS))
 
 
 @router.get("/jobs/{job_id}")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from trainyard.control.health.checks import BEFORE_WORK, PERIODIC, CheckResult, run_check
+from trainyard.control.supervise import Supervised
 from trainyard.spec import HealthSpec
 
 log = logging.getLogger("trainyard.health")
@@ -46,23 +47,25 @@ class HealthChecker:
         self._since: dict[str, float] = {}  # findings before this are forgotten (see `forget_before`)
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.thread: Supervised | None = None  # the periodic rounds
         self._requests: queue.Queue[str] = queue.Queue()
         self._workers: list[threading.Thread] = []  # daemons: a hung check must not hold up the exit
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="trainyard-health", daemon=True)
-        self._thread.start()
+    def start(self, on_death: Callable[[str, BaseException], None] | None = None) -> None:
+        """The periodic rounds, on a supervised thread (control/supervise.py): a round that raises
+        (the configuration unreadable, a bug) restarts the thread, and `on_death` is told."""
+        self.thread = Supervised("trainyard-health", self._run, self._stop, on_death)
+        self.thread.start()
 
     def stop(self) -> None:
         self._stop.set()
         for _ in self._workers:
             self._requests.put("")  # wakes a worker to see the stop
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        if self.thread is not None:
+            self.thread.join(timeout=5)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
+    def _run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
             spec = self.spec_of()
             if spec.checks:
                 for node in self.nodes_of():

@@ -55,7 +55,7 @@ class Fitter:
             g = shape_gpus(req, n)
             if allow is not None and not allow(g):
                 continue
-            key = (req.pool, req.gpus_per_node, n, g, req.gpu_mem_mib)
+            key = (req.pool, req.gpus_per_node, n, g, req.gpu_mem_mib, req.where)
             cached = self._failed.get(key)
             if cached is not None:
                 reason = cached

@@ -28,8 +28,8 @@ Real Kueue checks quota only and lets kube-scheduler place pods (pods may then s
 here admission also needs a gang placement now (as with Topology Aware Scheduling). No
 `borrowWithinCohort`, no fair sharing (`fairSharing` weights), no `waitForPodsReady`, no
 resource flavors or flavor fungibility, no hierarchical cohorts. It uses no run-time
-estimates and never considers checkpoints: victims lose their work since their last
-checkpoint. `est_start` is always None (Kueue does not estimate).
+estimates and never considers checkpoints when choosing victims (the simulator charges their
+preemption as it charges every policy's). `est_start` is always None (Kueue does not estimate).
 """
 
 from __future__ import annotations

@@ -197,7 +197,8 @@ class Slurm:
 
             # Step 4: QOS preemption for a blocked job of a class above some running job's.
             if cls.priority > lowest_victim.get(req.pool, cls.priority):
-                key = (req.pool, cls.priority, req.gpus_per_node, shapes(req)[-1], req.gpus, req.gpu_mem_mib)
+                key = (req.pool, cls.priority, req.gpus_per_node, shapes(req)[-1], req.gpus, req.gpu_mem_mib,
+                       req.where)
                 got = None
                 if key not in no_preempt:
                     ck = (req.pool, cls.priority)

@@ -1,0 +1,108 @@
+"""A batch script on the local backend, run as Slurm runs one (`LaunchSpec.batch`).
+
+Slurm runs a batch script once, on the first node of the allocation, with the allocation's
+environment, and the script's `srun` starts the tasks. The local backend does the same: the
+attempt has one rank to run and report, 0, the script (`bash script.sh`, its exit the job's), and
+this module prepares what it needs:
+
+    <run-dir>/batch.json     the allocation, for our `srun`: every task slot (node, GPUs), the
+                             job's GPUs and GPU device files per node, the job's id, attempt,
+                             checkpoint dir, MASTER_ADDR/PORT and JobInfo (the plane's, 0644: no
+                             secret in it; the job token stays in the environment)
+    <run-dir>/bin/srun       `local_srun.py` by this interpreter, with -I -S
+    <run-dir>/bin/scontrol   `local_scontrol.py` (show hostnames / hostlist)
+    <run-dir>/steps/         the owner's: one entry per step id taken
+
+`bin/` goes first on the script's PATH, so `srun`/`scontrol` are ours whatever the job's PATH holds.
+
+The script's environment (`batch_env`) is the allocation's Slurm part as the batch step has it
+(SLURM_JOB_NODELIST, SLURM_NNODES, SLURM_NTASKS, SLURM_TASKS_PER_NODE of the whole allocation;
+SLURM_PROCID/LOCALID/NODEID 0; SLURM_GPUS_ON_NODE, SLURM_JOB_GPUS and CUDA_VISIBLE_DEVICES the
+job's GPUs on the first node), TRAINYARD_*, MASTER_ADDR/MASTER_PORT (free for the first step), and
+none of the per-task variables (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK,
+ROLE_*, TORCHELASTIC_*): Slurm's batch step has none of them, and with a WORLD_SIZE of the whole
+allocation a `python train.py` run in the script itself would wait for ranks that never come.
+
+The cell (`batch_needs`) has one rank: the script's, on the first node, allowed every GPU device
+of the job (its tasks, srun's children, live in it), with the memory of every node's limit
+together, and the CPUs of every task together (--cpus-per-task x tasks): the tasks share the cell, so
+a limit per task is not applied in this form.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from trainyard.backends.base import LaunchSpec
+from trainyard.backends.contain import Needs, RankNeeds, attempt_key
+from trainyard.backends.local_srun import BATCH_FILE, STEPS_DIR
+from trainyard.contracts import EnvPart, Gang, rank_env
+
+HERE = Path(__file__).parent
+TOOLS = {"srun": HERE / "local_srun.py", "scontrol": HERE / "local_scontrol.py"}
+PER_TASK = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE",
+            "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT")
+
+
+def bin_dir(run_dir: Path) -> Path:
+    return run_dir / "bin"
+
+
+def prepare(run_dir: Path, spec: LaunchSpec, gang: Gang, master_addr: str, master_port: int,
+            devices: dict[str, list[str]], info_host: str) -> None:
+    """Write batch.json, the tools and the steps dir (see the module docstring).
+
+    Raises:
+        OSError: one cannot be written.
+    """
+    from trainyard.backends._files import write_json
+
+    info = {**asdict(spec.job), "submit_host": spec.job.submit_host or info_host}
+    write_json(run_dir / BATCH_FILE, {
+        "job_id": spec.job_id, "attempt": spec.attempt, "checkpoint_dir": spec.checkpoint_dir,
+        "workdir": spec.workdir, "job_dir": spec.job_dir, "master_addr": master_addr, "master_port": master_port,
+        "info": info, "slots": [{"node": s.node, "gpus": list(s.gpus or ())} for s in gang.slots],
+        "node_gpus": {n: gang.node_gpus(n) for n in gang.nodes}, "devices": devices,
+        "stderr_apart": spec.stderr_apart})
+    b = bin_dir(run_dir)
+    b.mkdir(mode=0o755)
+    for name, path in TOOLS.items():
+        args = [sys.executable, "-I", "-S", str(path)] + ([str(run_dir)] if name == "srun" else [])
+        tool = b / name
+        fd = os.open(tool, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o755)
+        with os.fdopen(fd, "w") as f:
+            f.write(f"#!/bin/sh\nexec {shlex.join(args)} \"$@\"\n")
+    steps = run_dir / STEPS_DIR
+    steps.mkdir(mode=0o700)
+    if spec.owner is not None:
+        os.chown(steps, spec.owner.uid, spec.owner.gid)
+
+
+def batch_env(gang: Gang, spec: LaunchSpec, run_dir: Path, master_addr: str, master_port: int,
+              inherited_path: str) -> dict[str, str]:
+    """The batch script's variables on top of the job's (see the module docstring); PATH is the
+    job's (`inherited_path`: the spec's, else the plane's) behind our tools."""
+    env = rank_env(gang, 0, job_id=spec.job_id, attempt=spec.attempt, checkpoint_dir=spec.checkpoint_dir,
+                   master_addr=master_addr, master_port=master_port, workdir=spec.workdir, info=spec.job,
+                   parts=EnvPart.ALL)
+    for k in PER_TASK:
+        env.pop(k, None)
+    first = gang.nodes[0]
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(gang.node_gpus(first))
+    env["PATH"] = f"{bin_dir(run_dir)}:{inherited_path}" if inherited_path else str(bin_dir(run_dir))
+    return env
+
+
+def batch_needs(spec: LaunchSpec, devices_of: dict[int, list[tuple[int, int]]],
+                node_mem: dict[str, int | None], every: tuple[tuple[int, int], ...]) -> Needs:
+    """The cell of a batch attempt: one rank (the script's) with every device of the job."""
+    first = min(spec.ranks, key=lambda r: r.rank).node
+    devices = tuple(sorted({d for r in spec.ranks for d in devices_of.get(r.rank, [])}))
+    mems = list(node_mem.values())
+    mem = None if not mems or any(m is None for m in mems) else sum(m for m in mems if m is not None)
+    cpus = spec.limits.cpus_per_task * len(spec.ranks) if spec.limits.cpus_per_task else None
+    return Needs(attempt_key(spec.job_id, spec.attempt), (RankNeeds(0, first, devices, cpus),), {first: mem}, every)

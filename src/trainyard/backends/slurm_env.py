@@ -1,0 +1,69 @@
+"""The two environments around a Slurm attempt: the plane's own commands', and the job's.
+
+The plane's commands (`sbatch`, `squeue`, `scancel`, `scontrol`) run with `command_env`: a fixed
+PATH, the C locale, SLURM_CONF from the plane's own environment (which cluster to talk to) and the
+backend's configured extras, nothing else. No SBATCH_*/SLURM_* input variable, no PATH, no
+LD_PRELOAD reaches them from anywhere else: were the job's environment the sbatch process's (as it
+was), a job that set PATH would have the plane run its own `sbatch`, and SBATCH_ACCOUNT or
+SBATCH_PARTITION would change what the plane asks Slurm for.
+
+The job's environment (`job_env`: what the plane passes on of its own, minus its settings and
+Slurm's variables, then `LaunchSpec.env` and TRAINYARD_JOB_ID/ATTEMPT/CHECKPOINT_DIR) reaches the
+job through a file instead (`write_job_env`: `<attempt run dir>/job-env.json`, the owner's, 0600:
+it holds the job token), which `slurm_task.py` lays over the task's environment on the node, under
+what Slurm and the batch script set for the task (`TASK_OWN`: SLURM_*, the GPUs Slurm bound,
+MASTER_ADDR/PORT). The batch script and `srun` run with the clean environment, so a PATH of the
+job's cannot change which `srun` starts the ranks either.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+
+from trainyard.backends.base import LaunchSpec, Owner
+
+COMMAND_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+FROM_THE_PLANE = ("SLURM_CONF",)  # the only variable of the plane's own environment its commands get
+# Never passed from the plane's environment to a job: the plane's settings, the CLI's (YARD_TOKEN),
+# and Slurm's input and output variables (a plane started inside an allocation has some).
+PLANE_ONLY = ("TRAINYARD_", "YARD_", "SLURM_", "SLURMD_", "SBATCH_", "SALLOC_", "SRUN_", "SQUEUE_", "SCANCEL_",
+              "SACCT_", "SINFO_", "SCONTROL_")
+# The account's own, set by runuser/slurmd for the owner; the plane's (root's HOME) would be wrong.
+ACCOUNT_VARS = ("HOME", "USER", "LOGNAME", "SHELL", "MAIL")
+JOB_ENV_FILE = "job-env.json"
+
+
+def command_env(environ: Mapping[str, str], extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of every Slurm command the plane runs (see the module docstring)."""
+    env = {"PATH": COMMAND_PATH, "LC_ALL": "C"}
+    env.update({k: environ[k] for k in FROM_THE_PLANE if k in environ})
+    env.update(extra or {})
+    return env
+
+
+def job_env(environ: Mapping[str, str], spec: LaunchSpec) -> dict[str, str]:
+    """What the ranks of `spec` get on top of their task's environment."""
+    env = {k: v for k, v in environ.items() if not k.startswith(PLANE_ONLY) or k == "SLURM_CONF"}
+    none = spec.env.get("SLURM_EXPORT_ENV")
+    if none is not None and "ALL" not in [x.strip().upper() for x in none.split(",")]:
+        env = {}  # --export=NONE or a list: nothing of the plane's; the task's own (Slurm's) env is under it
+    if spec.owner is not None:
+        for k in ACCOUNT_VARS:
+            env.pop(k, None)
+    env.update(spec.env)
+    env.update(TRAINYARD_JOB_ID=str(spec.job_id), TRAINYARD_ATTEMPT=str(spec.attempt),
+               TRAINYARD_CHECKPOINT_DIR=spec.checkpoint_dir)
+    return env
+
+
+def write_job_env(dir_fd: int, env: Mapping[str, str], owner: Owner | None) -> None:
+    """Write `job-env.json` in the directory `dir_fd` (a new file, never through a link), readable
+    by the job's owner only."""
+    fd = os.open(JOB_ENV_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                 dir_fd=dir_fd)
+    with os.fdopen(fd, "w") as f:
+        if owner is not None:
+            os.fchown(f.fileno(), owner.uid, owner.gid)
+        json.dump(dict(env), f)

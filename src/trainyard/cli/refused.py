@@ -1,0 +1,33 @@
+"""sbatch options `yard submit` refuses, each with the reason, on the command line and in `#SBATCH`.
+
+A refused option is an error (exit 2, nothing stored), never a warning: each of these changes when
+or whether a job runs, and a job that asked for it must not run quietly without it. The reason says
+what trainyard does instead, so the user can choose. (`--reservation` was refused here until admin
+reservations existed: `yard reservation create`, cli/reservations.py; it is honoured now.)
+"""
+
+from __future__ import annotations
+
+REFUSED: dict[str, str] = {
+    "--nice": ("not supported: trainyard orders pending jobs by quota, class priority, urgency and fair share, "
+               "and a per-job niceness has no place in that order yet; submit to a lower class instead (-q batch)"),
+    "--time-min": ("not supported: trainyard does not start a job with a time limit shorter than --time to "
+                   "backfill it (Slurm's --time-min); give --time alone, which the backfill uses"),
+    "--no-requeue": ("not supported: trainyard preempts by checkpoint and requeue, and requeues a job whose node "
+                     "was lost, so every job may be requeued (--requeue, the default)"),
+}
+# Options that choose where a job runs or what it runs in, which trainyard cannot do yet: refused,
+# so that a published script does not run on GPUs or software it asked not to. (-w/--nodelist,
+# -x/--exclude, -C/--constraint, --exclusive and GPU models are honoured: services/placement_ask.py.)
+REFUSED.update({
+    "--gpus-per-task": ("not supported yet: every task sees all of the job's GPUs on its node (Slurm without "
+                        "--gpus-per-task); ask for --gpus-per-node with --ntasks-per-node"),
+    "--container-image": ("not supported: trainyard runs a job's processes in its owner's environment and has no "
+                          "containers yet; run the script inside the image's environment instead"),
+})
+
+
+def refusal(name: str) -> str | None:
+    """`NAME: reason` when `name` (an option, without its value) is refused, else None."""
+    reason = REFUSED.get(name)
+    return f"{name}: {reason}" if reason else None

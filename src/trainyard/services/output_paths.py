@@ -1,0 +1,80 @@
+"""`--output` checked at submission, before anything is stored or created.
+
+Slurm's `--output` names where a job's log appears; trainyard keeps every log in the job's
+directory and links the asked-for path to it (`control/launch.py`, `control/output_links.py`).
+The control plane may run with more rights than the job's owner, so the link goes only inside the
+job's working directory and is made through no symbolic link. What can be known at submission
+is refused then, with a 400 naming `output`, instead of being skipped at launch with a line in
+the plane's log that the user never sees:
+
+- a path outside the working directory (absolute elsewhere; `..` is refused by the model);
+- a directory on the way that is a symbolic link, or not a directory;
+- a final name that is a directory, or a file that is not a link (the plane replaces only links).
+
+The pattern's `%j %t %x %A %a %u %N ...` (`io_patterns.py`) are filled with sample values for
+the check; the directories that depend on them are checked again, and created safely, at launch.
+`-e/--error` (stderr apart, linked to the rank's `rank-<r>.err`) is checked the same way, as field
+`error`.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from trainyard import io_patterns
+from trainyard.services.errors import ServiceError
+
+SAMPLE = {"A": "1", "a": "0", "b": "0", "j": "1", "J": "1.batch", "s": "batch", "N": "node", "n": "0", "t": "0",
+          "u": "user", "x": "job"}
+
+
+def relative_to_workdir(path: Path, workdir: str) -> Path | None:
+    """`path` (absolute, or relative to the working directory) relative to `workdir`; None if it
+    lies outside it (also once the working directory's own links are resolved)."""
+    if not path.is_absolute():
+        return path
+    norm = Path(os.path.normpath(path))
+    for base in (Path(os.path.normpath(workdir)), Path(workdir).resolve()):
+        if norm.is_relative_to(base):
+            return norm.relative_to(base)
+    return None
+
+
+def check(pattern: str, workdir: str, field: str = "output") -> None:
+    """Refuse an `--output` (or `--error`: `field`) the plane would not link (see the module docstring).
+
+    Raises:
+        ServiceError: field `field`, saying which part of the path is the problem.
+    """
+    try:
+        sample = io_patterns.expand(io_patterns.check(pattern, f"--{field}"), SAMPLE)
+    except ValueError as e:
+        raise ServiceError(str(e), field=field) from None
+    rel = relative_to_workdir(Path(sample), workdir)
+    if rel is None:
+        raise ServiceError(f"--{field} {pattern} is outside the working directory {workdir}; the log is linked only "
+                           "inside it (it always stays in the job's directory, `yard logs` reads it)", field=field)
+    if not rel.parts or rel.name in ("", ".", ".."):
+        raise ServiceError(f"--{field} {pattern} names no file in the working directory", field=field)
+    here = Path(workdir).resolve()
+    for i, part in enumerate(rel.parts):
+        here = here / part
+        try:
+            st = os.lstat(here)
+        except FileNotFoundError:
+            return  # made at launch, with the rest of the way
+        except OSError as e:
+            raise ServiceError(f"--{field} {pattern}: cannot look at {here}: {e.strerror or e}", field=field) from None
+        last = i == len(rel.parts) - 1
+        if stat.S_ISLNK(st.st_mode):
+            if last:
+                return  # an older link: replaced at launch
+            raise ServiceError(f"--{field} {pattern}: {here} is a symbolic link; the log is linked through none",
+                               field=field)
+        if not last and not stat.S_ISDIR(st.st_mode):
+            raise ServiceError(f"--{field} {pattern}: {here} is not a directory", field=field)
+        if last:
+            raise ServiceError(f"--{field} {pattern}: {here} exists and is not a link; only a link is replaced",
+                               field=field)
