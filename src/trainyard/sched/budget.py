@@ -23,7 +23,9 @@ its nominal quota while lower-priority work of the same team keeps running:
 
 Both keep the no-ping-pong invariant the ordering relies on (`ordering.py`, tier): after the
 victims have left, each of them needs to borrow again to restart (`used(T, >=v) + R.min_gpus >
-nominal(T)`), so it is ordered after the in-quota job it was stopped for.
+nominal(T)`), so it is ordered after the in-quota job it was stopped for. That holds per search:
+when a cycle takes strict victims from T for one job and then a whole job from T for another, an
+earlier victim may find T below nominal (by less than the whole job) and restart inside its quota.
 
 A team absent from the budget may not lose anything; a team given `math.inf` (the preemptor's
 own team, whose lower-priority jobs it may always displace) is not counted.
