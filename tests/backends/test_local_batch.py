@@ -5,6 +5,7 @@ node list. Real processes, the real backend."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -134,3 +135,20 @@ def test_srun_refuses_what_it_cannot_do_naming_it(backend, tmp_path):
     assert "unrecognized option '--bogus'" in out and "a 1" in out
     assert "-N 3: the allocation has 2 node(s)" in out and "b 1" in out
     assert "definitely-not-a-program" in out and "c 127" in out
+
+
+def test_lines_from_tasks_writing_at_once_stay_whole_in_the_batch_log(backend, tmp_path):
+    # A PYTHONUNBUFFERED print writes its text and its newline apart; srun's line-buffered I/O
+    # keeps every task's lines whole in the batch log, task 0's among them.
+    four = ((0, "node0", (0,)), (1, "node0", (1,)), (2, "node1", (0,)), (3, "node1", (1,)))
+    writer = ("import os, sys, time; r = os.environ['SLURM_PROCID']\n"
+              "while time.time() < float(sys.argv[1]): pass\n"  # all four write at once
+              "for i in range(2000):\n"
+              "    os.write(1, f'task {r} line {i} '.encode() + b'x' * 40); os.write(1, b'\\n')\n")
+    (tmp_path / "w.py").write_text(writer)
+    backend.launch(batch(tmp_path, 9, f"srun {PY} {tmp_path / 'w.py'} $(( $(date +%s) + 2 ))\n", ranks=four))
+    wait_done(backend, 9, timeout=60)
+    lines = [ln for ln in log(tmp_path, 9, 0).splitlines() if ln.startswith("task ") or "line" in ln]
+    assert len(lines) == 4 * 2000
+    assert all(re.fullmatch(r"task [0-3] line \d+ x{40}", ln) for ln in lines), \
+        next(ln for ln in lines if not re.fullmatch(r"task [0-3] line \d+ x{40}", ln))

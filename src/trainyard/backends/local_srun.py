@@ -209,7 +209,12 @@ def task_envs(batch: dict, counts: Sequence[int], environ: dict[str, str], step_
 
 
 class _Tee(threading.Thread):
-    """Task r's output, line by line, to its rank log and to srun's own stdout."""
+    """Task r's output, line by line, to its rank log (none for task 0, whose log is srun's own
+    stdout) and to srun's own stdout.
+
+    Every task's output goes through one of these, under one lock, so that lines from tasks
+    writing at once stay whole, as srun's line-buffered I/O keeps them: a Python task with
+    PYTHONUNBUFFERED writes a print's text and its newline apart."""
 
     def __init__(self, pipe, log, lock: threading.Lock, out=None) -> None:  # noqa: ANN001 - binary files
         super().__init__(daemon=True)
@@ -217,8 +222,9 @@ class _Tee(threading.Thread):
 
     def run(self) -> None:
         out = self.out or sys.stdout.buffer
+        sinks = [f for f in (self.log, out) if f is not None]
         for line in self.pipe:
-            for f in (self.log, out):
+            for f in sinks:
                 try:
                     with self.lock:
                         f.write(line)
@@ -273,11 +279,18 @@ def run_step(run_dir: str, argv: Sequence[str], environ: dict[str, str] | None =
         signal.signal(sig, lambda s, _f: _signal_groups(procs, s))
     now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     try:
+        apart = bool(batch.get("stderr_apart"))  # -e/--error: stderr to rank-<r>.err and srun's stderr
         for r, env in enumerate(envs):
-            if r == 0:
-                procs.append(subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, start_new_session=True))
+            if r == 0:  # its output is the batch script's: srun's own stdout and stderr
+                p = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE if apart else subprocess.STDOUT, start_new_session=True)
+                procs.append(p)
+                tees.append(_Tee(p.stdout, None, lock))
+                if apart:
+                    tees.append(_Tee(p.stderr, None, lock, sys.stderr.buffer))
+                for t in tees:
+                    t.start()
                 continue
-            apart = bool(batch.get("stderr_apart"))  # -e/--error: stderr to rank-<r>.err and srun's stderr
             logs = [open(os.path.join(logs_dir, f"rank-{r}.{ext}"), "ab") for ext in (("log", "err") if apart else ("log",))]
             for log in logs:
                 log.write(f"=== trainyard: step {step_id} task {r} started {now} on {env['SLURMD_NODENAME']} ===\n"
