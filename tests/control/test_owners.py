@@ -53,7 +53,12 @@ def plane(acc: Accounts) -> Iterator[Plane]:
 
 
 def log_of(p: Plane, job_id: int, rank: int = 0) -> str:
-    return (job_dir(p.cp.data_dir, job_id) / "logs" / f"rank-{rank}.log").read_text()
+    """The rank's log, "" before it exists: a job reads RUNNING from the commit that starts its
+    attempt, and its job dir and logs are made just after, outside the store's lock."""
+    try:
+        return (job_dir(p.cp.data_dir, job_id) / "logs" / f"rank-{rank}.log").read_text()
+    except FileNotFoundError:
+        return ""
 
 
 def test_a_job_runs_as_its_owner_with_the_teams_group_and_cannot_read_the_plane_or_another_team(plane, acc):
