@@ -9,14 +9,16 @@ from tests.plane import Plane, script
 
 
 def test_a_job_starts_no_earlier_than_its_begin_time(plane: Plane):
-    begin = time.time() + 2.0
+    begin = time.time() + 6.0
     j = plane.submit(command=script("pass"), team="vision", begin=begin)
     assert j["state"] == "PENDING" and j["reason"] == "BeginTime"
     assert j["begin_time"] == begin and j["eligible_time"] == begin  # Slurm's EligibleTime is the begin time
     now_job = plane.submit(command=script("pass"), team="vision", begin="now")  # a string, read by the server
     assert now_job["begin_time"] is None and now_job["reason"] == "None"
     plane.wait(now_job["id"], "COMPLETED")
-    assert plane.job(j["id"])["state"] == "PENDING"  # free GPUs, but not yet its time
+    seen = plane.job(j["id"])
+    if time.time() < begin:  # on a loaded machine the other job may take past the begin time
+        assert seen["state"] == "PENDING"  # free GPUs, but not yet its time
     done = plane.wait(j["id"], "COMPLETED")
     assert done["start_time"] >= begin
 
