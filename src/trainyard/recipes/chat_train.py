@@ -115,15 +115,11 @@ class ChatSFT(_OnUserData):
         recs = self.data.eval_ids
         if not recs:
             return {}
-        model = unwrap(self.model)
-        was_training = model.training
-        model.eval()
         total = torch.zeros((), dtype=torch.float64, device=self.device)
-        with torch.no_grad():
+        with self.evaluating() as model, torch.no_grad():
             for start in range(0, len(recs), self.micro):
                 tokens, targets = self.data.batch_records(recs[start: start + self.micro])
                 total += self._loss_sum(model, tokens.to(self.device), targets.to(self.device))
-        model.train(was_training)
         return {"eval_loss": total / self.data.record_targets(recs)}
 
 
@@ -301,15 +297,12 @@ class PromptRL(_OnUserData):
         """Mean reward of greedy completions of the held-out prompts."""
         if not self.eval_recs:
             return {}
-        model = unwrap(self.model)
-        was_training = model.training
-        model.eval()
         total = 0.0
-        for start in range(0, len(self.eval_recs), EVAL_CHUNK):
-            chunk = self.eval_recs[start: start + EVAL_CHUNK]
-            _, _, resp = self._generate(model, chunk, greedy=True)
-            total += float(self._rewards(chunk, resp).sum())
-        model.train(was_training)
+        with self.evaluating() as model:
+            for start in range(0, len(self.eval_recs), EVAL_CHUNK):
+                chunk = self.eval_recs[start: start + EVAL_CHUNK]
+                _, _, resp = self._generate(model, chunk, greedy=True)
+                total += float(self._rewards(chunk, resp).sum())
         return {"eval_reward": total / len(self.eval_recs)}
 
 

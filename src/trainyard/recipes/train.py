@@ -36,9 +36,9 @@ import os
 import sys
 import time
 import warnings
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -305,6 +305,18 @@ class Trainer:
     def autocast(self) -> Any:
         return torch.autocast("cuda", dtype=torch.bfloat16) if self.bf16 else nullcontext()
 
+    @contextmanager
+    def evaluating(self) -> Iterator[torch.nn.Module]:
+        """The unwrapped model in eval mode for a held-out pass, put back in its mode after: the one
+        toggle every recipe's `evaluate` shares."""
+        model = unwrap(self.model)
+        was_training = model.training
+        model.eval()
+        try:
+            yield model
+        finally:
+            model.train(was_training)
+
     def optimizer_step(self) -> torch.Tensor | None:
         norm = None
         if self.spec.optim.grad_clip is not None:
@@ -424,16 +436,12 @@ class Pretrain(Trainer):
         ids = getattr(self.data, "eval_ids", None)
         if not ids:
             return {}
-        model = unwrap(self.model)
-        was_training = model.training
-        model.eval()
         total = torch.zeros((), dtype=torch.float64, device=self.device)
-        with torch.no_grad():
+        with self.evaluating() as model, torch.no_grad():
             for start in range(0, len(ids), self.micro):
                 chunk = self.data.batch(ids[start: start + self.micro]).to(self.device)
                 with self.autocast():
                     total += next_token_loss(model, chunk)
-        model.train(was_training)
         return {"eval_loss": total / (len(ids) * self.data.seq_len)}
 
     def train_step(self, ids: list[int]) -> dict[str, Any]:
