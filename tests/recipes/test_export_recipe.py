@@ -87,8 +87,10 @@ def test_a_preempted_run_exports_nothing_until_it_completes(tmp_path):
     from transformers import AutoModelForCausalLM
 
     out = tmp_path / "bytes-run"
-    sets = [*TINY_PRETRAIN, "steps=60", "checkpoint_every=10", "export=../exported"]
-    to = tmp_path / "exported"
+    # A name no other test exports under: the registry is one per test process, shared by the tests
+    # that run in it, and a taken name gets a suffix ("exported-4").
+    sets = [*TINY_PRETRAIN, "steps=60", "checkpoint_every=10", "export=../preempted-then-exported"]
+    to = tmp_path / "preempted-then-exported"
     first = YardRun("llama-pretrain", out, 1, sets)
     first.wait_for_step(3)
     first.proc.send_signal(signal.SIGUSR1)
@@ -108,7 +110,7 @@ def test_a_preempted_run_exports_nothing_until_it_completes(tmp_path):
                                               "trainyard.json"}
     model = AutoModelForCausalLM.from_pretrained(to, local_files_only=True)
     assert model.config.vocab_size == 264 and model.config.eos_token_id == 258
-    assert [e["name"] for e in registry() if e["path"] == str(to)] == ["exported"]
+    assert [e["name"] for e in registry() if e["path"] == str(to)] == ["preempted-then-exported"]
 
 
 def test_a_bad_export_target_is_refused_before_anything_starts(tmp_path):
