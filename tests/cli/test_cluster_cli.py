@@ -3,37 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from tests.plane import YARD, YardServer
+from tests.cli.yard_process import yard_process
 
 
 @pytest.fixture(scope="module")
 def yard(tmp_path_factory):
-    server = YardServer(tmp_path_factory.mktemp("cli") / "yard")
-    server.data_dir.mkdir()
-    server.start()
-    env = {**os.environ, "YARD_URL": server.url, "YARD_TOKEN": server.token}
-
-    def run(*args: str, ok: bool = True, env_extra: dict | None = None, cwd: Path | None = None):
-        p = subprocess.run([YARD, *args], capture_output=True, text=True, env={**env, **(env_extra or {})},
-                           cwd=cwd or server.data_dir, timeout=60)
-        if ok:
-            assert p.returncode == 0, f"yard {' '.join(args)} → {p.returncode}\n{p.stdout}\n{p.stderr}"
-        return p
-
-    run.server = server  # type: ignore[attr-defined]
-    yield run
-    for j in json.loads(run("queue", "--json").stdout):
-        run("cancel", str(j["id"]), ok=False)
-    time.sleep(1)
-    server.terminate()
+    yield from yard_process(tmp_path_factory)
 
 
 def wait_state(yard, job_id: int, states: tuple[str, ...], timeout: float = 30) -> dict:
