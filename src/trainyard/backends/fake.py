@@ -377,6 +377,7 @@ class FakeBackend:
     """
 
     name = "fake"
+    launch_waits = False  # inline: a test pass stays deterministic (a test may set it)
     containment = "fake"  # no processes: nothing to contain (see backends.contain for the local backend)
 
     def __init__(self, data_dir: str | Path, nodes: list[NodeInfo], *, clock: Callable[[], float] | None = None,

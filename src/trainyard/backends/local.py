@@ -118,6 +118,7 @@ class LocalBackend:
     """
 
     name = "local"
+    launch_waits = False  # the processes start here, at once
 
     def __init__(
         self,

@@ -144,6 +144,7 @@ class SlurmBackend:
     """
 
     name = "slurm"
+    launch_waits = True  # sbatch, slurmctld's scheduling, then the ranks: seconds
 
     def __init__(self, data_dir: str | Path, *, partition: str | None = None,
                  gpu_mem_mib: int | dict[str, int] = 81920, env: dict[str, str] | None = None,
@@ -161,6 +162,7 @@ class SlurmBackend:
         self._python = python
         self._lock = threading.RLock()
         self._attempts: dict[tuple[int, int], _Attempt] = {}
+        self._launching: set[tuple[int, int]] = set()  # launches under way (no lock held while they wait)
         self._node_cache: tuple[float, dict[str, dict[str, str]]] | None = None
         self._discover()
 
@@ -238,119 +240,135 @@ class SlurmBackend:
     def launch(self, spec: LaunchSpec) -> None:
         """Submit the attempt as one batch job and wait until every rank has started, or none.
 
+        The wait (slurmctld schedules the job, then its ranks start: seconds) holds no lock:
+        `poll`, `signal` and other launches go on meanwhile (`launch_waits`; the control loop
+        launches on threads of its own). The attempt is known to them once every rank has started.
+
         Raises:
             BackendError: unknown or unhealthy node, workdir missing, Slurm refused the job, or
                 the ranks did not all start within `launch_timeout_s` (the job is cancelled).
         """
+        key = (spec.job_id, spec.attempt)
         with self._lock:
-            where = f"job {spec.job_id} attempt {spec.attempt}"
-            if (spec.job_id, spec.attempt) in self._attempts:
-                raise BackendError(f"{where}: already launched (release it first)")
-            if not spec.command or not spec.ranks:
-                raise BackendError(f"{where}: empty command or no ranks")
-            if not Path(spec.workdir).is_dir():
-                raise BackendError(f"{where}: workdir {spec.workdir!r} is not a directory")
-            nodes = self._nodes(max_age_s=0)
-            order: list[str] = []
-            for r in sorted(spec.ranks, key=lambda r: r.rank):
-                if r.node not in nodes:
-                    raise BackendError(f"{where}: rank {r.rank} placed on {r.node!r}, which Slurm does not know")
-                if r.node not in order:
-                    order.append(r.node)
-            for n in order:
-                healthy, why = node_health(nodes[n].get("State", "UNKNOWN"))
-                if not healthy:
-                    raise BackendError(f"{where}: placed on {n}, which Slurm reports {why}")
-            per_node = {n: [r for r in spec.ranks if r.node == n] for n in order}
-            counts = {len(v) for v in per_node.values()}
-            if len(counts) != 1:
-                raise BackendError(f"{where}: the Slurm backend runs the same number of ranks on every node; "
-                                   f"the placement has {sorted(len(v) for v in per_node.values())}")
-            k = counts.pop()
-            gpus_per_node = {n: len({g for r in v for g in r.gpus}) for n, v in per_node.items()}
-            gpn = max(gpus_per_node.values())
-            per_rank = max(len(r.gpus) for r in spec.ranks)
+            if key in self._attempts or key in self._launching:
+                raise BackendError(f"job {spec.job_id} attempt {spec.attempt}: already launched (release it first)")
+            self._launching.add(key)
+        try:
+            att = self._submit_and_await(spec)
+            with self._lock:
+                self._attempts[key] = att
+        finally:
+            with self._lock:
+                self._launching.discard(key)
 
-            jd = JobDir(spec.job_dir)
-            run_dir = jd.attempt_run(spec.attempt)
-            try:
-                jd.logs.mkdir(parents=True, exist_ok=True)
-                if run_dir.exists():
-                    shutil.rmtree(run_dir)
-                run_dir.mkdir(parents=True)
-            except OSError as e:
-                raise BackendError(f"{where}: cannot create {e.filename}: {e.strerror}") from e
-            script = run_dir / "batch.sh"
-            try:
-                self._hand_over(run_dir, self._batch_script(spec, run_dir, per_rank), spec)
-            except OSError as e:
-                shutil.rmtree(run_dir, ignore_errors=True)
-                raise BackendError(f"{where}: cannot prepare {run_dir}: {e.strerror}") from e
-            # --export=ALL exports the clean environment sbatch runs with (slurm_env), nothing of the
-            # job's: that one reaches the tasks through job-env.json.
-            # The job's own name (SLURM_JOB_NAME, %x, squeue's NAME); which trainyard job and attempt
-            # it is stays in the comment, for an operator reading squeue -o %k.
-            args = ["sbatch", "--parsable", f"--job-name={spec.job.name or f'yard-{spec.job_id}'}",
-                    f"--comment=trainyard job {spec.job_id} attempt {spec.attempt}",
-                    f"--nodes={len(order)}", f"--nodelist={','.join(order)}", f"--ntasks-per-node={k}",
-                    "--no-requeue", f"--chdir={spec.workdir}", f"--output={run_dir / 'batch.log'}",
-                    "--open-mode=append", "--export=ALL"]
-            if self._partition:
-                args.append(f"--partition={self._partition}")
-            c = spec.constraints  # the job's own options: slurmctld checks them against the pinned nodes too
-            if gpn:
-                args.append(f"--gres=gpu:{c.gpu_model}:{gpn}" if c.gpu_model else f"--gres=gpu:{gpn}")
-            if c.constraint:
-                args.append(f"--constraint={c.constraint}")
-            if c.exclude:
-                args.append(f"--exclude={','.join(c.exclude)}")
-            if c.exclusive:
-                args.append("--exclusive")
-            if spec.job.team:  # Slurm's accounting and limits see the team as the account
-                args.append(f"--account={spec.job.team}")
-            if spec.limits.cpus_per_task:  # SLURM_CPUS_PER_TASK, and Slurm's CPUs for each task
-                args.append(f"--cpus-per-task={spec.limits.cpus_per_task}")
-            if spec.limits.mem_mib:  # SLURM_MEM_PER_NODE, and Slurm's memory limit where it enforces one
-                args.append(f"--mem={spec.limits.mem_mib}M")
-            elif spec.limits.mem_per_gpu_mib:
-                args.append(f"--mem-per-gpu={spec.limits.mem_per_gpu_mib}M")
-            if spec.time_limit_s:  # a backstop: the plane stops the job at its limit first
-                args.append(f"--time={math.ceil(spec.time_limit_s / 60)}")
-            command = [self._bin["sbatch"], *args[1:], str(script)]
-            if spec.owner is not None:  # submitted by the owner: Slurm runs and charges the job as them
-                command = [self._bin["runuser"], "-u", spec.owner.user, "--", *command]
-            try:
-                # from the job's directory: Slurm makes sbatch's own the job's SLURM_SUBMIT_DIR
-                r = subprocess.run(command, env=self._env, capture_output=True, text=True, timeout=30,
-                                   stdin=subprocess.DEVNULL, cwd=spec.workdir or None)
-            except (OSError, subprocess.TimeoutExpired) as e:
-                shutil.rmtree(run_dir, ignore_errors=True)
-                raise BackendError(f"{where}: sbatch failed: {e}") from e
-            if r.returncode != 0 or not r.stdout.strip().split(";")[0].isdigit():
-                shutil.rmtree(run_dir, ignore_errors=True)
-                raise BackendError(f"{where}: Slurm refused the job: {r.stderr.strip()[:500]}")
-            slurm_id = int(r.stdout.strip().split(";")[0])
-            # A batch attempt reports one rank, the script, on the first node (as the local backend).
-            ranks = {0: order[0]} if spec.batch else {r_.rank: r_.node for r_ in spec.ranks}
-            att = _Attempt(spec.job_id, spec.attempt, run_dir, len(ranks), slurm_id, nodes=ranks,
-                           batch=spec.batch, allocation=tuple(order))
-            meta = {"job_id": spec.job_id, "attempt": spec.attempt, "world_size": len(ranks),
-                    "slurm_job_id": slurm_id, "ranks": [{"rank": x, "node": n} for x, n in ranks.items()]}
-            if spec.batch:
-                meta.update(batch=True, allocation=list(order))
-            try:
-                write_json(run_dir / "attempt.json", meta)
-            except OSError as e:  # the owner's directory: something took the name
-                self._cancel(att)
-                shutil.rmtree(run_dir, ignore_errors=True)
-                raise BackendError(f"{where}: cannot record the attempt in {run_dir}: {e.strerror}") from e
-            try:
-                self._await_ranks(att)
-            except BaseException:
-                self._cancel(att)
-                shutil.rmtree(run_dir, ignore_errors=True)
-                raise
-            self._attempts[(spec.job_id, spec.attempt)] = att
+    def _submit_and_await(self, spec: LaunchSpec) -> _Attempt:
+        """`launch` without the bookkeeping: the batch job submitted, its ranks started."""
+        where = f"job {spec.job_id} attempt {spec.attempt}"
+        if not spec.command or not spec.ranks:
+            raise BackendError(f"{where}: empty command or no ranks")
+        if not Path(spec.workdir).is_dir():
+            raise BackendError(f"{where}: workdir {spec.workdir!r} is not a directory")
+        nodes = self._nodes(max_age_s=0)
+        order: list[str] = []
+        for r in sorted(spec.ranks, key=lambda r: r.rank):
+            if r.node not in nodes:
+                raise BackendError(f"{where}: rank {r.rank} placed on {r.node!r}, which Slurm does not know")
+            if r.node not in order:
+                order.append(r.node)
+        for n in order:
+            healthy, why = node_health(nodes[n].get("State", "UNKNOWN"))
+            if not healthy:
+                raise BackendError(f"{where}: placed on {n}, which Slurm reports {why}")
+        per_node = {n: [r for r in spec.ranks if r.node == n] for n in order}
+        counts = {len(v) for v in per_node.values()}
+        if len(counts) != 1:
+            raise BackendError(f"{where}: the Slurm backend runs the same number of ranks on every node; "
+                               f"the placement has {sorted(len(v) for v in per_node.values())}")
+        k = counts.pop()
+        gpus_per_node = {n: len({g for r in v for g in r.gpus}) for n, v in per_node.items()}
+        gpn = max(gpus_per_node.values())
+        per_rank = max(len(r.gpus) for r in spec.ranks)
+
+        jd = JobDir(spec.job_dir)
+        run_dir = jd.attempt_run(spec.attempt)
+        try:
+            jd.logs.mkdir(parents=True, exist_ok=True)
+            if run_dir.exists():
+                shutil.rmtree(run_dir)
+            run_dir.mkdir(parents=True)
+        except OSError as e:
+            raise BackendError(f"{where}: cannot create {e.filename}: {e.strerror}") from e
+        script = run_dir / "batch.sh"
+        try:
+            self._hand_over(run_dir, self._batch_script(spec, run_dir, per_rank), spec)
+        except OSError as e:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise BackendError(f"{where}: cannot prepare {run_dir}: {e.strerror}") from e
+        # --export=ALL exports the clean environment sbatch runs with (slurm_env), nothing of the
+        # job's: that one reaches the tasks through job-env.json.
+        # The job's own name (SLURM_JOB_NAME, %x, squeue's NAME); which trainyard job and attempt
+        # it is stays in the comment, for an operator reading squeue -o %k.
+        args = ["sbatch", "--parsable", f"--job-name={spec.job.name or f'yard-{spec.job_id}'}",
+                f"--comment=trainyard job {spec.job_id} attempt {spec.attempt}",
+                f"--nodes={len(order)}", f"--nodelist={','.join(order)}", f"--ntasks-per-node={k}",
+                "--no-requeue", f"--chdir={spec.workdir}", f"--output={run_dir / 'batch.log'}",
+                "--open-mode=append", "--export=ALL"]
+        if self._partition:
+            args.append(f"--partition={self._partition}")
+        c = spec.constraints  # the job's own options: slurmctld checks them against the pinned nodes too
+        if gpn:
+            args.append(f"--gres=gpu:{c.gpu_model}:{gpn}" if c.gpu_model else f"--gres=gpu:{gpn}")
+        if c.constraint:
+            args.append(f"--constraint={c.constraint}")
+        if c.exclude:
+            args.append(f"--exclude={','.join(c.exclude)}")
+        if c.exclusive:
+            args.append("--exclusive")
+        if spec.job.team:  # Slurm's accounting and limits see the team as the account
+            args.append(f"--account={spec.job.team}")
+        if spec.limits.cpus_per_task:  # SLURM_CPUS_PER_TASK, and Slurm's CPUs for each task
+            args.append(f"--cpus-per-task={spec.limits.cpus_per_task}")
+        if spec.limits.mem_mib:  # SLURM_MEM_PER_NODE, and Slurm's memory limit where it enforces one
+            args.append(f"--mem={spec.limits.mem_mib}M")
+        elif spec.limits.mem_per_gpu_mib:
+            args.append(f"--mem-per-gpu={spec.limits.mem_per_gpu_mib}M")
+        if spec.time_limit_s:  # a backstop: the plane stops the job at its limit first
+            args.append(f"--time={math.ceil(spec.time_limit_s / 60)}")
+        command = [self._bin["sbatch"], *args[1:], str(script)]
+        if spec.owner is not None:  # submitted by the owner: Slurm runs and charges the job as them
+            command = [self._bin["runuser"], "-u", spec.owner.user, "--", *command]
+        try:
+            # from the job's directory: Slurm makes sbatch's own the job's SLURM_SUBMIT_DIR
+            r = subprocess.run(command, env=self._env, capture_output=True, text=True, timeout=30,
+                               stdin=subprocess.DEVNULL, cwd=spec.workdir or None)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise BackendError(f"{where}: sbatch failed: {e}") from e
+        if r.returncode != 0 or not r.stdout.strip().split(";")[0].isdigit():
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise BackendError(f"{where}: Slurm refused the job: {r.stderr.strip()[:500]}")
+        slurm_id = int(r.stdout.strip().split(";")[0])
+        # A batch attempt reports one rank, the script, on the first node (as the local backend).
+        ranks = {0: order[0]} if spec.batch else {r_.rank: r_.node for r_ in spec.ranks}
+        att = _Attempt(spec.job_id, spec.attempt, run_dir, len(ranks), slurm_id, nodes=ranks,
+                       batch=spec.batch, allocation=tuple(order))
+        meta = {"job_id": spec.job_id, "attempt": spec.attempt, "world_size": len(ranks),
+                "slurm_job_id": slurm_id, "ranks": [{"rank": x, "node": n} for x, n in ranks.items()]}
+        if spec.batch:
+            meta.update(batch=True, allocation=list(order))
+        try:
+            write_json(run_dir / "attempt.json", meta)
+        except OSError as e:  # the owner's directory: something took the name
+            self._cancel(att)
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise BackendError(f"{where}: cannot record the attempt in {run_dir}: {e.strerror}") from e
+        try:
+            self._await_ranks(att)
+        except BaseException:
+            self._cancel(att)
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise
+        return att
 
     def _hand_over(self, run_dir: Path, script: str, spec: LaunchSpec) -> None:
         """Write the batch script and the job's environment into the new attempt dir, then give the

@@ -93,6 +93,9 @@ class Facts:
 
     attempts: list[AttemptState]
     inventory: list[NodeInfo]
+    # attempts being launched when the poll began (`control/launches.py`): one the poll did not
+    # report may be still starting, not never launched
+    launching: frozenset[tuple[int, int]] = frozenset()
 
     @property
     def unhealthy(self) -> list[str]:

@@ -103,6 +103,7 @@ class ControlLoop:
         self.health.stop()
         if self._thread is not None:
             self._thread.join(timeout=30)
+        self.scheduler.launches.close()
 
     @property
     def running(self) -> bool:
@@ -152,13 +153,14 @@ class ControlLoop:
             t1 = time.perf_counter()
             phases[name] = t1 - t
             t = t1
-        facts = Facts(ctx.backend.poll(), ctx.backend.inventory())
+        launching = self.scheduler.launches.in_flight()  # read before the poll: see control/launches.py
+        facts = Facts(ctx.backend.poll(), ctx.backend.inventory(), launching)
         done("poll")
         self.reconcile.run(facts, now)
         done("reconcile")
         self.node_watch.run(facts, now)
         done("node_watch")
-        self.stops.run(now)
+        self.stops.run(now, launching)
         done("stops")
         self.dependencies.run(now)
         done("dependencies")

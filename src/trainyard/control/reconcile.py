@@ -60,6 +60,8 @@ class Reconciler:
                     ended.append((jid, att))
             for j in active.values():
                 st = reported.get((j.id, j.attempt))
+                if st is None and (j.id, j.attempt) in facts.launching:
+                    continue  # being launched (control/launches.py): the backend does not know it yet
                 if st is None:
                     self._never_launched(s, j, now)
                 elif len(st.ranks) < (1 if not j.command else len(ranks_for(j.placement or [], j.tasks_per_node))):

@@ -20,6 +20,7 @@ from trainyard.backends.base import LaunchSpec
 from trainyard.control import before_work, launch
 from trainyard.control.context import Facts, LoopContext
 from trainyard.control.health import HealthChecker
+from trainyard.control.launches import for_backend
 from trainyard.control.snapshot import NodeIndex, PendingCache, build_snapshot
 from trainyard.control.usage_cache import DecayedUsage
 from trainyard.sched.policy import Policy
@@ -54,6 +55,7 @@ class Scheduler:
         # Kept in memory: after a restart of the plane, at most one more preemption sets it again.
         self._stopped_for: dict[int, int] = {}
         self._usage = DecayedUsage()  # fair share's usage, kept up to date (not six weeks reread a pass)
+        self.launches = for_backend(ctx)  # inline, or off the loop's thread (Slurm)
 
     def run(self, facts: Facts, now: float) -> None:
         ctx = self.ctx
@@ -100,7 +102,7 @@ class Scheduler:
             if updates:
                 write_reasons(s, updates)
         for spec in launches:
-            launch.launch(ctx, spec, now)
+            self.launches.start(spec, now)
 
     def _victims_in_play(self, running: Sequence[JobRow], pending: Sequence[Any]) -> dict[int, int]:
         """The victims still running or waiting whose preemptor still waits; the rest forgotten."""

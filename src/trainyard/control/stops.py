@@ -53,7 +53,9 @@ class Stops:
     def __init__(self, ctx: LoopContext) -> None:
         self.ctx = ctx
 
-    def run(self, now: float) -> None:
+    def run(self, now: float, launching: frozenset[tuple[int, int]] = frozenset()) -> None:
+        """`launching`: attempts still being launched (`control/launches.py`); their signals wait
+        until the backend knows where to send them (the stop's clock runs on meanwhile)."""
         ctx = self.ctx
         sends: list[tuple[int, int, signal.Signals, bool]] = []  # (job, attempt, signal, to the batch shell)
         with ctx.lock, ctx.store.session.begin() as s:
@@ -61,6 +63,8 @@ class Stops:
             grace = {c.name: c.grace_period for c in classes}
             max_run = {c.name: c.max_run_time for c in classes}
             for j in s.scalars(select(JobRow).where(JobRow.state.in_(ACTIVE_STATES))):
+                if (j.id, j.attempt) in launching:
+                    continue
                 if j.stop_kind is None:
                     limits = [x for x in (j.time_limit_s, max_run.get(j.job_class)) if x]
                     notice = _notice_due(j, limits, now)
