@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv lint demo demo-sim test test-fast bench clean
+.PHONY: venv lint pyc demo demo-sim test test-fast bench clean
 
 venv: $(STAMP)
 
@@ -29,10 +29,16 @@ demo-sim: venv
 lint: venv
 	$(BIN)/ruff check src tests bench scripts
 
-test: lint
+# The suite starts thousands of Python processes (yard commands, planes, jobs): compiled once here,
+# their modules load from __pycache__ even where PYTHONDONTWRITEBYTECODE keeps each process from
+# writing them (0.1 s less per process; pytest rewrites the test modules itself).
+pyc: venv
+	$(BIN)/python -m compileall -q src tests bench scripts > /dev/null
+
+test: lint pyc
 	$(BIN)/pytest -n 2 --dist loadgroup -q
 
-test-fast: lint
+test-fast: lint pyc
 	$(BIN)/pytest -n 2 --dist loadgroup -q -m "not slow"
 
 bench: venv

@@ -17,6 +17,8 @@ import pytest
 
 from tests.fake_plane import WORK, FakePlane, fake
 from tests.plane import job_dir
+from trainyard.control.context import LoopParams
+from trainyard.control.loop import rest_after
 
 
 @pytest.fixture
@@ -326,6 +328,20 @@ def test_higher_priority_class_preempts_lower_within_a_team(fp):
     assert fp.job(other["id"])["attempt"] == 1  # the other team's job was not touched
 
 
+def test_the_notice_goes_out_in_the_pass_that_decides_the_preemption(fp):
+    """Not a tick later: on Slurm a pass takes a while and passes are a tick apart, so waiting
+    for the next one's stop step made the notice late by a second or two (issue 20)."""
+    batch = fp.submit(command=WORK, gpus=4, team="vision", **{"class": "batch"})
+    fp.submit(command=fake("run=600"), gpus=4, team="nlp", **{"class": "interactive"})
+    fp.wait(batch["id"], "RUNNING")
+    urgent = fp.submit(command=fake("run=1"), gpus=2, team="vision", **{"class": "interactive"})
+    fp.until(lambda: any(e["kind"] == "job.preempting" for e in fp.events(batch["id"])), within=30)
+    decided = next(e for e in fp.events(batch["id"]) if e["kind"] == "job.preempting")
+    sent = [x for x in fp.backend.signals if x.job_id == batch["id"]]
+    assert sent and sent[0].at == pytest.approx(decided["time"]), (sent, decided)
+    fp.wait(urgent["id"], "COMPLETED", timeout=30)
+
+
 def test_pending_jobs_get_a_reason_and_estimated_start(fp):
     first = fp.submit(command=fake("run=20"), gpus=8, team="vision", time="30s")
     fp.wait(first["id"], "RUNNING")
@@ -333,3 +349,15 @@ def test_pending_jobs_get_a_reason_and_estimated_start(fp):
     j = fp.wait(waiting["id"], lambda j: j["reason"] not in ("None", ""), timeout=5)
     assert j["reason"] in ("Resources", "Quota", "Priority")
     assert j["est_start"] is not None and j["est_start"] >= first["submit_time"]
+
+
+# -- pacing -----------------------------------------------------------------------------------------
+
+
+def test_an_unwoken_loop_runs_a_tick_after_the_last_pass_ended_and_a_slow_pass_rests_twice_as_long():
+    p = LoopParams()
+    assert rest_after(0.3, p.tick_s, p) == 0  # the tick's wait was the pause (not a tick + 2 x 0.3 s)
+    assert rest_after(0.3, 0.1, p) == pytest.approx(0.5)  # woken at once: twice the pass, the tick's wait counted
+    assert rest_after(0.01, 0.0, p) == p.min_interval_s  # wakes closer than this are merged
+    assert rest_after(10.0, 0.0, p) == p.max_pause_s  # capped
+    assert rest_after(10.0, p.tick_s, p) == p.max_pause_s - p.tick_s

@@ -57,7 +57,9 @@ class Scheduler:
         self._usage = DecayedUsage()  # fair share's usage, kept up to date (not six weeks reread a pass)
         self.launches = for_backend(ctx)  # inline, or off the loop's thread (Slurm)
 
-    def run(self, facts: Facts, now: float) -> None:
+    def run(self, facts: Facts, now: float) -> int:
+        """One scheduling cycle; returns how many running jobs it asked to stop (preemptions),
+        whose notices the orchestrator then sends in the same pass."""
         ctx = self.ctx
         with ctx.store.session() as s:
             cfg = ctx.configs.current(s)
@@ -68,7 +70,7 @@ class Scheduler:
             if limited:
                 self._note_limited(limited)
             if not pending:
-                return
+                return 0
             unhealthy = facts.unhealthy
             unchecked, checking = before_work.gate(self.health, cfg, states, unhealthy, running, pending, now)
             idx = NodeIndex.build(cfg, states, unhealthy + sorted(unchecked))
@@ -78,6 +80,7 @@ class Scheduler:
         result = (self.policy or cfg.policy).cycle(snap)
         by_id = {j.id: j for j in pending}
         launches: list[LaunchSpec] = []
+        stopping = 0
         with ctx.lock, ctx.store.session.begin() as s:
             for pre in result.preemptions:
                 if checking:
@@ -90,6 +93,7 @@ class Scheduler:
                     s, v, StopKind.PREEMPT, now, actor="scheduler", event="job.preempting", reason="Preempting",
                     message=f"preempted ({pre.reason}) to make room for job {pre.for_job}; checkpoint notice follows",
                     data={"reason": pre.reason, "for_job": pre.for_job})
+                stopping += 1
             for st in result.starts:
                 j = s.get(JobRow, st.job_id)
                 seen = by_id.get(st.job_id)
@@ -103,6 +107,7 @@ class Scheduler:
                 write_reasons(s, updates)
         for spec in launches:
             self.launches.start(spec, now)
+        return stopping
 
     def _victims_in_play(self, running: Sequence[JobRow], pending: Sequence[Any]) -> dict[int, int]:
         """The victims still running or waiting whose preemptor still waits; the rest forgotten."""
