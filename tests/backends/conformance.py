@@ -16,7 +16,7 @@ sees (contracts.rank_env; on Slurm the SLURM_* values are Slurm's own, so the ch
 consistency: SLURM_PROCID == RANK, the nodelist expands to the placement's nodes, ...); signals
 (SIGUSR1 reaches every rank, SIGTERM, SIGKILL ends ranks with signal 9); exit codes; frozen
 ranks (SIGSTOP) are running and stopped, not lost; every rank or none on a command that cannot run; re-attach by a new backend on the same data dir after
-close(); release ends what is left and forgets the attempt.
+close(); release ends what is left and forgets the attempt; a rank's end is news to `watch(wake)`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -46,6 +47,7 @@ class Harness:
     nodes: tuple[str, str]
     emulates_slurm = True  # False where SLURM_* are a real Slurm's (then only their consistency is checked)
     patience = 1.0  # factor on every timeout
+    news = True  # watch(wake) is called when a rank ends (the fake backend's passes follow its clock instead)
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
@@ -167,6 +169,7 @@ class FakeHarness(Harness):
     """The fake backend: time is a FakeClock that `pause` advances; env is what the fake recorded."""
 
     nodes = ("node0", "node1")
+    news = False
 
     def __init__(self, data_dir: Path, nodes: list) -> None:  # noqa: ANN001
         self.clock = FakeClock()
@@ -276,6 +279,24 @@ class Conformance:
         h.backend.launch(h.spec(5, h.command("run=0.2", "rank1:exit=3", "rank2:exit=75")))
         st = h.wait_done(5)
         assert [(r.exit_code, r.signal) for r in st.ranks] == [(0, None), (3, None), (75, None), (0, None)]
+
+    def test_a_rank_that_ends_is_news_to_the_watcher_before_any_poll(self, harness: Harness) -> None:
+        """`watch(wake)`: the loop runs a pass when a rank ends, not at its next tick."""
+        h = harness
+        woken = threading.Event()
+        h.backend.watch(woken.set)
+        gate = h.data_dir / "go-12"
+        h.backend.launch(h.spec(12, h.command(f"until={gate}", "exit=0")))
+        h.wait_running(12)
+        h.pause(0.5)
+        woken.clear()  # nothing has ended yet
+        gate.touch()
+        if h.news:
+            h.wait(woken.is_set, 10, "wake() after the ranks' exits, with no poll between")
+        else:
+            h.pause(2)
+            assert not woken.is_set()
+        assert [r.exit_code for r in h.wait_done(12).ranks] == [0, 0, 0, 0]
 
     def test_a_command_that_cannot_run_starts_no_rank_at_all(self, harness: Harness) -> None:
         h = harness

@@ -11,6 +11,8 @@ requeue or time anything out; the control loop does that and calls `signal`/`rel
     poll() -> [AttemptState]         every attempt it knows, also those re-found after a restart
     check_node(name) -> (ok, why)    health check before a drained node returns to service
     release(job, attempt)            SIGKILL what is left, forget the run state (logs stay)
+    watch(wake)                      call wake() when a rank may have ended (news, not a fact:
+                                     the loop then polls at once, not at its next tick)
     close()                          stop watching; running ranks keep running
 
 An attempt is the unit: `(job_id, attempt)` names it, `attempt` increments on every requeue, so
@@ -39,6 +41,7 @@ Errors: `BackendError` is the only exception a backend raises on purpose; its me
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Protocol
 
 from trainyard.contracts import JobInfo
@@ -180,5 +183,8 @@ class Backend(Protocol):
     def check_node(self, name: str) -> tuple[bool, str]: ...
 
     def release(self, job_id: int, attempt: int) -> None: ...
+
+    def watch(self, wake: Callable[[], None]) -> None: ...
+    # wake() may be called from any thread; a backend with no such news does nothing
 
     def close(self) -> None: ...

@@ -495,6 +495,9 @@ class FakeBackend:
                     if rk.ended is None:
                         rk.ended = (None, _KILL, False)
 
+    def watch(self, wake: Callable[[], None]) -> None:
+        """No news: a test's passes are driven by its fake clock."""
+
     def close(self) -> None:
         """Forget every attempt here; the cluster keeps them for the next backend."""
         with self.cluster.lock:

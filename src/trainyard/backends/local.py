@@ -78,7 +78,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -92,6 +92,7 @@ from trainyard.backends._files import read_json, write_json
 from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, Owner, RankLaunch, RankState
 from trainyard.backends.contain import ops as contain_ops
 from trainyard.backends.contain.devices import Device, gpu_devices
+from trainyard.backends.exit_watch import ExitWatch
 from trainyard.contracts import EnvPart, Gang, JobDir, RankSlot, rank_env
 from trainyard.ports import free_port
 
@@ -150,6 +151,7 @@ class LocalBackend:
         self._launch_timeout_s = launch_timeout_s
         self._lock = threading.RLock()
         self._attempts: dict[tuple[int, int], _Attempt] = {}
+        self._exit_watch: ExitWatch | None = None
         self._stuck: dict[tuple[int, int], _Attempt] = {}  # released, but processes would not die yet
         try:
             self._contain = contain.choose(containment, str(self._data_dir))
@@ -315,6 +317,17 @@ class LocalBackend:
             if att is not None:
                 self._abort(att)
 
+    def watch(self, wake: Callable[[], None]) -> None:
+        """`wake()` when a rank writes its exit record (backends/exit_watch.py)."""
+        with self._lock:
+            if self._exit_watch is None:
+                self._exit_watch = ExitWatch(self._watched_runs, wake)
+
+    def _watched_runs(self) -> list[tuple[Path, int]]:
+        """(run dir, world size) of every attempt this backend holds: what the exit watch looks at."""
+        with self._lock:
+            return [(a.run_dir, a.world_size) for a in self._attempts.values()]
+
     def close(self) -> None:
         """Forget everything without touching the ranks: the next owner re-attaches from disk.
 
@@ -330,6 +343,9 @@ class LocalBackend:
                 recs = [rec for r in range(att.world_size) if (rec := read_json(att.run_dir / f"rank-{r}.json"))]
                 if att.cell is not None and not _runner_pids(recs):  # every runner has recorded its end
                     contain_ops.remove(att.cell, retry_s=0)
+            if self._exit_watch is not None:
+                self._exit_watch.stop()
+                self._exit_watch = None
             self._attempts.clear()
             self._contain.driver.close()  # only removes our base directories when they are empty
 

@@ -55,12 +55,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainyard.backends import registry
 from trainyard.backends import slurm_env
+from trainyard.backends.exit_watch import ExitWatch
 from trainyard.backends._files import read_json, touch, write_json
 from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState
 from trainyard.contracts import JobDir
@@ -130,6 +131,11 @@ def node_health(state: str) -> tuple[bool, str]:
     return (not bad, "up" if not bad else "-".join(b.lower() for b in bad))
 
 
+# While a launch waits for its ranks: how often slurmctld is asked whether the job still lives (a
+# job that ended before every rank started failed to launch); each squeue is a process and an RPC.
+SQUEUE_EVERY_S = 0.5
+
+
 class SlurmBackend:
     """Runs each attempt as a Slurm batch job; see the module docstring.
 
@@ -162,6 +168,7 @@ class SlurmBackend:
         self._python = python
         self._lock = threading.RLock()
         self._attempts: dict[tuple[int, int], _Attempt] = {}
+        self._exit_watch: ExitWatch | None = None
         self._launching: set[tuple[int, int]] = set()  # launches under way (no lock held while they wait)
         self._node_cache: tuple[float, dict[str, dict[str, str]]] | None = None
         self._discover()
@@ -415,6 +422,8 @@ class SlurmBackend:
     def _await_ranks(self, att: _Attempt) -> None:
         where = f"job {att.job_id} attempt {att.attempt}"
         deadline = time.monotonic() + self._launch_timeout_s
+        asked = 0.0  # when squeue was last asked: the rank records are read every 50 ms, squeue less
+        state = None
         while True:
             recs = [read_json(att.run_dir / f"rank-{r}.json") for r in range(att.world_size)]
             for r, rec in enumerate(recs):
@@ -422,6 +431,10 @@ class SlurmBackend:
                     raise BackendError(f"{where}: rank {r}: {rec['error']}")
             if all(rec is not None for rec in recs):
                 return
+            if time.monotonic() - asked < SQUEUE_EVERY_S:
+                time.sleep(0.05)
+                continue
+            asked = time.monotonic()
             states = self._job_states([att.slurm_id])
             state = None if states is None else states.get(att.slurm_id)  # None: not known (yet)
             if state is not None and state not in ACTIVE_JOB_STATES:
@@ -518,9 +531,24 @@ class SlurmBackend:
                 return  # gone, or ended
             time.sleep(0.1)
 
+    def watch(self, wake: Callable[[], None]) -> None:
+        """`wake()` when a rank's wrapper writes its exit record (backends/exit_watch.py): a job's
+        end is recorded without waiting for the loop's next squeue."""
+        with self._lock:
+            if self._exit_watch is None:
+                self._exit_watch = ExitWatch(self._watched_runs, wake)
+
+    def _watched_runs(self) -> list[tuple[Path, int]]:
+        """(run dir, world size) of every attempt this backend holds: what the exit watch looks at."""
+        with self._lock:
+            return [(a.run_dir, a.world_size) for a in self._attempts.values()]
+
     def close(self) -> None:
         """Forget everything; Slurm keeps running the jobs and the next owner re-attaches."""
         with self._lock:
+            if self._exit_watch is not None:
+                self._exit_watch.stop()
+                self._exit_watch = None
             self._attempts.clear()
 
     def _discover(self) -> None:

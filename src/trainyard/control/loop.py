@@ -110,6 +110,7 @@ class ControlLoop:
         one that dies is restarted and `on_thread_death(name, error)` is told."""
         self._thread = Supervised("trainyard-loop", self._run, self._stop, on_thread_death)
         self._thread.start()
+        self.ctx.backend.watch(self.wake)  # a rank's end wakes the loop (backends/exit_watch.py)
         self.health.start(on_thread_death)
 
     def stop(self) -> None:
