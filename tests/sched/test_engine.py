@@ -1,7 +1,7 @@
 """Each rule of the trainyard engine, on small hand-built snapshots."""
 
 from trainyard.sched.cluster import ClusterState, Node
-from trainyard.sched.engine import TrainyardPolicy
+from trainyard.sched.engine import EngineParams, TrainyardPolicy
 from trainyard.sched.types import Reason
 
 from tests.sched.builders import GB, nodes, pending, req, running, snapshot, teams
@@ -177,6 +177,22 @@ def test_backfill_never_delays_a_reservation():
     assert res.reservations[0].start_at == 1000.0
     assert [s.job_id for s in res.starts] == [102]  # ends at 600, before the shadow time
     assert res.pending[103].reason == Reason.RESERVATION
+
+
+def test_two_urgent_gangs_reserve_two_nodes_not_the_same_one_twice():
+    """Each reservation holds its GPUs from the later ones, also once the running jobs there end:
+    the second urgent 8-GPU job is reserved on the node that frees up next (both used to reserve
+    the first node at its shadow time, so only one node ever drained)."""
+    ns = nodes(2)
+    state = ClusterState(ns)
+    run = [running(state, req(201, "b", gpus=1, est_runtime_s=1000.0), at=((0, (0,)),)),
+           running(state, req(202, "b", gpus=1, est_runtime_s=2000.0), at=((1, (0,)),))]
+    tm = teams(a=16, b=16)
+    now = 100.0
+    urgent = [pending(req(101 + k, "a", gpus=8, gpus_per_node=8, min_nodes=1, max_nodes=1, submit=now - 13 * 3600 + k,
+                          est_runtime_s=3600.0)) for k in range(2)]
+    res = TrainyardPolicy(EngineParams(move_for_gangs=False)).cycle(snapshot(ns, tm, run, urgent, now=now))
+    assert sorted((r.job_id, r.start_at, r.nodes) for r in res.reservations) == [(101, 1000.0, (0,)), (102, 2000.0, (1,))]
 
 
 def test_an_urgent_job_waiting_for_gpu_memory_gets_a_reservation():

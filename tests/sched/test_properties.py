@@ -4,6 +4,7 @@
 - no team beyond nominal + borrowing limit, nor beyond what its cohort can lend;
 - victims are preemptible, past their min run time, and of lower priority or borrowing; a victim
   of time-sharing leaves its team at or above its nominal quota once the jobs it leaves for start;
+  a job moved for a gang saves on its notice, is smaller and on one node, and fits back;
 - a backfilled start never delays a reservation: recomputing after the starts gives a shadow
   time (the earliest reservation) no later than the one promised;
 - the same snapshot gives the same result.
@@ -32,7 +33,10 @@ from tests.sched.builders import CLASSES
 ENGINES = [TrainyardPolicy(), TrainyardPolicy(EngineParams(share_below_gpu_s=1e12, share_above_gpu_s=0.0,
                                                            share_max_lost_s=float("inf"), share_ratio=0.0,
                                                            share_min_attempt_s=0.0))]
-each_engine = pytest.mark.parametrize("engine", ENGINES, ids=["default", "sharing"])
+# And one that moves jobs for gangs at once (the default waits a minute, longer than the random
+# snapshots' jobs have waited).
+ENGINES.append(TrainyardPolicy(EngineParams(move_after_s=0.0)))
+each_engine = pytest.mark.parametrize("engine", ENGINES, ids=["default", "sharing", "moving"])
 
 
 @st.composite
@@ -128,6 +132,11 @@ def test_victims_follow_the_rules(engine, snap: Snapshot):
         lower = cls.priority < snap.classes[preemptor.req.job_class].priority
         if p.reason == "share":
             assert cls.priority == snap.classes[preemptor.req.job_class].priority
+        elif p.reason == "move":
+            # A mover saves on its notice, is smaller than the gang and on one node, and the pool
+            # had free GPUs enough for the gang, so the movers fit back once it has its place.
+            assert cls.checkpoint_on_notice and len(v.placement.nodes) == 1 and v.gpus < preemptor.req.min_gpus
+            assert snap.cluster.free_gpus(preemptor.req.pool) >= preemptor.req.min_gpus
         else:
             assert lower or ledger.borrowed(v.req.team, v.req.pool) > 0
     # Once the victims have left and the jobs waiting for their GPUs have started, no team that

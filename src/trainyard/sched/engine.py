@@ -25,9 +25,11 @@
    5d. Overdue: a job pending `overdue_at` of its class's max wait may stop its own team's
    smaller jobs of its priority submitted after it, so that a team's stream of small jobs cannot
    starve its large one (`try_overdue`).
+   5e. Moves: a gang that the pool's free GPUs could hold but no node's (fragmentation) stops
+   smaller jobs that checkpoint on the notice and fit elsewhere at once (`try_move`).
 6. Reserve. An urgent job (waited `reserve_at` of its max wait) that still does not fit gets a
    reservation: the earliest time, by the running jobs' estimated ends, when its placement frees
-   up; those GPUs are kept from jobs that would still run then.
+   up; those GPUs are kept from jobs that would still run then, and from later reservations.
 7. Explain. With `snapshot.explain`, every job left pending gets a reason and an estimated start.
 
 Admin reservations (`reservations.py`) take the nodes a job may not use out of every view before
@@ -110,6 +112,20 @@ class EngineParams:
     # 0.25: on the validation week the figures are within 1% of those without it; at 56 x 8 the
     # p99 wait moved -6% (window from 10-02) and +1% (10-20), no quota broken (bench/README.md).
     overdue_at: float | None = 0.25
+    # The team's younger, smaller jobs are held back for the overdue job's class's min run time
+    # (so that the running ones all become victims) plus this share of its grace at most (step
+    # 5d). A team held back beside its unused quota while others borrow is owed that quota, and an
+    # episode longer than min run time plus grace is a quota violation: the whole grace broke a
+    # quota on 10-20 at 80 x 8 once moves were on, half of it on 10-20 at 56 x 8; none broke with 0.
+    overdue_hold_grace: float = 0.0
+    # Moves (step 5e): a gang the pool's free GPUs could hold, but no node's (fragmentation), may
+    # stop smaller single-node jobs of classes that checkpoint on the notice, once it has waited
+    # `move_after_s`, when every one of them fits on the pool's other free GPUs at once: each loses
+    # its save and restart, and the gang does not wait for whole nodes to drain by chance. On the
+    # ten Philly windows it keeps every hard limit at both loads (at 56 x 8, goodput +0.02-0.05 and
+    # the quota violation of 10-13 gone: bench/README.md). False: off.
+    move_for_gangs: bool = True
+    move_after_s: float = 60.0
 
 
 class TrainyardPolicy:
@@ -163,6 +179,7 @@ class _Cycle:
         self.future: ClusterState | None = None  # state, with leaving jobs gone
         self.long_state: ClusterState | None = None  # state, with reserved GPUs taken away
         self.shadow = math.inf  # earliest shadow time among reservations made
+        self._reserved_gpus: set[tuple[int, int]] = set()  # (node, GPU) of every reservation made
         self.leaving = [r for r in snap.running if r.preempting]
         self.stopping: set[JobId] = set()  # victims chosen in this cycle
         self.searches = 0  # fruitless victim searches so far
@@ -398,6 +415,9 @@ class _Cycle:
             # Step 5: preemption.
             if (self.try_preempt(pj, cls.priority) or self.try_share(pj, cls.priority) or self.try_las(pj, cls.priority)
                     or self.try_overdue(pj, cls.priority)):
+                self.pend(pj, Reason.PREEMPTING)
+                continue
+            if reason == Reason.TOPOLOGY and self.try_move(pj, cls.priority):
                 self.pend(pj, Reason.PREEMPTING)
                 continue
             # Step 6: reservation for urgent jobs.
@@ -745,10 +765,10 @@ class _Cycle:
             req = pj.req
             cls = classes[req.job_class]
             late = now - pj.queued_since - self._overdue_after(req, cls)
-            # Held back for one min run time and grace at most: long enough for the running ones
-            # to become victims, never so long that the team's own quota idles (a team whose
-            # jobs wait beside unused quota that others borrow is owed it).
-            if pj.held or late < 0 or late > cls.min_run_s + cls.grace_s:
+            # Held back for one min run time and part of a grace at most: long enough for the
+            # running ones to become victims, never so long that the team's own quota idles (a
+            # team whose jobs wait beside unused quota that others borrow is owed it).
+            if pj.held or late < 0 or late > cls.min_run_s + self.p.overdue_hold_grace * cls.grace_s:
                 continue
             tp, mine = (req.team, req.pool), (req.submit_time, req.id)
             if tp in first and first[tp][1] < mine:
@@ -828,6 +848,69 @@ class _Cycle:
             return True
 
         return self._in_own_team_place(pj, prio, ok, memo, "overdue")
+
+    def try_move(self, pj: PendingJob, prio: int) -> bool:
+        """Step 5e: move smaller jobs aside for a gang the pool's free GPUs could hold but no node does.
+
+        Best fit keeps large holes while it can, but in a pool busy with single-GPU jobs every node
+        keeps a few of them, and a gang waits until some node drains by chance (a day and more on
+        the Philly windows, with tens of GPUs free). Here the gang, once it has passed its quota
+        and waited `move_after_s`, stops the smaller single-node jobs on the nodes it would take
+        (the least-lost-work set, `_find_victims`), of any team, when (1) their classes checkpoint
+        on the notice, so each loses only its save and restart, (2) they are past their min run
+        time (eligible victims), and (3) all of them fit at once on the pool's free GPUs left
+        once the gang has its place (`_movers_fit`), so no team loses GPUs for longer than a
+        restart and no quota changes hands. No ping-pong: a mover is smaller than the gang and
+        single-node, so it never needs a move itself (it fits where it is sent) and can never
+        move the gang back.
+        """
+        p, req = self.p, pj.req
+        if not p.move_for_gangs or req.min_gpus < 2:
+            return False
+        if self.now - pj.queued_since < p.move_after_s:
+            return False
+        if self.share_searches >= p.max_preemption_searches or self.successes >= p.max_preemptions_for:
+            return False
+        state = self.fut()
+        if state.free_gpus(req.pool) < req.min_gpus:
+            return False  # not fragmentation: the pool has too few free GPUs
+        memo = ("move", req.pool, req.gpus, req.gpus_per_node, req.min_nodes, req.gpu_mem_mib, req.where, self._mask)
+        if memo in self._no_share:
+            return False
+        stopping, pool, on_notice, size = self.stopping, req.pool, self._on_notice, req.min_gpus
+
+        def ok(r: RunningJob) -> bool:
+            rq = r.req
+            return (rq.id not in stopping and rq.pool == pool and r.gpus < size and len(r.placement.nodes) == 1
+                    and on_notice[rq.job_class])
+
+        self.share_searches += 1
+        teams = {t: math.inf for t in self._eligible_by_team()}
+        found = self._find_victims(req, ok, VictimBudget.flat(teams, self._prio), None)
+        if found is None or not self._movers_fit(req, *found):
+            self._no_share.add(memo)
+            return False
+        self.share_searches -= 1
+        victims, pl = found
+        self._stop_for(pj, prio, victims, pl, shared="move")
+        return True
+
+    def _movers_fit(self, req, victims: list[RunningJob], pl: Placement | None) -> bool:
+        """Whether every victim of a move fits on the pool's other free GPUs once `req` has its place."""
+        view = self.fut().copy()
+        for v in victims:
+            view.release(v.placement)
+        if pl is None:
+            pl, _ = place(view, req, req.min_nodes)
+            if pl is None:
+                return False
+        view.allocate(pl)
+        for v in sorted(victims, key=lambda v: -v.gpus):
+            got, _ = place(view, v.req, 1)
+            if got is None:
+                return False
+            view.allocate(got)
+        return True
 
     def _in_own_team_place(self, pj: PendingJob, prio: int, ok, memo: tuple, kind: str) -> bool:
         """Steps 5c and 5d: stop the jobs of `pj`'s own team that `ok` allows, taking their place
@@ -954,8 +1037,14 @@ class _Cycle:
         need = req.min_gpus
         step = max(1, need // 4)
         since_try = need
+        held = self._reserved_gpus
         for end, _, pl in self.ends():
             view.release(pl)
+            if held:  # an earlier reservation's GPUs stay out of this one's view when they free up
+                for i, gis in pl.nodes:
+                    for g in gis:
+                        if (i, g) in held:
+                            view.take_gpu(i, g)
             since_try += pl.gpus
             if view.free_gpus(req.pool) < need or since_try < step:
                 continue
@@ -968,6 +1057,7 @@ class _Cycle:
                 for (i, gis), _m in zip(got.nodes, got.mem_mib):
                     for g in gis:
                         self.long_state.take_gpu(i, g)
+                        held.add((i, g))
                 self.shadow = min(self.shadow, max(end, self.now))
                 return True
         return False
