@@ -306,6 +306,34 @@ def test_reclaim_preempts_the_borrower_by_checkpoint(fp):
     assert _resumed_from(fp, victim["id"], 2) >= 5
 
 
+def test_a_gang_blocked_by_fragmentation_moves_single_gpu_jobs_to_the_other_node(fp):
+    """Two single-GPU jobs left on each node (the short ones beside them ended): 4 GPUs free, no
+    node whole. nlp's 4-GPU job moves one node's two jobs to the other node by checkpoint
+    (EngineParams.move_after_s, step 5e); they resume there, nothing is lost."""
+    long = fake("run=600", "step=1", "ckpt=5", "usr1=1", "term=1")
+    jobs = [fp.submit(command=long if k in (2, 3, 6, 7) else fake("run=8"), gpus=1, team="vision") for k in range(8)]
+    for j in jobs:
+        fp.wait(j["id"], "RUNNING")
+    stay = [jobs[k] for k in (2, 3, 6, 7)]
+    where = {j["id"]: fp.job(j["id"])["placement"][0]["node"] for j in stay}
+    assert sorted(where.values()) == ["node-0", "node-0", "node-1", "node-1"], where
+    for k in (0, 1, 4, 5):
+        fp.wait(jobs[k]["id"], "COMPLETED")
+    for j in stay:
+        _checkpointed(fp, j)
+    gang = fp.submit(command=fake("run=5"), gpus=4, gpus_per_node=4, nodes="1", team="nlp")
+    fp.wait(gang["id"], "COMPLETED", timeout=300)
+    moved = [e for e in fp.events() if e["kind"] == "job.preempting"]
+    assert {e["data"]["reason"] for e in moved} == {"move"} and len(moved) == 2
+    node = fp.job(gang["id"])["placement"][0]["node"]
+    for e in moved:
+        j = fp.wait(e["job_id"], lambda x: x["state"] == "RUNNING" and x["attempt"] == 2, timeout=60)
+        assert where[e["job_id"]] == node and j["placement"][0]["node"] == _other(node)
+        first = j["attempts"][0]
+        assert (first["state"], first["exit_code"], first["lost_gpu_s"]) == ("PREEMPTED", 75, 0)
+        assert _resumed_from(fp, e["job_id"], 2) >= 5
+
+
 def test_non_preemptible_jobs_are_never_preempted(fp):
     inter = [fp.submit(command=fake("run=600"), gpus=4, team="vision", **{"class": "interactive"}) for _ in range(2)]
     for j in inter:
