@@ -1,5 +1,5 @@
 """The suite's `xdist_group` marks keep a group on one worker under `make test`'s
-`-n 2 --dist loadgroup`, so a module-scoped cluster (Slurm, chaos, accounting figures) starts once.
+`-n 3 --dist loadgroup`, so a module-scoped cluster (Slurm, chaos, accounting figures) starts once.
 
 Nothing else notices when they stop doing so: on pytest 9.2 with pytest-xdist 3.8 the grouping
 silently stops (pytest-xdist#1386), every such fixture is set up once per worker, two Slurm test
@@ -40,7 +40,7 @@ def test_a_grouped_module_fixture_is_set_up_once_on_one_worker(tmp_path: Path):
     (tmp_path / "test_grouped.py").write_text(GROUPED)
     (tmp_path / "test_others.py").write_text(OTHERS)
     setups = tmp_path / "setups"
-    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "3", "--dist", "loadgroup",
                         "-c", "/dev/null", "--rootdir", str(tmp_path), str(tmp_path)],
                        capture_output=True, text=True, timeout=120, env={**_env(), "SETUPS": str(setups)})
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
