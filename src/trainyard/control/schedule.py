@@ -76,7 +76,8 @@ class Scheduler:
             idx = NodeIndex.build(cfg, states, unhealthy + sorted(unchecked))
             usage = self._usage(s, now)
         snap = build_snapshot(cfg, idx, running, pending, usage, now, self._pending_cache,
-                              stopped_for=self._victims_in_play(running, pending))
+                              stopped_for=self._victims_in_play(running, pending),
+                              launching=facts.launching | self.launches.in_flight())
         result = (self.policy or cfg.policy).cycle(snap)
         by_id = {j.id: j for j in pending}
         launches: list[LaunchSpec] = []

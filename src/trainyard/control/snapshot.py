@@ -82,12 +82,12 @@ def pending_of(j: JobRow) -> PendingJob:
     return PendingJob(request_of(j), j.attempt, j.queued_since, j.progress_s, j.attained_gpu_s, j.held)
 
 
-def running_of(j: JobRow, idx: NodeIndex) -> RunningJob | None:
+def running_of(j: JobRow, idx: NodeIndex, starting: bool = False) -> RunningJob | None:
     p = idx.from_rows(j.placement or [])
     if p is None or j.start_time is None:
         return None
     return RunningJob(request_of(j), p, j.start_time, j.last_checkpoint or j.start_time, j.attempt,
-                      j.progress_s, j.attained_gpu_s, preempting=j.stop_kind is not None)
+                      j.progress_s, j.attained_gpu_s, preempting=j.stop_kind is not None, starting=starting)
 
 
 def decayed_usage(spans: Iterable[tuple[str, int, float, float | None]], now: float,
@@ -143,9 +143,11 @@ class PendingCache:
 
 def build_snapshot(cfg: ConfigVersion, idx: NodeIndex, running_rows: Sequence[JobRow], pending_rows: Sequence[JobRow],
                    usage: dict[str, float], now: float, cache: PendingCache, explain: bool = True,
-                   stopped_for: dict[int, int] | None = None) -> Snapshot:
+                   stopped_for: dict[int, int] | None = None,
+                   launching: frozenset[tuple[int, int]] = frozenset()) -> Snapshot:
+    """`launching`: (job, attempt) of the attempts still being launched (control/launches.py)."""
     teams, classes = cfg.sched
-    running = [r for r in (running_of(j, idx) for j in running_rows) if r is not None]
+    running = [r for r in (running_of(j, idx, (j.id, j.attempt) in launching) for j in running_rows) if r is not None]
     cluster = ClusterState.build(idx.nodes, [r.placement for r in running])
     pending = cache(j for j in pending_rows if not j.held and j.job_class in classes and j.team in teams)
     return Snapshot(now=now, cluster=cluster, teams=teams, classes=classes, running=running, pending=pending,

@@ -520,7 +520,7 @@ class _Cycle:
             for r in self.snap.running:
                 req = r.req
                 cut = cutoff[req.job_class]
-                if cut is None or r.preempting or r.start_time > cut[0]:
+                if cut is None or r.preempting or r.starting or r.start_time > cut[0]:
                     continue
                 team_jobs = eligible.get(req.team)
                 if team_jobs is None:

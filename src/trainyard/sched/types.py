@@ -151,6 +151,9 @@ class RunningJob:
     progress_s: float = 0.0  # checkpointed work before this attempt
     attained_gpu_s: float = 0.0  # GPU-seconds held before this attempt
     preempting: bool = False  # a notice was sent; it is checkpointing and will leave
+    # Its attempt is still being launched (the backend has not started its ranks yet, 1-3 s on
+    # Slurm): never a victim, since stopping it saves nothing and its notice could only wait.
+    starting: bool = False
 
     @property
     def gpus(self) -> int:

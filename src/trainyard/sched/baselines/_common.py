@@ -168,7 +168,7 @@ class Classes(dict):
 
     def may_preempt(self, r: RunningJob) -> bool:
         """`may_preempt`, with the class looked up here."""
-        if r.preempting:
+        if r.preempting or r.starting:
             return False
         cls = self[r.req.job_class]
         return cls.preemptible and self.snap.now - r.start_time >= cls.min_run_s
@@ -214,8 +214,9 @@ def expected_end(snap: Snapshot, r: RunningJob) -> float:
 
 
 def may_preempt(snap: Snapshot, r: RunningJob) -> bool:
-    """Preemptible class, past its min run time in this attempt, and not already leaving."""
-    if r.preempting:
+    """Preemptible class, past its min run time in this attempt, not already leaving nor still
+    being launched."""
+    if r.preempting or r.starting:
         return False
     cls = class_of(snap, r.req.job_class)
     return cls.preemptible and snap.now - r.start_time >= cls.min_run_s
