@@ -172,3 +172,22 @@ def test_a_job_stopped_for_its_teams_borrowing_higher_priority_job_restarts_afte
     assert [s.job_id for s in nxt.starts] == [3]
     assert nxt.preemptions == []
     assert nxt.pending[2].reason == Reason.QUOTA  # 7 + 2 > 8: it waits for the interactive job
+
+
+# -- an attempt still being launched is no victim ------------------------------------------------
+
+def test_a_borrowers_job_still_being_launched_is_not_stopped_for_a_reclaim():
+    """On Slurm a launch takes seconds; a job chosen as a victim then got its notice only once it
+    had started, and stopping it saved nothing. b borrows one node with a batch job (no min run
+    time) whose launch is still in flight: a's in-quota job waits rather than stop it, and
+    reclaims as soon as the job runs."""
+    ns, tm = nodes(1), teams(a=8, b=0)
+    state = ClusterState(ns)
+    now = 10_000.0
+    borrower = running(state, req(200, "b", "batch", gpus=8), start=now - 5, starting=True)
+    owed = pending(req(100, "a", "batch", gpus=8, submit=now - 600))
+    res = ENGINE.cycle(snapshot(ns, tm, [borrower], [owed], now=now))
+    assert res.preemptions == [] and res.pending[100].reason != Reason.PREEMPTING
+    started = replace(borrower, starting=False)
+    res = ENGINE.cycle(snapshot(ns, tm, [started], [owed], now=now))
+    assert [(p.job_id, p.reason) for p in res.preemptions] == [(200, "reclaim")]
