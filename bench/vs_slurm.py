@@ -27,11 +27,13 @@ machine's conditions and the whole run takes one system's time; `--sequential` f
 Figures per system: makespan, utilization (GPU-seconds inside attempts / capacity x makespan),
 goodput (steps done / the same), wait and JCT per class (mean, p99), preemptions, lost steps
 (steps run twice), the requeue gap (a preempted job's end to its next start), and each team's
-share of the GPUs while it had a job waiting against its nominal share. For both trainyard
+share of the GPUs while it had a job waiting against its nominal share, and (`quota_owed`) the
+share its quota let it hold at those instants against what it held of that. For both trainyard
 systems also how long the notice took (decision event → the job's end; the job leaves within
 50 ms of the signal) and how long recording a job's end took (the job's end → the plane's): the
-local backend's figures are the baseline of the Slurm backend's. Jobs run as whoever runs the benchmark (root here: the
-Slurm daemons need it).
+local backend's figures are the baseline of the Slurm backend's. Jobs run as whoever runs the
+benchmark (root here: the Slurm daemons need it). With `--keep DIR`, each system's `jobs.json`
+holds every job's submit time and attempts, from which any figure can be recomputed.
 """
 
 from __future__ import annotations
@@ -171,7 +173,8 @@ def metrics(jobs: list[Job]) -> dict[str, Any]:
             "lost_steps": sum(sum(a["ran"] for a in j.attempts) - j.steps for j in jobs),
             "requeue_gap_mean_s": round(statistics.fmean(gaps), 1) if gaps else None,
             "requeue_gap_max_s": round(max(gaps), 1) if gaps else None,
-            "team_share_when_waiting": team_shares(jobs, start, end)}
+            "team_share_when_waiting": team_shares(jobs, start, end),
+            "team_quota_owed": quota_owed(jobs, start, end)}
 
 
 def _wait(j: Job) -> float:
@@ -202,6 +205,53 @@ def team_shares(jobs: list[Job], start: float, end: float, dt: float = 1.0) -> d
     return {team: {"nominal": round(TEAMS[team] / capacity, 3),
                    "share": round(statistics.fmean(v), 3) if v else None, "seconds": round(len(v) * dt)}
             for team, v in acc.items()}
+
+
+def within_quota(held: int, nominal: int, waiting: list[int]) -> int:
+    """The most GPUs a team could hold inside its nominal quota: what it holds (up to the quota)
+    plus the largest sum of its waiting jobs' sizes that fits in the rest (jobs run whole)."""
+    room = max(0, nominal - held)
+    sums = {0}
+    for g in waiting:
+        sums |= {s + g for s in sums if s + g <= room}
+    return min(held, nominal) + max(sums)
+
+
+def quota_owed(jobs: list[Job], start: float, end: float, dt: float = 1.0) -> dict[str, dict[str, Any]]:
+    """Per team, over the contended instants when it had a job waiting: the share of the GPUs its
+    nominal quota let it hold (what it held plus the waiting jobs that fit in the rest of its
+    quota), the share it held of that, the mean gap and how long it was owed GPUs.
+
+    A team whose waiting job is larger than the rest of its quota must borrow to run it (Kueue's
+    semantics): no quota keeper owes it those GPUs, yet `team_shares` (the plain share while
+    waiting) counts them against the scheduler; here they are not."""
+    capacity = NODES * GPUS_PER_NODE
+    entitled: dict[str, list[float]] = {t: [] for t in TEAMS}
+    held_in: dict[str, list[float]] = {t: [] for t in TEAMS}
+    t = start
+    while t < end:
+        held = {team: 0 for team in TEAMS}
+        waiting: dict[str, list[int]] = {}
+        for j in jobs:
+            if j.submit > t or j.attempts[-1]["end"] <= t:
+                continue
+            if any(a["start"] <= t < a["end"] for a in j.attempts):
+                held[j.team] += j.gpus
+            else:
+                waiting.setdefault(j.team, []).append(j.gpus)
+        for team, sizes in waiting.items():
+            entitled[team].append(within_quota(held[team], TEAMS[team], sizes) / capacity)
+            held_in[team].append(min(held[team], TEAMS[team]) / capacity)
+        t += dt
+    out: dict[str, dict[str, Any]] = {}
+    for team in TEAMS:
+        e, h = entitled[team], held_in[team]
+        gaps = [x - y for x, y in zip(e, h)]
+        out[team] = {"entitled": round(statistics.fmean(e), 3) if e else None,
+                     "held_in_quota": round(statistics.fmean(h), 3) if h else None,
+                     "gap": round(statistics.fmean(gaps), 3) if gaps else None,
+                     "owed_s": round(sum(dt for g in gaps if g > 0))}
+    return out
 
 
 # -- real Slurm ---------------------------------------------------------------------------------------
@@ -392,6 +442,10 @@ def main() -> None:
             errors[name] = f"{type(e).__name__}: {e}"
             return
         res[name]["wall_s"] = round(time.time() - ts, 1)
+        # Every job's submit time and attempts, to recompute any figure from a kept run (--keep).
+        (work / "jobs.json").write_text(json.dumps([{
+            "index": j.index, "team": j.team, "class": j.job_class, "gpus": j.gpus, "steps": j.steps,
+            "submit": j.submit, "attempts": j.attempts} for j in jobs]))
         if not a.json:
             print(name, json.dumps(res[name]), flush=True)
 
