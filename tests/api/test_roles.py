@@ -73,7 +73,7 @@ def world(tmp_path_factory: pytest.TempPathFactory):
             "print('home job log line', flush=True)\n"
             "time.sleep(120)\n"))["id"]
         p.cp.loop.step()  # one pass: the home job starts for real, on node-0
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 120
         while not out.exists() or not out.read_text():
             assert time.monotonic() < deadline, "the home job never wrote its TRAINYARD_TOKEN"
             time.sleep(0.05)

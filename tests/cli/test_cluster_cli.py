@@ -94,7 +94,7 @@ def test_an_array_is_shown_and_cancelled_as_squeue_and_scancel_do(yard, tmp_path
     assert yard("cancel", f"{aid}_1").stdout.startswith(f"job {aid}_1: CANCELLED")  # one task
     assert yard("release", str(aid)).returncode == 0  # the array's id: every task still waiting
     wait_state(yard, aid, ("RUNNING",))
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 120
     while "lr index 0" not in yard("logs", f"{aid}_0").stdout:  # the task's own index, read by its script
         assert time.monotonic() < deadline
         time.sleep(0.2)
