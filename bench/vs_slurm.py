@@ -50,7 +50,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
@@ -182,26 +182,32 @@ def _wait(j: Job) -> float:
     return (a[0]["start"] - j.submit) + sum(y["start"] - x["end"] for x, y in zip(a, a[1:]))
 
 
-def team_shares(jobs: list[Job], start: float, end: float, dt: float = 1.0) -> dict[str, dict[str, float]]:
-    """Per team, its mean share of the GPUs over the instants when the cluster was contended (some
-    job waited) and the team had a job waiting, against its nominal share."""
-    capacity = NODES * GPUS_PER_NODE
-    acc: dict[str, list[float]] = {t: [] for t in TEAMS}
+def instants(jobs: list[Job], start: float, end: float, dt: float = 1.0) -> Iterator[tuple[dict[str, int], dict[str, list[int]]]]:
+    """Every `dt` from `start` to `end`: the GPUs each team held, and the sizes of each team's jobs
+    that waited then (submitted, not done, not inside an attempt)."""
     t = start
     while t < end:
         held = {team: 0 for team in TEAMS}
-        waiting: set[str] = set()
+        waiting: dict[str, list[int]] = {}
         for j in jobs:
             if j.submit > t or j.attempts[-1]["end"] <= t:
                 continue
             if any(a["start"] <= t < a["end"] for a in j.attempts):
                 held[j.team] += j.gpus
             else:
-                waiting.add(j.team)
-        if waiting:
-            for team in waiting:
-                acc[team].append(held[team] / capacity)
+                waiting.setdefault(j.team, []).append(j.gpus)
+        yield held, waiting
         t += dt
+
+
+def team_shares(jobs: list[Job], start: float, end: float, dt: float = 1.0) -> dict[str, dict[str, float]]:
+    """Per team, its mean share of the GPUs over the instants when the cluster was contended (some
+    job waited) and the team had a job waiting, against its nominal share."""
+    capacity = NODES * GPUS_PER_NODE
+    acc: dict[str, list[float]] = {t: [] for t in TEAMS}
+    for held, waiting in instants(jobs, start, end, dt):
+        for team in waiting:
+            acc[team].append(held[team] / capacity)
     return {team: {"nominal": round(TEAMS[team] / capacity, 3),
                    "share": round(statistics.fmean(v), 3) if v else None, "seconds": round(len(v) * dt)}
             for team, v in acc.items()}
@@ -226,31 +232,20 @@ def quota_owed(jobs: list[Job], start: float, end: float, dt: float = 1.0) -> di
     semantics): no quota keeper owes it those GPUs, yet `team_shares` (the plain share while
     waiting) counts them against the scheduler; here they are not."""
     capacity = NODES * GPUS_PER_NODE
-    entitled: dict[str, list[float]] = {t: [] for t in TEAMS}
-    held_in: dict[str, list[float]] = {t: [] for t in TEAMS}
-    t = start
-    while t < end:
-        held = {team: 0 for team in TEAMS}
-        waiting: dict[str, list[int]] = {}
-        for j in jobs:
-            if j.submit > t or j.attempts[-1]["end"] <= t:
-                continue
-            if any(a["start"] <= t < a["end"] for a in j.attempts):
-                held[j.team] += j.gpus
-            else:
-                waiting.setdefault(j.team, []).append(j.gpus)
+    gaps: dict[str, list[tuple[float, float]]] = {t: [] for t in TEAMS}  # (entitled, held in quota)
+    for held, waiting in instants(jobs, start, end, dt):
         for team, sizes in waiting.items():
-            entitled[team].append(within_quota(held[team], TEAMS[team], sizes) / capacity)
-            held_in[team].append(min(held[team], TEAMS[team]) / capacity)
-        t += dt
+            gaps[team].append((within_quota(held[team], TEAMS[team], sizes) / capacity,
+                               min(held[team], TEAMS[team]) / capacity))
     out: dict[str, dict[str, Any]] = {}
-    for team in TEAMS:
-        e, h = entitled[team], held_in[team]
-        gaps = [x - y for x, y in zip(e, h)]
-        out[team] = {"entitled": round(statistics.fmean(e), 3) if e else None,
-                     "held_in_quota": round(statistics.fmean(h), 3) if h else None,
-                     "gap": round(statistics.fmean(gaps), 3) if gaps else None,
-                     "owed_s": round(sum(dt for g in gaps if g > 0))}
+    for team, pairs in gaps.items():
+        if not pairs:
+            out[team] = {"entitled": None, "held_in_quota": None, "gap": None, "owed_s": 0}
+            continue
+        diff = [e - h for e, h in pairs]
+        out[team] = {"entitled": round(statistics.fmean(e for e, _ in pairs), 3),
+                     "held_in_quota": round(statistics.fmean(h for _, h in pairs), 3),
+                     "gap": round(statistics.fmean(diff), 3), "owed_s": round(sum(dt for g in diff if g > 0))}
     return out
 
 
