@@ -158,7 +158,8 @@ def test_a_job_stopped_for_its_teams_borrowing_higher_priority_job_restarts_afte
     # submits a 7-GPU interactive one, which must take the training job's quota (2 + 7 > 8). Once
     # the training job has left, it is inside x's quota and the interactive job borrows, so the
     # order alone tries the victim first: it restarted on the GPUs it left and was preempted
-    # again, 30 times in a row. Snapshot.stopped_for tries it after the job it was stopped for.
+    # again, 30 times in a row. Snapshot.stopped_for tries it after the job it was stopped for;
+    # so does the order itself now: within a team, priority first (the next test).
     ns = nodes(1)
     state = ClusterState(ns)
     run = [running(state, req(2, "x", "training", gpus=2), start=0.0, ckpt=3590.0)]
@@ -167,11 +168,56 @@ def test_a_job_stopped_for_its_teams_borrowing_higher_priority_job_restarts_afte
     res = ENGINE.cycle(snap)
     assert [(p.job_id, p.reason, p.for_job) for p in res.preemptions] == [(2, "priority", 3)]
     nxt_snap = after(snap, res, now=3610.0)
-    assert ENGINE.cycle(nxt_snap).starts[0].job_id == 2  # what the order alone does
-    nxt = ENGINE.cycle(replace(nxt_snap, stopped_for={2: 3}))
-    assert [s.job_id for s in nxt.starts] == [3]
-    assert nxt.preemptions == []
-    assert nxt.pending[2].reason == Reason.QUOTA  # 7 + 2 > 8: it waits for the interactive job
+    for nxt in (ENGINE.cycle(nxt_snap), ENGINE.cycle(replace(nxt_snap, stopped_for={2: 3}))):
+        assert [s.job_id for s in nxt.starts] == [3]
+        assert nxt.preemptions == []
+        assert nxt.pending[2].reason == Reason.QUOTA  # 7 + 2 > 8: it waits for the interactive job
+
+
+def _vs_slurm_case(stopped_for: dict[int, int] | None = None) -> Snapshot:
+    """From the run against real Slurm (bench/vs_slurm.py): 2 nodes x 4 GPUs, nominal a 4, b 2,
+    c 2 in one cohort. a's 4-GPU training job holds n0; n1 is free. c waits with a 4-GPU training
+    job (it must borrow b's 2 idle GPUs) and two batch jobs of 2 and 1 GPUs inside its quota."""
+    ns = nodes(2, gpus=4)
+    state = ClusterState(ns)
+    run = [running(state, req(100, "a", "training", gpus=4, est_runtime_s=600.0), start=0.0)]
+    tm = teams(a=4, b=2, c=2)
+    pend = [pending(req(300, "c", "training", gpus=4, submit=60.0, est_runtime_s=90.0)),
+            pending(req(301, "c", "batch", gpus=2, submit=10.0, est_runtime_s=60.0)),
+            pending(req(302, "c", "batch", gpus=1, submit=20.0, est_runtime_s=60.0))]
+    return replace(snapshot(ns, tm, run, pend, now=100.0), stopped_for=stopped_for or {})
+
+
+def test_within_a_team_a_higher_priority_borrowing_job_goes_before_its_in_quota_work():
+    # The batch jobs are in c's quota and the training job borrows, so the tiers alone tried the
+    # batch jobs first: they took 3 of the 4 GPUs c may hold, the training job then stopped them
+    # (own team, lower priority), and the team's next batch job took the GPUs they left: six
+    # batch jobs started and were stopped a second later, one after the other, for 8 s.
+    res = ENGINE.cycle(_vs_slurm_case())
+    assert [s.job_id for s in res.starts] == [300]
+    assert res.preemptions == []
+    assert res.pending[301].reason == res.pending[302].reason == Reason.QUOTA
+    # The same once the batch jobs had been stopped for it.
+    res = ENGINE.cycle(_vs_slurm_case(stopped_for={301: 300, 302: 300}))
+    assert [s.job_id for s in res.starts] == [300] and res.preemptions == []
+
+
+def test_a_reclaimed_job_back_inside_its_quota_is_not_held_behind_its_reclaimer():
+    # a's training job was reclaimed for c's 2-GPU batch job (a then borrowed); a's other job has
+    # ended since, so it is inside a's quota, while the batch job still waits behind c's own
+    # training jobs. Held behind the batch job (stopped_for), it let c's borrowing training jobs
+    # take the free node, and reclaimed each one a second later.
+    ns = nodes(2, gpus=4)
+    state = ClusterState(ns)
+    run = [running(state, req(300, "c", "training", gpus=4, est_runtime_s=600.0), start=0.0)]
+    tm = teams(a=4, b=2, c=2)
+    pend = [pending(req(101, "a", "training", gpus=4, submit=0.0, est_runtime_s=900.0)),
+            pending(req(301, "c", "batch", gpus=2, submit=10.0, est_runtime_s=60.0)),
+            pending(req(303, "c", "training", gpus=4, submit=90.0, est_runtime_s=90.0))]
+    snap = replace(snapshot(ns, tm, run, pend, now=100.0), stopped_for={101: 301})
+    res = ENGINE.cycle(snap)
+    assert [s.job_id for s in res.starts] == [101]
+    assert res.preemptions == []
 
 
 # -- an attempt still being launched is no victim ------------------------------------------------

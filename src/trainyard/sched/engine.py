@@ -209,6 +209,8 @@ class _Cycle:
         self.holds = Holds.of(snap.reservations, snap.cluster, snap.classes, snap.now, snap.pending)
         self._mask = NO_MASK
         self._resv_est: dict[JobId, float | None] = {}  # estimates reservations decide
+        self._behind_top: dict[JobId, JobId] = {}  # in-quota job -> its team's higher-priority borrower
+        self._tier0: set[JobId] = set()  # the jobs `in_turn` tried as in quota
 
     # -- views ----------------------------------------------------------------------------------
 
@@ -308,9 +310,23 @@ class _Cycle:
         in quota once the jobs started or claiming GPUs ahead of it in this cycle are counted
         (it fits beside its team's jobs of its priority or more); one that no longer is goes
         with the borrowing jobs, in key order. A reclaimed job whose team's higher-priority job
-        takes the quota first thus never comes back ahead of the job it was stopped for."""
+        takes the quota first thus never comes back ahead of the job it was stopped for.
+
+        An in-quota job whose own team has a higher-priority job that borrows is tried right
+        after that job (`after_their_bosses`), not before it: within a team priority comes
+        first, as in one Kueue ClusterQueue. Tried first, the lower-priority job took the quota
+        the other needed, which then stopped it (own team, lower priority), and the next of the
+        team's in-quota jobs took the GPUs it left: in the run against real Slurm a 4-GPU
+        training job stopped six batch jobs of its team one after the other, a second apart."""
         demoted = []
         nominal, levels, held, prio = self.ledger.nominal, self._levels_now, self._held_now, self._prio
+        tops: dict[tuple[str, str], tuple[int, JobId]] = {}  # each team's first borrowing job
+        for key, pj in islice(order, n_first, None):
+            tk = (pj.req.team, pj.req.pool)
+            if tk not in tops:
+                tops[tk] = (key[0], pj.req.id)
+        behind = self._behind_top
+        tier0 = self._tier0 if self.snap.stopped_for else None  # only `stopped_for` asks
         for kp in islice(order, n_first):
             req = kp[1].req
             hk = (req.team, req.pool)
@@ -322,26 +338,49 @@ class _Cycle:
                 if used + req.min_gpus > nominal(req.team, req.pool):
                     demoted.append(kp)
                     continue
+            if tops:
+                top = tops.get(hk)
+                if top is not None and top[0] < kp[0][0]:  # key[0] is -priority
+                    behind[req.id] = top[1]
+            if tier0 is not None:
+                tier0.add(req.id)
             yield kp
         rest = islice(order, n_first, None)
         yield from (heapq.merge(demoted, rest, key=itemgetter(0)) if demoted else rest)
 
-    def after_their_preemptors(self, jobs: Iterable[tuple[tuple, PendingJob]]) -> Iterable[tuple[tuple, PendingJob]]:
-        """`jobs` in their order, except that a job stopped for a job that still waits
-        (`Snapshot.stopped_for`) is tried right after that job, not before it: otherwise an
-        in-quota job stopped for its own team's higher-priority job that borrows (so comes later
-        in the order) would restart on the GPUs it just left, and be preempted again, for ever."""
-        stopped_for = self.snap.stopped_for
-        if not stopped_for:
-            yield from jobs
-            return
-        untried = {pj.req.id for pj in self.snap.pending}
+    def after_their_bosses(self, jobs: Iterable[tuple[tuple, PendingJob]]) -> Iterable[tuple[tuple, PendingJob]]:
+        """`jobs` in their order, except that a job is tried right after its "boss", not before:
+
+        - a job stopped for a job that still waits (`Snapshot.stopped_for`): otherwise it could
+          restart on the GPUs it just left and be preempted again, for ever. Not once it is inside
+          its team's quota and was stopped for another team's job: its team is then owed those
+          GPUs (its own work ended meanwhile; a reclaimed job always needs to borrow to restart),
+          and holding it behind a borrowing job let that job's teammates take its place, each
+          reclaimed a second later (the run against real Slurm);
+        - an in-quota job whose team's first borrowing job has a higher priority (`in_turn`).
+        """
+        # `behind_top` fills while `in_turn` yields its in-quota jobs, which all come before any
+        # borrowing job (so a boss from it is always still untried when its follower comes).
+        stopped_for, behind_top = self.snap.stopped_for, self._behind_top
+        team_of = {pj.req.id: pj.req.team for pj in self.snap.pending} if stopped_for else {}
+        untried = set(team_of)
+        tier0 = self._tier0
         behind: dict[JobId, list[tuple[tuple, PendingJob]]] = {}
         for kp in jobs:
-            jid = kp[1].req.id
-            boss = stopped_for.get(jid)
-            if boss is not None and boss in untried and boss != jid:
+            req = kp[1].req
+            jid = req.id
+            boss = stopped_for.get(jid) if stopped_for else None
+            if boss is not None:
+                if (jid in tier0 and team_of.get(boss) != req.team) or boss not in untried or boss == jid:
+                    boss = None
+            if boss is None and behind_top:
+                boss = behind_top.get(jid)
+            if boss is not None:
                 behind.setdefault(boss, []).append(kp)
+                continue
+            if not behind:
+                untried.discard(jid)
+                yield kp
                 continue
             ready = [kp]
             while ready:
@@ -361,7 +400,7 @@ class _Cycle:
         classes, now, failed = snap.classes, self.now, self._failed
         reasons = self._reasons if snap.explain else None
         overdue = self.overdue_first(order, n_first)
-        for key, pj in self.after_their_preemptors(self.in_turn(order, n_first)):
+        for key, pj in self.after_their_bosses(self.in_turn(order, n_first)):
             r = pj.req
             if pj.held:
                 self.pend(pj, Reason.HELD)
