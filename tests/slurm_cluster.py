@@ -78,6 +78,7 @@ import signal
 import socket
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 import weakref
@@ -88,6 +89,7 @@ from tests.setup_once import install_once
 
 REPO = Path(__file__).resolve().parent.parent
 SETUP_SCRIPT = REPO / "scripts" / "slurm-setup.sh"
+SUBREAPER = Path(__file__).resolve().with_name("slurm_subreaper.py")  # each slurmd runs under it
 BINARIES = ("munged", "slurmctld", "slurmd", "slurmdbd", "sinfo", "squeue", "sbatch", "srun", "scontrol", "scancel",
             "sacct", "sacctmgr")
 MARIADB = ("127.0.0.1", 3306)  # accounting=True stores Slurm's accounting here (user root, no password)
@@ -459,7 +461,10 @@ class SlurmCluster:
         if old is not None and old.poll() is None:
             return
         (self.spool_dir / node).mkdir(parents=True, exist_ok=True)
-        self._spawn(key, [_which("slurmd") or "slurmd", "-D", "-f", str(self.conf_path), "-N", node])
+        # Under a subreaper (tests/slurm_subreaper.py): orphans of its steps are reaped at once, as
+        # systemd does on a real node; this machine's PID 1 left each batch job 3 s in COMPLETING.
+        self._spawn(key, [sys.executable, "-I", "-S", str(SUBREAPER),
+                          _which("slurmd") or "slurmd", "-D", "-f", str(self.conf_path), "-N", node])
 
     def pids(self) -> dict[str, int]:
         """The running daemons: {"munged": pid, "slurmctld": pid, "slurmd-n1": pid, ...}."""
