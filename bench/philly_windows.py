@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/philly_windows.py [--starts 2017-09-18,2017-09-22,...] [--days 9]
         [--warmup-days 2] [--clusters 80x8,56x8] [--estimates user] [--seed 1] [--workers 2] [--json]
-        [--share-below GPU_S] [--reuse DIR]
+        [--share-below GPU_S] [--params JSON] [--reuse DIR]
 
 Each window is what `yard sim --from START --to START+days --warmup-days 2 --policies all` runs
 (the validation command's shape: two warm-up days, seven measured), every policy side by side, on
@@ -38,7 +38,6 @@ from multiprocessing import Pool
 from pathlib import Path
 from typing import Any
 
-from trainyard.sched.engine import EngineParams, TrainyardPolicy
 from trainyard.sched.policy import get_policy, policy_names
 from trainyard.sim.estimates import apply_estimates
 from trainyard.sim.philly import load_philly
@@ -58,8 +57,11 @@ def run_one(task: tuple[dict[str, Any], str, str, str]) -> tuple[str, str, str, 
                     cluster=cluster, seed=args["seed"])
     w.jobs = apply_estimates(w.jobs, args["estimates"], args["seed"])
     t0 = time.perf_counter()
-    if policy == OURS and args.get("share_below") is not None:
-        pol = TrainyardPolicy(EngineParams(share_below_gpu_s=args["share_below"]))
+    if policy == OURS:
+        params = dict(args.get("params") or {})
+        if args.get("share_below") is not None:
+            params["share_below_gpu_s"] = args["share_below"]
+        pol = get_policy(policy, params)
     else:
         pol = get_policy(policy)
     m = metrics(simulate(w, pol))
@@ -72,7 +74,7 @@ def _kept(reuse: Path | None, cluster: str, start: str, policy: str) -> Path | N
 
 def _workload_args(args: dict[str, Any]) -> dict[str, Any]:
     """The arguments another policy's run depends on (not trainyard's own parameters)."""
-    return {k: v for k, v in args.items() if k != "share_below"}
+    return {k: v for k, v in args.items() if k not in ("share_below", "params")}
 
 
 def load_kept(path: Path | None, args: dict[str, Any]) -> dict[str, Any] | None:
@@ -141,6 +143,8 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="one JSON line")
     ap.add_argument("--share-below", type=float, default=None, metavar="GPU_S",
                     help="trainyard with time-sharing of borrowed GPUs on (EngineParams.share_below_gpu_s)")
+    ap.add_argument("--params", type=json.loads, default=None, metavar="JSON",
+                    help='trainyard\'s parameters, as the scheduler: section takes them (e.g. \'{"ordering": {"reserve_at": 0.25}}\')')
     ap.add_argument("--reuse", type=Path, default=None, metavar="DIR",
                     help="keep each run's metrics here and read the other policies' back on a later run")
     a = ap.parse_args()
@@ -152,7 +156,8 @@ def main() -> None:
     starts = [s.strip() for s in a.starts.split(",") if s.strip()]
     clusters = [c.strip() for c in a.clusters.split(",") if c.strip()]
     shared = {"trace": a.trace, "days": a.days, "warmup_days": a.warmup_days,
-              "estimates": a.estimates, "seed": a.seed, "share_below": a.share_below}
+              "estimates": a.estimates, "seed": a.seed, "share_below": a.share_below,
+              "params": a.params}
     results: dict[str, dict[str, dict[str, dict[str, Any]]]] = {c: {s: {} for s in starts} for c in clusters}
     t0 = time.perf_counter()
     tasks = []

@@ -211,6 +211,7 @@ class _Cycle:
         self._resv_est: dict[JobId, float | None] = {}  # estimates reservations decide
         self._behind_top: dict[JobId, JobId] = {}  # in-quota job -> its team's higher-priority borrower
         self._tier0: set[JobId] = set()  # the jobs `in_turn` tried as in quota
+        self._merge_key = itemgetter(0)  # the order's sort key (`_preemptors_first` refines it)
 
     # -- views ----------------------------------------------------------------------------------
 
@@ -346,7 +347,7 @@ class _Cycle:
                 tier0.add(req.id)
             yield kp
         rest = islice(order, n_first, None)
-        yield from (heapq.merge(demoted, rest, key=itemgetter(0)) if demoted else rest)
+        yield from (heapq.merge(demoted, rest, key=self._merge_key) if demoted else rest)
 
     def after_their_bosses(self, jobs: Iterable[tuple[tuple, PendingJob]]) -> Iterable[tuple[tuple, PendingJob]]:
         """`jobs` in their order, except that a job is tried right after its "boss", not before:
@@ -494,7 +495,32 @@ class _Cycle:
         snap, op = self.snap, self.p.ordering
         pools = {pj.req.pool for pj in snap.pending}
         fs = {pool: fairshare_factors(snap.teams, snap.usage, pool, op.fairshare_weight) for pool in pools}
-        return keyed_in_order(snap.pending, snap.classes, self.now, self.headroom, fs, op, snap.teams)
+        order, n_first = keyed_in_order(snap.pending, snap.classes, self.now, self.headroom, fs, op, snap.teams)
+        bosses = set(snap.stopped_for.values()) if snap.stopped_for else None
+        if bosses:
+            order = self._preemptors_first(order, n_first, bosses)
+        return order, n_first
+
+    def _preemptors_first(self, order: list[tuple[tuple, PendingJob]], n_first: int,
+                          bosses: set[JobId]) -> list[tuple[tuple, PendingJob]]:
+        """Within each tier, a job whose victims are leaving or have left (`Snapshot.stopped_for`)
+        goes first among the jobs of its priority, as Slurm's preemptor is the job it starts next.
+
+        Its victims gave up their GPUs for it. Tried after a job of its tier and priority that
+        merely scored better, it saw that job take them (in the run against real Slurm a
+        borrowing 4-GPU job took the node another team's 4-GPU job had just stopped a job for,
+        which was reclaimed a second later). `merge_key` keeps the order `in_turn` merges by."""
+        def key(kp: tuple[tuple, PendingJob]) -> tuple:
+            return (kp[0][0], kp[1].req.id not in bosses, kp[0])
+
+        self._merge_key = key
+        out: list[tuple[tuple, PendingJob]] = []
+        for part in (order[:n_first], order[n_first:]):
+            up = [kp for kp in part if kp[1].req.id in bosses]
+            if up:
+                part = list(heapq.merge(up, (kp for kp in part if kp[1].req.id not in bosses), key=key))
+            out += part
+        return out
 
     def headroom(self, team: str, pool: str, prio: int) -> int:
         """The team's nominal quota less what its running jobs of priority `prio` or more hold
