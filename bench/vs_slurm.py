@@ -399,6 +399,12 @@ def ratios(res: dict[str, dict[str, Any]]) -> dict[str, Any]:
                     if b["wait_p99_s"] else None
     if ty and tys:
         out["makespan_slurm_backend_over_local"] = round(tys["makespan_s"] / ty["makespan_s"], 3)
+    # Each team's share against what its quota let it hold while it waited (`quota_owed`): the
+    # largest gap of any team, per system (the line asks for 0.05 at most).
+    for name, r in res.items():
+        gaps = [t["gap"] for t in r.get("team_quota_owed", {}).values() if t.get("gap") is not None]
+        if gaps:
+            out[f"team_quota_gap_max_{name}"] = max(gaps)
     return out
 
 
