@@ -31,8 +31,9 @@ share of the GPUs while it had a job waiting against its nominal share, and (`qu
 share its quota let it hold at those instants against what it held of that. For both trainyard
 systems also how long the notice took (decision event → the job's end; the job leaves within
 50 ms of the signal) and how long recording a job's end took (the job's end → the plane's): the
-local backend's figures are the baseline of the Slurm backend's. Jobs run as whoever runs the
-benchmark (root here: the Slurm daemons need it). With `--keep DIR`, each system's `jobs.json`
+local backend's figures are the baseline of the Slurm backend's; and how long a start took
+(the plane's launch to the job's first line: sbatch, slurmctld, the ranks on the Slurm backend).
+Jobs run as whoever runs the benchmark (root here: the Slurm daemons need it). With `--keep DIR`, each system's `jobs.json`
 holds every job's submit time and attempts, from which any figure can be recomputed.
 """
 
@@ -361,9 +362,10 @@ def run_trainyard(jobs: list[Job], work: Path, timeout_s: float, backend: str = 
 
 
 def plane_latencies(http, jobs: list[Job]) -> dict[str, Any]:
-    """How long the notice took (the preemption event to the job's end) and how long recording an
-    attempt's end took (the job's end to the plane's `ended_at`)."""
-    notice, record = [], []
+    """How long the notice took (the preemption event to the job's end), how long recording an
+    attempt's end took (the job's end to the plane's `ended_at`) and how long a start took (the
+    plane's `started_at`, when it launched the attempt, to the job's own first line)."""
+    notice, record, start = [], [], []
     for j in jobs:
         body = http.get(f"/api/v1/jobs/{j.ref}").json()
         events = http.get(f"/api/v1/jobs/{j.ref}/events").json()["events"]
@@ -371,6 +373,8 @@ def plane_latencies(http, jobs: list[Job]) -> dict[str, Any]:
         for a, rec in zip(j.attempts, body.get("attempts", [])):
             if rec.get("ended_at") is not None:
                 record.append(rec["ended_at"] - a["end"])
+            if rec.get("started_at") is not None:
+                start.append(a["start"] - rec["started_at"])
         ends = [a["end"] for a in j.attempts if a["why"] in ("notice", "term")]
         for t_dec, t_end in zip(decided, ends):
             notice.append(t_end - t_dec)
@@ -379,7 +383,8 @@ def plane_latencies(http, jobs: list[Job]) -> dict[str, Any]:
         return {"mean_s": round(statistics.fmean(xs), 2), "p95_s": round(percentile(xs, 0.95), 2),
                 "max_s": round(max(xs), 2), "n": len(xs)} if xs else None
 
-    return {"notice_latency": summary(notice), "end_record_latency": summary(record)}
+    return {"notice_latency": summary(notice), "end_record_latency": summary(record),
+            "start_latency": summary(start)}
 
 
 SYSTEMS = {"slurm": run_slurm, "trainyard": run_trainyard,
