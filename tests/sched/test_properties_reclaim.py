@@ -13,8 +13,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -132,43 +130,6 @@ def test_no_ping_pong(snap: Snapshot):
             if s.job_id in stopped and stopped[s.job_id] not in started:
                 gpus = {(i, g) for i, gs in s.placement.nodes for g in gs}
                 assert not gpus & left[s.job_id], (s, stopped[s.job_id])
-
-
-@SETTINGS
-@given(contended())
-def test_no_ping_pong_inside_a_team(snap: Snapshot):
-    """No job of a team whose priority is below the team's job that stopped some of its jobs
-    starts on a GPU those victims left before that job has started (the vs_slurm case: the team's
-    in-quota batch jobs went first, took the quota, and were stopped again, one after another)."""
-    res = ENGINE.cycle(snap)
-    info = {r.req.id: r.req for r in snap.running} | {pj.req.id: pj.req for pj in snap.pending}
-    prio = {n: c.priority for n, c in snap.classes.items()}
-    bosses = {p.for_job for p in res.preemptions
-              if p.reason == "priority" and info[p.job_id].team == info[p.for_job].team}
-    if not bosses:
-        return
-    left = {b: {(i, g) for r in snap.running for p in res.preemptions if p.for_job == b and p.job_id == r.req.id
-                for i, gs in r.placement.nodes for g in gs} for b in bosses}
-    grace = max(c.grace_s for c in snap.classes.values())
-    started: set = set()
-    cur, now = snap, snap.now
-    stopped_for: dict = {}
-    for k in range(3):  # the victims leave, then three cycles a minute apart
-        now = now + (grace + 1 if k == 0 else 60.0)
-        # As the control plane and the simulator do: victim -> its preemptor while both wait.
-        stopped_for |= {p.job_id: p.for_job for p in res.preemptions}
-        cur = after(cur, res, now)
-        waiting = {pj.req.id for pj in cur.pending}
-        stopped_for = {v: b for v, b in stopped_for.items() if v in waiting and b in waiting}
-        cur = replace(cur, stopped_for=dict(stopped_for))
-        res = ENGINE.cycle(cur)
-        started |= {s.job_id for s in res.starts}
-        for s in res.starts:
-            q = info[s.job_id]
-            gpus = {(i, g) for i, gs in s.placement.nodes for g in gs}
-            for b in bosses - started:
-                if q.team == info[b].team and prio[q.job_class] < prio[info[b].job_class]:
-                    assert not gpus & left[b], (s, b)
 
 
 @pytest.mark.parametrize("whole", [False, True])
