@@ -142,7 +142,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--json", action="store_true", help="one JSON line")
     ap.add_argument("--share-below", type=float, default=None, metavar="GPU_S",
-                    help="trainyard with time-sharing of borrowed GPUs on (EngineParams.share_below_gpu_s)")
+                    help="trainyard's EngineParams.share_below_gpu_s (time-sharing of borrowed GPUs; default: the engine's)")
     ap.add_argument("--params", type=json.loads, default=None, metavar="JSON",
                     help='trainyard\'s parameters, as the scheduler: section takes them (e.g. \'{"ordering": {"reserve_at": 0.25}}\')')
     ap.add_argument("--reuse", type=Path, default=None, metavar="DIR",

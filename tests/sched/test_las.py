@@ -16,7 +16,7 @@ from trainyard.sched.types import ALL_CLASSES, Quota, Reason, Team
 from tests.sched.builders import nodes, pending, req, running, snapshot
 from tests.sched.test_properties import SETTINGS, snapshots
 
-ENGINE = TrainyardPolicy()
+ENGINE = TrainyardPolicy(EngineParams(share_below_gpu_s=None))  # the rule alone, time-sharing (5b) off
 NOW = 100_000.0
 HELD = 20 * 3600.0  # GPU-seconds the long jobs held before their current attempt
 
@@ -114,11 +114,11 @@ def test_no_ping_pong_the_victim_cannot_take_the_gpus_back():
 def test_the_threshold_is_a_parameter():
     state = ClusterState(nodes(1))
     run = long_jobs(state)
-    high = TrainyardPolicy(EngineParams(las_above_gpu_s=100 * 3600.0))
+    high = TrainyardPolicy(EngineParams(las_above_gpu_s=100 * 3600.0, share_below_gpu_s=None))
     assert cycle(run, [young()], {"a": team()}, engine=high).preemptions == []
 
 
-LOW = TrainyardPolicy(EngineParams(las_below_gpu_s=3600.0, las_above_gpu_s=3600.0))  # random jobs reach it
+LOW = TrainyardPolicy(EngineParams(las_below_gpu_s=3600.0, las_above_gpu_s=3600.0, share_below_gpu_s=None))  # random jobs reach it
 
 
 @pytest.mark.parametrize("engine", [ENGINE, LOW], ids=["default", "low-threshold"])

@@ -20,7 +20,7 @@ from trainyard.sim.workload import SimJob, Workload
 from tests.sched.builders import CLASSES, nodes, pending, req, running, snapshot, teams
 from tests.sched.test_reclaim import after
 
-ENGINE = TrainyardPolicy()
+ENGINE = TrainyardPolicy(EngineParams(share_below_gpu_s=None))  # the rule alone, time-sharing (5b) off
 OVERDUE_AFTER = 0.25 * 86400  # EngineParams.overdue_at x the training class's max wait
 NOW = 30 * 3600.0
 BIG = 1

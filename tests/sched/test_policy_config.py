@@ -56,7 +56,7 @@ def test_resolved_parameters_fill_in_the_defaults():
     r = resolved_params("trainyard", {"ordering": {"aging_weight": 1.0}})
     assert r["ordering"] == {"reserve_at": 0.05, "aging_weight": 1.0, "fairshare_weight": 0.5,
                              "unknown_runtime_s": 14400.0, "las_reserve_at": 0.5}
-    assert r["max_reservations"] == 4 and r["share_below_gpu_s"] is None
+    assert r["max_reservations"] == 4 and r["share_below_gpu_s"] == 3200.0 and r["share_ratio"] == 8.0
     assert resolved_params("tiresias") == {"thresholds": [57600.0], "starve_limit": None}
     assert resolved_params("tiresias-3200") == {"thresholds": [3200.0], "starve_limit": 4.0}
     assert resolved_params("fifo") == {}

@@ -13,7 +13,7 @@ from trainyard.sched.types import Reason
 
 from tests.sched.builders import nodes, pending, req, running, snapshot, teams
 
-SHARING = TrainyardPolicy(EngineParams(share_below_gpu_s=3200.0))
+SHARING = TrainyardPolicy(EngineParams(share_below_gpu_s=3200.0, share_ratio=4.0))
 NOW = 36_000.0 + 100.0  # 100 s past the 20th checkpoint of a job started at 0
 LONG = 10 * 86400.0
 
@@ -42,12 +42,13 @@ def test_a_short_job_takes_the_gpu_of_a_long_borrowing_job_that_just_checkpointe
     assert res.starts == [] and res.pending[209].reason == Reason.PREEMPTING
 
 
-def test_sharing_is_off_by_default():
+def test_sharing_is_on_by_default_and_none_turns_it_off():
     ns = nodes(1)
     state = ClusterState(ns)
     run = [long_job(state, 200 + i, "b", start=10.0 * i) for i in range(8)]
-    res = TrainyardPolicy().cycle(snapshot(ns, teams(a=4, b=4), run, [short(209, "b")], now=NOW))
-    assert res.preemptions == []
+    snap = snapshot(ns, teams(a=4, b=4), run, [short(209, "b")], now=NOW)
+    assert [p.reason for p in TrainyardPolicy().cycle(snap).preemptions] == ["share"]
+    assert TrainyardPolicy(EngineParams(share_below_gpu_s=None)).cycle(snap).preemptions == []
 
 
 def test_a_team_at_its_nominal_quota_is_never_shared():
