@@ -57,13 +57,7 @@ def run_one(task: tuple[dict[str, Any], str, str, str]) -> tuple[str, str, str, 
                     cluster=cluster, seed=args["seed"])
     w.jobs = apply_estimates(w.jobs, args["estimates"], args["seed"])
     t0 = time.perf_counter()
-    if policy == OURS:
-        params = dict(args.get("params") or {})
-        if args.get("share_below") is not None:
-            params["share_below_gpu_s"] = args["share_below"]
-        pol = get_policy(policy, params)
-    else:
-        pol = get_policy(policy)
+    pol = get_policy(policy, args["params"] if policy == OURS else None)
     m = metrics(simulate(w, pol))
     return cluster, start, policy, m, time.perf_counter() - t0
 
@@ -74,7 +68,7 @@ def _kept(reuse: Path | None, cluster: str, start: str, policy: str) -> Path | N
 
 def _workload_args(args: dict[str, Any]) -> dict[str, Any]:
     """The arguments another policy's run depends on (not trainyard's own parameters)."""
-    return {k: v for k, v in args.items() if k not in ("share_below", "params")}
+    return {k: v for k, v in args.items() if k != "params"}
 
 
 def load_kept(path: Path | None, args: dict[str, Any]) -> dict[str, Any] | None:
@@ -142,7 +136,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--json", action="store_true", help="one JSON line")
     ap.add_argument("--share-below", type=float, default=None, metavar="GPU_S",
-                    help="trainyard's EngineParams.share_below_gpu_s (time-sharing of borrowed GPUs; default: the engine's)")
+                    help="trainyard's share_below_gpu_s (time-sharing of borrowed GPUs; default: the engine's); "
+                         "short for --params '{\"share_below_gpu_s\": GPU_S}'")
     ap.add_argument("--params", type=json.loads, default=None, metavar="JSON",
                     help='trainyard\'s parameters, as the scheduler: section takes them (e.g. \'{"ordering": {"reserve_at": 0.25}}\')')
     ap.add_argument("--reuse", type=Path, default=None, metavar="DIR",
@@ -155,9 +150,11 @@ def main() -> None:
         ap.error(f"--policies needs at least one policy besides {OURS} to compare it with")
     starts = [s.strip() for s in a.starts.split(",") if s.strip()]
     clusters = [c.strip() for c in a.clusters.split(",") if c.strip()]
+    params = dict(a.params or {})
+    if a.share_below is not None:
+        params["share_below_gpu_s"] = a.share_below
     shared = {"trace": a.trace, "days": a.days, "warmup_days": a.warmup_days,
-              "estimates": a.estimates, "seed": a.seed, "share_below": a.share_below,
-              "params": a.params}
+              "estimates": a.estimates, "seed": a.seed, "params": params}
     results: dict[str, dict[str, dict[str, dict[str, Any]]]] = {c: {s: {} for s in starts} for c in clusters}
     t0 = time.perf_counter()
     tasks = []

@@ -174,14 +174,20 @@ def test_a_job_stopped_for_its_teams_borrowing_higher_priority_job_restarts_afte
         assert nxt.pending[2].reason == Reason.QUOTA  # 7 + 2 > 8: it waits for the interactive job
 
 
-def _vs_slurm_case(stopped_for: dict[int, int] | None = None) -> Snapshot:
-    """From the run against real Slurm (bench/vs_slurm.py): 2 nodes x 4 GPUs, nominal a 4, b 2,
-    c 2 in one cohort. a's 4-GPU training job holds n0; n1 is free. c waits with a 4-GPU training
-    job (it must borrow b's 2 idle GPUs) and two batch jobs of 2 and 1 GPUs inside its quota."""
+def _vs_slurm_cluster(holder: int, team: str):
+    """bench/vs_slurm.py's cluster: 2 nodes x 4 GPUs, nominal a 4, b 2, c 2 in one cohort; one
+    4-GPU training job (`holder`, of `team`) holds n0, n1 is free."""
     ns = nodes(2, gpus=4)
     state = ClusterState(ns)
-    run = [running(state, req(100, "a", "training", gpus=4, est_runtime_s=600.0), start=0.0)]
-    tm = teams(a=4, b=2, c=2)
+    run = [running(state, req(holder, team, "training", gpus=4, est_runtime_s=600.0), start=0.0)]
+    return ns, teams(a=4, b=2, c=2), run
+
+
+def _vs_slurm_case(stopped_for: dict[int, int] | None = None) -> Snapshot:
+    """From the run against real Slurm: a's 4-GPU training job holds n0. c waits with a 4-GPU
+    training job (it must borrow b's 2 idle GPUs) and two batch jobs of 2 and 1 GPUs inside its
+    quota."""
+    ns, tm, run = _vs_slurm_cluster(100, "a")
     pend = [pending(req(300, "c", "training", gpus=4, submit=60.0, est_runtime_s=90.0)),
             pending(req(301, "c", "batch", gpus=2, submit=10.0, est_runtime_s=60.0)),
             pending(req(302, "c", "batch", gpus=1, submit=20.0, est_runtime_s=60.0))]
@@ -207,10 +213,7 @@ def test_a_reclaimed_job_back_inside_its_quota_is_not_held_behind_its_reclaimer(
     # ended since, so it is inside a's quota, while the batch job still waits behind c's own
     # training jobs. Held behind the batch job (stopped_for), it let c's borrowing training jobs
     # take the free node, and reclaimed each one a second later.
-    ns = nodes(2, gpus=4)
-    state = ClusterState(ns)
-    run = [running(state, req(300, "c", "training", gpus=4, est_runtime_s=600.0), start=0.0)]
-    tm = teams(a=4, b=2, c=2)
+    ns, tm, run = _vs_slurm_cluster(300, "c")
     pend = [pending(req(101, "a", "training", gpus=4, submit=0.0, est_runtime_s=900.0)),
             pending(req(301, "c", "batch", gpus=2, submit=10.0, est_runtime_s=60.0)),
             pending(req(303, "c", "training", gpus=4, submit=90.0, est_runtime_s=90.0))]
@@ -244,10 +247,7 @@ def test_a_borrowing_job_whose_victims_have_left_gets_their_gpus_before_a_better
     # which is free now. a's second 4-GPU training job borrows too and scores better (shorter),
     # and took the node c's job had stopped a job for; a reclaim stopped it a second later. The
     # borrowing job with victims in play goes first among the borrowers of its priority.
-    ns = nodes(2, gpus=4)
-    state = ClusterState(ns)
-    run = [running(state, req(100, "a", "training", gpus=4, est_runtime_s=600.0), start=0.0)]
-    tm = teams(a=4, b=2, c=2)
+    ns, tm, run = _vs_slurm_cluster(100, "a")
     pend = [pending(req(137, "a", "training", gpus=4, submit=170.0, est_runtime_s=60.0)),
             pending(req(312, "c", "training", gpus=4, submit=60.0, est_runtime_s=600.0)),
             pending(req(334, "c", "batch", gpus=1, submit=30.0, est_runtime_s=60.0))]
