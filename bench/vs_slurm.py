@@ -68,6 +68,7 @@ CLASSES = {  # name: (share of jobs, GPU choices, step range, preemptible)
     "batch": (0.35, (1, 2), (20, 90), True),
 }
 GRACE_S = 10
+TIME_LIMIT_MIN = 20  # every job's time limit, on both systems (trainyard's engine takes it as the estimate)
 
 
 @dataclass
@@ -296,7 +297,7 @@ def run_slurm(jobs: list[Job], work: Path, timeout_s: float) -> dict[str, Any]:
         def submit(j: Job) -> str:
             cmd = " ".join(command(j, state_dir))
             out = c.run("sbatch", "--parsable", f"--account={j.team}", f"--qos={j.job_class}",
-                        f"--gres=gpu:{j.gpus}", "-N1", "-n1", "--time=00:20:00", "--requeue",
+                        f"--gres=gpu:{j.gpus}", "-N1", "-n1", f"--time=00:{TIME_LIMIT_MIN:02d}:00", "--requeue",
                         "--open-mode=append", f"--output={state_dir}/job-{j.index}.out",
                         f"--job-name=vs-{j.index}", f"--wrap=exec {cmd}")
             return out.stdout.strip().split(";")[0]
@@ -346,7 +347,7 @@ def run_trainyard(jobs: list[Job], work: Path, timeout_s: float, backend: str = 
                 r = http.post("/api/v1/jobs", json={
                     "name": f"vs-{j.index}", "team": j.team, "class": j.job_class,
                     "nodes": 1, "gpus_per_node": j.gpus, "tasks_per_node": 1,  # as sbatch -N1 -n1 --gres=gpu:G
-                    "command": command(j, state_dir), "time": "20m", "workdir": str(state_dir)})
+                    "command": command(j, state_dir), "time": f"{TIME_LIMIT_MIN}m", "workdir": str(state_dir)})
                 r.raise_for_status()
                 return str(r.json()["id"])
 

@@ -1,11 +1,12 @@
 """The workload of `bench/vs_slurm.py` replayed through the simulator, in under a second.
 
-    .venv/bin/python bench/vs_slurm_sim.py [--seeds 1,2,3] [--max-wait-training 24h] [--worst 5]
+    .venv/bin/python bench/vs_slurm_sim.py [--seeds 1,2,3] [--max-wait-training 10m] [--worst 5]
 
 Why: the real side-by-side run takes ~14 minutes on this machine, too slow to try an engine
-change against. This replays the same jobs (`vs_slurm.workload`, same seed) on the same cluster
-(2 nodes x 4 GPUs), teams (nominal 4/2/2 in one cohort) and classes (grace 10 s, min run 0),
-with what the plane tells the engine there: every job's 20-minute time limit as its estimate,
+change against. This replays the same jobs (`vs_slurm.workload`, same seed) on the cluster, teams
+and classes of the very config the real run gives `yard up` (`vs_slurm.yard_config`, read by
+`load_config(...).to_sched()` as `yard sim --config` reads it), with what the plane tells the
+engine there: every job's 20-minute time limit as its estimate,
 a checkpoint every 5 steps (one step a second) and on the notice. The simulator's costs are set
 to what the real run measures: a restart takes ~1 s, the job leaves ~1 s after its notice,
 cycles run every second. Seed 1 at stop 31: training wait mean 76.5 s, p99 333.7 s (the real
@@ -23,6 +24,8 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,29 +34,27 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT / "bench")]
 import vs_slurm  # noqa: E402
 from _yard import percentile  # noqa: E402
 from trainyard.parsing import parse_duration  # noqa: E402
-from trainyard.sched.cluster import Node  # noqa: E402
 from trainyard.sched.engine import EngineParams, TrainyardPolicy  # noqa: E402
-from trainyard.sched.types import JobClass, JobRequest, Quota, Team  # noqa: E402
+from trainyard.sched.types import JobRequest  # noqa: E402
+from trainyard.spec import load_config  # noqa: E402
 from trainyard.sim.result import SimResult  # noqa: E402
 from trainyard.sim.simulator import SimParams, simulate  # noqa: E402
 from trainyard.sim.workload import SimJob, Workload  # noqa: E402
 
-TIME_LIMIT_S = 20 * 60.0  # `"time": "20m"` in vs_slurm's submissions: the engine's estimate
+TIME_LIMIT_S = vs_slurm.TIME_LIMIT_MIN * 60.0  # the plane passes a job's time limit as its estimate
 CHECKPOINT_S = 5.0  # vs_slurm_job.py saves every 5 one-second steps
 # What the real run measures (bench/README.md part 11): restart and notice about a second each.
 SIM = SimParams(restart_overhead_s=1.0, stop_delay_s=1.0, notice_save_s=0.1, tick_s=1.0,
                 default_checkpoint_interval_s=CHECKPOINT_S)
 
 
-def build(seed: int, jobs: int = 60, span: float = 300.0, max_wait_training_s: float = 24 * 3600.0) -> Workload:
-    """vs_slurm's workload and cluster as a simulator `Workload` (classes as in its yard config)."""
-    classes = {
-        "interactive": JobClass("interactive", 300, preemptible=False, max_wait_s=15 * 60.0, max_run_s=3600.0, grace_s=0.0),
-        "training": JobClass("training", 200, max_wait_s=max_wait_training_s, grace_s=float(vs_slurm.GRACE_S)),
-        "batch": JobClass("batch", 100, max_wait_s=3 * 86400.0, grace_s=float(vs_slurm.GRACE_S)),
-    }
-    teams = {t: Team(t, "lab", {"default": Quota(nominal)}) for t, nominal in vs_slurm.TEAMS.items()}
-    nodes = [Node(f"n{i + 1}", vs_slurm.GPUS_PER_NODE, 16384) for i in range(vs_slurm.NODES)]
+def build(seed: int, jobs: int = 60, span: float = 300.0, max_wait_training_s: float | None = None) -> Workload:
+    """vs_slurm's workload on the cluster, teams and classes of its yard config; `max_wait_training_s`
+    overrides the training class's max wait (None: the config's)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        nodes, teams, classes = load_config(vs_slurm.yard_config(Path(tmp) / "cluster.yaml")).to_sched()
+    if max_wait_training_s is not None:
+        classes["training"] = replace(classes["training"], max_wait_s=max_wait_training_s)
     sim_jobs = [SimJob(JobRequest(j.index, j.team, j.job_class, j.arrive_s, gpus=j.gpus, gpus_per_node=j.gpus,
                                   est_runtime_s=TIME_LIMIT_S, checkpoint_interval_s=CHECKPOINT_S), float(j.steps))
                 for j in vs_slurm.workload(jobs, span, seed)]
@@ -77,10 +78,10 @@ def summary(res: SimResult, worst: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", default="1,2,3", help="workload seeds (vs_slurm.py runs seed 1)")
-    ap.add_argument("--max-wait-training", default="24h", help="the training class's max wait (vs_slurm: 24h)")
+    ap.add_argument("--max-wait-training", default=None, help="override the training class's max wait (vs_slurm's config: 24h)")
     ap.add_argument("--worst", type=int, default=5)
     a = ap.parse_args()
-    mw = parse_duration(a.max_wait_training)
+    mw = None if a.max_wait_training is None else parse_duration(a.max_wait_training)
     for seed in (int(s) for s in a.seeds.split(",")):
         res = simulate(build(seed, max_wait_training_s=mw), TrainyardPolicy(EngineParams()), SIM)
         print(seed, json.dumps(summary(res, a.worst)), flush=True)
