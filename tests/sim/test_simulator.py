@@ -77,6 +77,17 @@ def test_preemption_ignoring_the_notice_loses_work_since_the_last_checkpoint_and
     assert r.wait_s == 0.0  # it restarted at once
 
 
+def test_every_attempt_is_reported_as_it_ends():
+    # Job 1 is stopped at 1000 s (the cycle that does it starts nothing) and leaves 30 s later;
+    # in the next cycle job 2 starts for its 10 s and job 1 restarts, to end at 1030 + 60 + 2000
+    # (the work left after the save on the notice).
+    jobs = [job(1, 0, 3000.0), job(2, 1000.0, 10.0)]
+    seen = []
+    simulate(workload(jobs, gpus=8), Scripted(1, 1000.0), SimParams(restart_overhead_s=60.0),
+             on_attempt=lambda jid, start, end: seen.append((jid, start, end)))
+    assert seen == [(1, 0.0, 1030.0), (2, 1030.0, 1040.0), (1, 1030.0, 1030.0 + 60.0 + 2000.0)]
+
+
 def test_preemption_honoured_by_a_checkpoint_on_notice_loses_only_the_save_and_the_restart():
     # The same, for a class that checkpoints on the notice (the default): it saves its 1000 s
     # of progress during the 30 s stop delay and redoes nothing.

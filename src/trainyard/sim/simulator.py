@@ -68,9 +68,15 @@ class SimParams:
 _FINISH, _STOP, _FAIL, _REPAIR, _ARRIVE, _TICK = range(6)
 
 
+# Told of every attempt as it ends: (job, start, end). For reports that need each run, not only
+# the per-job totals of `JobRecord` (bench/vs_slurm_frontier.py counts quota gaps from them).
+AttemptObserver = Callable[[JobId, float, float], None]
+
+
 class _Sim:
-    def __init__(self, wl: Workload, policy: Policy, params: SimParams):
+    def __init__(self, wl: Workload, policy: Policy, params: SimParams, on_attempt: AttemptObserver | None = None):
         self.wl, self.policy, self.p = wl, policy, params
+        self.on_attempt = on_attempt
         self.cluster = ClusterState(wl.nodes)
         self.jobs: dict[JobId, SimJob] = {}
         self.records: dict[JobId, JobRecord] = {}
@@ -330,6 +336,8 @@ class _Sim:
         self.cluster.release(rj.placement)
         rec.end = self.now
         self.done += 1
+        if self.on_attempt is not None:
+            self.on_attempt(job, rj.start_time, self.now)
         self.change_alloc(rj.req.team, rj.req.job_class, -rj.gpus)
 
     def interrupt(self, job: JobId, preempted: bool) -> None:
@@ -356,6 +364,8 @@ class _Sim:
             rec.failures += 1
         self.cluster.release(rj.placement)
         self.end_token.pop(job, None)
+        if self.on_attempt is not None:
+            self.on_attempt(job, rj.start_time, now)
         attained = rj.attained_gpu_s + (now - rj.start_time) * rj.gpus
         self.change_alloc(rj.req.team, rj.req.job_class, -rj.gpus)
         self.enqueue(PendingJob(rj.req, rj.attempt + 1, now, progress, attained))
@@ -423,6 +433,7 @@ class _Sim:
 
 
 def simulate(workload: Workload, policy: Policy, params: SimParams = SimParams(),
-             progress: Callable[[float], None] | None = None) -> SimResult:
-    """Replay `workload` through `policy` and return what happened (see `sim.result.metrics`)."""
-    return _Sim(workload, policy, params).run(progress)
+             progress: Callable[[float], None] | None = None, on_attempt: AttemptObserver | None = None) -> SimResult:
+    """Replay `workload` through `policy` and return what happened (see `sim.result.metrics`);
+    `on_attempt(job, start, end)` hears of every attempt as it ends (finished or stopped)."""
+    return _Sim(workload, policy, params, on_attempt).run(progress)
