@@ -175,6 +175,9 @@ def metrics(jobs: list[Job]) -> dict[str, Any]:
             "lost_steps": sum(sum(a["ran"] for a in j.attempts) - j.steps for j in jobs),
             "requeue_gap_mean_s": round(statistics.fmean(gaps), 1) if gaps else None,
             "requeue_gap_max_s": round(max(gaps), 1) if gaps else None,
+            # The training tail, job by job (index, team, GPUs, wait): whose wait makes the p99.
+            "worst_training": [[j.index, j.team, j.gpus, round(_wait(j), 1)] for j in sorted(
+                (j for j in jobs if j.job_class == "training"), key=_wait, reverse=True)[:3]],
             "team_share_when_waiting": team_shares(jobs, start, end),
             "team_quota_owed": quota_owed(jobs, start, end)}
 
