@@ -22,7 +22,6 @@ of Kueue and of Slurm (`sched/baselines`). The figures of record stay the real r
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -33,7 +32,6 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT / "bench")]
 
 import vs_slurm  # noqa: E402
 import vs_slurm_sim  # noqa: E402
-from _yard import percentile  # noqa: E402
 from trainyard.sched.engine import EngineParams, TrainyardPolicy  # noqa: E402
 from trainyard.sched.policy import get_policy  # noqa: E402
 from trainyard.sim.simulator import simulate  # noqa: E402
@@ -81,10 +79,10 @@ def run(seed: int, v: Variant) -> dict[str, Any]:
     done = [j for j in jobs if j.attempts]
     start, end = min(j.submit for j in done), max(j.attempts[-1]["end"] for j in done)
     owed = vs_slurm.quota_owed(done, start, end)
-    training = [r.wait_s for r in res.jobs if r.job_class == "training"]
-    return {"training_p99_s": round(percentile(training, 0.99), 1),
-            "training_mean_s": round(statistics.fmean(training), 1),
-            "jct_mean_s": round(statistics.fmean(r.end - r.submit for r in res.jobs if r.end is not None), 1),
+    figures = vs_slurm_sim.summary(res, worst=0)
+    return {"training_p99_s": figures["training"]["wait_p99_s"],
+            "training_mean_s": figures["training"]["wait_mean_s"],
+            "jct_mean_s": figures["jct_mean_s"],
             "gaps": {t: owed[t]["gap"] for t in vs_slurm.TEAMS},
             "unfinished": sum(r.end is None for r in res.jobs)}
 

@@ -11,21 +11,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.bench import bench_module
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "vs_slurm_frontier.py"
 
 
-def _frontier():
-    sys.path[:0] = [str(ROOT / "bench")]
-    try:
-        import vs_slurm_frontier
-    finally:
-        del sys.path[0]
-    return vs_slurm_frontier
-
-
 def test_gaps_tell_quota_keeping_from_not():
-    f = _frontier()
+    f = bench_module("vs_slurm_frontier")
     by_name = {v.name: v for v in f.VARIANTS}
     kept = f.run(1, by_name["trainyard"])
     free = f.run(1, by_name["trainyard, no quota"])
@@ -38,5 +31,5 @@ def test_the_script_prints_every_variant():
     out = subprocess.run([sys.executable, str(SCRIPT), "--seeds", "1"],
                          capture_output=True, text=True, timeout=300, check=True).stdout
     rows = out.strip().splitlines()
-    assert len(rows) == 1 + len(_frontier().VARIANTS)
+    assert len(rows) == 1 + len(bench_module("vs_slurm_frontier").VARIANTS)
     assert rows[1].startswith("trainyard ")

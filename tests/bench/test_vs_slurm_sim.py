@@ -12,17 +12,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.bench import bench_module
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "vs_slurm_sim.py"
 
 
 def test_the_replay_holds_vs_slurms_jobs():
-    sys.path[:0] = [str(ROOT / "bench")]
-    try:
-        import vs_slurm
-        import vs_slurm_sim
-    finally:
-        del sys.path[0]
+    vs_slurm, vs_slurm_sim = bench_module("vs_slurm"), bench_module("vs_slurm_sim")
     wl = vs_slurm_sim.build(1)
     real = vs_slurm.workload(60, 300.0, 1)
     assert [(j.req.id, j.req.team, j.req.job_class, j.req.min_gpus, j.duration_s) for j in wl.jobs] == \
