@@ -71,7 +71,6 @@ from __future__ import annotations
 import logging
 import os
 import pwd
-import shutil
 import signal as _signal
 import socket
 import subprocess
@@ -88,7 +87,7 @@ from trainyard.backends import _procfs
 from trainyard.backends import registry
 from trainyard.backends import contain
 from trainyard.backends import local_batch
-from trainyard.backends._files import read_json, write_json
+from trainyard import jobfs
 from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, Owner, RankLaunch, RankState
 from trainyard.backends.contain import ops as contain_ops
 from trainyard.backends.contain.devices import Device, gpu_devices
@@ -193,17 +192,19 @@ class LocalBackend:
             jd = JobDir(spec.job_dir)
             run_dir = jd.attempt_run(spec.attempt)
             try:
-                jd.logs.mkdir(parents=True, exist_ok=True)
-                run_dir.parent.mkdir(parents=True, exist_ok=True)
-                if run_dir.is_dir() and not any(run_dir.glob("rank-*.json")):
+                jobfs.plane_dir(jd.root)  # the plane's (control/job_files.py gives it its modes)
+                tree = jobfs.Tree(jd.root)  # below it, nothing is reached through a link
+                tree.make_dir(jd.logs, None)
+                tree.make_dir(run_dir.parent, None)
+                if tree.is_dir(run_dir) and not _rank_records(tree, run_dir):
                     # An owner died before any rank of it had recorded itself: end what it may
                     # have started, then start afresh.
-                    old = (read_json(run_dir / "attempt.json") or {}).get("cell")
+                    old = (jobfs.read_record(run_dir / "attempt.json") or {}).get("cell")
                     if old:
                         contain_ops.kill(old, [], timeout_s=5)
                         contain_ops.remove(old)
-                    shutil.rmtree(run_dir)
-                run_dir.mkdir()  # fails if live state of this attempt is there: never mix two runs
+                    tree.remove_tree(run_dir)
+                tree.make_dir(run_dir, None, exist_ok=False)  # live state of this attempt there: never mix two runs
             except OSError as e:
                 raise BackendError(f"job {spec.job_id}: cannot create {e.filename}: {e.strerror}") from e
             nodes = {0: _first_node(spec)} if spec.batch else {r.rank: r.node for r in spec.ranks}
@@ -211,11 +212,11 @@ class LocalBackend:
             try:
                 cell = self._prepare_cell(spec)
             except BackendError:
-                shutil.rmtree(run_dir, ignore_errors=True)
+                tree.remove_tree(run_dir)
                 raise
             att.cell = {k: v for k, v in cell.items() if k != "ranks"}
             try:
-                write_json(run_dir / "attempt.json", _attempt_record(spec, cell))
+                jobfs.write_record(run_dir / "attempt.json", _attempt_record(spec, cell))
                 self._start_ranks(spec, att, jd)
                 self._await_runners(att)
                 # A fault injected by another process while we were starting: it may not have
@@ -243,12 +244,12 @@ class LocalBackend:
             att = self._attempts.get((job_id, attempt))
             if att is None:
                 return
-            recs = [rec for r in range(att.world_size) if (rec := read_json(att.run_dir / f"rank-{r}.json"))]
+            recs = [rec for r in range(att.world_size) if (rec := jobfs.read_record(att.run_dir / f"rank-{r}.json"))]
             if att.cell is not None and sig == _signal.SIGUSR1:
-                plans = (read_json(att.run_dir / "attempt.json") or {}).get("contain") or {}
+                plans = (jobfs.read_record(att.run_dir / "attempt.json") or {}).get("contain") or {}
                 ranks = []
                 for r in range(att.world_size):
-                    rec = read_json(att.run_dir / f"rank-{r}.json")
+                    rec = jobfs.read_record(att.run_dir / f"rank-{r}.json")
                     live = rec is not None and _procfs.is_alive(rec["pid"], rec["start_time"])
                     ranks.append((plans.get(str(r)) or {}, rec["pid"] if live else None,
                                   rec.get("child_pid") if rec else None))
@@ -340,7 +341,7 @@ class LocalBackend:
             # (the next owner's release finds them gone, which is fine). rmdir fails on a cgroup
             # that still has a process, so nothing running is touched.
             for att in self._attempts.values():
-                recs = [rec for r in range(att.world_size) if (rec := read_json(att.run_dir / f"rank-{r}.json"))]
+                recs = [rec for r in range(att.world_size) if (rec := jobfs.read_record(att.run_dir / f"rank-{r}.json"))]
                 if att.cell is not None and not _runner_pids(recs):  # every runner has recorded its end
                     contain_ops.remove(att.cell, retry_s=0)
             if self._exit_watch is not None:
@@ -366,15 +367,15 @@ class LocalBackend:
             self._set_node_state(name, "dead")  # first: a launch racing us sees it and aborts
             killed = []
             for run_dir, r in self._ranks_on(name):
-                if (run_dir / f"rank-{r}.exit").exists() or (run_dir / f"rank-{r}.lost").exists():
+                if jobfs.record_exists(run_dir / f"rank-{r}.exit") or jobfs.record_exists(run_dir / f"rank-{r}.lost"):
                     continue  # it ended before the node died
                 try:
-                    write_json(run_dir / f"rank-{r}.lost", {"node": name, "reason": "node dead", "at": _now()})
+                    jobfs.write_record(run_dir / f"rank-{r}.lost", {"node": name, "reason": "node dead", "at": _now()})
                 except OSError:
                     continue  # the attempt was released meanwhile
                 killed.append((run_dir, r))
             self._signal_ranks(killed, _signal.SIGKILL)
-            recs = [rec for run_dir, r in killed if (rec := read_json(run_dir / f"rank-{r}.json"))]
+            recs = [rec for run_dir, r in killed if (rec := jobfs.read_record(run_dir / f"rank-{r}.json"))]
             deadline = time.monotonic() + 5
             while recs and time.monotonic() < deadline:
                 recs = [rec for rec in recs if _group_is_ours(rec) and _group_has_live_member(rec)]
@@ -432,14 +433,14 @@ class LocalBackend:
 
     def _node_state(self, name: str) -> str:
         """Read on every use: another process (`yard chaos`) may have changed it."""
-        rec = read_json(self._node_path(name))
+        rec = jobfs.read_record(self._node_path(name))
         return str(rec.get("state", "up")) if rec else "up"
 
     def _set_node_state(self, name: str, state: str) -> None:
         path = self._node_path(name)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_json(path, {"state": state, "since": _now(), "by_pid": os.getpid()})
+            jobfs.plane_dir(path.parent)
+            jobfs.write_record(path, {"state": state, "since": _now(), "by_pid": os.getpid()})
         except OSError as e:
             raise BackendError(f"node {name}: cannot record state {state!r}: {e}") from e
 
@@ -455,7 +456,7 @@ class LocalBackend:
     def _ranks_on(self, node: str) -> list[tuple[Path, int]]:
         out = []
         for run_dir in self._run_dirs():
-            meta = read_json(run_dir / "attempt.json") or {}
+            meta = jobfs.read_record(run_dir / "attempt.json") or {}
             out += [(run_dir, int(r["rank"])) for r in meta.get("ranks", []) if r.get("node") == node]
         return out
 
@@ -464,7 +465,7 @@ class LocalBackend:
         if att is not None and 0 <= rank < att.world_size:
             return att.run_dir
         for run_dir in self._run_dirs():
-            meta = read_json(run_dir / "attempt.json") or {}
+            meta = jobfs.read_record(run_dir / "attempt.json") or {}
             if (meta.get("job_id"), meta.get("attempt")) == (job_id, attempt) and 0 <= rank < meta.get("world_size", 0):
                 return run_dir
         raise BackendError(f"job {job_id} attempt {attempt}: no rank {rank} here")
@@ -472,7 +473,7 @@ class LocalBackend:
     def _stop_ranks(self, ranks: list[tuple[Path, int]]) -> None:
         """SIGSTOP the ranks and wait (briefly) until /proc shows them stopped: delivery is async."""
         self._signal_ranks(ranks, _signal.SIGSTOP)
-        recs = [rec for run_dir, r in ranks if (rec := read_json(run_dir / f"rank-{r}.json"))]
+        recs = [rec for run_dir, r in ranks if (rec := jobfs.read_record(run_dir / f"rank-{r}.json"))]
         deadline = time.monotonic() + 2
         while recs and time.monotonic() < deadline:
             recs = [rec for rec in recs if not _all_stopped(rec)]
@@ -485,10 +486,10 @@ class LocalBackend:
         (a node that dies takes the runner with it). Cell first: in subreaper mode the runner must
         outlive its descendants, or they would be re-parented out of reach."""
         for run_dir, r in ranks:
-            rec = read_json(run_dir / f"rank-{r}.json")
+            rec = jobfs.read_record(run_dir / f"rank-{r}.json")
             if rec is None or not _group_is_ours(rec):
                 continue
-            plan = ((read_json(run_dir / "attempt.json") or {}).get("contain") or {}).get(str(r))
+            plan = ((jobfs.read_record(run_dir / "attempt.json") or {}).get("contain") or {}).get(str(r))
             if plan and sig == _signal.SIGKILL:
                 # Stop the runner first: it must neither record the command's end (the node died,
                 # nobody was left to watch) nor die before its descendants (subreaper mode).
@@ -518,8 +519,12 @@ class LocalBackend:
                 raise BackendError(f"{where}: placed on {name}, which is {state}")
         if (spec.job_id, spec.attempt) in self._attempts:
             raise BackendError(f"{where}: already launched (release it first)")
-        if not Path(spec.workdir).is_dir():
-            raise BackendError(f"{where}: workdir {spec.workdir!r} is not a directory")
+        try:  # asked as the account the ranks run as: root may enter what the owner may not
+            problem = jobfs.as_owner(spec.owner, jobfs.enter_problem, spec.workdir)
+        except OSError as e:
+            problem = e.strerror or str(e)
+        if problem is not None:
+            raise BackendError(f"{where}: workdir {spec.workdir!r}: {problem}")
 
     def _prepare_cell(self, spec: LaunchSpec) -> dict:
         """Make the attempt's cell with its limits (memory per node, CPU and devices per rank)."""
@@ -587,8 +592,8 @@ class LocalBackend:
             env.update(_limits_env(spec, devices_of_rank))
             gpus = ",".join(map(str, rl.gpus)) or "none"
             paths = [jd.rank_log(rl.rank)] + ([jd.rank_err(rl.rank)] if spec.stderr_apart else [])
-            with ExitStack() as files:
-                logs = [files.enter_context(open(p, "ab")) for p in paths]
+            with ExitStack() as files:  # the owner's files in the plane's logs/: through no link, no FIFO
+                logs = [files.enter_context(jobfs.Tree(jd.root).open_append(p)) for p in paths]
                 for log in logs:
                     if spec.owner is not None:  # the job writes its own log (as the owner) through it
                         made_here = os.fstat(log.fileno()).st_gid == os.getegid()  # else: the job dir's (team's) group
@@ -598,7 +603,7 @@ class LocalBackend:
                     log.flush()
                 att.procs[rl.rank] = subprocess.Popen(
                     [sys.executable, "-I", "-S", str(RUNNER), str(att.run_dir), str(rl.rank), "--", *spec.command],
-                    cwd=spec.workdir,
+                    cwd="/",  # the runner enters the workdir as the owner (attempt.json's "workdir")
                     env=env,
                     stdin=subprocess.DEVNULL,
                     stdout=logs[0],
@@ -613,9 +618,9 @@ class LocalBackend:
         where = f"job {att.job_id} attempt {att.attempt}"
         while waiting:
             for r in sorted(waiting):
-                rec = read_json(att.run_dir / f"rank-{r}.json")
+                rec = jobfs.read_record(att.run_dir / f"rank-{r}.json")
                 if rec is None and att.procs[r].poll() is not None:
-                    rec = read_json(att.run_dir / f"rank-{r}.json")  # it may have written, then exited
+                    rec = jobfs.read_record(att.run_dir / f"rank-{r}.json")  # it may have written, then exited
                     if rec is None:
                         raise BackendError(
                             f"{where}: rank {r}: runner exited ({att.procs[r].returncode}) before starting the command"
@@ -634,7 +639,7 @@ class LocalBackend:
         our runners, wait for the rest; once the cell is empty remove it and the run state. A
         cell that will not empty (a process in uninterruptible sleep) keeps its run state and is
         retried on every poll."""
-        recs = [read_json(att.run_dir / f"rank-{r}.json") for r in range(att.world_size)]
+        recs = [jobfs.read_record(att.run_dir / f"rank-{r}.json") for r in range(att.world_size)]
         left: set[int] = set()
         if att.cell is not None:
             left = contain_ops.kill(att.cell, _runner_pids([rec for rec in recs if rec]), timeout_s=10)
@@ -671,7 +676,7 @@ class LocalBackend:
         another process on this data dir (its run dir is made before its cell)."""
         keys = set()
         for run_dir in JobDir.attempt_runs(self._data_dir):
-            meta = read_json(run_dir / "attempt.json") or {}
+            meta = jobfs.read_record(run_dir / "attempt.json") or {}
             try:  # the job dir is named <id> or <id>-<key>
                 job = int(meta.get("job_id") or run_dir.parent.parent.name.split("-", 1)[0])
                 keys.add(contain.attempt_key(job, int(meta.get("attempt") or run_dir.name.split("-", 1)[1])))
@@ -688,30 +693,29 @@ class LocalBackend:
                 log.info("job %s attempt %s: its cell is empty and removed at last", *key)
 
     def _remove_run_dir(self, att: _Attempt) -> None:
-        shutil.rmtree(att.run_dir, ignore_errors=True)
+        runs = jobfs.Tree(att.run_dir.parent)  # the plane's `run/`: what a rank left inside is never followed
+        runs.remove_tree(att.run_dir.name)
         self._contain.driver.close()  # our base cgroup directories, once no attempt is left there
-        try:
-            att.run_dir.parent.rmdir()  # `run/` itself, once no attempt is left in it
-        except OSError:
-            pass
+        jobfs.Tree(att.run_dir.parents[1]).rmdir("run")  # `run/` itself, once no attempt is left in it
 
     # -- facts ----------------------------------------------------------------------------------
 
     def _rank_state(self, att: _Attempt, r: int, dead_nodes: frozenset[str] | set[str] = frozenset()) -> RankState:
         state_path, exit_path = att.run_dir / f"rank-{r}.json", att.run_dir / f"rank-{r}.exit"
-        rec = read_json(state_path)
+        rec = jobfs.read_record(state_path)
         pid = rec["pid"] if rec else None
         proc = att.procs.get(r)
         # Its node died under it: lost, whatever the runner or a watcher managed to record. A rank
         # on a dead node with no exit record but no `.lost` yet is one `kill_node` is getting to.
-        if (att.run_dir / f"rank-{r}.lost").exists() or (att.nodes.get(r) in dead_nodes and not exit_path.exists()):
+        if jobfs.record_exists(att.run_dir / f"rank-{r}.lost") or (att.nodes.get(r) in dead_nodes
+                                                                   and not jobfs.record_exists(exit_path)):
             if proc is not None and proc.poll() is not None:
                 del att.procs[r]  # reaped; no exit record is written for it
             return RankState(r, pid, running=False, exit_code=None, signal=None, lost=True)
         if proc is not None:
             rc = proc.poll()
             if rc is None:
-                ex = read_json(exit_path)
+                ex = jobfs.read_record(exit_path)
                 if ex is None:
                     return RankState(r, proc.pid, running=True, exit_code=None, signal=None, stopped=_stopped(rec))
                 try:  # the runner has recorded the exit and is leaving: reap it now
@@ -720,18 +724,18 @@ class LocalBackend:
                     return _exited(r, proc.pid, ex)
             del att.procs[r]
             rc = proc.returncode
-            if rc is not None and rc < 0 and read_json(exit_path) is None:
+            if rc is not None and rc < 0 and jobfs.read_record(exit_path) is None:
                 # The runner itself was killed (SIGKILL of the group): we watched it happen, so
                 # record the fact for whoever polls after us instead of leaving it "lost".
-                write_json(exit_path, {"exit_code": None, "signal": -rc, "observed_by": "backend"})
-        ex = read_json(exit_path)
+                jobfs.write_record(exit_path, {"exit_code": None, "signal": -rc, "observed_by": "backend"})
+        ex = jobfs.read_record(exit_path)
         if ex is not None:
             return _exited(r, pid, ex)
         if rec is None:
             return RankState(r, None, running=False, exit_code=None, signal=None, lost=True)
         if _procfs.is_alive(rec["pid"], rec["start_time"]):
             return RankState(r, pid, running=True, exit_code=None, signal=None, stopped=_stopped(rec))
-        ex = read_json(exit_path)  # it may have finished between the two reads
+        ex = jobfs.read_record(exit_path)  # it may have finished between the two reads
         if ex is not None:
             return _exited(r, pid, ex)
         return RankState(r, pid, running=False, exit_code=None, signal=None, lost=True)
@@ -739,8 +743,8 @@ class LocalBackend:
     def _discover(self) -> None:
         """Re-attach to attempts left by an earlier owner: their run state is all on disk."""
         for run_dir in JobDir.attempt_runs(self._data_dir):
-            meta = read_json(run_dir / "attempt.json")
-            ranks = [int(p.stem.split("-")[1]) for p in run_dir.glob("rank-*.json") if p.stem.split("-")[1].isdigit()]
+            meta = jobfs.read_record(run_dir / "attempt.json")
+            ranks = _rank_records(jobfs.Tree(run_dir.parents[1]), run_dir)
             try:
                 job_id = int(meta["job_id"]) if meta else int(run_dir.parent.parent.name)
                 attempt = int(meta["attempt"]) if meta else int(run_dir.name.split("-", 1)[1])
@@ -755,6 +759,13 @@ class LocalBackend:
 
 
 # -- helpers ------------------------------------------------------------------------------------
+
+
+def _rank_records(tree: jobfs.Tree, run_dir: Path) -> list[int]:
+    """The ranks with a `rank-<r>.json` in `run_dir` (listed through no link)."""
+    names = (n.removeprefix("rank-").removesuffix(".json") for n, _ in tree.list_dir(run_dir)
+             if n.startswith("rank-") and n.endswith(".json"))
+    return sorted(int(r) for r in names if r.isascii() and r.isdigit())
 
 
 def detect_local_nodes(nodes: int = 1, gpus_per_node: int | None = None) -> list[NodeInfo]:

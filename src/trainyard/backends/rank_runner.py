@@ -12,8 +12,9 @@ runner starts the command as its child in the same group. The runner
    memory} (see `backends.contain`);
 2. forks the command's process, which, before it executes anything of the job, writes its pid to
    `<dir>/cgroup.procs` of every cgroup in `join` (so the command and every descendant, whatever
-   sessions it creates, are inside them), then drops to the owner (setgroups, setgid, setuid) and
-   executes the command. In `subreaper` mode the runner is a child subreaper instead
+   sessions it creates, are inside them), then drops to the owner (setgroups, setgid, setuid),
+   enters the working directory as the owner (attempt.json's `workdir`: root's rights never open
+   a way into it) and executes the command. In `subreaper` mode the runner is a child subreaper instead
    (PR_SET_CHILD_SUBREAPER): orphaned descendants are re-parented to it, not to init;
 3. writes `<run-dir>/rank-<r>.json` = {pid, start_time, pgid, child_pid} (or `error` when the
    command cannot be executed), which tells the backend the rank is up and lets a later control
@@ -148,14 +149,17 @@ def _plan(run_dir: str, rank: int) -> tuple[dict | None, dict]:
             meta = json.load(f)
     except (OSError, ValueError):
         return None, {}
-    return meta.get("owner"), (meta.get("contain") or {}).get(str(rank)) or {}
+    plan = dict((meta.get("contain") or {}).get(str(rank)) or {})
+    plan.setdefault("workdir", meta.get("workdir"))
+    return meta.get("owner"), plan
 
 
 # -- starting the command ------------------------------------------------------------------------
 
 
-def _exec_child(command: list[str], owner: dict | None, join: list[str], err_w: int) -> None:
-    """In the forked child: enter the cgroups, become the owner, execute. Never returns."""
+def _exec_child(command: list[str], owner: dict | None, join: list[str], err_w: int, workdir: str | None = None) -> None:
+    """In the forked child: enter the cgroups, become the owner, enter the working directory (as
+    the owner, so root's rights never open a way into it), execute. Never returns."""
     stage = "join"
     try:
         me = str(os.getpid())
@@ -166,6 +170,9 @@ def _exec_child(command: list[str], owner: dict | None, join: list[str], err_w: 
             os.setgroups([int(g) for g in owner.get("groups") or [owner["gid"]]])
             os.setgid(int(owner["gid"]))
             os.setuid(int(owner["uid"]))
+        if workdir:
+            stage = "chdir"
+            os.chdir(workdir)
         stage = "exec"
         for sig in RESET_IN_CHILD:
             signal.signal(sig, signal.SIG_DFL)
@@ -181,7 +188,7 @@ def _exec_child(command: list[str], owner: dict | None, join: list[str], err_w: 
             os._exit(127 if stage == "notfound" else 126)
 
 
-def _spawn(command: list[str], owner: dict | None, join: list[str]) -> tuple[int, str | None, int]:
+def _spawn(command: list[str], owner: dict | None, join: list[str], workdir: str | None = None) -> tuple[int, str | None, int]:
     """Fork and execute; (pid, error or None, code). The close-on-exec pipe stays silent when
     the exec succeeded, and says why otherwise (not found, not executable, setuid refused, ...)."""
     err_r, err_w = os.pipe()  # both close-on-exec (PEP 446)
@@ -190,7 +197,7 @@ def _spawn(command: list[str], owner: dict | None, join: list[str]) -> tuple[int
     pid = os.fork()
     if pid == 0:
         os.close(err_r)
-        _exec_child(command, owner, join, err_w)
+        _exec_child(command, owner, join, err_w, workdir)
     signal.pthread_sigmask(signal.SIG_SETMASK, old)
     os.close(err_w)
     chunks = []
@@ -205,6 +212,8 @@ def _spawn(command: list[str], owner: dict | None, join: list[str]) -> tuple[int
         return pid, f"cannot execute {command[0]!r}: {what}", 127
     if stage == "join":
         return pid, f"cannot enter the rank's cgroup: {what}", 126
+    if stage == "chdir":
+        return pid, f"cannot enter the working directory {workdir!r} as {(owner or {}).get('user', 'the plane')}: {what}", 126
     if stage == "identity":
         user = (owner or {}).get("user")
         return pid, f"cannot run as {user} (uid {(owner or {}).get('uid')}): {what}", 126
@@ -378,7 +387,7 @@ def main(argv: list[str], forward: tuple[signal.Signals, ...] = ()) -> int:
     me = os.getpid()
     state: dict = {"pid": me, "start_time": _start_time(me), "pgid": os.getpgrp()}
     _reserve(exit_path + ".reserve")
-    child, error, code = _spawn(command, owner, list(plan.get("join") or []))
+    child, error, code = _spawn(command, owner, list(plan.get("join") or []), plan.get("workdir"))
     if error is not None:
         print(f"trainyard: {error}", file=sys.stderr, flush=True)
         _write_json(exit_path, {"exit_code": code, "signal": None, "error": error})

@@ -62,7 +62,7 @@ from pathlib import Path
 from trainyard.backends import registry
 from trainyard.backends import slurm_env
 from trainyard.backends.exit_watch import ExitWatch
-from trainyard.backends._files import read_json, touch, write_json
+from trainyard import jobfs
 from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState
 from trainyard.contracts import JobDir
 
@@ -364,7 +364,7 @@ class SlurmBackend:
         if spec.batch:
             meta.update(batch=True, allocation=list(order))
         try:
-            write_json(run_dir / "attempt.json", meta)
+            jobfs.write_record(run_dir / "attempt.json", meta)
         except OSError as e:  # the owner's directory: something took the name
             self._cancel(att)
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -425,7 +425,7 @@ class SlurmBackend:
         asked = 0.0  # when squeue was last asked: the rank records are read every 50 ms, squeue less
         state = None
         while True:
-            recs = [read_json(att.run_dir / f"rank-{r}.json") for r in range(att.world_size)]
+            recs = [jobfs.read_record(att.run_dir / f"rank-{r}.json") for r in range(att.world_size)]
             for r, rec in enumerate(recs):
                 if rec is not None and rec.get("error"):
                     raise BackendError(f"{where}: rank {r}: {rec['error']}")
@@ -440,7 +440,7 @@ class SlurmBackend:
             if state is not None and state not in ACTIVE_JOB_STATES:
                 # A short job can start its ranks and end between the read above and squeue's
                 # answer: read the records again, after the end, before calling it a failed start.
-                if all(read_json(att.run_dir / f"rank-{r}.json") is not None for r in range(att.world_size)):
+                if all(jobfs.read_record(att.run_dir / f"rank-{r}.json") is not None for r in range(att.world_size)):
                     return
                 tail = _tail(att.run_dir / "batch.log")
                 raise BackendError(f"{where}: the Slurm job {att.slurm_id} ended ({state}) before every rank "
@@ -461,7 +461,7 @@ class SlurmBackend:
             if att is None:
                 return
             if sig == _signal.SIGKILL:
-                touch(att.run_dir / "killed")  # the owner's dir: never through a link
+                jobfs.touch_record(att.run_dir / "killed")  # the owner's dir: never through a link
             name = _signal.Signals(sig).name.removeprefix("SIG")
             full = ["--full"] if att.batch and sig not in NOTICE_SIGNALS else []
             if att.batch and batch_shell:
@@ -482,9 +482,9 @@ class SlurmBackend:
                     for _, a in sorted(self._attempts.items())]
 
     def _rank_state(self, att: _Attempt, r: int, job_state: str | None, down: set[str]) -> RankState:
-        rec = read_json(att.run_dir / f"rank-{r}.json")
+        rec = jobfs.read_record(att.run_dir / f"rank-{r}.json")
         pid = rec["pid"] if rec else None
-        ex = read_json(att.run_dir / f"rank-{r}.exit")
+        ex = jobfs.read_record(att.run_dir / f"rank-{r}.exit")
         if ex is not None:
             return RankState(r, pid, running=False, exit_code=ex.get("exit_code"), signal=ex.get("signal"))
         try:
@@ -567,7 +567,7 @@ class SlurmBackend:
                     continue
             except OSError:
                 continue
-            meta = read_json(run_dir / "attempt.json")
+            meta = jobfs.read_record(run_dir / "attempt.json")
             if not meta or "slurm_job_id" not in meta:
                 continue
             self._attempts[(int(meta["job_id"]), int(meta["attempt"]))] = _Attempt(

@@ -90,8 +90,19 @@ class Client:
             _die(f"YARD_URL: {e}", EXIT_BAD_INPUT)
 
     def request(self, method: str, path: str, **kw: Any) -> Any:
-        """One API call; a 503 with Retry-After (the plane is busy: api/admission.py) is retried
-        after the pause it asks for, for up to BUSY_RETRY_S in all, as a person would."""
+        """One API call, its JSON or text (`response` has the details)."""
+        r = self.response(method, path, **kw)
+        ctype = r.headers.get("content-type", "")
+        return r.json() if ctype.startswith("application/json") else r.text
+
+    def page(self, path: str, **kw: Any) -> Any:
+        """A GET whose raw response is wanted (bytes and headers: a page of a log)."""
+        return self.response("GET", path, **kw)
+
+    def response(self, method: str, path: str, **kw: Any) -> Any:
+        """One API call's response; a 503 with Retry-After (the plane is busy: api/admission.py) is
+        retried after the pause it asks for, for up to BUSY_RETRY_S in all, as a person would; an
+        error ends the command (exit 2 for the caller's mistake, 1 when the server failed)."""
         waited = 0.0
         while True:
             try:
@@ -108,8 +119,7 @@ class Client:
             _die(f"server error at {path}: HTTP {r.status_code}", EXIT_UNAVAILABLE)
         if r.status_code >= 400:
             _die(error_message(r), EXIT_BAD_INPUT)
-        ctype = r.headers.get("content-type", "")
-        return r.json() if ctype.startswith("application/json") else r.text
+        return r
 
     def get(self, path: str, **kw: Any) -> Any:
         return self.request("GET", path, **kw)

@@ -396,16 +396,26 @@ cancel, hold, release, requeue = (_act(v) for v in ("cancel", "hold", "release",
 
 def logs(job_id: str = typer.Argument(..., help="job id, or ARRAY_TASK (42_3)"),
          follow: bool = typer.Option(False, "-f", "--follow", help="keep printing until the job ends"),
-         rank: int = typer.Option(0, "--rank", "-r", help="which rank's log")) -> None:
-    """A job's log (stdout and stderr of one rank)."""
+         rank: int = typer.Option(0, "--rank", "-r", help="which rank's log"),
+         tail: Optional[int] = typer.Option(None, "--tail", min=1, help="only the last N bytes (with -f: then "
+                                            "what comes)")) -> None:
+    """A job's log (stdout and stderr of one rank), read page by page (the API serves at most
+    8 MiB at a time), so a log of any size prints in bounded memory."""
     c = Client()
     job_id = str(resolve(c, job_id))
-    if not follow:
-        sys.stdout.write(c.get(f"/api/v1/jobs/{job_id}/logs", params={"rank": rank}))
+    offset: int | None = -tail if tail else 0
+    if follow:
+        for chunk in c.stream(f"/api/v1/jobs/{job_id}/logs", {"rank": rank, "follow": "true", "offset": offset}):
+            sys.stdout.write(chunk)
+            sys.stdout.flush()
         return
-    for chunk in c.stream(f"/api/v1/jobs/{job_id}/logs", {"rank": rank, "follow": "true"}):
-        sys.stdout.write(chunk)
-        sys.stdout.flush()
+    out = sys.stdout.buffer
+    while offset is not None:
+        page = c.page(f"/api/v1/jobs/{job_id}/logs", params={"rank": rank, "offset": offset})
+        out.write(page.content)
+        out.flush()
+        nxt, size = int(page.headers.get("x-log-next-offset", 0)), int(page.headers.get("x-log-size", 0))
+        offset = nxt if page.content and nxt < size else None
 
 
 def events(job_id: Optional[str] = typer.Argument(None, help="only this job's events (an id, or ARRAY_TASK: 42_3)"),

@@ -21,13 +21,13 @@ owner file (`adopt_unmarked`); its first attempt may not.
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
+import stat
 import threading
 from typing import Any
 
-from trainyard.contracts import JobDir
+from trainyard import jobfs
+from trainyard.contracts import OWNER_FILE, JobDir
 
 
 class ForeignJobDir(Exception):
@@ -39,12 +39,14 @@ def owner_record(store_id: str, job_id: int, key: str | None) -> dict[str, Any]:
     return {"store": store_id, "job_id": job_id, "key": key}
 
 
+def _jobs(jd: JobDir) -> jobfs.Tree:
+    """The plane's `jobs/` directory, which holds the job dir: the root every step is taken from."""
+    return jobfs.Tree(jd.root.parent)
+
+
 def read_owner(jd: JobDir) -> dict[str, Any] | None:
     """The owner file's record, or None when there is none (or it cannot be read as one)."""
-    try:
-        rec = json.loads(jd.owner_file.read_text())
-    except (OSError, ValueError):
-        return None
+    rec = _jobs(jd).read_json(f"{jd.root.name}/{OWNER_FILE}")
     return rec if isinstance(rec, dict) else None
 
 
@@ -57,17 +59,21 @@ def claim(jd: JobDir, owner: dict[str, Any], *, adopt_unmarked: bool = False) ->
             file (unless `adopt_unmarked`), or is not a plain directory (a symbolic link, a file).
         OSError: it cannot be created.
     """
-    if not os.path.lexists(jd.root):
+    jobfs.plane_dir(jd.root.parent)
+    jobs = _jobs(jd)
+    if jobs.lstat(jd.root.name) is None:
         _create(jd, owner)
-    if jd.root.is_symlink() or not jd.root.is_dir():
-        raise ForeignJobDir(f"{jd.root} is there but is not a directory the control plane made "
-                            f"(a {'symbolic link' if jd.root.is_symlink() else 'file'})")
+    st = jobs.lstat(jd.root.name)
+    if st is None or not stat.S_ISDIR(st.st_mode):
+        what = "symbolic link" if st is not None and stat.S_ISLNK(st.st_mode) else "file"
+        raise ForeignJobDir(f"{jd.root} is there but is not a directory the control plane made (a {what})")
     found = read_owner(jd)
     if found is None and adopt_unmarked:
         _write_owner(jd, owner)
     elif found != owner:
         raise ForeignJobDir(_foreign(jd, owner, found))
-    jd.create()
+    for name in ("logs", "checkpoints", "metrics"):  # their owners and modes: job_files.prepare
+        jobs.make_dir(f"{jd.root.name}/{name}", 0o750)
 
 
 def _foreign(jd: JobDir, owner: dict[str, Any], found: dict[str, Any] | None) -> str:
@@ -80,20 +86,18 @@ def _foreign(jd: JobDir, owner: dict[str, Any], found: dict[str, Any] | None) ->
 
 def _create(jd: JobDir, owner: dict[str, Any]) -> None:
     """The directory with its owner file, appearing under its name only when complete."""
-    jd.root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = jd.root.parent / f".new-{jd.root.name}-{os.getpid()}-{threading.get_ident()}"
-    shutil.rmtree(tmp, ignore_errors=True)  # a leftover of a crash at this very point
-    tmp.mkdir()
+    jobs = _jobs(jd)
+    tmp = f".new-{jd.root.name}-{os.getpid()}-{threading.get_ident()}"
+    jobs.remove_tree(tmp)  # a leftover of a crash at this very point
+    jobs.make_dir(tmp, 0o700)
     try:
-        _write_owner(JobDir(tmp), owner)
-        os.rename(tmp, jd.root)  # fails if something non-empty took the name meanwhile
+        jobs.write_json(f"{tmp}/{OWNER_FILE}", owner)
+        jobs.rename(tmp, jd.root.name)  # fails if something non-empty took the name meanwhile
     except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not os.path.lexists(jd.root):
+        jobs.remove_tree(tmp)
+        if jobs.lstat(jd.root.name) is None:
             raise  # a real failure to create it; a name taken meanwhile is judged by the caller
 
 
 def _write_owner(jd: JobDir, owner: dict[str, Any]) -> None:
-    tmp = jd.owner_file.with_name(f"{jd.owner_file.name}.tmp")
-    tmp.write_text(json.dumps(owner))
-    os.replace(tmp, jd.owner_file)
+    _jobs(jd).write_json(f"{jd.root.name}/{OWNER_FILE}", owner)

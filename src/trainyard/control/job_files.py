@@ -20,52 +20,18 @@ owner's, a job could swap one for a link between two attempts and have root writ
 append wherever the link points. The owner gets write access where the job writes, and nowhere
 the plane does.
 
-Everything is done through directory file descriptors opened with O_NOFOLLOW, so no step follows
-a link, whatever an earlier attempt left behind; an existing directory gets its owner and mode
-set again on every launch.
+Everything is done through `jobfs.Tree` (directory descriptors opened with O_NOFOLLOW), so no
+step follows a link, whatever an earlier attempt left behind; an existing directory gets its owner
+and mode set again on every launch.
 """
 
 from __future__ import annotations
 
-import os
 import stat
 
+from trainyard import jobfs
 from trainyard.contracts import JobDir
 from trainyard.services.owners import Identity
-
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def _subdir(parent_fd: int, name: str, uid: int, gid: int, mode: int) -> int:
-    """Open (creating it) directory `name` under `parent_fd`, owned uid:gid with `mode`; its fd."""
-    try:
-        os.mkdir(name, 0o700, dir_fd=parent_fd)
-    except FileExistsError:
-        pass
-    fd = os.open(name, _DIR, dir_fd=parent_fd)
-    try:
-        os.fchown(fd, uid, gid)
-        os.fchmod(fd, mode)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _file(dir_fd: int, name: str, uid: int, gid: int, mode: int, text: str | None = None) -> None:
-    """Create `name` (or keep it, when it exists and `text` is None) owned uid:gid with `mode`."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_EXCL if text is not None else os.O_APPEND)
-    try:
-        fd = os.open(name, flags, 0o600, dir_fd=dir_fd)
-    except FileExistsError:
-        return  # the batch script of an earlier attempt: the same text
-    try:
-        os.fchown(fd, uid, gid)
-        os.fchmod(fd, mode)
-        if text is not None:
-            os.write(fd, text.encode())
-    finally:
-        os.close(fd)
 
 
 def prepare(jd: JobDir, who: Identity, ranks: list[int], script: str | None = None, *, errors: bool = False,
@@ -76,49 +42,31 @@ def prepare(jd: JobDir, who: Identity, ranks: list[int], script: str | None = No
     the earlier attempts' output with it, as Slurm truncates a job's output files at each start.
 
     Raises:
-        OSError: a directory cannot be created, or one is a link (ELOOP).
+        OSError: a directory cannot be created, or one is a link (`jobfs.Refused`).
     """
-    plane = os.geteuid()
+    plane = jobfs.plane_uid()
     owner, g = who.owner.uid, who.group
-    jobs = jd.root.parent
-    jobs.mkdir(parents=True, exist_ok=True)
-    top = os.open(jobs, _DIR)
-    try:
-        os.fchmod(top, 0o711)
-        root = _subdir(top, jd.root.name, plane, g, 0o750)
-    finally:
-        os.close(top)
-    try:
-        for name, uid, mode in (("checkpoints", owner, 0o2750), ("metrics", owner, 0o2750), ("run", plane, 0o750)):
-            os.close(_subdir(root, name, uid, g, mode))
-        logs = _subdir(root, "logs", plane, g, 0o750)
-        try:
-            if truncate:
-                _truncate_all(logs)
-            for r in ranks:
-                _file(logs, jd.rank_log(r).name, owner, g, 0o640)
-                if errors:
-                    _file(logs, jd.rank_err(r).name, owner, g, 0o640)
-        finally:
-            os.close(logs)
-        if script is not None:
-            _file(root, jd.script.name, plane, g, 0o640, script)
-    finally:
-        os.close(root)
+    jobfs.plane_dir(jd.root.parent, 0o711)
+    jobs = jobfs.Tree(jd.root.parent)
+    top = jd.root.name
+    jobs.make_dir(top, 0o750, owner=(plane, g))
+    for name, uid, mode in (("checkpoints", owner, 0o2750), ("metrics", owner, 0o2750), ("run", plane, 0o750),
+                            ("logs", plane, 0o750)):
+        jobs.make_dir(f"{top}/{name}", mode, owner=(uid, g))
+    if truncate:
+        _truncate_all(jobs, f"{top}/logs")
+    for r in ranks:
+        jobs.create_file(f"{top}/logs/{jd.rank_log(r).name}", mode=0o640, owner=(owner, g))
+        if errors:
+            jobs.create_file(f"{top}/logs/{jd.rank_err(r).name}", mode=0o640, owner=(owner, g))
+    if script is not None and jobs.lstat(f"{top}/{jd.script.name}") is None:
+        jobs.create_file(f"{top}/{jd.script.name}", script.encode(), 0o640, owner=(plane, g))  # an earlier
+        # attempt's script is the same text: kept
 
 
-def _truncate_all(logs_fd: int) -> None:
+def _truncate_all(jobs: jobfs.Tree, logs: str) -> None:
     """Empty every `rank-*.log` / `rank-*.err` regular file in the logs dir (never through a link,
     never blocking on a FIFO: the job's owner owns the files, though not the directory)."""
-    for name in os.listdir(logs_fd):
-        if not (name.startswith("rank-") and name.endswith((".log", ".err"))):
-            continue
-        try:
-            fd = os.open(name, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=logs_fd)
-        except OSError:
-            continue  # a link or something else that is no log: left alone
-        try:
-            if stat.S_ISREG(os.fstat(fd).st_mode):
-                os.ftruncate(fd, 0)
-        finally:
-            os.close(fd)
+    for name, mode in jobs.list_dir(logs):
+        if name.startswith("rank-") and name.endswith((".log", ".err")) and stat.S_ISREG(mode):
+            jobs.truncate(f"{logs}/{name}")

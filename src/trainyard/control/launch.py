@@ -18,10 +18,10 @@ from typing import Any, Callable
 
 from sqlalchemy.orm import Session
 
-from trainyard import io_patterns
+from trainyard import io_patterns, jobfs
 from trainyard.backends.base import BackendError, Constraints, LaunchSpec, Limits
 from trainyard.contracts import JobDir, JobInfo
-from trainyard.control import job_dirs, job_files, output_links
+from trainyard.control import job_dirs, job_files
 from trainyard.control.context import LoopContext
 from trainyard.services import auth, owners, transitions
 from trainyard.services.errors import Forbidden
@@ -145,14 +145,14 @@ def link_outputs(pattern: str, spec: LaunchSpec, name: str, jd: JobDir,
     (`io_patterns`: %j id, %t rank, %x name, %u user, %N node, %A an array's id and %a the
     task's index; outside an array, the job's id and 0).
 
-    The control plane may run with more rights than the job's owner, so it only ever creates a
-    symlink inside the job's working directory, through no symbolic link (`output_links`), and
-    replaces nothing but an older symlink; whatever would land elsewhere is skipped (the log stays
-    in the job dir). Submission has refused what it could see (`services/output_paths.py`).
-    The links (and the directories made for them) belong to the job's owner, when it has one.
+    The control plane may run with more rights than the job's owner, so the links are made *as
+    the owner* (`jobfs.as_owner`: the kernel checks each step as for the owner, as slurmstepd opens
+    a job's output as the user), only inside the job's working directory, through no symbolic link
+    below it (`jobfs.link_inside`), replacing nothing but an older symlink; whatever would land
+    elsewhere is skipped (the log stays in the job dir). Submission has refused what it could see
+    (`services/output_paths.py`). The links and the directories made for them are the owner's.
     """
     target = target or jd.rank_log
-    workdir = Path(spec.workdir).resolve()
     safe_name = "".join(c if c.isalnum() or c in "-_." else "_" for c in name).lstrip(".") or "job"
     safe_user = "".join(c if c.isalnum() or c in "-_." else "_" for c in user).lstrip(".") or "user"
     aid, index = array
@@ -178,8 +178,8 @@ def link_outputs(pattern: str, spec: LaunchSpec, name: str, jd: JobDir,
             log.warning("job %s: %s %s is outside its working directory; not linked", spec.job_id, option, path)
             return
         try:
-            output_links.link_inside(workdir, rel, target(r.rank), owner=spec.owner)
-        except output_links.Refused as e:
+            jobfs.as_owner(spec.owner, jobfs.link_inside, spec.workdir, str(rel), str(target(r.rank)))
+        except jobfs.Refused as e:
             log.warning("job %s: %s %s not linked: %s", spec.job_id, option, path, e)
         except OSError as e:
             log.warning("job %s: cannot link %s %s: %s", spec.job_id, option, path, e)

@@ -12,27 +12,20 @@ that writes no step records (not using the runtime) falls back to wall time.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
-from trainyard.backends._files import open_untrusted
+from trainyard import jobfs
 from trainyard.contracts import JobDir
 
 TAIL_BYTES = 256 * 1024  # the end of metrics.jsonl holds the attempt's last steps
 
 
 def last_steps(metrics_file: Path, attempt: int, limit: int = 64) -> list[dict]:
-    """The last step records of `attempt` (oldest first), read from the end of the file."""
-    try:
-        with open_untrusted(metrics_file) as fh:  # the job writes it: no link, no FIFO
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - TAIL_BYTES))
-            tail = fh.read().decode(errors="replace").splitlines()
-    except OSError:
-        return []
-    if size > TAIL_BYTES:
-        tail = tail[1:]  # the first line is cut
+    """The last step records of `attempt` (oldest first), read from the end of the file: at most
+    TAIL_BYTES, never through a link or from a FIFO (the job writes it; `jobfs`). `metrics_file`
+    is a job dir's `metrics/metrics.jsonl`; the job dir is the root the way is walked from."""
+    metrics_file = Path(metrics_file)
+    tail = jobfs.Tree(metrics_file.parents[1]).tail_lines(metrics_file, TAIL_BYTES)
     out = []
     for line in tail:
         try:

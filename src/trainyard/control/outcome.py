@@ -20,8 +20,9 @@ import signal as _signal
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainyard import jobfs
 from trainyard.backends.base import AttemptState, RankState
-from trainyard.contracts import REQUEUE_EXIT, WATCHDOG_EXIT, JobDir, committed_steps
+from trainyard.contracts import REQUEUE_EXIT, WATCHDOG_EXIT, JobDir
 from trainyard.states import AttemptOutcome, JobState, StopKind
 
 OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "torch.OutOfMemoryError", "Killed process")
@@ -69,13 +70,11 @@ def first_failure(ranks: list[RankState]) -> RankState | None:
 
 def _log_says_oom(job_dir: JobDir, rank: int) -> bool:
     """"out of memory" in the tail of the rank's log, or of its stderr file (-e/--error puts a
-    traceback there)."""
+    traceback there): 64 KiB of each at most, never through a link or from a FIFO (`jobfs`)."""
+    tree = jobfs.Tree(job_dir.root)
     for log in (job_dir.rank_log(rank), job_dir.rank_err(rank)):
         try:
-            with open(log, "rb") as fh:
-                fh.seek(0, 2)
-                fh.seek(max(0, fh.tell() - 64 * 1024))
-                tail = fh.read().decode("utf-8", "replace")
+            tail = tree.read_tail(log, 64 * 1024).decode("utf-8", "replace")
         except OSError:
             continue
         if any(m in tail for m in OOM_MARKERS):
@@ -93,15 +92,9 @@ def runtime_checkpointed(job_dir: JobDir, attempt: int) -> int | None:
     `{"event": "preempted", "attempt": a, "checkpoint_step": N}` to the job's metrics.jsonl, and
     step-N/ counts once its commit marker exists (DESIGN's checkpoint contract). The record
     must be the attempt's last line, so a job that carried on after it does not count."""
-    try:
-        with open(job_dir.metrics_file, "rb") as fh:
-            fh.seek(0, 2)
-            fh.seek(max(0, fh.tell() - 256 * 1024))
-            lines = fh.read().decode("utf-8", "replace").splitlines()
-    except OSError:
-        return None
+    tree = jobfs.Tree(job_dir.root)  # the job writes metrics/ and checkpoints/: no link, no FIFO, 256 KiB
     last = None
-    for line in lines:
+    for line in tree.tail_lines(job_dir.metrics_file, 256 * 1024):
         try:
             rec = json.loads(line)
         except ValueError:
@@ -111,7 +104,7 @@ def runtime_checkpointed(job_dir: JobDir, attempt: int) -> int | None:
     if last is None or last.get("event") != "preempted" or not isinstance(last.get("checkpoint_step"), int):
         return None
     step = last["checkpoint_step"]
-    return step if any(s == step for s, _ in committed_steps(job_dir.checkpoints)) else None
+    return step if any(s == step for s, _ in jobfs.committed_steps(tree, job_dir.checkpoints)) else None
 
 
 def classify(st: AttemptState, stop_kind: StopKind | str | None, job_dir: JobDir | Path,

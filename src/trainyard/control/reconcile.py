@@ -22,8 +22,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from trainyard import jobfs
 from trainyard.backends.base import AttemptState
-from trainyard.contracts import newest_checkpoint
 from trainyard.control.context import Facts, LoopContext
 from trainyard.control.frozen import FrozenRanks
 from trainyard.control.lost_work import lost_work_s
@@ -86,7 +86,8 @@ class Reconciler:
     def note_checkpoint(self, j: JobRow) -> tuple[int, float] | None:
         """The newest committed checkpoint of this attempt, as the engine's `last_checkpoint`;
         returns its (step, commit time), or None if this attempt made none."""
-        found = newest_checkpoint(self.ctx.job_dir(j).checkpoints)
+        jd = self.ctx.job_dir(j)  # the job writes checkpoints/: looked at through no link (`jobfs`)
+        found = jobfs.newest_checkpoint(jobfs.Tree(jd.root), jd.checkpoints)
         if found is None or j.start_time is None or found[2] < j.start_time:
             return None
         if j.last_checkpoint is None or found[2] > j.last_checkpoint:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from trainyard import jobfs
 from trainyard.contracts import JobDir
 from trainyard.services.events import record
 from trainyard.control import plane_files
@@ -87,10 +89,7 @@ def recover_missing_wal(url: str) -> Finding | None:
 
 
 def read_seen(data_dir: Path) -> dict[str, Any] | None:
-    try:
-        rec = json.loads((data_dir / SEEN_FILE).read_text())
-    except (OSError, ValueError):
-        return None
+    rec = jobfs.Tree(data_dir).read_json(SEEN_FILE)
     return rec if isinstance(rec, dict) else None
 
 
@@ -144,15 +143,12 @@ def _names(items: list[tuple[str, str]]) -> str:
 
 def _unknown_on_disk(s: Session, data_dir: Path, max_id: int) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """(job dirs, attempt run dirs) the store does not know, each with why, in id order."""
-    try:
-        entries = sorted(os.scandir(data_dir / "jobs"), key=lambda e: e.name)
-    except OSError:
-        return [], []
+    tree = jobfs.Tree(data_dir)  # job dirs hold what jobs wrote: listed through no link (`jobfs`)
     named: list[tuple[str, int, str | None]] = []
-    for e in entries:
-        parsed = JobDir.parse_name(e.name)
-        if parsed is not None and e.is_dir(follow_symlinks=False):
-            named.append((e.name, *parsed))
+    for name, mode in tree.list_dir("jobs"):
+        parsed = JobDir.parse_name(name)
+        if parsed is not None and stat.S_ISDIR(mode):
+            named.append((name, *parsed))
     rows: dict[int, tuple[str | None, int]] = {}
     ids = sorted({jid for _, jid, _ in named})
     for i in range(0, len(ids), 500):  # bound the IN list
@@ -165,14 +161,17 @@ def _unknown_on_disk(s: Session, data_dir: Path, max_id: int) -> tuple[list[tupl
             why = (f"beyond the store's newest job {max_id}" if jid > max_id else
                    "no such job" if row is None else f"job {jid} of the store has another directory")
             dirs.append((name, why))
-            runs = sorted(p.name for p in (data_dir / "jobs" / name / "run").glob("attempt-*"))
-            attempts += [(f"{name}/run/{r}", "its job is unknown") for r in runs]
+            attempts += [(f"{name}/run/{r}", "its job is unknown") for r in _runs(tree, name)]
             continue
-        for run in sorted((data_dir / "jobs" / name / "run").glob("attempt-*")):
-            n = run.name.removeprefix("attempt-")
+        for run in _runs(tree, name):
+            n = run.removeprefix("attempt-")
             if n.isdigit() and int(n) > row[1]:
-                attempts.append((f"{name}/run/{run.name}", f"the store knows attempts up to {row[1]}"))
+                attempts.append((f"{name}/run/{run}", f"the store knows attempts up to {row[1]}"))
     return dirs, attempts
+
+
+def _runs(tree: jobfs.Tree, name: str) -> list[str]:
+    return [n for n, _ in tree.list_dir(f"jobs/{name}/run") if n.startswith("attempt-")]
 
 
 class SeenRecord:

@@ -20,7 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Stric
 from sqlalchemy import Select, insert, select
 from sqlalchemy.orm import Session, make_transient_to_detached
 
-from trainyard import io_patterns, mail_types
+from trainyard import io_patterns, jobfs, mail_types
+from trainyard.backends.base import Owner
 from trainyard.contracts import JobDir
 from trainyard.parsing import parse_begin, parse_mem_mib
 from trainyard.services import arrays, dependencies, limits, notices, output_paths, owners, placement_ask, reservations, transitions
@@ -285,6 +286,29 @@ def _mem_limit(v: int | str | None) -> int | None:
     return (parse_mem_mib(v) or None) if v is not None else None
 
 
+WORKDIR_CHECK_S = 2.0  # a working directory on a hung mount holds a submit this long at most
+
+def _check_workdir(workdir: str, owner: Owner) -> None:
+    """The working directory exists and the account the job runs as may enter it: asked of the
+    kernel *as that account* (`jobfs.as_owner`), so a member learns nothing of paths only the
+    plane may see, and nothing is resolved as root.
+
+    Raises:
+        ServiceError: field `workdir`.
+    """
+    if not os.path.isabs(workdir):
+        raise _bad(f"working directory {workdir!r} is not an absolute path", "workdir")
+    try:
+        problem = jobfs.as_owner(owner, jobfs.enter_problem, workdir, timeout_s=WORKDIR_CHECK_S)
+    except OSError as e:
+        problem = e.strerror or str(e)
+    if problem == "does not exist":
+        raise _bad(f"working directory {workdir!r} does not exist", "workdir")
+    if problem is not None:
+        raise _bad(f"working directory {workdir!r} is out of reach of {owner.user!r}, the account the job "
+                   f"runs as ({problem})", "workdir")
+
+
 def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_dir: Path,
            now: float | None = None) -> JobRow:
     """Validate and store a job as PENDING (or held). Nothing is written unless all is well.
@@ -311,15 +335,11 @@ def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_d
     reservations.check_job(cfg, sub.reservation, by.user, team, sub.pool, now)  # before anything is stored
     who = owners.resolve(cfg.spec, by.user, team)  # someone to run it as, or a 403 naming the user
     workdir = sub.workdir or str(data_dir)
-    if not os.path.isdir(workdir):
-        raise _bad(f"working directory {workdir!r} does not exist", "workdir")
-    if (blocked := owners.blocked_at(workdir, who.owner)) is not None:
-        raise _bad(f"working directory {workdir!r} is out of reach of {who.owner.user!r}, the account the job "
-                   f"runs as ({blocked} does not let it in)", "workdir")
+    _check_workdir(workdir, who.owner)
     if sub.output is not None:
-        output_paths.check(sub.output, workdir)  # before anything is stored or created
+        output_paths.check(sub.output, workdir, owner=who.owner)  # before anything is stored or created
     if sub.error is not None:
-        output_paths.check(sub.error, workdir, field="error")
+        output_paths.check(sub.error, workdir, field="error", owner=who.owner)
     lo, hi, gpn, total = shape
     now = time.time() if now is None else now
     name = sub.name or (Path(sub.command[0]).name if sub.command else "script")

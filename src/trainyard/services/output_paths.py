@@ -3,9 +3,11 @@
 Slurm's `--output` names where a job's log appears; trainyard keeps every log in the job's
 directory and links the asked-for path to it (`control/launch.py`, `control/output_links.py`).
 The control plane may run with more rights than the job's owner, so the link goes only inside the
-job's working directory and is made through no symbolic link. What can be known at submission
-is refused then, with a 400 naming `output`, instead of being skipped at launch with a line in
-the plane's log that the user never sees:
+job's working directory (as written: the check is lexical, nothing is resolved as root) and is made
+as the owner, through no symbolic link. What can be known at submission is refused then, with a 400
+naming `output`, instead of being skipped at launch with a line in the plane's log that the user
+never sees (the file system is looked at *as the owner*, `jobfs.as_owner`, so a member learns
+nothing of paths only root may see):
 
 - a path outside the working directory (absolute elsewhere; `..` is refused by the model);
 - a directory on the way that is a symbolic link, or not a directory;
@@ -23,7 +25,7 @@ import os
 import stat
 from pathlib import Path
 
-from trainyard import io_patterns
+from trainyard import io_patterns, jobfs
 from trainyard.services.errors import ServiceError
 
 SAMPLE = {"A": "1", "a": "0", "b": "0", "j": "1", "J": "1.batch", "s": "batch", "N": "node", "n": "0", "t": "0",
@@ -32,18 +34,17 @@ SAMPLE = {"A": "1", "a": "0", "b": "0", "j": "1", "J": "1.batch", "s": "batch", 
 
 def relative_to_workdir(path: Path, workdir: str) -> Path | None:
     """`path` (absolute, or relative to the working directory) relative to `workdir`; None if it
-    lies outside it (also once the working directory's own links are resolved)."""
+    lies outside it. Lexical: `..` and `.` are folded, links are not resolved (the plane resolves
+    nothing an owner can change; `link_inside` then refuses a link on the way)."""
     if not path.is_absolute():
         return path
-    norm = Path(os.path.normpath(path))
-    for base in (Path(os.path.normpath(workdir)), Path(workdir).resolve()):
-        if norm.is_relative_to(base):
-            return norm.relative_to(base)
-    return None
+    norm, base = Path(os.path.normpath(path)), Path(os.path.normpath(workdir))
+    return norm.relative_to(base) if norm.is_relative_to(base) else None
 
 
-def check(pattern: str, workdir: str, field: str = "output") -> None:
-    """Refuse an `--output` (or `--error`: `field`) the plane would not link (see the module docstring).
+def check(pattern: str, workdir: str, field: str = "output", owner: jobfs.Account | None = None) -> None:
+    """Refuse an `--output` (or `--error`: `field`) the plane would not link (see the module
+    docstring); the way is looked at as `owner` (the account the job runs as).
 
     Raises:
         ServiceError: field `field`, saying which part of the path is the problem.
@@ -58,22 +59,24 @@ def check(pattern: str, workdir: str, field: str = "output") -> None:
                            "inside it (it always stays in the job's directory, `yard logs` reads it)", field=field)
     if not rel.parts or rel.name in ("", ".", ".."):
         raise ServiceError(f"--{field} {pattern} names no file in the working directory", field=field)
-    here = Path(workdir).resolve()
-    for i, part in enumerate(rel.parts):
+    try:
+        way = jobfs.as_owner(owner, jobfs.lstat_way, workdir, str(rel))
+    except OSError as e:
+        raise ServiceError(f"--{field} {pattern}: cannot look at {workdir}: {e.strerror or e}", field=field) from None
+    here = Path(workdir)
+    for i, (part, found) in enumerate(zip(rel.parts, way)):
         here = here / part
-        try:
-            st = os.lstat(here)
-        except FileNotFoundError:
+        if found is None:
             return  # made at launch, with the rest of the way
-        except OSError as e:
-            raise ServiceError(f"--{field} {pattern}: cannot look at {here}: {e.strerror or e}", field=field) from None
+        if isinstance(found, str):
+            raise ServiceError(f"--{field} {pattern}: cannot look at {here}: {found}", field=field)
         last = i == len(rel.parts) - 1
-        if stat.S_ISLNK(st.st_mode):
+        if stat.S_ISLNK(found):
             if last:
                 return  # an older link: replaced at launch
             raise ServiceError(f"--{field} {pattern}: {here} is a symbolic link; the log is linked through none",
                                field=field)
-        if not last and not stat.S_ISDIR(st.st_mode):
+        if not last and not stat.S_ISDIR(found):
             raise ServiceError(f"--{field} {pattern}: {here} is not a directory", field=field)
         if last:
             raise ServiceError(f"--{field} {pattern}: {here} exists and is not a link; only a link is replaced",

@@ -15,13 +15,14 @@ the scrape adds it back. Each batch records a `retention.purged` event (kept: it
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from trainyard import jobfs
 from trainyard.contracts import JobDir
 from trainyard.services.audit import AUDIT_KINDS
 from trainyard.services.events import record
@@ -67,7 +68,7 @@ def purge_jobs(s: Session, data_dir: Path, spec: RetentionSpec, now: float) -> P
     out.attempts = s.execute(delete(AttemptRow).where(AttemptRow.job_id.in_(ids))).rowcount
     out.events = s.execute(delete(EventRow).where(EventRow.job_id.in_(ids), EventRow.kind.not_in(AUDIT_KINDS))).rowcount
     out.jobs = s.execute(delete(JobRow).where(JobRow.id.in_(ids))).rowcount
-    out.dirs = [d for d in (JobDir.of(data_dir, r.id, r.dir_key).root for r in rows) if d.exists()]
+    out.dirs = _existing(data_dir, rows)
     out.last_id = ids[-1]
     record(s, "retention", "retention.purged",
            f"purged {out.jobs} jobs ended before {spec.jobs:.0f} s ago (ids {ids[0]}..{ids[-1]}), with {out.attempts} "
@@ -87,16 +88,23 @@ def dirs_to_purge(s: Session, data_dir: Path, spec: RetentionSpec, now: float, a
                      .where(JobRow.id > after_id, JobRow.state.in_(TERMINAL_STATES),
                             JobRow.end_time < now - spec.job_dirs)
                      .order_by(JobRow.id).limit(spec.batch)).all()
-    out.dirs = [d for d in (JobDir.of(data_dir, r.id, r.dir_key).root for r in rows) if d.exists()]
+    out.dirs = _existing(data_dir, rows)
     out.last_id = rows[-1].id if rows else after_id
     out.jobs = len(rows)  # looked at
     return out
 
 
+def _existing(data_dir: Path, rows: Any) -> list[Path]:
+    """The job dirs of `rows` (id, dir_key) that are there (looked at through no link)."""
+    jobs = jobfs.Tree(Path(data_dir) / "jobs")
+    dirs = [JobDir.of(data_dir, r.id, r.dir_key).root for r in rows]
+    return [d for d in dirs if jobs.exists(d.name)]
+
+
 def remove(dirs: list[Path]) -> int:
-    """Remove job directories (after the batch that named them committed); returns how many went."""
+    """Remove job directories (after the batch that named them committed); returns how many went.
+    What a job left inside (links, FIFOs, its own trees) is unlinked, never followed (`jobfs`)."""
     n = 0
     for d in dirs:
-        shutil.rmtree(d, ignore_errors=True)
-        n += not d.exists()
+        n += jobfs.Tree(d.parent).remove_tree(d.name)
     return n

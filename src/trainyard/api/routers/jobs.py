@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from pathlib import Path
 from typing import Any, AsyncIterator
 
 from fastapi import APIRouter, Depends, Query
-from fastapi.responses import PlainTextResponse, StreamingResponse
+from fastapi.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
+from trainyard import jobfs
 from trainyard.api.deps import JobId, plane, principal, session, storable_input
-from trainyard.backends._files import open_untrusted
 from trainyard.services.ranks import ranks_for
 from trainyard.control.plane import ControlPlane
 from trainyard.services import events, jobs, progress
@@ -90,35 +89,65 @@ def job_events(job_id: JobId, by: Principal = Depends(principal), s: Session = D
     return {"events": events.list_events(s, job_id=job_id)}
 
 
+LOG_PAGE_MAX = jobfs.PAGE_MAX  # bytes in one response: a 1 GB log is read in pages, never whole
+
+
 @router.get("/{job_id}/logs", response_class=PlainTextResponse)
-def logs(job_id: JobId, rank: int = Query(0, ge=0, le=1_000_000), offset: int = Query(0, ge=0, le=2**63 - 1),
+def logs(job_id: JobId, rank: int = Query(0, ge=0, le=1_000_000),
+         offset: int = Query(0, ge=-(2**62), le=2**62, description="byte to start from; negative: that many "
+                             "bytes before the end (the log's tail)"),
+         limit: int = Query(LOG_PAGE_MAX, ge=0, le=LOG_PAGE_MAX, description="bytes at most (a page); the "
+                            "X-Log-Next-Offset header says where the next page starts, X-Log-Size how big the "
+                            "log is"),
          follow: bool = False, by: Principal = Depends(principal), cp: ControlPlane = Depends(plane),
          s: Session = Depends(session)):  # noqa: ANN201
-    """A rank's log (stdout and stderr), from byte `offset`; `follow` streams until the job ends."""
+    """A rank's log (stdout and stderr), a page of at most `limit` bytes from byte `offset`;
+    `follow` streams from `offset` until the job ends. Pages end on a whole UTF-8 character."""
     row = jobs.readable_logs(s, job_id, by)
-    path = jobs.job_dir(cp.data_dir, row).rank_log(rank)
+    jd = jobs.job_dir(cp.data_dir, row)
+    tree, path = jobfs.Tree(jd.root), jd.rank_log(rank)  # the job's owner writes it: `jobfs` reads it
     if not follow:
-        if not path.exists():
+        try:
+            chunk = tree.read_range(path, offset, limit)
+        except FileNotFoundError:
             # A rank of the job's world whose process has not written yet (Slurm creates the
             # file when the task starts, a moment after the job runs) has an empty log; a rank
             # beyond the world is a mistake.
             world = len(ranks_for(row.placement, row.tasks_per_node)) if row.placement else None
             if row.attempt == 0 or (world is not None and rank < world):
-                return PlainTextResponse("")
+                return _page(jobfs.Chunk(b"", 0, 0))
             ranks = f"ranks 0..{world - 1}" if world else "no ranks"
             raise ServiceError(f"job {job_id} has no rank {rank} log (its last attempt had {ranks})", field="rank")
-        return PlainTextResponse(_read(path, offset, -1).decode("utf-8", "replace"))
+        except jobfs.Refused as e:
+            raise ServiceError(f"job {job_id}'s rank {rank} log is not a file the plane reads ({e.strerror})",
+                               field="rank") from None
+        return _page(chunk)
     s.close()  # the stream may last hours: give the store connection back now, not at its end
-    return StreamingResponse(_follow(cp, job_id, path, offset), media_type="text/plain")
+    if offset < 0:  # the last -offset bytes, then what comes
+        st = tree.lstat(path)
+        offset = max(0, (st.st_size if st is not None else 0) + offset)
+    return StreamingResponse(_follow(cp, job_id, tree, path, offset), media_type="text/plain")
 
 
-def _read(path: Path, offset: int, size: int) -> bytes:
-    """Up to `size` bytes (-1: all) from `offset`; none past the end (seeking far past it fails)."""
-    with open_untrusted(path) as fh:  # written by the job's owner: a regular file, not a link
-        if offset >= os.fstat(fh.fileno()).st_size:
-            return b""
-        fh.seek(offset)
-        return fh.read(size)
+def _page(chunk: jobfs.Chunk) -> Response:
+    """A page of a log, cut back to the last whole UTF-8 character unless it reaches the end (the
+    next page starts with the rest), with where it starts, where the next one does, and the size."""
+    data = chunk.data
+    if chunk.end < chunk.size:
+        data = data[:len(data) - _partial_utf8(data)]
+    headers = {"X-Log-Offset": str(chunk.offset), "X-Log-Next-Offset": str(chunk.offset + len(data)),
+               "X-Log-Size": str(chunk.size)}
+    return Response(data, media_type="text/plain; charset=utf-8", headers=headers)
+
+
+def _partial_utf8(data: bytes) -> int:
+    """How many bytes at the end of `data` begin a UTF-8 character that is not complete (0-3)."""
+    for back in range(1, min(4, len(data)) + 1):
+        b = data[-back]
+        if b & 0xC0 != 0x80:  # the first byte of the last character
+            need = 2 if b & 0xE0 == 0xC0 else 3 if b & 0xF0 == 0xE0 else 4 if b & 0xF8 == 0xF0 else 1
+            return back if need > back else 0
+    return 0
 
 
 FOLLOW_POLL_S = 0.25  # how often a follower looks for new bytes
@@ -126,7 +155,7 @@ FOLLOW_STATE_EVERY_S = 2.0  # how often it asks the store whether the job has en
 FOLLOW_MAX_S = 24 * 3600
 
 
-async def _follow(cp: ControlPlane, job_id: int, path: Path, offset: int) -> AsyncIterator[bytes]:
+async def _follow(cp: ControlPlane, job_id: int, tree: jobfs.Tree, path: Path, offset: int) -> AsyncIterator[bytes]:
     """Stream new bytes of a rank's log until the job has ended and the log has nothing more.
 
     Asynchronous so that a follower holds no worker thread, no store connection and no lock while
@@ -135,7 +164,7 @@ async def _follow(cp: ControlPlane, job_id: int, path: Path, offset: int) -> Asy
     pos, idle_after_end, checked = offset, 0, 0.0
     deadline = time.monotonic() + FOLLOW_MAX_S
     while time.monotonic() < deadline and not cp.liveness.shutting_down:
-        chunk = await run_in_threadpool(_read_if_there, path, pos, 1 << 20)
+        chunk = await run_in_threadpool(_read_if_there, tree, path, pos, 1 << 20)
         if chunk:
             pos += len(chunk)
             yield chunk
@@ -149,10 +178,11 @@ async def _follow(cp: ControlPlane, job_id: int, path: Path, offset: int) -> Asy
         await asyncio.sleep(FOLLOW_POLL_S)
 
 
-def _read_if_there(path: Path, offset: int, size: int) -> bytes:
+def _read_if_there(tree: jobfs.Tree, path: Path, offset: int, size: int) -> bytes:
+    """Up to `size` bytes from `offset`; none while the log is missing or not a file we read."""
     try:
-        return _read(path, offset, size)
-    except FileNotFoundError:
+        return tree.read_range(path, offset, size).data
+    except OSError:
         return b""
 
 
