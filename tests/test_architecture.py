@@ -3,13 +3,15 @@
 - `sched` imports nothing of the project outside itself, and only the standard library (rule 1:
   the simulator and the control loop run the very same pure code).
 - `runtime` and `recipes` import nothing of the control plane (rule 4: they work under plain
-  `torchrun`); `contracts`, `states`, `ports`, `defaults` and `parsing` only the standard library
+  `torchrun`); `contracts`, `states`, `ports`, `defaults`, `parsing` and `jobfs` only the standard library
   (the rank wrappers load `contracts` by path with `python -I -S`; the CLI reads `states` cheaply).
 - `api` → `services` → `store`: the store imports no part above it, services no api, control or
   CLI, the API no store (it goes through services) and no CLI.
 - backends hold no policy (rule 2): no `sched`, `services`, `control`, `store` or `api`.
 - `sim` replays the engine alone: no control plane.
 - no module of `control/` is over 300 lines (the loop is split into one module per step).
+- the plane (`control`, `services`, `api`, the plane's side of `backends`) touches what a job's
+  owner can change through `jobfs` alone (rule 7); `jobfs` uses the standard library only.
 - every module, test or file a docstring names in backquotes or by path exists.
 
 Imports under `if TYPE_CHECKING:` are annotations only and do not count.
@@ -30,7 +32,7 @@ PKG = ROOT / "src" / "trainyard"
 PARTS = sorted({p.name for p in PKG.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
                | {p.stem for p in PKG.glob("*.py") if p.stem != "__init__"})
 CONTROL_PLANE = {"api", "cli", "control", "services", "store", "backends", "demo"}
-STDLIB_ONLY = {"sched", "contracts", "states", "ports", "defaults", "parsing"}
+STDLIB_ONLY = {"sched", "contracts", "states", "ports", "defaults", "parsing", "jobfs"}
 
 # part → the project's parts it may not import
 FORBIDDEN: dict[str, set[str]] = {
@@ -42,6 +44,7 @@ FORBIDDEN: dict[str, set[str]] = {
     "ports": set(PARTS) - {"ports"},
     "defaults": set(PARTS) - {"defaults"},
     "parsing": set(PARTS) - {"parsing"},
+    "jobfs": set(PARTS) - {"jobfs"},
     "store": set(PARTS) - {"store", "states"},
     "services": {"api", "control", "cli", "demo", "recipes", "runtime"},
     "api": {"store", "cli", "demo"},
@@ -174,3 +177,105 @@ def test_modules_and_files_named_in_docstrings_exist():
                 if not _dotted_exists(m.group(1)):
                     missing.append(f"{path.relative_to(ROOT)}:{line}: {m.group(1)}")
     assert missing == [], "docstrings name what does not exist:\n" + "\n".join(missing)
+
+
+# -- the plane touches what a job's owner can change through `jobfs` alone -------------------------
+# DESIGN rule 7, issue 34: a root plane that opens, stats, lists, links, makes or removes a path
+# under a job dir, a workdir or an `--output` any other way can be made to follow a link, block on
+# a FIFO or read without end. Every such call in the plane's code must go through `trainyard.jobfs`;
+# a call on a path that is the plane's own (its data dir, the store's files, admin.token, the
+# package's own files, an NVML session) says so on its line with a `# plane's own: <why>` comment.
+
+PLANE_SIDE = (sorted((PKG / "control").rglob("*.py")) + sorted((PKG / "services").rglob("*.py"))
+              + sorted((PKG / "api").rglob("*.py"))
+              + [PKG / "backends" / f"{m}.py" for m in ("local", "slurm", "local_batch", "exit_watch", "slurm_env")])
+# Whole modules whose one job is the plane's own files (their docstrings say why).
+PLANE_OWN_MODULES = {"control/plane_files.py"}
+OWN_MARK = "# plane's own"
+FS_OS = {"open", "symlink", "link", "makedirs", "mkdir", "chown", "lchown", "chmod", "listdir", "scandir", "walk",
+         "stat", "lstat", "unlink", "remove", "rmdir", "rename", "replace", "access", "mkfifo", "truncate",
+         "readlink", "chdir", "removedirs", "utime"}
+FS_OS_PATH = {"exists", "lexists", "isdir", "isfile", "islink", "realpath", "getsize", "getmtime", "getatime",
+              "getctime", "samefile", "ismount"}
+FS_SHUTIL = {"rmtree", "copy", "copy2", "copyfile", "copytree", "move", "chown", "disk_usage"}
+# pathlib's methods that touch the file system (and `open`, which opens anything a path names)
+FS_METHODS = {"open", "read_text", "read_bytes", "write_text", "write_bytes", "resolve", "mkdir", "rmdir", "unlink",
+              "symlink_to", "hardlink_to", "iterdir", "glob", "rglob", "exists", "is_dir", "is_file", "is_symlink",
+              "stat", "lstat", "chmod", "touch", "rename", "samefile", "readlink", "expanduser"}  # not `replace`: str's
+
+
+def _tree_values(tree: ast.Module) -> tuple[set[str], set[str]]:
+    """(names bound to a `jobfs.Tree`, functions that return one) in a module: an assignment from
+    `jobfs.Tree(...)` or from such a function, or a parameter annotated `jobfs.Tree`."""
+    makers = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.returns is not None
+              and ast.unparse(n.returns).endswith("jobfs.Tree")}
+
+    def makes_tree(v: ast.AST) -> bool:
+        return isinstance(v, ast.Call) and (ast.unparse(v.func) in ("jobfs.Tree", "Tree")
+                                            or ast.unparse(v.func) in makers)
+
+    names = {a.arg for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+             for a in n.args.args + n.args.kwonlyargs if a.annotation is not None
+             and ast.unparse(a.annotation).endswith("jobfs.Tree")}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Assign) and makes_tree(n.value):
+            names |= {t.id for t in n.targets if isinstance(t, ast.Name)}
+    return names, makers
+
+
+def job_file_access(path: Path) -> list[tuple[int, str]]:
+    """(line, call) of every file-system call in `path` that bypasses `jobfs` and is not marked as
+    the plane's own."""
+    source = path.read_text()
+    lines = source.splitlines()
+    tree = ast.parse(source, str(path))
+    modules = {a.asname or a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    modules |= {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+    trees, makers = _tree_values(tree)
+    found = []
+    for n in ast.walk(tree):
+        if not isinstance(n, ast.Call):
+            continue
+        f, name = n.func, None
+        if isinstance(f, ast.Name) and f.id == "open":
+            name = "open"
+        elif isinstance(f, ast.Attribute):
+            recv = ast.unparse(f.value)
+            if recv == "os" and f.attr in FS_OS or recv == "os.path" and f.attr in FS_OS_PATH \
+                    or recv == "shutil" and f.attr in FS_SHUTIL:
+                name = f"{recv}.{f.attr}"
+            elif f.attr in FS_METHODS and recv not in modules and recv.split(".")[0] not in ("os", "shutil") \
+                    and recv not in trees and not recv.startswith(("jobfs.", "Tree(")) \
+                    and not (isinstance(f.value, ast.Call) and ast.unparse(f.value.func) in makers):
+                name = f"{recv}.{f.attr}"
+        if name and OWN_MARK not in lines[n.lineno - 1]:
+            found.append((n.lineno, name))
+    return sorted(found)
+
+
+def test_the_plane_touches_job_files_only_through_jobfs():
+    found = [f"{p.relative_to(PKG)}:{line}: {call}" for p in PLANE_SIDE
+             if str(p.relative_to(PKG)) not in PLANE_OWN_MODULES for line, call in job_file_access(p)]
+    assert found == [], ("file-system calls outside trainyard.jobfs (use jobfs.Tree / jobfs.as_owner, or mark a "
+                         "path that is the plane's own with `# plane's own: <why>`):\n" + "\n".join(found))
+
+
+def test_the_jobfs_check_catches_a_plain_open(tmp_path):
+    """The rule test can fail: a plain open, a Path.resolve and a shutil.rmtree are found; calls
+    on a jobfs.Tree, on an imported module and on a line marked as the plane's own are not."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("import shutil\nfrom trainyard import jobfs\nfrom trainyard.services import owners\n"
+                   "def f(jd, spec):\n"
+                   "    open(jd.metrics_file).read()\n"
+                   "    p = jd.root.resolve()\n"
+                   "    shutil.rmtree(jd.root)\n"
+                   "    t = jobfs.Tree(jd.root)\n"
+                   "    t.lstat('metrics')\n"
+                   "    jobfs.Tree(jd.root).exists('logs')\n"
+                   "    owners.resolve(spec, 'u', 't')\n"
+                   "    (jd.root / 'x').unlink()  # plane's own: a test\n")
+    assert job_file_access(bad) == [(5, "open"), (6, "jd.root.resolve"), (7, "shutil.rmtree")]
+
+
+def test_jobfs_uses_the_standard_library_only():
+    assert all(m.split(".")[0] in sys.stdlib_module_names for _, m in _imports(PKG / "jobfs.py", PKG))

@@ -209,9 +209,7 @@ class Tree:
             try:
                 fd = os.open(name, _READ, dir_fd=dfd)
             except OSError as e:
-                if e.errno == errno.ELOOP:
-                    raise Refused(path, "a symbolic link") from None
-                raise
+                raise _refusal(dfd, name, path, e) from None
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
@@ -363,11 +361,7 @@ class Tree:
         try:
             fd = os.open(name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
         except OSError as e:
-            if e.errno == errno.ELOOP:
-                raise Refused(path, "a symbolic link") from None
-            if e.errno == errno.ENXIO:  # a FIFO nobody reads: O_WRONLY|O_NONBLOCK says so
-                raise Refused(path, "a FIFO") from None
-            raise
+            raise _refusal(dfd, name, path, e) from None
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             os.close(fd)
@@ -513,6 +507,19 @@ class Tree:
         except OSError:
             return total, False
         return total, True
+
+
+def _refusal(dfd: int, name: str, path: str | os.PathLike[str], e: OSError) -> OSError:
+    """What an O_NOFOLLOW|O_NONBLOCK open's error means: ELOOP is a link; ENXIO a socket, or a
+    FIFO nobody reads when opened for writing; anything else is the kernel's own error."""
+    if e.errno == errno.ELOOP:
+        return Refused(path, "a symbolic link", errno.ELOOP)
+    if e.errno == errno.ENXIO:
+        try:
+            return Refused(path, _kind(os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode), errno.ENXIO)
+        except OSError:
+            return Refused(path, "not a regular file", errno.ENXIO)
+    return e
 
 
 def _step(fd: int, part: str, create: int | None, path: str | os.PathLike[str]) -> int:

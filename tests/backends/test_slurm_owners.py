@@ -19,7 +19,7 @@ import pytest
 from tests.accounts import ROOT_ONLY, Accounts, accounts, python_for_accounts, shared_dir
 from tests.plane import FIXTURES, Plane, job_dir
 from tests.slurm_cluster import SlurmCluster, accounting_available, slurm_available
-from trainyard.backends._files import read_json
+from trainyard.jobfs import read_record as read_json
 from trainyard.backends.slurm import SlurmBackend
 
 pytestmark = [ROOT_ONLY, pytest.mark.xdist_group("slurm-owners")]

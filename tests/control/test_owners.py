@@ -20,7 +20,7 @@ import pytest
 from tests.accounts import ROOT_ONLY, Accounts, accounts, shared_dir
 from tests.api.helpers import store_snapshot
 from tests.plane import TWO_TEAMS, Plane, job_dir
-from trainyard.backends._files import read_json
+from trainyard.jobfs import read_record as read_json
 
 pytestmark = ROOT_ONLY
 

@@ -16,6 +16,8 @@ import threading
 from pathlib import Path
 from typing import Callable
 
+from trainyard import jobfs
+
 log = logging.getLogger("trainyard.backends")
 
 INTERVAL_S = 0.1
@@ -51,7 +53,7 @@ class ExitWatch:
         for run_dir, world_size in self._attempts():
             for r in range(world_size):
                 path = run_dir / f"rank-{r}.exit"
-                if path in self._seen or path.exists():
+                if path in self._seen or jobfs.record_exists(path):  # a link counts; none is followed
                     current.add(path)
         new = bool(current - self._seen)
         self._seen = current  # attempts released are forgotten

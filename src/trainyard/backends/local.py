@@ -84,10 +84,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from trainyard.backends import _procfs
+from trainyard import jobfs
 from trainyard.backends import registry
 from trainyard.backends import contain
 from trainyard.backends import local_batch
-from trainyard import jobfs
 from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, Owner, RankLaunch, RankState
 from trainyard.backends.contain import ops as contain_ops
 from trainyard.backends.contain.devices import Device, gpu_devices

@@ -31,12 +31,12 @@ a limit per task is not applied in this form.
 
 from __future__ import annotations
 
-import os
 import shlex
 import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from trainyard import jobfs
 from trainyard.backends.base import LaunchSpec
 from trainyard.backends.contain import Needs, RankNeeds, attempt_key
 from trainyard.backends.local_srun import BATCH_FILE, STEPS_DIR
@@ -59,28 +59,21 @@ def prepare(run_dir: Path, spec: LaunchSpec, gang: Gang, master_addr: str, maste
     Raises:
         OSError: one cannot be written.
     """
-    from trainyard.backends._files import write_json
-
     info = {**asdict(spec.job), "submit_host": spec.job.submit_host or info_host}
-    write_json(run_dir / BATCH_FILE, {
+    jobfs.write_record(run_dir / BATCH_FILE, {
         "job_id": spec.job_id, "attempt": spec.attempt, "checkpoint_dir": spec.checkpoint_dir,
         "workdir": spec.workdir, "job_dir": spec.job_dir, "master_addr": master_addr, "master_port": master_port,
         "info": info, "slots": [{"node": s.node, "gpus": list(s.gpus or ())} for s in gang.slots],
         "node_gpus": {n: gang.node_gpus(n) for n in gang.nodes}, "devices": devices,
         "stderr_apart": spec.stderr_apart})
-    b = bin_dir(run_dir)
-    b.mkdir(mode=0o755)
+    run = jobfs.Tree(run_dir)  # the plane's run dir: made through no link
+    run.make_dir(bin_dir(run_dir).name, 0o755, exist_ok=False)
     for name, path in TOOLS.items():
         args = [sys.executable, "-I", "-S", str(path)] + ([str(run_dir)] if name == "srun" else [])
-        tool = b / name
-        fd = os.open(tool, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o755)
-        with os.fdopen(fd, "w") as f:
-            f.write(f"#!/bin/sh\nexec {shlex.join(args)} \"$@\"\n")
-    steps = run_dir / STEPS_DIR
-    steps.mkdir(mode=0o700)
-    if spec.owner is not None:
-        os.chown(steps, spec.owner.uid, spec.owner.gid)
-
+        run.create_file(f"{bin_dir(run_dir).name}/{name}", f"#!/bin/sh\nexec {shlex.join(args)} \"$@\"\n".encode(),
+                        0o755, exist_ok=False)
+    owner = (spec.owner.uid, spec.owner.gid) if spec.owner is not None else None
+    run.make_dir(STEPS_DIR, 0o700, owner=owner, exist_ok=False)
 
 def batch_env(gang: Gang, spec: LaunchSpec, run_dir: Path, master_addr: str, master_port: int,
               inherited_path: str) -> dict[str, str]:

@@ -45,6 +45,7 @@ CUDA_VISIBLE_DEVICES itself.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -59,10 +60,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trainyard import jobfs
 from trainyard.backends import registry
 from trainyard.backends import slurm_env
 from trainyard.backends.exit_watch import ExitWatch
-from trainyard import jobfs
 from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState
 from trainyard.contracts import JobDir
 
@@ -273,8 +274,12 @@ class SlurmBackend:
         where = f"job {spec.job_id} attempt {spec.attempt}"
         if not spec.command or not spec.ranks:
             raise BackendError(f"{where}: empty command or no ranks")
-        if not Path(spec.workdir).is_dir():
-            raise BackendError(f"{where}: workdir {spec.workdir!r} is not a directory")
+        try:  # asked as the account the job runs as (sbatch runs as it): root may enter what it may not
+            problem = jobfs.as_owner(spec.owner, jobfs.enter_problem, spec.workdir)
+        except OSError as e:
+            problem = e.strerror or str(e)
+        if problem is not None:
+            raise BackendError(f"{where}: workdir {spec.workdir!r}: {problem}")
         nodes = self._nodes(max_age_s=0)
         order: list[str] = []
         for r in sorted(spec.ranks, key=lambda r: r.rank):
@@ -299,17 +304,19 @@ class SlurmBackend:
         jd = JobDir(spec.job_dir)
         run_dir = jd.attempt_run(spec.attempt)
         try:
-            jd.logs.mkdir(parents=True, exist_ok=True)
-            if run_dir.exists():
-                shutil.rmtree(run_dir)
-            run_dir.mkdir(parents=True)
+            jobfs.plane_dir(jd.root)  # the plane's (control/job_files.py gives it its modes)
+            tree = jobfs.Tree(jd.root)  # below it, nothing is reached through a link
+            tree.make_dir(jd.logs, None)
+            tree.make_dir(run_dir.parent, None)
+            tree.remove_tree(run_dir)  # an earlier try of this attempt (the owner's dir: never followed)
+            tree.make_dir(run_dir, None, exist_ok=False)
         except OSError as e:
             raise BackendError(f"{where}: cannot create {e.filename}: {e.strerror}") from e
         script = run_dir / "batch.sh"
         try:
             self._hand_over(run_dir, self._batch_script(spec, run_dir, per_rank), spec)
         except OSError as e:
-            shutil.rmtree(run_dir, ignore_errors=True)
+            _remove_run_dir(run_dir)
             raise BackendError(f"{where}: cannot prepare {run_dir}: {e.strerror}") from e
         # --export=ALL exports the clean environment sbatch runs with (slurm_env), nothing of the
         # job's: that one reaches the tasks through job-env.json.
@@ -349,10 +356,10 @@ class SlurmBackend:
             r = subprocess.run(command, env=self._env, capture_output=True, text=True, timeout=30,
                                stdin=subprocess.DEVNULL, cwd=spec.workdir or None)
         except (OSError, subprocess.TimeoutExpired) as e:
-            shutil.rmtree(run_dir, ignore_errors=True)
+            _remove_run_dir(run_dir)
             raise BackendError(f"{where}: sbatch failed: {e}") from e
         if r.returncode != 0 or not r.stdout.strip().split(";")[0].isdigit():
-            shutil.rmtree(run_dir, ignore_errors=True)
+            _remove_run_dir(run_dir)
             raise BackendError(f"{where}: Slurm refused the job: {r.stderr.strip()[:500]}")
         slurm_id = int(r.stdout.strip().split(";")[0])
         # A batch attempt reports one rank, the script, on the first node (as the local backend).
@@ -367,34 +374,26 @@ class SlurmBackend:
             jobfs.write_record(run_dir / "attempt.json", meta)
         except OSError as e:  # the owner's directory: something took the name
             self._cancel(att)
-            shutil.rmtree(run_dir, ignore_errors=True)
+            _remove_run_dir(run_dir)
             raise BackendError(f"{where}: cannot record the attempt in {run_dir}: {e.strerror}") from e
         try:
             self._await_ranks(att)
         except BaseException:
             self._cancel(att)
-            shutil.rmtree(run_dir, ignore_errors=True)
+            _remove_run_dir(run_dir)
             raise
         return att
 
     def _hand_over(self, run_dir: Path, script: str, spec: LaunchSpec) -> None:
         """Write the batch script and the job's environment into the new attempt dir, then give the
         dir to the job's owner, whose tasks write their records there (mode 0700: the job token is
-        in job-env.json). Written while the dir is still the plane's, through its descriptor."""
-        fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            sfd = os.open("batch.sh", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
-                          dir_fd=fd)
-            with os.fdopen(sfd, "w") as f:
-                f.write(script)
-                if spec.owner is not None:
-                    os.fchown(f.fileno(), spec.owner.uid, spec.owner.gid)
-            slurm_env.write_job_env(fd, slurm_env.job_env(os.environ, spec), spec.owner)
-            if spec.owner is not None:
-                os.fchown(fd, spec.owner.uid, spec.owner.gid)
-            os.fchmod(fd, 0o700)
-        finally:
-            os.close(fd)
+        in job-env.json, the owner's, 0600). Written while the dir is still the plane's (`jobfs`)."""
+        tree = jobfs.Tree(run_dir)
+        who = (spec.owner.uid, spec.owner.gid) if spec.owner is not None else None
+        env = json.dumps(dict(slurm_env.job_env(os.environ, spec))).encode()
+        tree.create_file("batch.sh", script.encode(), 0o644, owner=who, exist_ok=False)
+        tree.create_file(slurm_env.JOB_ENV_FILE, env, 0o600, owner=who, exist_ok=False)
+        jobfs.Tree(run_dir.parent).make_dir(run_dir.name, 0o700, owner=who)
 
     def _batch_script(self, spec: LaunchSpec, run_dir: Path, per_rank: int) -> str:
         """batch.sh: the rendezvous (the first node's address, a free port), then every rank in
@@ -488,14 +487,14 @@ class SlurmBackend:
         if ex is not None:
             return RankState(r, pid, running=False, exit_code=ex.get("exit_code"), signal=ex.get("signal"))
         try:
-            node = (att.run_dir / f"rank-{r}.node").read_text().strip() or att.nodes.get(r)
+            node = (jobfs.Tree(att.run_dir).read_text(f"rank-{r}.node", 1024) or "").strip() or att.nodes.get(r)
         except OSError:
             node = att.nodes.get(r)
         if node in down or (att.batch and down.intersection(att.allocation)):
             return RankState(r, pid, running=False, exit_code=None, signal=None, lost=True)
         if job_state in ACTIVE_JOB_STATES:
             return RankState(r, pid, running=True, exit_code=None, signal=None, stopped=job_state == "STOPPED")
-        if (att.run_dir / "killed").exists() or job_state == "CANCELLED":
+        if jobfs.record_exists(att.run_dir / "killed") or job_state == "CANCELLED":
             return RankState(r, pid, running=False, exit_code=None, signal=int(_signal.SIGKILL))
         return RankState(r, pid, running=False, exit_code=None, signal=None, lost=True)
 
@@ -520,13 +519,9 @@ class SlurmBackend:
             att = self._attempts.pop((job_id, attempt), None)
             if att is None:
                 return
-            if not all((att.run_dir / f"rank-{r}.exit").exists() for r in range(att.world_size)):
+            if not all(jobfs.record_exists(att.run_dir / f"rank-{r}.exit") for r in range(att.world_size)):
                 self._cancel(att, wait_s=0.0)
-            shutil.rmtree(att.run_dir, ignore_errors=True)
-            try:
-                att.run_dir.parent.rmdir()
-            except OSError:
-                pass
+            _remove_run_dir(att.run_dir)
 
     def _cancel(self, att: _Attempt, wait_s: float = 2.0) -> None:
         """Kill every process of the batch job and cancel it. Slurm finishes that on its own
@@ -562,10 +557,9 @@ class SlurmBackend:
 
     def _discover(self) -> None:
         for run_dir in JobDir.attempt_runs(self._data_dir):
-            try:  # the plane wrote it; one the job's owner put there (it owns the dir) names nothing
-                if os.lstat(run_dir / "attempt.json").st_uid != os.geteuid():
-                    continue
-            except OSError:
+            # the plane wrote it; one the job's owner put there (it owns the dir) names nothing
+            st = jobfs.Tree(run_dir).lstat("attempt.json")
+            if st is None or st.st_uid != jobfs.plane_uid():
                 continue
             meta = jobfs.read_record(run_dir / "attempt.json")
             if not meta or "slurm_job_id" not in meta:
@@ -614,8 +608,14 @@ registry.register(registry.BackendKind(
     options=frozenset({"partition"}), check=lambda options: require_commands()))
 
 
+def _remove_run_dir(run_dir: Path) -> None:
+    """An attempt's run dir (the owner's inside: what its tasks left is never followed), and `run/`
+    itself once no attempt is left in it."""
+    jobfs.Tree(run_dir.parent).remove_tree(run_dir.name)
+    jobfs.Tree(run_dir.parents[1]).rmdir(run_dir.parent.name)
+
+
 def _tail(path: Path, n: int = 5) -> str:
-    try:
-        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-n:])
-    except OSError:
-        return ""
+    """The last `n` lines of a file a job's owner writes (Slurm's batch output): 64 KiB at most."""
+    lines = jobfs.Tree(path.parent).tail_lines(path.name, 64 * 1024)
+    return " | ".join(x.decode("utf-8", "replace") for x in lines[-n:])

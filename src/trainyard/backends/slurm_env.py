@@ -9,7 +9,7 @@ SBATCH_PARTITION would change what the plane asks Slurm for.
 
 The job's environment (`job_env`: what the plane passes on of its own, minus its settings and
 Slurm's variables, then `LaunchSpec.env` and TRAINYARD_JOB_ID/ATTEMPT/CHECKPOINT_DIR) reaches the
-job through a file instead (`write_job_env`: `<attempt run dir>/job-env.json`, the owner's, 0600:
+job through a file instead (`JOB_ENV_FILE`: `<attempt run dir>/job-env.json`, the owner's, 0600:
 it holds the job token), which `slurm_task.py` lays over the task's environment on the node, under
 what Slurm and the batch script set for the task (`TASK_OWN`: SLURM_*, the GPUs Slurm bound,
 MASTER_ADDR/PORT). The batch script and `srun` run with the clean environment, so a PATH of the
@@ -18,11 +18,9 @@ job's cannot change which `srun` starts the ranks either.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Mapping
 
-from trainyard.backends.base import LaunchSpec, Owner
+from trainyard.backends.base import LaunchSpec
 
 COMMAND_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 FROM_THE_PLANE = ("SLURM_CONF",)  # the only variable of the plane's own environment its commands get
@@ -56,14 +54,3 @@ def job_env(environ: Mapping[str, str], spec: LaunchSpec) -> dict[str, str]:
     env.update(TRAINYARD_JOB_ID=str(spec.job_id), TRAINYARD_ATTEMPT=str(spec.attempt),
                TRAINYARD_CHECKPOINT_DIR=spec.checkpoint_dir)
     return env
-
-
-def write_job_env(dir_fd: int, env: Mapping[str, str], owner: Owner | None) -> None:
-    """Write `job-env.json` in the directory `dir_fd` (a new file, never through a link), readable
-    by the job's owner only."""
-    fd = os.open(JOB_ENV_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                 dir_fd=dir_fd)
-    with os.fdopen(fd, "w") as f:
-        if owner is not None:
-            os.fchown(f.fileno(), owner.uid, owner.gid)
-        json.dump(dict(env), f)

@@ -101,7 +101,7 @@ TASK_OWN = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES"
 
 
 def read_job_env(run_dir: str) -> dict[str, str]:
-    """The job's environment the plane wrote for this attempt (`slurm_env.write_job_env`).
+    """The job's environment the plane wrote for this attempt (`slurm_env.JOB_ENV_FILE`, written by the plane).
 
     Raises:
         ValueError: the file is missing or not a mapping of strings.

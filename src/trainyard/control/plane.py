@@ -67,8 +67,8 @@ class ControlPlane:
         pool, so that it never waits behind API traffic; keep `max_connections` above that).
         `run_as`, `allow_root_jobs`: `yard up --run-as/--allow-root-jobs`, stored as `policy` is
         (`config.set_identity`). `notes`: what the plane says at start about who jobs run as."""
-        self.data_dir = Path(data_dir).resolve()
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir = Path(data_dir).resolve()  # plane's own: the operator's --data-dir
+        self.data_dir.mkdir(parents=True, exist_ok=True)  # plane's own: the operator's --data-dir
         self.api_threads = api_threads
         url = db_url or sqlite_url(self.data_dir)
         wal = store_audit.recover_missing_wal(url)  # before opening: a deleted WAL leaves a stale index
@@ -186,6 +186,6 @@ class ControlPlane:
 
     def remove_server_file(self) -> None:
         try:
-            (self.data_dir / "server.json").unlink()
+            (self.data_dir / "server.json").unlink()  # plane's own: its data dir
         except FileNotFoundError:
             pass

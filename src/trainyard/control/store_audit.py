@@ -75,13 +75,13 @@ def recover_missing_wal(url: str) -> Finding | None:
     that the database opens as of its last checkpoint. None when all is as it should be, or the
     store is not SQLite."""
     db = sqlite_path(url)
-    if db is None or not db.exists():
+    if db is None or not db.exists():  # plane's own: the store's files
         return None
     shm, wal = Path(f"{db}-shm"), Path(f"{db}-wal")
-    if not shm.exists() or wal.exists():
+    if not shm.exists() or wal.exists():  # plane's own: the store's files
         return None
     stale = Path(f"{shm}.stale")
-    os.replace(shm, stale)
+    os.replace(shm, stale)  # plane's own: the store's files
     return Finding("wal_missing", f"the store's write-ahead log {wal} is missing while its index {shm.name} is "
                    "there: it was deleted, and every transaction since the last checkpoint is lost (jobs "
                    f"submitted, started or ended since then); the index, stale now, was moved to {stale.name}",

@@ -148,12 +148,12 @@ def _stamp_last_use(s: Session, token_id: int) -> None:
 
 def ensure_admin_token(s: Session, path) -> str | None:  # noqa: ANN001 (Path)
     """On first start: create the admin token, write it to `path` (mode 0600). Returns it if new."""
-    if s.scalars(select(TokenRow).where(TokenRow.role == "admin")).first() is not None and path.exists():
+    if s.scalars(select(TokenRow).where(TokenRow.role == "admin")).first() is not None and path.exists():  # plane's own
         return None
     token = create_token(s, user="admin", role="admin", team=None, by=Principal("bootstrap", "admin"))
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)  # plane's own: its data dir
     tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", opener=lambda p, f: __import__("os").open(p, f, 0o600)) as fh:
+    with open(tmp, "w", opener=lambda p, f: __import__("os").open(p, f, 0o600)) as fh:  # plane's own: admin.token
         fh.write(token + "\n")
     tmp.replace(path)
     return token

@@ -84,7 +84,7 @@ def default_config_text(nodes: list[tuple[str, int, str, int]], team: str = "def
     """The configuration `yard up` starts with when given none: the given nodes
     (name, GPUs, model, GPU MiB) with their `block`/`rack` from `topology` where known, one team
     owning them all, and the example's three classes."""
-    example = yaml.safe_load(EXAMPLE_CONFIG.read_text())
+    example = yaml.safe_load(EXAMPLE_CONFIG.read_text())  # plane's own: a file of the package
     total = sum(g for _, g, _, _ in nodes)
     doc = {
         "cluster": {"name": "local", "nodes": [

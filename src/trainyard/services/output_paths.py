@@ -1,7 +1,7 @@
 """`--output` checked at submission, before anything is stored or created.
 
 Slurm's `--output` names where a job's log appears; trainyard keeps every log in the job's
-directory and links the asked-for path to it (`control/launch.py`, `control/output_links.py`).
+directory and links the asked-for path to it (`control/launch.py`, `jobfs.link_inside`).
 The control plane may run with more rights than the job's owner, so the link goes only inside the
 job's working directory (as written: the check is lexical, nothing is resolved as root) and is made
 as the owner, through no symbolic link. What can be known at submission is refused then, with a 400

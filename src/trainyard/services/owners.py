@@ -190,7 +190,7 @@ def blocked_at(path: str | os.PathLike[str], owner: Owner) -> str | None:
     groups = set(owner.groups) | {owner.gid}
     for d in reversed(parts):
         try:
-            st = os.stat(d)
+            st = os.stat(d)  # plane's own: the way to its data dir (job dirs are below)
         except OSError:
             return d
         if st.st_uid == owner.uid:

@@ -160,7 +160,7 @@ def logout(request: Request) -> Response:
 def static(name: str) -> Response:
     if name not in STATIC:
         return Response("not found", status_code=404, media_type="text/plain")
-    body = resources.files("trainyard.api").joinpath("static", name).read_bytes()
+    body = resources.files("trainyard.api").joinpath("static", name).read_bytes()  # plane's own: the package
     return Response(body, media_type=STATIC[name], headers={"Cache-Control": "no-cache",
                                                            "X-Content-Type-Options": "nosniff"})
 

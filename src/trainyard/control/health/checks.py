@@ -89,9 +89,9 @@ def _disk(spec: CheckSpec, node: str, data_dir: Path) -> tuple[str, str]:
     status, msgs = OK, []
     for template in spec.paths:
         path = Path(template.format(node=node, data_dir=data_dir))
-        if not path.exists():
+        if not path.exists():  # plane's own: a path the operator's configuration names
             continue  # a checkpoint dir not made yet is not a problem
-        free_gb = shutil.disk_usage(path).free / 2**30
+        free_gb = shutil.disk_usage(path).free / 2**30  # plane's own: the operator's path
         s = CRITICAL if free_gb < spec.critical_free_gb else WARN if free_gb < spec.warn_free_gb else OK
         status = worse(status, s)
         if s != OK:

@@ -273,7 +273,7 @@ def check(spec: CheckSpec, *, since: float = 0.0, now: float | None = None,
     """The `nvml` check: OK "no NVML here" without NVML, else `evaluate` on fresh readings."""
     now = time.time() if now is None else now
     s = nvml or session()
-    if not s.open():
+    if not s.open():  # plane's own: an NVML session, no file
         return OK, f"no NVML here (skipped: {s.unavailable})"
     s.drain(now)
     return evaluate(s.readings(), s.xids(), max_temp_c=spec.max_temp_c, since=since, now=now, notes=s.notes)
