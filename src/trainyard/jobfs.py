@@ -661,12 +661,17 @@ def as_owner(owner: Account | None, fn: Callable[..., T], *args: Any, timeout_s:
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: become the owner, do it, say how it went, exit without cleanup
+        out: dict[str, Any]
         try:
             os.close(r)
-            os.setgroups(list(owner.groups) or [owner.gid])
-            os.setgid(owner.gid)
-            os.setuid(owner.uid)
-            out: dict[str, Any] = {"ok": fn(*args)}
+            try:
+                os.setgroups(list(owner.groups) or [owner.gid])
+                os.setgid(owner.gid)
+                os.setuid(owner.uid)
+            except (OSError, ValueError, OverflowError) as e:  # no such ids, or the kernel refused them
+                out = {"identity": getattr(e, "errno", None) or errno.EINVAL, "strerror": getattr(e, "strerror", None) or str(e)}
+            else:
+                out = {"ok": fn(*args)}
         except Refused as e:
             out = {"refused": [e.filename, e.strerror, e.errno]}
         except OSError as e:
@@ -701,6 +706,9 @@ def as_owner(owner: Account | None, fn: Callable[..., T], *args: Any, timeout_s:
         raise Refused(filename, why, code)
     if "errno" in out:
         raise OSError(out["errno"], out["strerror"], out["filename"])
+    if "identity" in out:
+        who = getattr(owner, "user", None) or f"uid {owner.uid}"
+        raise OSError(out["identity"], f"cannot run as {who} (uid {owner.uid}): {out['strerror']}")
     raise OSError(errno.EIO, out.get("error", "failed"))
 
 

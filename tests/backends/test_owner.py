@@ -7,6 +7,7 @@ import os
 import pwd
 import subprocess
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -34,7 +35,8 @@ def account():
 
 def test_the_command_runs_as_the_owner_with_its_groups_home_and_an_owned_log(backend, tmp_path, account):
     owner, team = account
-    spec = replace(make_spec(tmp_path, 1, ["sh", "-c", 'id -un; id -Gn; echo "$HOME $USER $LOGNAME"']), owner=owner)
+    spec = replace(make_spec(tmp_path, 1, ["sh", "-c", 'id -un; id -Gn; echo "$HOME $USER $LOGNAME"'],
+                             workdir=Path("/")), owner=owner)  # a workdir the owner may enter
     backend.launch(spec)
     state = wait_done(backend, 1)
     assert state.ranks[0].exit_code == 0

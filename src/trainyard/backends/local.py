@@ -524,7 +524,8 @@ class LocalBackend:
         except OSError as e:
             problem = e.strerror or str(e)
         if problem is not None:
-            raise BackendError(f"{where}: workdir {spec.workdir!r}: {problem}")
+            who = spec.owner.user if spec.owner is not None else "the plane's account"
+            raise BackendError(f"{where}: cannot enter the working directory {spec.workdir!r} as {who}: {problem}")
 
     def _prepare_cell(self, spec: LaunchSpec) -> dict:
         """Make the attempt's cell with its limits (memory per node, CPU and devices per rank)."""

@@ -279,7 +279,8 @@ class SlurmBackend:
         except OSError as e:
             problem = e.strerror or str(e)
         if problem is not None:
-            raise BackendError(f"{where}: workdir {spec.workdir!r}: {problem}")
+            who = spec.owner.user if spec.owner is not None else "the plane's account"
+            raise BackendError(f"{where}: cannot enter the working directory {spec.workdir!r} as {who}: {problem}")
         nodes = self._nodes(max_age_s=0)
         order: list[str] = []
         for r in sorted(spec.ranks, key=lambda r: r.rank):
