@@ -93,7 +93,8 @@ def test_checkpoint_markers_behind_links_count_for_nothing(y):
     body = (f'sleep 1; ln -s "{elsewhere}/step-7" "$TRAINYARD_CHECKPOINT_DIR/step-99"; '
             f'mkdir "$TRAINYARD_CHECKPOINT_DIR/step-50"; ln -s "{root_marker}" "$TRAINYARD_CHECKPOINT_DIR/step-50/COMMITTED"; '
             "touch \"$TRAINYARD_CHECKPOINT_DIR/step-50\"; sleep 2; exit 3")
-    os.utime(root_marker, (time.time() + 5, time.time() + 5))
+    for marker in (root_marker, elsewhere / "step-7" / "COMMITTED"):  # newer than the attempt's start
+        os.utime(marker, (time.time() + 30, time.time() + 30))
     j = y.submit("alice", ["/bin/sh", "-c", body], workdir=str(y.home("alice")))
     job = y.ended(j)
     assert job["state"] == "FAILED" and job["last_checkpoint"] is None, job
