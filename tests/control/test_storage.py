@@ -164,3 +164,21 @@ def test_the_reserve_holds_every_team_and_says_so_once(plane):
     assert p.admin.post("/api/v1/cluster/config", json={"text": identity_config_text()}).status_code in (200, 201)
     meter.check()
     assert not meter.holds().reserve and len(events(p, "plane.disk_reserve_cleared")) == 1
+
+
+def test_the_api_and_the_metrics_show_it_to_readers(plane):
+    p, meter = plane, plane.cp.storage
+    write(job_with_dir(p, "vision").checkpoints / "big", 3 * MiB)
+    meter.sweep()
+    viewer = p.as_user("carol", "viewer")
+    rep = viewer.get("/api/v1/storage", params={"jobs": 5}).json()
+    assert team(rep, "vision")["over"] and len(rep["jobs"]) == 1 and rep["jobs"][0]["bytes"] >= 3 * MiB
+    assert p.http.get("/api/v1/storage").status_code == 401
+    assert p.http.get("/api/v1/storage", params={"jobs": 5000}, headers=viewer.headers).status_code == 422
+    metrics = dict(line.rsplit(" ", 1) for line in p.admin.get("/metrics").text.splitlines()
+                   if line.startswith("trainyard_") and "storage" in line)
+    assert float(metrics['trainyard_team_storage_bytes{team="vision"}']) >= 3 * MiB
+    assert float(metrics['trainyard_team_storage_quota_bytes{team="vision"}']) == 2 * MiB
+    assert float(metrics['trainyard_team_storage_over_quota{team="vision"}']) == 1.0
+    assert float(metrics['trainyard_team_storage_over_quota{team="nlp"}']) == 0.0
+    assert float(metrics[f'trainyard_storage_reserve_bytes{{path="{p.cp.data_dir}"}}']) > 0
