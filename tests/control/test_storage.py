@@ -87,7 +87,7 @@ def test_each_team_is_charged_what_its_job_dirs_hold_hard_links_once_and_no_link
     assert meter.job(v.root.name)["bytes"] == team(rep, "vision")["bytes"]
 
 
-def test_a_walk_cut_at_its_deadline_keeps_an_estimate_never_less_than_its_last_measure(plane):
+def test_a_walk_cut_at_its_deadline_keeps_an_estimate_and_goes_on_at_the_next_sweep(plane):
     p, meter = plane, plane.cp.storage
     v = job_with_dir(p, "nlp")
     for i in range(2000):
@@ -100,6 +100,9 @@ def test_a_walk_cut_at_its_deadline_keeps_an_estimate_never_less_than_its_last_m
     meter.sweep()
     cut = meter.job(v.root.name)
     assert not cut["complete"] and cut["bytes"] == full["bytes"]  # kept, not the part counted
+    meter.walk_budget_s = 30
+    meter.sweep()  # the cut walk goes on from where it stopped, and ends
+    assert meter.job(v.root.name)["complete"] and meter.job(v.root.name)["bytes"] == full["bytes"]
     fresh = StorageMeter(p.cp.loop_store, p.cp.configs, p.cp.lock, p.cp.data_dir, walk_budget_s=-1)
     fresh.sweep()  # no earlier measure: what was counted before the cut, marked as an estimate
     first = fresh.job(v.root.name)

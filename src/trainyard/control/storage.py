@@ -3,10 +3,11 @@ the store and the plane (`storage:`, spec.StorageSpec), on a thread of its own b
 loop. The loop never waits on it: its schedule step reads one immutable `Holds`, swapped in whole.
 
 Every `storage.interval` (and at start) a sweep lists `jobs/` and walks each job dir through
-directory descriptors (`jobfs.Tree.disk_usage`: no link followed, one file system, hard links
-once, allocated blocks as `du` counts them). A walk is cut at `walk_budget_s`; a dir cut short
-keeps the larger of what was counted and its last measure, marked as an estimate, so a job that
-makes millions of files neither holds the thread nor hides its bytes by being slow to walk. A dir
+directory descriptors (`jobfs.UsageWalk`: no link followed, one file system, hard links once,
+allocated blocks as `du -sx` counts them, descriptors and memory bounded whatever the tree's
+shape). A walk is cut at `walk_budget_s` and goes on from there at the next sweep; meanwhile the
+dir keeps the larger of what was counted and its last measure, marked as an estimate, so a job
+that makes millions of files neither holds the thread nor hides its bytes behind them. A dir
 is charged to the team of the job whose directory it is (the store's `jobs.team` and `dir_key`);
 one that no job of the store owns is shown as unowned and charged to nobody.
 
@@ -102,6 +103,7 @@ class StorageMeter:
         self.thread: Supervised | None = None
         self._mu = threading.Lock()  # guards _dirs (the thread writes, the API reads)
         self._dirs: dict[str, DirUsage] = {}
+        self._walks: dict[str, jobfs.UsageWalk] = {}  # walks cut at their budget, resumed next sweep
         self._holds = Holds()
         self._fs: tuple[FsUsage, ...] = ()
         self._over: set[str] | None = None  # None: not read back from the events yet
@@ -162,19 +164,23 @@ class StorageMeter:
         for name in names:
             if self._stop.is_set():
                 return
-            used, complete = tree.disk_usage(name, deadline=time.monotonic() + self.walk_budget_s,
-                                             max_entries=MAX_ENTRIES)
-            if not complete and not tree.is_dir(name):
+            walk = self._walks.pop(name, None) or jobfs.UsageWalk(tree, name)
+            done = walk.run(deadline=time.monotonic() + self.walk_budget_s, max_entries=MAX_ENTRIES)
+            if done and not walk.whole and not tree.is_dir(name):
                 continue  # removed meanwhile (retention, an admin)
+            if not done:
+                self._walks[name] = walk  # the next sweep goes on from where this one stopped
             job_id, team, user = owners.get(name, (None, None, None))
             with self._mu:
                 old = self._dirs.get(name)
+                used, complete = walk.total, done and walk.whole
                 if not complete and old is not None:
-                    used = max(used, old.bytes)
+                    used = max(used, old.bytes)  # an estimate: never less than the last measure
                 self._dirs[name] = DirUsage(name, job_id, team, user, used, complete, self.clock())
             seen.add(name)
             if time.monotonic() - self._last_check >= CHECK_S:
                 self.check()
+        self._walks = {k: w for k, w in self._walks.items() if k in seen}
         with self._mu:
             self._dirs = {k: v for k, v in self._dirs.items() if k in seen}
         self.swept_at, self.sweep_s = self.clock(), time.monotonic() - t0
