@@ -18,7 +18,7 @@ from tests.accounts import ROOT_ONLY, Accounts, accounts, shared_dir
 from tests.mounts import tmpfs
 from tests.plane import TWO_TEAMS, Plane, job_dir, wait_until
 
-pytestmark = [ROOT_ONLY, pytest.mark.slow]
+pytestmark = ROOT_ONLY
 
 FAST = "storage: {interval: 0.2s}\n"
 # attempt 1 writes 5 MB of checkpoint; every attempt then runs on
