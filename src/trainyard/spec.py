@@ -87,6 +87,14 @@ class QuotaSpec(_Model):
     lending_limit: int | None = Field(None, ge=0, le=B.MAX_QUOTA_GPUS)
 
 
+class TeamStorageSpec(_Model):
+    """A team's own `storage:`: the most its job dirs may hold, in GB (2^30 bytes, as GB counts
+    everywhere in the configuration, and as `du -h` and `lfs setquota` count); unset, the cluster's
+    `storage.quota_gb` (`StorageSpec`)."""
+
+    quota_gb: float | None = Field(None, gt=0, le=B.MAX_STORAGE_GB)
+
+
 class TeamSpec(_Model):
     """A team. `group`: the Unix group its job directories belong to (the team reads its jobs' logs
     and checkpoints through it); unset, the group of the team's name where one exists. The group
@@ -101,6 +109,7 @@ class TeamSpec(_Model):
     # or young jobs may take GPUs from its own long-running ones. false (off), true (every
     # class) or the list of classes it applies to.
     las: bool | list[str] = False
+    storage: TeamStorageSpec = Field(default_factory=TeamStorageSpec)  # its disk quota (StorageSpec)
 
     def las_classes(self) -> frozenset[str]:
         if self.las is True:
@@ -358,6 +367,31 @@ class RetentionSpec(_Model):
     interval: Duration = Field(600.0, gt=0)
 
 
+class StorageSpec(_Model):
+    """`storage:`, the disk job dirs take (control/storage.py; docs/control-plane.md, "Disk per
+    team"). Every `interval` the plane measures each job dir (through no link, hard links once) and
+    sums them per team; a team over its quota (`teams[].storage.quota_gb`, else `quota_gb` here;
+    neither: none) gets no new attempt (reason StorageQuota) until it is under again, and its
+    running jobs one warning event. While the data dir's file system, or that of `jobs/`, has less
+    free than the reserve (the larger of `reserve_gb` and `reserve_percent` of its size, and the
+    same share of its inodes), no new attempt starts at all (reason DiskReserve): what is left is
+    the store's and the plane's."""
+
+    quota_gb: float | None = Field(None, gt=0, le=B.MAX_STORAGE_GB)
+    reserve_gb: float = Field(0.0, ge=0, le=B.MAX_STORAGE_GB)
+    reserve_percent: float = Field(5.0, ge=0, le=50)  # ext4 keeps 5% for root; kubelet evicts under 10%
+    interval: Duration = Field(300.0, ge=B.MIN_STORAGE_INTERVAL_S)
+
+    def quota_bytes(self, team: TeamSpec) -> int | None:
+        """`team`'s quota in bytes (its own, else the cluster's), or None for no quota."""
+        gb = team.storage.quota_gb if team.storage.quota_gb is not None else self.quota_gb
+        return None if gb is None else int(gb * 2**30)
+
+    def reserve_bytes(self, size: int) -> int:
+        """The free space kept on a file system of `size` bytes."""
+        return max(int(self.reserve_gb * 2**30), int(size * self.reserve_percent / 100))
+
+
 class NotifySpec(_Model):
     """`notify:`, where the control plane reports what jobs asked for with `--mail-type`
     (`control/notify.py`): a JSON POST to `webhook` per event, in a thread of its own, each
@@ -456,6 +490,7 @@ class ConfigSpec(_Model):
     run_as: UnixName | None = None
     allow_root_jobs: bool = False
     retention: RetentionSpec = Field(default_factory=RetentionSpec)
+    storage: StorageSpec = Field(default_factory=StorageSpec)  # disk per team, the reserve (StorageSpec)
     notify: NotifySpec | None = None  # --mail-type's webhook (control/notify.py); None: nothing is sent
     # Admin reservations (`yard reservation create/delete` edit this list; sched/reservations.py).
     reservations: list[ReservationSpec] = Field(default_factory=list, max_length=1000)

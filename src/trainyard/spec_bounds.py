@@ -40,6 +40,8 @@ MAX_NAME = 100  # node, pool, team, class names: the store's columns are 100 cha
 MAX_DURATION_S = 10 * 365 * 86400.0  # any duration: a wait, a run time, a grace period, a cooldown
 MIN_HEALTH_INTERVAL_S = 0.1  # health rounds start processes: not a busy loop
 MAX_REMEDIATION_ATTEMPTS = 100
+MAX_STORAGE_GB = 1e9  # a team's disk quota or the reserve: an exabyte (GB of 2^30 bytes)
+MIN_STORAGE_INTERVAL_S = 0.1  # a measurement walks every job dir: not a busy loop
 
 
 def check_yaml(text: str, file: str) -> None:

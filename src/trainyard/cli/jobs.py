@@ -330,6 +330,12 @@ def show(job_id: str = typer.Argument(..., help="job id, or ARRAY_TASK (42_3)"),
     typer.echo(f"{'gpus (node:indices)':>22}: {clean(gpu_indices(j['placement']))}")
     typer.echo(f"{'retries':>22}: {j.get('retries', 0)}")
     typer.echo(f"{'lost GPU-seconds':>22}: {j.get('lost_gpu_s', 0):.1f} (work since the last checkpoint, all attempts)")
+    if j.get("disk"):  # its job dir, as the storage meter last measured it (yard storage)
+        from trainyard.cli.storage import size
+
+        d = j["disk"]
+        typer.echo(f"{'disk':>22}: {size(d['bytes'])}{'' if d['complete'] else ' or more'} (its job dir, measured "
+                   f"{time.strftime('%H:%M:%S', time.localtime(d['measured_at']))})")
     if j.get("avoid_nodes"):
         typer.echo(f"{'avoids':>22}: {clean(','.join(j['avoid_nodes']))} (earlier attempts failed there; used only if "
                    "nothing else fits)")

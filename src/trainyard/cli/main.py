@@ -10,7 +10,8 @@ Command groups live in their own modules and are wired here:
 - cluster commands (`cli/admin.py`): nodes, drain, resume, teams, cluster; tokens (`cli/tokens.py`): create, list, revoke;
   reservations (`cli/reservations.py`): create, list, delete;
 - accounting: acct (sacct, `cli/acct.py`), report (sreport, `cli/report.py`), share and prio (sshare,
-  sprio, `cli/share.py`), audit (the audit trail as JSON lines, `cli/audit.py`).
+  sprio, `cli/share.py`), audit (the audit trail as JSON lines, `cli/audit.py`);
+- storage (`cli/storage.py`): the disk job dirs take per team, against quotas and the reserve.
 
 - recipes: run (train on this machine, `cli/run.py`), export (a run as a Hugging Face model,
   `cli/model_export.py`), models (the exported models and their lineage, `cli/models.py`).
@@ -23,7 +24,7 @@ from __future__ import annotations
 import typer
 
 from trainyard.cli import (acct, admin, audit, bench, chaos, jobs, model_export, models, plan, report, reservations, run,
-                           share, tboard, tokens, up)
+                           share, storage, tboard, tokens, up)
 from trainyard.cli import trace as trace_cmd
 from trainyard.cli import sim as sim_cmd
 from trainyard.cli.strict import CONTEXT, StrictCommand
@@ -54,6 +55,7 @@ app.add_typer(tokens.token_app, name="token")
 app.add_typer(reservations.app, name="reservation")
 app.command("acct")(acct.acct)
 app.command("report")(report.report)
+app.command("storage")(storage.storage)
 app.command("share")(share.share)
 app.command("prio")(share.prio)
 app.command("audit")(audit.audit)

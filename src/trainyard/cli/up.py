@@ -45,6 +45,9 @@ def up(
                                          "configuration version when it changes)"),
     allow_root_jobs: bool = typer.Option(False, "--allow-root-jobs", help="let jobs run as root (the "
                                          "configuration's allow_root_jobs; stored as a new version)"),
+    jobs_dir: Optional[Path] = typer.Option(None, "--jobs-dir", help="keep job dirs (checkpoints, logs) here, on "
+                                            "another file system than the store's: DATA_DIR/jobs becomes a link "
+                                            "to it (kept for later starts)"),
 ) -> None:
     """Start the control plane: API, store, control loop and a backend (local by default, or Slurm)."""
     if wait_ready:
@@ -101,13 +104,17 @@ def up(
     port = sock.getsockname()[1]
     url = f"http://{host if ':' not in host else '[' + host + ']'}:{port}"
     from trainyard.backends.base import BackendError
+    from trainyard.control.plane_files import JobsDirError, jobs_dir_note
     from trainyard.services.errors import ServiceError
 
     try:
         cp = ControlPlane(data_dir or default_data_dir(), db_url=db, config_text=text, nodes=nodes,
                           gpus_per_node=gpus_per_node, loop_params=LoopParams(tick_s=tick), api_url=url,
                           backend_kind=backend, slurm_partition=partition, policy=policy, run_as=run_as,
-                          allow_root_jobs=True if allow_root_jobs else None)
+                          allow_root_jobs=True if allow_root_jobs else None,
+                          jobs_dir=jobs_dir.expanduser().absolute() if jobs_dir is not None else None)
+    except JobsDirError as e:
+        fail(f"--jobs-dir: {e}")
     except BackendError as e:
         fail(f"--backend {backend}: {e}")
     except ServiceError as e:  # the configuration names an account or group this machine lacks, …
@@ -126,6 +133,7 @@ def up(
     typer.echo(f"trainyard control plane at {url}  (API docs {url}/docs, dashboard {url}/ui/)")
     typer.echo(f"policy {cfg.spec.scheduler.policy}, configuration version {cfg.version}")
     typer.echo(f"data dir {cp.data_dir}; admin token in {cp.data_dir / 'admin.token'}")
+    typer.echo(jobs_dir_note(cp.data_dir))
     for note in cp.notes:  # who jobs run as (services/owners.py)
         typer.echo(note)
     typer.echo(getattr(cp.backend, "containment_line", f"containment: {cp.backend.name}'s own"))

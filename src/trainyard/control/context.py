@@ -13,7 +13,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from trainyard.backends.base import AttemptState, Backend, NodeInfo
 from trainyard.contracts import JobDir
@@ -81,6 +81,9 @@ class LoopContext:
     params: LoopParams
     clock: Callable[[], float]
     api_url: str | None = None
+    # what keeps new attempts from starting on disk grounds (`control/storage.py`'s `Holds`): a
+    # team over its storage quota, the reserve crossed; None: nothing measured (tests of the loop)
+    holds: Callable[[], Any] | None = None
 
     def job_dir(self, j: JobRow) -> JobDir:
         """The job's directory (`contracts.JobDir`, keyed by the row's `dir_key`)."""

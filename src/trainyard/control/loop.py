@@ -26,7 +26,7 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from trainyard.backends.base import Backend
 from trainyard.control.context import Facts, LoopContext, LoopParams, LoopStats
@@ -67,11 +67,13 @@ def rest_after(took: float, waited: float, params: LoopParams) -> float:
 class ControlLoop:
     def __init__(self, store: Store, backend: Backend, data_dir: Path, configs: ConfigCache,
                  write_lock: threading.RLock, *, policy: Policy | None = None, params: LoopParams | None = None,
-                 api_url: str | None = None, clock: Callable[[], float] = time.time):
+                 api_url: str | None = None, clock: Callable[[], float] = time.time,
+                 holds: Callable[[], Any] | None = None):
         """`policy`: a fixed policy; None (the plane's default) runs the one the configuration in
-        force names. `clock`: the time every step judges by (a fake one in the loop's tests)."""
+        force names. `clock`: the time every step judges by (a fake one in the loop's tests).
+        `holds`: the storage meter's (control/storage.py), read by the schedule step."""
         self.ctx = ctx = LoopContext(store, backend, Path(data_dir), configs, write_lock, params or LoopParams(),
-                                     clock, api_url)
+                                     clock, api_url, holds)
         self.stats = LoopStats()
         self._wake = threading.Event()
         self._stop = threading.Event()

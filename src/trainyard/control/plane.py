@@ -13,7 +13,8 @@ Data dir layout (modes: `control/plane_files.py`, `control/job_files.py`):
     store-seen.json         the store's id and newest job id, as last seen (control/store_audit.py)
     jobs/<id>-<key>/        one directory per job (contracts.JobDir): logs/rank-<r>.log, checkpoints/,
                             metrics/, script.sh; `jobs/<id>/` for jobs stored before directory keys;
-                            its owner's and team's only (0750)
+                            its owner's and team's only (0750). `jobs/` may link to (or be a mount
+                            of) another file system: `--jobs-dir`, control/plane_files.py
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from trainyard.control.liveness import Liveness
 from trainyard.control.notify import Notifier
 from trainyard.control.loop import ControlLoop, LoopParams
 from trainyard.control.retention import Retention
+from trainyard.control.storage import StorageMeter
 from trainyard.control.supervise import Supervised
 from trainyard.defaults import DEFAULT_PORT, default_data_dir  # noqa: F401 (re-exported)
 from trainyard.services import auth, config, notices, owners
@@ -57,7 +59,8 @@ class ControlPlane:
                  loop_params: LoopParams | None = None, api_url: str | None = None, backend_kind: str = "local",
                  slurm_partition: str | None = None, policy: str | None = None,
                  clock: Callable[[], float] = time.time, api_threads: int = API_THREADS,
-                 run_as: str | None = None, allow_root_jobs: bool | None = None):
+                 run_as: str | None = None, allow_root_jobs: bool | None = None,
+                 jobs_dir: str | Path | None = None):
         """`policy`: `yard up --policy`, stored as a new configuration version when the one in
         force names another (`config.set_policy`; `policy_change` says what it did). `clock`: the
         loop's time (a `clock.FakeClock` with the fake backend, in tests of the loop's logic).
@@ -66,9 +69,13 @@ class ControlPlane:
         for all of them (on PostgreSQL: 84 connections with the defaults, and 6 for the loop's own
         pool, so that it never waits behind API traffic; keep `max_connections` above that).
         `run_as`, `allow_root_jobs`: `yard up --run-as/--allow-root-jobs`, stored as `policy` is
-        (`config.set_identity`). `notes`: what the plane says at start about who jobs run as."""
+        (`config.set_identity`). `notes`: what the plane says at start about who jobs run as.
+        `jobs_dir`: `yard up --jobs-dir`, job dirs on another file system (`plane_files.use_jobs_dir`;
+        raises `plane_files.JobsDirError`)."""
         self.data_dir = Path(data_dir).resolve()  # plane's own: the operator's --data-dir
         self.data_dir.mkdir(parents=True, exist_ok=True)  # plane's own: the operator's --data-dir
+        if jobs_dir is not None:
+            plane_files.use_jobs_dir(self.data_dir, Path(jobs_dir))
         self.api_threads = api_threads
         url = db_url or sqlite_url(self.data_dir)
         wal = store_audit.recover_missing_wal(url)  # before opening: a deleted WAL leaves a stale index
@@ -125,8 +132,11 @@ class ControlPlane:
         inventory = [NodeInfo(n.name, n.gpus, n.gpu_model, n.gpu_mem_mib)
                      for n in cfg.nodes]
         self.backend: Backend = backend or kind.create(self.data_dir, inventory, options)
+        # job dirs' bytes per team against their quotas, and the disk reserve, beside the loop
+        self.storage = StorageMeter(self.loop_store, self.configs, self.lock, self.data_dir, clock=clock,
+                                    wake=lambda: self.loop.wake())
         self.loop = ControlLoop(self.loop_store, self.backend, self.data_dir, self.configs, self.lock,
-                                params=loop_params, api_url=api_url, clock=clock)
+                                params=loop_params, api_url=api_url, clock=clock, holds=self.storage.holds)
         self.liveness = Liveness(self.store, self.data_dir, self.loop, threads=lambda: self.threads)
         # finished jobs past the configured retention, purged in batches beside the loop
         self.retention = Retention(self.loop_store, self.configs, self.lock, self.data_dir, clock=clock)
@@ -140,6 +150,7 @@ class ControlPlane:
         with self.loop_store.session() as s:
             running = notify.running_notes(s, self.clock())
         self.notifier.start(running)
+        self.storage.start(self._thread_died)  # first: the loop's first pass holds what was over
         self.loop.start(on_thread_death=self._thread_died)
         self.retention.start(self._thread_died)
 
@@ -148,6 +159,7 @@ class ControlPlane:
         self.liveness.shutting_down = True
         self.loop.stop()
         self.retention.stop()
+        self.storage.stop()
         self.notifier.stop()
         for detach in self._detach:
             detach()
@@ -171,7 +183,7 @@ class ControlPlane:
     @property
     def threads(self) -> list[Supervised]:
         """Every supervised background thread of the plane: what /healthz and the metrics watch."""
-        return [*self.loop.threads, *([self.retention.thread] if self.retention.thread is not None else [])]
+        return [*self.loop.threads, *(t for t in (self.retention.thread, self.storage.thread) if t is not None)]
 
     def _thread_died(self, name: str, error: BaseException) -> None:
         """A supervised thread died and is being restarted: an event says so (the metrics count it)."""

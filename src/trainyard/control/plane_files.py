@@ -8,7 +8,11 @@
         anything else      plane 0700 (directories, e.g. the emulated nodes' state) / 0600 (files)
 
 `protect` sets those modes when the plane starts (a data dir made by an older version had its
-store and logs at 0644). The jobs of a plane that runs as root run as other accounts and get no
+store and logs at 0644). `jobs/` may be a link an admin made, or `yard up --jobs-dir` made
+(`use_jobs_dir`), to a directory on another file system, or a mount point: job dirs then cannot
+fill the store's disk. Every part of the plane reaches job dirs as `<data dir>/jobs/<name>`, and
+`jobfs` opens `jobs/` itself as the root it walks from (following that one link, the admin's),
+never a link below it. The jobs of a plane that runs as root run as other accounts and get no
 way in; those of a plane run as a plain user run as that user and read everything here anyway,
 which `yard up` says at start (`services.owners.notes`).
 """
@@ -57,3 +61,61 @@ def write_private(path: Path, text: str) -> None:
     with os.fdopen(fd, "w") as f:
         f.write(text)
     os.replace(tmp, path)
+
+
+class JobsDirError(ValueError):
+    """`--jobs-dir` cannot be used as asked; the message says what is there and what to do."""
+
+
+def use_jobs_dir(data_dir: Path, target: Path) -> None:
+    """Keep job dirs in `target` (`yard up --jobs-dir`): `<data dir>/jobs` becomes a link to it
+    (made with mode 0711 when missing). A link to the same place, or a mount of it there, is kept;
+    an empty `jobs/` is replaced. Existing job dirs are never moved by the plane.
+
+    Raises:
+        JobsDirError: `target` is not absolute or not a directory, or `jobs/` is a link elsewhere,
+            or a directory that holds job dirs (move them first: the message says how).
+    """
+    if not target.is_absolute():
+        raise JobsDirError(f"expected an absolute path, got {str(target)!r}")
+    try:
+        target.mkdir(mode=PASS_THROUGH, parents=True, exist_ok=True)
+    except OSError as e:
+        raise JobsDirError(f"cannot make {target}: {e.strerror or e}") from None
+    if not target.is_dir():
+        raise JobsDirError(f"{target} is not a directory")
+    link = data_dir / "jobs"
+    try:
+        st = os.lstat(link)
+    except FileNotFoundError:
+        st = None
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        if os.path.realpath(link) != os.path.realpath(target):
+            raise JobsDirError(f"{link} already links to {os.readlink(link)}; to move the job dirs, stop the plane, "
+                               f"move them, and replace the link (or give --jobs-dir {os.path.realpath(link)})")
+    elif st is not None and stat.S_ISDIR(st.st_mode) and not os.path.samefile(link, target):
+        if any(os.scandir(link)):
+            raise JobsDirError(f"{link} holds job dirs; with the plane stopped, move them (mv {link}/* {target}/), "
+                               f"remove it (rmdir {link}) and start again")
+        try:
+            os.rmdir(link)
+        except OSError as e:
+            raise JobsDirError(f"cannot replace {link}: {e.strerror or e}") from None
+        st = None
+    elif st is not None and not stat.S_ISDIR(st.st_mode):
+        raise JobsDirError(f"{link} is there and is not a directory")
+    if st is None:
+        os.symlink(target, link)
+    os.chmod(target, PASS_THROUGH)
+
+
+def jobs_dir_note(data_dir: Path) -> str:
+    """Where job dirs live, for `yard up`'s start-up lines."""
+    link = data_dir / "jobs"
+    try:
+        where, other = os.path.realpath(link), os.stat(link).st_dev != os.stat(data_dir).st_dev
+    except OSError:
+        return f"job dirs in {link} (on the store's file system; yard up --jobs-dir puts them on another)"
+    if other:
+        return f"job dirs in {where}, on another file system than the store's"
+    return f"job dirs in {where}, on the store's file system (yard up --jobs-dir puts them on another)"

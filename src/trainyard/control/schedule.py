@@ -2,7 +2,10 @@
 
 The waiting jobs are read as plain rows of the columns the engine needs (`PENDING_COLUMNS`);
 held jobs, jobs still waiting on a dependency, before their begin time or in a retry's backoff are
-not the engine's business, and an array's `%N` throttle keeps its later tasks back. The decisions
+not the engine's business, an array's `%N` throttle keeps its later tasks back, and the storage
+meter (`control/storage.py`) holds the jobs of a team over its disk quota (`StorageQuota`), or all
+of them while the disk reserve is crossed (`DiskReserve`), as Slurm keeps a job over its
+association's limits out of the schedule. The decisions
 are applied under the write lock, each re-checked against the store (a job cancelled meanwhile is
 not started). A start is committed before the backend launches it (`control/launch.py`). Every
 job left waiting gets the engine's reason and estimated start (`squeue`'s REASON and START_TIME).
@@ -68,7 +71,8 @@ class Scheduler:
             pending = _waiting_rows(s, now)
             pending, limited = _array_throttle(pending, running)
             if limited:
-                self._note_limited(limited)
+                self._note([(r, "JobArrayTaskLimit") for r in limited])
+            pending = self._disk_holds(pending)
             if not pending:
                 return 0
             unhealthy = facts.unhealthy
@@ -119,10 +123,25 @@ class Scheduler:
         self._stopped_for = {v: b for v, b in self._stopped_for.items() if v in present and b in waiting}
         return dict(self._stopped_for)
 
-    def _note_limited(self, limited: list[Any]) -> None:
-        """Tasks an array's `%N` throttle keeps back this pass: reason JobArrayTaskLimit, no estimate."""
-        updates = [{"jid": r.id, "r": "JobArrayTaskLimit", "e": None} for r in limited
-                   if r.reason != "JobArrayTaskLimit" or r.est_start is not None]
+    def _disk_holds(self, pending: list[Any]) -> list[Any]:
+        """The waiting rows the storage meter does not hold back; those it holds get its reason."""
+        holds = self.ctx.holds() if self.ctx.holds is not None else None
+        if holds is None or not (holds.reserve or holds.teams):
+            return pending
+        kept, held = [], []
+        for r in pending:
+            why = holds.reason(r.team)
+            if why is None:
+                kept.append(r)
+            else:
+                held.append((r, why))
+        self._note(held)
+        return kept
+
+    def _note(self, held: list[tuple[Any, str]]) -> None:
+        """Waiting rows kept back from the engine this pass, each with its reason (an array's `%N`
+        throttle: JobArrayTaskLimit; the storage meter's) and no estimate; written where it changed."""
+        updates = [{"jid": r.id, "r": why, "e": None} for r, why in held if r.reason != why or r.est_start is not None]
         if updates:
             with self.ctx.lock, self.ctx.store.session.begin() as s:
                 write_reasons(s, updates)

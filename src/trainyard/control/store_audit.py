@@ -143,9 +143,11 @@ def _names(items: list[tuple[str, str]]) -> str:
 
 def _unknown_on_disk(s: Session, data_dir: Path, max_id: int) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """(job dirs, attempt run dirs) the store does not know, each with why, in id order."""
-    tree = jobfs.Tree(data_dir)  # job dirs hold what jobs wrote: listed through no link (`jobfs`)
+    # job dirs hold what jobs wrote: listed through no link below `jobs/` (`jobfs`); `jobs/` itself
+    # may be the admin's link to another file system (control/plane_files.py)
+    tree = jobfs.Tree(data_dir / "jobs")
     named: list[tuple[str, int, str | None]] = []
-    for name, mode in tree.list_dir("jobs"):
+    for name, mode in tree.list_dir(""):
         parsed = JobDir.parse_name(name)
         if parsed is not None and stat.S_ISDIR(mode):
             named.append((name, *parsed))
@@ -171,7 +173,7 @@ def _unknown_on_disk(s: Session, data_dir: Path, max_id: int) -> tuple[list[tupl
 
 
 def _runs(tree: jobfs.Tree, name: str) -> list[str]:
-    return [n for n, _ in tree.list_dir(f"jobs/{name}/run") if n.startswith("attempt-")]
+    return [n for n, _ in tree.list_dir(f"{name}/run") if n.startswith("attempt-")]
 
 
 class SeenRecord:

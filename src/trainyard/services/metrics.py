@@ -12,6 +12,10 @@ What is exported:
   its running attempts hold), `trainyard_team_gpus_borrowed{team,pool}` (held beyond nominal),
   `trainyard_team_quota_nominal_gpus{team,pool}`, `trainyard_team_quota_borrowing_limit_gpus`
   and `trainyard_team_quota_lending_limit_gpus` (only where a limit is set: none means unlimited);
+- disk per team (control/storage.py): `trainyard_team_storage_bytes{team}`,
+  `trainyard_team_storage_quota_bytes{team}` (where set), `trainyard_team_storage_over_quota{team}`,
+  `trainyard_storage_free_bytes{path}` and `trainyard_storage_reserve_bytes{path}` (the data dir's
+  file system, and `jobs/`'s when it is another);
 - usage: `trainyard_gpu_seconds_total{team,user,class}` (GPU-seconds allocated to attempts,
   running ones up to the scrape: what `yard acct` and `yard report` count in GPU-hours,
   services/accounting.py; in seconds because Prometheus names base units, and `promtool check
@@ -231,6 +235,8 @@ class PlaneCollector(Collector):
                 samples[key] = samples.get(key, 0.0) + v
             yield from families(samples)
             yield from self._jobs(s)
+            spec = cfg.spec
+        yield from _storage(cp, spec)
         yield from _plane_itself(cp)
         yield _gpu_utilization()
 
@@ -311,6 +317,34 @@ class PlaneCollector(Collector):
             since = max(x for x in (start, ckpt) if x is not None) if (start or ckpt) else now
             age.add_metric([str(jid), team], max(0.0, now - since))
         yield age
+
+
+def _storage(cp: ControlPlane, spec: Any) -> Iterator[Metric]:
+    """Disk per team, as the storage meter last measured it (control/storage.py), and the reserve."""
+    storage = getattr(cp, "storage", None)
+    if storage is None:
+        return
+    rep = storage.report(spec)
+    used = GaugeMetricFamily("trainyard_team_storage_bytes", "Bytes a team's job dirs hold (allocated blocks, as last "
+                             "measured; dirs no job owns under team=\"\").", labels=["team"])
+    quota = GaugeMetricFamily("trainyard_team_storage_quota_bytes", "A team's storage quota (only where one is set).",
+                              labels=["team"])
+    over = GaugeMetricFamily("trainyard_team_storage_over_quota", "1 while a team is over its storage quota (its new "
+                             "attempts wait: StorageQuota).", labels=["team"])
+    for row in rep["teams"]:
+        team = row["team"] or ""
+        used.add_metric([team], row["bytes"])
+        over.add_metric([team], 1.0 if row["over"] else 0.0)
+        if row["quota_bytes"] is not None:
+            quota.add_metric([team], row["quota_bytes"])
+    free = GaugeMetricFamily("trainyard_storage_free_bytes", "Free space on the data dir's file system and on jobs/'s "
+                             "when it is another.", labels=["path"])
+    reserve = GaugeMetricFamily("trainyard_storage_reserve_bytes", "Free space kept for the store and the plane: under "
+                                "it no new attempt starts (DiskReserve).", labels=["path"])
+    for fs in rep["file_systems"]:
+        free.add_metric([fs["path"]], fs["free"])
+        reserve.add_metric([fs["path"]], fs["reserve"])
+    yield from (used, quota, over, free, reserve)
 
 
 def _plane_itself(cp: ControlPlane) -> Iterator[Metric]:

@@ -62,10 +62,12 @@ def list_jobs(state: str | None = Query(None, description="comma-separated state
 @router.get("/{job_id}")
 def get_job(job_id: JobId, by: Principal = Depends(principal), cp: ControlPlane = Depends(plane),
             s: Session = Depends(session)) -> dict[str, Any]:
-    """The job, its attempts, and (to who may manage it, as its workdir) its directory."""
+    """The job, its attempts, (to who may manage it, as its workdir) its directory, and the bytes
+    its directory held when last measured (`disk`: control/storage.py)."""
     row = jobs.get(s, job_id, by)
-    where = str(jobs.job_dir(cp.data_dir, row).root) if by.can_manage_team(row.team) else None
-    return {**jobs.job_dict(row, by), "attempts": jobs.attempts(s, job_id), "job_dir": where}
+    jd = jobs.job_dir(cp.data_dir, row)
+    return {**jobs.job_dict(row, by), "attempts": jobs.attempts(s, job_id),
+            "job_dir": str(jd.root) if by.can_manage_team(row.team) else None, "disk": cp.storage.job(jd.root.name)}
 
 
 def _action(fn):  # noqa: ANN001, ANN202
