@@ -40,6 +40,10 @@ MAX_NAME = 100  # node, pool, team, class names: the store's columns are 100 cha
 MAX_DURATION_S = 10 * 365 * 86400.0  # any duration: a wait, a run time, a grace period, a cooldown
 MIN_HEALTH_INTERVAL_S = 0.1  # health rounds start processes: not a busy loop
 MAX_REMEDIATION_ATTEMPTS = 100
+# A job's pids limit per node (`classes[].pids_max`, `teams[].pids_max`): a job needs its command, a
+# shell and a few helpers to start at all; 4,194,304 is the kernel's own ceiling (PID_MAX_LIMIT).
+MIN_PIDS_MAX = 16
+MAX_PIDS_MAX = 4_194_304
 
 
 def check_yaml(text: str, file: str) -> None:
