@@ -99,7 +99,8 @@ def test_a_fork_bomb_ends_failed_naming_the_limit_and_the_host_forks_on(plane, a
             most, peak = (max(most, value), peak) if name == "pids.current" else (most, max(peak, value))
         time.sleep(0.002)
     end = p.wait(j, "FAILED", timeout=60)
-    print(f"fork bomb with pids_max {LIMIT}: pids.current sampled up to {most}, pids.peak {peak}")
+    print(f"fork bomb with pids_max {LIMIT}: pids.current sampled up to {most}, pids.peak {peak}; "
+          f"FAILED {end['end_time'] - end['start_time']:.2f} s after its start")
     assert end["reason"] == f"pids limit: rank 0 hit the job's limit of {LIMIT} processes (pids_max)"
     assert end["pids_max"] == LIMIT  # `yard show`'s PidsLimit=
     assert 0 < most <= LIMIT and peak <= LIMIT

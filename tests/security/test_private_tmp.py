@@ -66,10 +66,10 @@ def wait_log(p: Plane, job: int, text: str, rank: int = 0, timeout: float = 60) 
     return log
 
 
-def tmpfs_of(p: Plane, job: int) -> list[str]:
-    """The job's tmpfs mounts on the host (one per node of its attempt)."""
-    with open("/proc/self/mountinfo") as f:
-        return [ln.split()[4] for ln in f if f"/tmp/j{job}.a" in ln.split()[4] and str(p.cp.data_dir) in ln]
+def tmp_dirs(p: Plane, job: int) -> list[str]:
+    """The job's private tmp directories under the data dir (one per node of its attempt; the
+    plane's own mount of each is detached once the ranks hold it), until its release."""
+    return [n for n in os.listdir(p.cp.data_dir / "tmp") if n.startswith(f"j{job}.a")]
 
 
 def shmem_mb() -> float:
@@ -82,8 +82,8 @@ def shmem_mb() -> float:
 
 def wait_gone(p: Plane, job: int, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
-    while tmpfs_of(p, job):
-        assert time.monotonic() < deadline, f"job {job}'s tmpfs is still mounted: {tmpfs_of(p, job)}"
+    while tmp_dirs(p, job):
+        assert time.monotonic() < deadline, f"job {job}'s private tmp is still there: {tmp_dirs(p, job)}"
         time.sleep(0.05)
 
 
@@ -100,13 +100,17 @@ def test_another_accounts_job_and_the_host_see_nothing_of_a_jobs_tmp_and_its_ran
             f'echo "TMPDIR=$TMPDIR"; [ "$RANK" = 0 ] && echo alices-{tag} > /tmp/x-{tag}; echo "$RANK" > /dev/shm/y-{tag}-$RANK; '
             f'until [ -e /dev/shm/y-{tag}-0 ] && [ -e /dev/shm/y-{tag}-1 ]; do sleep 0.05; done; '
             f'echo "both: $(cat /dev/shm/y-{tag}-0 /dev/shm/y-{tag}-1 | tr "\\n" " ")"; '
-            f'cat {host_file} 2>&1 | sed "s/^/host: /"; echo ready; exec sleep 120')])["id"]
+            f'cat {host_file} 2>&1 | sed "s/^/host: /"; echo "dev: $(stat -c %d /dev/shm)"; echo ready; '
+            'exec sleep 120')])["id"]
+        devs = set()
         for rank in (0, 1):
             log = wait_log(p, a, "ready", rank)
             assert "TMPDIR=/tmp\n" in log and "both: 0 1 \n" in log, log
             assert "host: cat: " in log and "No such file" in log  # the host's /tmp is not the job's
+            devs |= {ln for ln in log.splitlines() if ln.startswith("dev: ")}
         assert not Path(f"/tmp/x-{tag}").exists() and not Path(f"/dev/shm/y-{tag}-0").exists()  # nor the job's the host's
-        assert len(tmpfs_of(p, a)) == 1  # one tmpfs for the node's two ranks
+        assert len(devs) == 1 and devs != {f"dev: {os.stat('/dev/shm').st_dev}"}  # one tmpfs for the node's two ranks
+        assert len(tmp_dirs(p, a)) == 1
         bob = p.as_user("bob", "member", "nlp")
         b = p.submit(bob, command=["/bin/sh", "-c", f"cat /tmp/x-{tag} /dev/shm/y-{tag}-0 2>&1; ls /tmp /dev/shm"])["id"]
         assert p.wait(b, ("COMPLETED", "FAILED"))["state"] == "COMPLETED"

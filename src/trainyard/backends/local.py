@@ -231,6 +231,7 @@ class LocalBackend:
                 write_json(run_dir / "attempt.json", _attempt_record(spec, cell))
                 self._start_ranks(spec, att, jd)
                 self._await_runners(att)
+                self._tmp.detach(contain.attempt_key(spec.job_id, spec.attempt))  # the ranks hold it now
                 # A fault injected by another process while we were starting: it may not have
                 # seen our ranks yet, so honour "every rank or none" ourselves.
                 for node in sorted({r.node for r in spec.ranks}):
@@ -352,10 +353,14 @@ class LocalBackend:
             # between an attempt's end and its release would otherwise leave empty cgroups behind
             # (the next owner's release finds them gone, which is fine). rmdir fails on a cgroup
             # that still has a process, so nothing running is touched.
+            # So does their private /tmp: nothing of the attempt is left to use it (what was left there
+            # is the job's to lose, as at release).
             for att in self._attempts.values():
                 recs = [rec for r in range(att.world_size) if (rec := read_json(att.run_dir / f"rank-{r}.json"))]
-                if att.cell is not None and not _runner_pids(recs):  # every runner has recorded its end
-                    contain_ops.remove(att.cell, retry_s=0)
+                if not _runner_pids(recs):  # every runner has recorded its end
+                    if att.cell is not None:
+                        contain_ops.remove(att.cell, retry_s=0)
+                    self._tmp.release(contain.attempt_key(att.job_id, att.attempt))
             if self._exit_watch is not None:
                 self._exit_watch.stop()
                 self._exit_watch = None

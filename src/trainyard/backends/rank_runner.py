@@ -171,7 +171,7 @@ def _plan(run_dir: str, rank: int) -> tuple[dict | None, dict]:
 # -- starting the command ------------------------------------------------------------------------
 
 
-def _libc_call(libc, name: str, *args: object) -> None:  # noqa: ANN001
+def _libc_call(libc: object, name: str, *args: object) -> None:
     if getattr(libc, name)(*args) != 0:
         import ctypes
 

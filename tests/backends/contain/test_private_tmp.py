@@ -7,6 +7,7 @@ memory an OOM-killed job left) are tests/security/test_private_tmp.py."""
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -70,25 +71,35 @@ def test_ranks_of_one_node_share_a_tmpfs_sized_by_mem_with_tmpdir_set_and_other_
     assert not any(Path(p).exists() for p in ("/dev/shm/r0", "/tmp/t0"))  # not the host's
 
 
+def tmp_of(pid: int) -> str:
+    """The file system type a process sees on /tmp (its own mount namespace's)."""
+    with open(f"/proc/{pid}/mountinfo") as f:
+        return next(ln.split(" - ")[1].split()[0] for ln in f if ln.split()[4] == "/tmp")
+
+
 @ROOT
-def test_release_unmounts_it_and_a_restarted_plane_sweeps_what_no_run_dir_records(backend, tmp_path):
+def test_once_the_ranks_hold_it_the_plane_lets_go_and_release_or_a_restart_removes_what_is_left(backend, tmp_path):
     backend.launch(make_spec(tmp_path, 2, ["sleep", "30"]))
-    assert mounts_under(tmp_path / "tmp") == [str(tmp_path / "tmp/j2.a1.node0")]
+    # The rank's /tmp is the tmpfs; the plane's own mount of it is detached (the kernel frees it with
+    # the attempt's last process), its directory stays until release.
+    child = json.loads((tmp_path / "jobs/2/run/attempt-1/rank-0.json").read_text())["child_pid"]
+    assert tmp_of(child) == "tmpfs" and os.stat(f"/proc/{child}/root/tmp").st_dev != os.stat("/tmp").st_dev
+    assert mounts_under(tmp_path / "tmp") == [] and os.listdir(tmp_path / "tmp") == ["j2.a1.node0"]
     backend.release(2, 1)
-    assert mounts_under(tmp_path / "tmp") == [] and os.listdir(tmp_path / "tmp") == []
-    # A plane that died after mounting, before recording the attempt: the next one sweeps it.
+    assert os.listdir(tmp_path / "tmp") == []
+    # A plane that died after mounting, before its ranks started: the next one sweeps it.
     backend.launch(make_spec(tmp_path, 3, ["sleep", "30"]))
     left = private_tmp.choose("tmpfs", str(tmp_path))
     left.prepare("j9.a1", {"node1": None}, str(tmp_path), None)
-    assert len(mounts_under(tmp_path / "tmp")) == 2
+    assert mounts_under(tmp_path / "tmp") == [str(tmp_path / "tmp/j9.a1.node1")]
     backend.close()  # the plane stops; job 3 runs on
     again = LocalBackend(tmp_path, NODES, private_tmp_mode="tmpfs")  # re-attaches job 3, sweeps j9.a1
     try:
-        assert mounts_under(tmp_path / "tmp") == [str(tmp_path / "tmp/j3.a1.node0")]
+        assert mounts_under(tmp_path / "tmp") == [] and os.listdir(tmp_path / "tmp") == ["j3.a1.node0"]
     finally:
         again.release(3, 1)
         again.close()
-    assert mounts_under(tmp_path / "tmp") == []
+    assert os.listdir(tmp_path / "tmp") == []
 
 
 def test_the_dir_mode_gives_each_attempt_a_tmpdir_of_its_own_gone_at_release(tmp_path):
@@ -104,3 +115,18 @@ def test_the_dir_mode_gives_each_attempt_a_tmpdir_of_its_own_gone_at_release(tmp
         assert not tmpdir.exists()
     finally:
         be.close()
+
+
+@ROOT
+def test_a_stopping_plane_removes_the_tmp_of_ended_attempts_and_keeps_the_running_ones(tmp_path):
+    be = LocalBackend(tmp_path, NODES, private_tmp_mode="tmpfs")
+    be.launch(make_spec(tmp_path, 7, ["true"]))
+    be.launch(make_spec(tmp_path, 8, ["sleep", "30"]))
+    wait_done(be, 7, timeout=30)
+    be.close()  # job 7 ended unreleased (the plane stopped first), job 8 runs on
+    assert os.listdir(tmp_path / "tmp") == ["j8.a1.node0"]
+    again = LocalBackend(tmp_path, NODES, private_tmp_mode="tmpfs")
+    for a in again.poll():
+        again.release(a.job_id, a.attempt)
+    again.close()
+    assert os.listdir(tmp_path / "tmp") == []

@@ -15,9 +15,12 @@ a job can read what another job left there, or plant files for it.
            namespace of its own (unshare(CLONE_NEWNS), / made a slave so nothing propagates back
            to the host) and binds `tmp/` on /tmp and `shm/` on /dev/shm (`rank_runner.py`). All
            ranks of an attempt on one node share the one tmpfs: NCCL's shared-memory transport and
-           torch's FileStore open each other's files there. `release` unmounts it (lazily: a
-           process of another namespace still holding it cannot keep the plane waiting) and
-           removes the directory; a restarted plane sweeps those of attempts it no longer has.
+           torch's FileStore open each other's files there. Once every rank has bound it, the
+           backend detaches its own mount (`detach`): the ranks' namespaces are then all that
+           hold the tmpfs, and the kernel frees it, and the memory, with the attempt's last
+           process, whether or not the plane is there to release it. `release` (and a restarted
+           plane's sweep) unmounts what is still mounted (an attempt whose launch failed) and
+           removes the directories.
     dir    (not root, or no mount namespace here) a directory per attempt and node in the
            attempt's run dir, `<job_dir>/run/attempt-<a>/tmp.<node>/`, the owner's, mode 0700,
            removed with the run dir at release, as TMPDIR; /tmp and /dev/shm stay the host's.
@@ -119,19 +122,25 @@ class PrivateTmp:
             os.mkdir(os.path.join(d, "tmp", name), 0o755)
         return {"mode": "tmpfs", "root": d, "expose": [f"/tmp/{n}" for n in names]}
 
+    def detach(self, key: str) -> None:
+        """Every rank of attempt `key` has bound its tmpfs: detach the plane's own mount of it, so
+        the kernel frees it with the last process of the attempt, whatever the plane does then
+        (stops, dies, never releases). The empty directory stays until `release`."""
+        for name in self._entries(key):
+            for _ in range(16):
+                if _c().umount2(os.path.join(self.base, name).encode(), MNT_DETACH) != 0:
+                    break
+
+    def _entries(self, key: str) -> list[str]:
+        try:
+            return [n for n in os.listdir(self.base) if (m := _ENTRY.match(n)) and m.group(1) == key]
+        except OSError:
+            return []
+
     def release(self, key: str) -> list[str]:
         """Unmount and remove attempt `key`'s tmpfs mounts; returns those that could not be removed.
         (The dir mode's directories go with the run dir.)"""
-        left = []
-        try:
-            names = os.listdir(self.base)
-        except OSError:
-            return left
-        for name in names:
-            m = _ENTRY.match(name)
-            if m and m.group(1) == key and not _unmount(os.path.join(self.base, name)):
-                left.append(os.path.join(self.base, name))
-        return left
+        return [os.path.join(self.base, n) for n in self._entries(key) if not _unmount(os.path.join(self.base, n))]
 
     def sweep(self, keep: set[str]) -> list[str]:
         """Release the private tmp of every attempt whose key is not in `keep` (a restarted plane)."""
