@@ -12,9 +12,12 @@ the cell (frozen while signalled, so a fork cannot slip past; the SIGUSR1 notice
 processes that handle it, see `contain.ops.notice`), a rank is over only when its cell is empty
 (the runner kills what the command left behind), and `release` removes the cell only once it is
 empty. The chosen mode is `containment` / `containment_line` (said by `yard up` and shown in
-`yard nodes`). Limits (`LaunchSpec.limits`) are the cell's: memory per node, CPU bandwidth and
+`yard nodes`). Limits (`LaunchSpec.limits`) are the cell's: memory and pids per node, CPU bandwidth and
 the GPU devices per rank; emulated GPUs are character devices `<data_dir>/dev/nvidia<minor>`
-(TRAINYARD_GPU_DEVICES names a rank's own). A limit the mode cannot enforce fails the launch.
+(TRAINYARD_GPU_DEVICES names a rank's own). A limit the mode cannot enforce fails the launch
+(but the pids limit, every job's default: without a pids controller it is not enforced, and the
+containment line says so). Each attempt and node also gets a private /tmp and /dev/shm
+(`contain.private_tmp`: a tmpfs in the ranks' mount namespaces, else a TMPDIR of its own).
 
 Identity. With `LaunchSpec.owner` the runner (which stays the plane's user, root) starts the
 command as that account: setgroups(owner.groups), setgid, setuid, and HOME/USER/LOGNAME of the
@@ -31,6 +34,8 @@ Run state on disk, so a control plane killed with -9 loses nothing:
                                               a runner killed by a signal): exit code or signal
     <job_dir>/run/attempt-<a>/rank-<r>.lost   written by `kill_node` for a rank alive when its node
                                               died: the rank is `lost`, whatever else is recorded
+    <data_dir>/tmp/j<job>.a<attempt>.<node>/  the attempt's private tmp on that node (tmpfs mode;
+                                              removed at release, swept by a restarted plane)
     <data_dir>/nodes/<name>.json              emulated node state {state: up|hung|dead, since}; read
                                               on every inventory/poll/launch, absent means up
 
