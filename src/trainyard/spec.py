@@ -30,6 +30,13 @@ from trainyard.spec_limits import LimitsSpec
 Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0, le=B.MAX_DURATION_S)]
 OptDuration = Annotated[float | None, BeforeValidator(parse_duration), Field(ge=0, le=B.MAX_DURATION_S)]
 Name = Annotated[str, Field(min_length=1, max_length=B.MAX_NAME)]
+# A job's pids limit per node (cgroup pids.max; docs/control-plane.md "Containment"): unset, the
+# team's, else the class's, else DEFAULT_PIDS_MAX (`ConfigSpec.pids_max_for`).
+PidsMax = Annotated[int | None, Field(ge=B.MIN_PIDS_MAX, le=B.MAX_PIDS_MAX, strict=True)]
+# 4096 tasks per node: a DDP job of 8 ranks with 8 DataLoader workers each, every process with its
+# CUDA, NCCL and OpenMP threads (threads count as tasks), uses some hundreds to 2,000; a fork bomb
+# reaches it in milliseconds and goes no further.
+DEFAULT_PIDS_MAX = 4096
 # A Unix user or group name as useradd/groupadd take them (and LDAP's, with dots and @).
 UnixName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.@-]*\$?$")]
 
@@ -110,6 +117,7 @@ class TeamSpec(_Model):
     # class) or the list of classes it applies to.
     las: bool | list[str] = False
     storage: TeamStorageSpec = Field(default_factory=TeamStorageSpec)  # its disk quota (StorageSpec)
+    pids_max: PidsMax = None  # its jobs' pids limit per node, over the class's (None: the class's)
 
     def las_classes(self) -> frozenset[str]:
         if self.las is True:
@@ -127,6 +135,7 @@ class JobClassSpec(_Model):
     grace_period: Duration = 60.0
     checkpoint_on_notice: bool = True  # its jobs checkpoint on a preemption notice (the runtime does)
     max_retries: int = Field(3, ge=0, le=100)  # automatic retries after a node loss, a hang or a crash
+    pids_max: PidsMax = None  # its jobs' processes and threads per node (None: DEFAULT_PIDS_MAX)
     description: str = ""
 
 
@@ -542,6 +551,16 @@ class ConfigSpec(_Model):
                 if both and r.start < o.end and o.start < r.end:
                     raise ValueError(f"{where}: overlaps reservation {o.name!r} on node {both[0]!r}")
             seen[r.name] = r
+
+    def pids_max_for(self, team: str, job_class: str) -> int:
+        """A job's pids limit per node: its team's `pids_max`, else its class's, else the built-in
+        DEFAULT_PIDS_MAX (a team or class no longer configured counts as one without a limit set)."""
+        t = next((t for t in self.teams if t.name == team), None)
+        c = next((c for c in self.classes if c.name == job_class), None)
+        for v in (t.pids_max if t else None, c.pids_max if c else None):
+            if v is not None:
+                return v
+        return DEFAULT_PIDS_MAX
 
     def to_admin_reservations(self) -> tuple[AdminReservation, ...]:
         """The reservations as the engine takes them (`Snapshot.reservations`)."""

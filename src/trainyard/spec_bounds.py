@@ -42,6 +42,10 @@ MIN_HEALTH_INTERVAL_S = 0.1  # health rounds start processes: not a busy loop
 MAX_REMEDIATION_ATTEMPTS = 100
 MAX_STORAGE_GB = 1e9  # a team's disk quota or the reserve: an exabyte (GB of 2^30 bytes)
 MIN_STORAGE_INTERVAL_S = 0.1  # a measurement walks every job dir: not a busy loop
+# A job's pids limit per node (`classes[].pids_max`, `teams[].pids_max`): a job needs its command, a
+# shell and a few helpers to start at all; 4,194,304 is the kernel's own ceiling (PID_MAX_LIMIT).
+MIN_PIDS_MAX = 16
+MAX_PIDS_MAX = 4_194_304
 
 
 def check_yaml(text: str, file: str) -> None:

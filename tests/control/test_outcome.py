@@ -59,6 +59,17 @@ def test_a_rank_the_kernel_oom_killed_is_out_of_memory_with_no_log_marker(tmp_pa
     assert (out.job_state, out.cause, out.signal) == ("OUT_OF_MEMORY", "oom", 9) and "rank 1" in out.reason
 
 
+def test_a_rank_ended_at_the_pids_limit_fails_naming_the_limit_and_is_not_retried(tmp_path: Path):
+    # The runner ended rank 1 (SIGKILL) when its fork was refused; rank 0 was stopped after it.
+    facts = AttemptState(1, 1, [RankState(0, 100, False, None, 15),
+                                RankState(1, 101, False, None, 9, pids_max_hit=True, pids_max=256)])
+    out = classify(facts, "failed", tmp_path, made_progress=True)
+    assert (out.job_state, out.attempt_state, out.cause, out.signal) == ("FAILED", "FAILED", "pids", 9)
+    assert out.reason == "pids limit: rank 1 hit the job's limit of 256 processes (pids_max)"
+    from trainyard.control.outcome import RETRYABLE
+    assert out.cause not in RETRYABLE  # a fork bomb would only do it again
+
+
 def _preempted_record(job_dir: Path, attempt: int, step: int, committed: bool = True) -> None:
     (job_dir / "metrics").mkdir(exist_ok=True)
     with open(job_dir / "metrics" / "metrics.jsonl", "a") as f:

@@ -62,7 +62,7 @@ def test_listing_shape_and_privacy(cp):
     [j] = mine
     assert list(j) == ["id", "name", "user", "team", "class", "pool", "state", "reason", "held", "nodes_min",
                        "nodes_max", "gpus_per_node", "gpus", "tasks_per_node", "gpu_mem_gb", "mem_mib",
-                           "mem_per_gpu_mib", "cpus_per_task", "time_limit_s",
+                           "mem_per_gpu_mib", "cpus_per_task", "pids_max", "time_limit_s",
                        "checkpoint_interval_s", "submit_time", "begin_time", "eligible_time", "start_time", "end_time",
                        "est_start", "attempt", "placement", "exit_code", "signal", "last_checkpoint", "progress", "retries",
                        "retry_after", "lost_gpu_s", "avoid_nodes", "dependency", "array_job_id", "array_task_id",

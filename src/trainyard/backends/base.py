@@ -85,11 +85,15 @@ class Owner:
 @dataclass(frozen=True)
 class Limits:
     """What an attempt may use on each node, as Slurm's --mem, --mem-per-gpu and --cpus-per-task
-    ask it; None is no limit of that kind (a backend that cannot enforce one says so)."""
+    ask it, and the configuration's pids limit; None is no limit of that kind (a backend that
+    cannot enforce one says so)."""
 
     mem_mib: int | None = None  # per node, for all the attempt's ranks there
     mem_per_gpu_mib: int | None = None
     cpus_per_task: int | None = None
+    # processes and threads per node, all the attempt's ranks there together (cgroup pids.max), from
+    # the configuration (`classes[].pids_max`, `teams[].pids_max`; spec.ConfigSpec.pids_max_for)
+    pids_max: int | None = None
 
 
 @dataclass(frozen=True)
@@ -145,6 +149,10 @@ class RankState:
     lost: bool = False  # gone with no recorded exit (died unwatched, pid recycled, or its node died)
     stopped: bool = False  # running but stopped (SIGSTOP, /proc state T): makes no progress
     oom_killed: bool = False  # the kernel's OOM killer killed a process of the rank (its memory limit)
+    # a fork or thread of the rank failed at the pids limit (cgroup pids.events), and the backend
+    # ended the rank for it; `pids_max` is the limit it hit
+    pids_max_hit: bool = False
+    pids_max: int | None = None
 
 
 @dataclass(frozen=True)

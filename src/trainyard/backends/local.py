@@ -12,9 +12,12 @@ the cell (frozen while signalled, so a fork cannot slip past; the SIGUSR1 notice
 processes that handle it, see `contain.ops.notice`), a rank is over only when its cell is empty
 (the runner kills what the command left behind), and `release` removes the cell only once it is
 empty. The chosen mode is `containment` / `containment_line` (said by `yard up` and shown in
-`yard nodes`). Limits (`LaunchSpec.limits`) are the cell's: memory per node, CPU bandwidth and
+`yard nodes`). Limits (`LaunchSpec.limits`) are the cell's: memory and pids per node, CPU bandwidth and
 the GPU devices per rank; emulated GPUs are character devices `<data_dir>/dev/nvidia<minor>`
-(TRAINYARD_GPU_DEVICES names a rank's own). A limit the mode cannot enforce fails the launch.
+(TRAINYARD_GPU_DEVICES names a rank's own). A limit the mode cannot enforce fails the launch
+(but the pids limit, every job's default: without a pids controller it is not enforced, and the
+containment line says so). Each attempt and node also gets a private /tmp and /dev/shm
+(`contain.private_tmp`: a tmpfs in the ranks' mount namespaces, else a TMPDIR of its own).
 
 Identity. With `LaunchSpec.owner` the runner (which stays the plane's user, root) starts the
 command as that account: setgroups(owner.groups), setgid, setuid, and HOME/USER/LOGNAME of the
@@ -31,6 +34,8 @@ Run state on disk, so a control plane killed with -9 loses nothing:
                                               a runner killed by a signal): exit code or signal
     <job_dir>/run/attempt-<a>/rank-<r>.lost   written by `kill_node` for a rank alive when its node
                                               died: the rank is `lost`, whatever else is recorded
+    <data_dir>/tmp/j<job>.a<attempt>.<node>/  the attempt's private tmp on that node (tmpfs mode;
+                                              removed at release, swept by a restarted plane)
     <data_dir>/nodes/<name>.json              emulated node state {state: up|hung|dead, since}; read
                                               on every inventory/poll/launch, absent means up
 
@@ -90,6 +95,7 @@ from trainyard.backends import contain
 from trainyard.backends import local_batch
 from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, Owner, RankLaunch, RankState
 from trainyard.backends.contain import ops as contain_ops
+from trainyard.backends.contain import private_tmp
 from trainyard.backends.contain.devices import Device, gpu_devices
 from trainyard.backends.exit_watch import ExitWatch
 from trainyard.contracts import EnvPart, Gang, JobDir, RankSlot, rank_env
@@ -129,12 +135,14 @@ class LocalBackend:
         gpu_offsets: Mapping[str, int] | None = None,
         launch_timeout_s: float = 30.0,
         containment: str | None = None,
+        private_tmp_mode: str | None = None,
     ) -> None:
         """`gpu_offsets`: physical index of each node's GPU 0. Default: nodes that are slices of
         real GPUs (gpu_model != "emulated", as `detect_local_nodes` makes them) are laid out
         contiguously in list order; emulated ones use their node-local indices.
         `containment`: auto | cgroup2 | cgroup1 | subreaper (None: $TRAINYARD_CONTAINMENT, else
-        auto; see `backends.contain`).
+        auto; see `backends.contain`). `private_tmp_mode`: auto | tmpfs | dir (None: $TRAINYARD_PRIVATE_TMP,
+        else auto; see `backends.contain.private_tmp`).
 
         Raises:
             BackendError: the containment asked for by name cannot work here (the message says why).
@@ -154,18 +162,27 @@ class LocalBackend:
         self._stuck: dict[tuple[int, int], _Attempt] = {}  # released, but processes would not die yet
         try:
             self._contain = contain.choose(containment, str(self._data_dir))
+            self._tmp = private_tmp.choose(private_tmp_mode, str(self._data_dir))
         except contain.ContainmentError as e:
             raise BackendError(str(e)) from e
         self._devices, devices_note = gpu_devices(
             str(self._data_dir), [(n.name, n.gpus, n.gpu_model == EMULATED_MODEL) for n in nodes], self._offsets)
         self.containment = self._contain.mode
-        self.containment_line = self._contain.line() + (f"; {devices_note}" if devices_note else "")
+        # Two lines (yard up prints them): how processes are contained, and whether /tmp is private.
+        self.containment_line = (self._contain.line() + (f"; {devices_note}" if devices_note else "")
+                                 + "\n" + self._tmp.line())
         # A fallback is a warning (an operator should know the jobs are less contained than they could be).
-        (log.warning if self._contain.fallback or devices_note else log.info)("%s", self.containment_line)
+        (log.warning if self._contain.fallback or devices_note or self._tmp.why else log.info)(
+            "%s", self.containment_line)
         self._discover()
         # Cells on disk that no run dir re-attaches (the plane died between making them and
         # recording them, or a run dir was deleted by hand): nothing of them may run on.
-        swept = self._contain.driver.sweep(self._keys_on_disk())
+        keys = self._keys_on_disk()
+        swept = self._contain.driver.sweep(keys)
+        swept_tmp = self._tmp.sweep(keys)
+        if swept_tmp:
+            log.warning("private tmp: unmounted and removed that of %d unrecorded attempt(s): %s", len(swept_tmp),
+                        ", ".join(swept_tmp))
         if swept:
             log.warning("containment: killed and removed %d unrecorded attempt cell(s): %s", len(swept), ", ".join(swept))
 
@@ -203,6 +220,7 @@ class LocalBackend:
                     if old:
                         contain_ops.kill(old, [], timeout_s=5)
                         contain_ops.remove(old)
+                    self._tmp.release(contain.attempt_key(spec.job_id, spec.attempt))
                     tree.remove_tree(run_dir)
                 tree.make_dir(run_dir, None, exist_ok=False)  # live state of this attempt there: never mix two runs
             except OSError as e:
@@ -210,7 +228,7 @@ class LocalBackend:
             nodes = {0: _first_node(spec)} if spec.batch else {r.rank: r.node for r in spec.ranks}
             att = _Attempt(spec.job_id, spec.attempt, run_dir, len(nodes), nodes=nodes)
             try:
-                cell = self._prepare_cell(spec)
+                cell = self._prepare_cell(spec, run_dir)
             except BackendError:
                 tree.remove_tree(run_dir)
                 raise
@@ -219,6 +237,7 @@ class LocalBackend:
                 jobfs.write_record(run_dir / "attempt.json", _attempt_record(spec, cell))
                 self._start_ranks(spec, att, jd)
                 self._await_runners(att)
+                self._tmp.detach(contain.attempt_key(spec.job_id, spec.attempt))  # the ranks hold it now
                 # A fault injected by another process while we were starting: it may not have
                 # seen our ranks yet, so honour "every rank or none" ourselves.
                 for node in sorted({r.node for r in spec.ranks}):
@@ -340,10 +359,14 @@ class LocalBackend:
             # between an attempt's end and its release would otherwise leave empty cgroups behind
             # (the next owner's release finds them gone, which is fine). rmdir fails on a cgroup
             # that still has a process, so nothing running is touched.
+            # So does their private /tmp: nothing of the attempt is left to use it (what was left there
+            # is the job's to lose, as at release).
             for att in self._attempts.values():
                 recs = [rec for r in range(att.world_size) if (rec := jobfs.read_record(att.run_dir / f"rank-{r}.json"))]
-                if att.cell is not None and not _runner_pids(recs):  # every runner has recorded its end
-                    contain_ops.remove(att.cell, retry_s=0)
+                if not _runner_pids(recs):  # every runner has recorded its end
+                    if att.cell is not None:
+                        contain_ops.remove(att.cell, retry_s=0)
+                    self._tmp.release(contain.attempt_key(att.job_id, att.attempt))
             if self._exit_watch is not None:
                 self._exit_watch.stop()
                 self._exit_watch = None
@@ -527,8 +550,9 @@ class LocalBackend:
             who = spec.owner.user if spec.owner is not None else "the plane's account"
             raise BackendError(f"{where}: cannot enter the working directory {spec.workdir!r} as {who}: {problem}")
 
-    def _prepare_cell(self, spec: LaunchSpec) -> dict:
-        """Make the attempt's cell with its limits (memory per node, CPU and devices per rank)."""
+    def _prepare_cell(self, spec: LaunchSpec, run_dir: Path) -> dict:
+        """Make the attempt's cell with its limits (memory and pids per node, CPU and devices per
+        rank) and its private /tmp per node (each rank's plan gets its node's, as `tmp`)."""
         lim = spec.limits
         gpus_on: dict[str, int] = {}
         for r in spec.ranks:
@@ -545,11 +569,21 @@ class LocalBackend:
             contain.attempt_key(spec.job_id, spec.attempt),
                 tuple(contain.RankNeeds(r.rank, r.node, tuple((d.major, d.minor) for d in self._rank_devices(r)),
                                         lim.cpus_per_task) for r in spec.ranks),
-                node_mem, every)
+                node_mem, every, lim.pids_max)
         try:
-            return self._contain.driver.prepare(needs)
+            cell = self._contain.driver.prepare(needs)
         except contain.ContainmentError as e:
             raise BackendError(f"job {spec.job_id} attempt {spec.attempt}: {e}") from e
+        owner = (spec.owner.uid, spec.owner.gid) if spec.owner is not None else None
+        try:
+            tmp = self._tmp.prepare(needs.key, {r.node: needs.node_mem_mib.get(r.node) for r in needs.ranks},
+                                    str(run_dir), owner, [spec.workdir, spec.job_dir, spec.checkpoint_dir])
+        except contain.ContainmentError as e:
+            contain_ops.remove(cell)
+            raise BackendError(f"job {spec.job_id} attempt {spec.attempt}: {e}") from e
+        for r in needs.ranks:
+            cell["ranks"][str(r.rank)]["tmp"] = tmp[r.node]
+        return cell
 
     def _rank_devices(self, r: RankLaunch) -> list[Device]:
         devs = self._devices.get(r.node) or []
@@ -694,6 +728,10 @@ class LocalBackend:
                 log.info("job %s attempt %s: its cell is empty and removed at last", *key)
 
     def _remove_run_dir(self, att: _Attempt) -> None:
+        """The attempt is over and its cell empty: its private /tmp and run state go."""
+        left = self._tmp.release(contain.attempt_key(att.job_id, att.attempt))
+        if left:
+            log.error("job %s attempt %s: private tmp not removed: %s", att.job_id, att.attempt, ", ".join(left))
         runs = jobfs.Tree(att.run_dir.parent)  # the plane's `run/`: what a rank left inside is never followed
         runs.remove_tree(att.run_dir.name)
         self._contain.driver.close()  # our base cgroup directories, once no attempt is left there
@@ -796,7 +834,8 @@ def detect_local_nodes(nodes: int = 1, gpus_per_node: int | None = None) -> list
 
 
 def _create(data_dir: Path, nodes: list[NodeInfo], options: Mapping[str, object]) -> LocalBackend:
-    return LocalBackend(data_dir, nodes, containment=options.get("containment"))  # type: ignore[arg-type]
+    return LocalBackend(data_dir, nodes, containment=options.get("containment"),  # type: ignore[arg-type]
+                        private_tmp_mode=options.get("private_tmp"))  # type: ignore[arg-type]
 
 
 def _discover_nodes(data_dir: Path, options: Mapping[str, object]) -> list[NodeInfo]:
@@ -805,7 +844,7 @@ def _discover_nodes(data_dir: Path, options: Mapping[str, object]) -> list[NodeI
 
 registry.register(registry.BackendKind(
     "local", "processes on this machine, which may play several nodes", _create, _discover_nodes,
-    options=frozenset({"nodes", "gpus_per_node", "containment"})))
+    options=frozenset({"nodes", "gpus_per_node", "containment", "private_tmp"})))
 
 
 def _nvml_gpus() -> list[tuple[str, int]]:
@@ -919,8 +958,10 @@ def _owner_env(owner: Owner) -> dict[str, str]:
 
 
 def _exited(rank: int, pid: int | None, ex: dict) -> RankState:
+    pids = ex.get("pids_max")
     return RankState(rank, pid, running=False, exit_code=ex.get("exit_code"), signal=ex.get("signal"),
-                     oom_killed=bool(ex.get("oom_killed")))
+                     oom_killed=bool(ex.get("oom_killed")), pids_max_hit=bool(ex.get("pids_max_hit")),
+                     pids_max=pids if isinstance(pids, int) else None)
 
 
 def _runner_pids(recs: list[dict]) -> list[int]:

@@ -92,10 +92,13 @@ def batch_env(gang: Gang, spec: LaunchSpec, run_dir: Path, master_addr: str, mas
 
 def batch_needs(spec: LaunchSpec, devices_of: dict[int, list[tuple[int, int]]],
                 node_mem: dict[str, int | None], every: tuple[tuple[int, int], ...]) -> Needs:
-    """The cell of a batch attempt: one rank (the script's) with every device of the job."""
+    """The cell of a batch attempt: one rank (the script's) with every device of the job, and the
+    whole allocation's memory and pids limit (every node's), since all its tasks run in it."""
     first = min(spec.ranks, key=lambda r: r.rank).node
     devices = tuple(sorted({d for r in spec.ranks for d in devices_of.get(r.rank, [])}))
     mems = list(node_mem.values())
     mem = None if not mems or any(m is None for m in mems) else sum(m for m in mems if m is not None)
     cpus = spec.limits.cpus_per_task * len(spec.ranks) if spec.limits.cpus_per_task else None
-    return Needs(attempt_key(spec.job_id, spec.attempt), (RankNeeds(0, first, devices, cpus),), {first: mem}, every)
+    pids = spec.limits.pids_max * len({r.node for r in spec.ranks}) if spec.limits.pids_max else None
+    return Needs(attempt_key(spec.job_id, spec.attempt), (RankNeeds(0, first, devices, cpus),), {first: mem}, every,
+                 pids)

@@ -9,13 +9,14 @@ runner starts the command as its child in the same group. The runner
 
 1. reads its rank's plan from `<run-dir>/attempt.json` (written by the backend before any rank
    starts): `owner` {user, uid, gid, groups} and `contain[<rank>]` {mode, join, freezer, kill,
-   memory} (see `backends.contain`);
+   memory, pids_max, pids_events, pids_node, tmp} (see `backends.contain`);
 2. forks the command's process, which, before it executes anything of the job, writes its pid to
    `<dir>/cgroup.procs` of every cgroup in `join` (so the command and every descendant, whatever
-   sessions it creates, are inside them), then drops to the owner (setgroups, setgid, setuid),
-   enters the working directory as the owner (attempt.json's `workdir`: root's rights never open
-   a way into it) and executes the command. In `subreaper` mode the runner is a child subreaper instead
-   (PR_SET_CHILD_SUBREAPER): orphaned descendants are re-parented to it, not to init;
+   sessions it creates, are inside them), enters its private /tmp and /dev/shm (`tmp`, below),
+   then drops to the owner (setgroups, setgid, setuid), enters the working directory as the owner
+   (attempt.json's `workdir`: root's rights never open a way into it) and executes the command.
+   In `subreaper` mode the runner is a child subreaper instead (PR_SET_CHILD_SUBREAPER): orphaned
+   descendants are re-parented to it, not to init;
 3. writes `<run-dir>/rank-<r>.json` = {pid, start_time, pgid, child_pid} (or `error` when the
    command cannot be executed), which tells the backend the rank is up and lets a later control
    plane find it and check the pid was not recycled;
@@ -24,9 +25,22 @@ runner starts the command as its child in the same group. The runner
    descendants), and a signal that reaches the runner's group only keeps it waiting;
 5. when the command ends, kills whatever it left behind in the rank's cgroup (or among the
    runner's descendants) and waits until none is left, like slurmstepd at the end of a step:
-   a rank is over only when nothing of it runs;
-6. writes `<run-dir>/rank-<r>.exit` = {exit_code, signal, oom_killed} atomically; `oom_killed`
-   is the kernel's own count (memory.events / memory.oom_control of the rank's memory cgroup).
+   a rank is over only when nothing of it runs. While it runs, with a pids limit (`pids_events`),
+   the runner reads pids.events every PIDS_POLL_S: the first fork or thread the kernel refused
+   at the limit ends the rank (a fork bomb never stops by itself; it would hold the node's
+   limit until its time limit);
+6. writes `<run-dir>/rank-<r>.exit` = {exit_code, signal, oom_killed, pids_max_hit, pids_max,
+   pids_peak} atomically; `oom_killed` is the kernel's own count (memory.events /
+   memory.oom_control of the rank's memory cgroup), `pids_max_hit` whether a fork of the rank was
+   refused at the limit (pids.events), `pids_peak` the node's most tasks at once (pids.peak).
+
+Private /tmp (`tmp` of the plan, `backends/contain/private_tmp.py`): `tmpfs` {root, expose}: the
+child unshares its mount namespace, makes / a slave (nothing it mounts propagates back), opens
+each `expose` path (the host's /tmp/<name> holding the job's workdir or job dir) *as the owner*
+(seteuid: the kernel checks the owner's access, so a bind never shows what the owner could not
+reach), binds `<root>/tmp` on /tmp and `<root>/shm` on /dev/shm, and binds the opened paths back
+on /tmp/<name>; `dir` {path}: TMPDIR is that directory. TMPDIR is /tmp with a tmpfs. Python has
+no unshare or mount: they are libc's, through ctypes.
 
 A full data disk cannot lose the exit record: before the command starts, the runner reserves
 `rank-<r>.exit.reserve` (RESERVE_BYTES of blanks, fsynced). When the ordinary write fails for
@@ -63,6 +77,9 @@ SURVIVE = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.
 RESET_IN_CHILD = SURVIVE + (signal.SIGPIPE, signal.SIGXFSZ)
 PR_SET_CHILD_SUBREAPER = 36
 DRAIN_TIMEOUT_S = 30.0
+PIDS_POLL_S = 0.2  # how often a rank with a pids limit reads pids.events
+CLONE_NEWNS = 0x20000
+MS_BIND, MS_REC, MS_SLAVE = 0x1000, 0x4000, 0x80000
 RESERVE_BYTES = 4096  # room for the exit record, taken before the command starts
 RETRY_S = 1.0
 
@@ -157,22 +174,91 @@ def _plan(run_dir: str, rank: int) -> tuple[dict | None, dict]:
 # -- starting the command ------------------------------------------------------------------------
 
 
-def _exec_child(command: list[str], owner: dict | None, join: list[str], err_w: int, workdir: str | None = None) -> None:
-    """In the forked child: enter the cgroups, become the owner, enter the working directory (as
-    the owner, so root's rights never open a way into it), execute. Never returns."""
+def _libc_call(libc: object, name: str, *args: object) -> None:
+    if getattr(libc, name)(*args) != 0:
+        import ctypes
+
+        e = ctypes.get_errno()
+        raise OSError(e, f"{name}: {os.strerror(e)}")
+
+
+class _NoIdentity(Exception):
+    """The owner's identity cannot be taken (reported as such, not as a /tmp failure)."""
+
+
+def _open_as(owner: dict | None, path: str) -> int | None:
+    """An O_PATH descriptor of directory `path` resolved with the owner's access (seteuid and
+    back), None when the owner cannot reach it."""
+    flags = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+    if owner is None:
+        try:
+            return os.open(path, flags)
+        except OSError:
+            return None
+    groups, egid = os.getgroups(), os.getegid()
+    try:
+        os.setgroups([int(g) for g in owner.get("groups") or [owner["gid"]]])
+        os.setegid(int(owner["gid"]))
+        os.seteuid(int(owner["uid"]))
+    except (OSError, ValueError, OverflowError) as e:
+        os.seteuid(0)
+        raise _NoIdentity(getattr(e, "strerror", None) or str(e)) from e
+    try:
+        return os.open(path, flags)
+    except OSError:
+        return None
+    finally:
+        os.seteuid(0)
+        os.setegid(egid)
+        os.setgroups(groups)
+
+
+def _private_tmp(tmp: dict, owner: dict | None) -> None:
+    """Enter the rank's private /tmp and /dev/shm (see the module docstring); sets TMPDIR."""
+    if tmp.get("mode") == "dir":
+        os.environ["TMPDIR"] = tmp["path"]
+        return
+    if tmp.get("mode") != "tmpfs":
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    _libc_call(libc, "unshare", CLONE_NEWNS)
+    _libc_call(libc, "mount", None, b"/", None, MS_REC | MS_SLAVE, None)
+    # Every source is opened before anything is mounted over /tmp (the tmpfs itself may lie under
+    # the host's /tmp, as the data dir of a test does); a mount then takes it by descriptor.
+    binds = [(os.open(os.path.join(tmp["root"], "tmp"), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), "/tmp", MS_BIND)]
+    if os.path.isdir("/dev/shm"):
+        binds.append((os.open(os.path.join(tmp["root"], "shm"), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC),
+                      "/dev/shm", MS_BIND))
+    binds += [(fd, target, MS_BIND | MS_REC) for target in tmp.get("expose") or []
+              if (fd := _open_as(owner, target)) is not None]
+    for fd, target, flags in binds:
+        _libc_call(libc, "mount", f"/proc/self/fd/{fd}".encode(), target.encode(), None, flags, None)
+        os.close(fd)
+    os.environ["TMPDIR"] = "/tmp"
+
+
+def _exec_child(command: list[str], owner: dict | None, plan: dict, err_w: int) -> None:
+    """In the forked child: enter the cgroups and the private /tmp, become the owner, enter the
+    working directory (as the owner, so root's rights never open a way into it), execute. Never
+    returns."""
     stage = "join"
     try:
         me = str(os.getpid())
-        for d in join:
+        for d in plan.get("join") or []:
             _write(os.path.join(d, "cgroup.procs"), me)
+        stage = "tmp"
+        if plan.get("tmp"):
+            _private_tmp(plan["tmp"], owner)
         stage = "identity"
         if owner is not None:
             os.setgroups([int(g) for g in owner.get("groups") or [owner["gid"]]])
             os.setgid(int(owner["gid"]))
             os.setuid(int(owner["uid"]))
-        if workdir:
+        if plan.get("workdir"):
             stage = "chdir"
-            os.chdir(workdir)
+            os.chdir(plan["workdir"])
         stage = "exec"
         for sig in RESET_IN_CHILD:
             signal.signal(sig, signal.SIG_DFL)
@@ -181,6 +267,8 @@ def _exec_child(command: list[str], owner: dict | None, join: list[str], err_w: 
     except BaseException as e:  # report to the runner through the pipe, then die
         if stage == "exec" and isinstance(e, FileNotFoundError):
             stage = "notfound"
+        if isinstance(e, _NoIdentity):
+            stage = "identity"
         what = getattr(e, "strerror", None) or str(e)
         try:
             os.write(err_w, f"{stage}:{what}".encode()[:4000])
@@ -188,7 +276,7 @@ def _exec_child(command: list[str], owner: dict | None, join: list[str], err_w: 
             os._exit(127 if stage == "notfound" else 126)
 
 
-def _spawn(command: list[str], owner: dict | None, join: list[str], workdir: str | None = None) -> tuple[int, str | None, int]:
+def _spawn(command: list[str], owner: dict | None, plan: dict) -> tuple[int, str | None, int]:
     """Fork and execute; (pid, error or None, code). The close-on-exec pipe stays silent when
     the exec succeeded, and says why otherwise (not found, not executable, setuid refused, ...)."""
     err_r, err_w = os.pipe()  # both close-on-exec (PEP 446)
@@ -197,7 +285,7 @@ def _spawn(command: list[str], owner: dict | None, join: list[str], workdir: str
     pid = os.fork()
     if pid == 0:
         os.close(err_r)
-        _exec_child(command, owner, join, err_w, workdir)
+        _exec_child(command, owner, plan, err_w)
     signal.pthread_sigmask(signal.SIG_SETMASK, old)
     os.close(err_w)
     chunks = []
@@ -213,7 +301,10 @@ def _spawn(command: list[str], owner: dict | None, join: list[str], workdir: str
     if stage == "join":
         return pid, f"cannot enter the rank's cgroup: {what}", 126
     if stage == "chdir":
-        return pid, f"cannot enter the working directory {workdir!r} as {(owner or {}).get('user', 'the plane')}: {what}", 126
+        who = (owner or {}).get("user", "the plane's account")
+        return pid, f"cannot enter the working directory {plan.get('workdir')!r} as {who}: {what}", 126
+    if stage == "tmp":
+        return pid, f"cannot enter the rank's private /tmp: {what}", 126
     if stage == "identity":
         user = (owner or {}).get("user")
         return pid, f"cannot run as {user} (uid {(owner or {}).get('uid')}): {what}", 126
@@ -238,6 +329,53 @@ def _oom_kills(memory: str | None) -> int:
             if key == "oom_kill":
                 return int(value)
     return 0
+
+
+def _pids_refused(events: list[str]) -> int:
+    """How many forks the pids limit refused, as the rank's and the node's pids.events count them
+    (the larger: v1 and older v2 count at the forking cgroup, v2 since Linux 6.13 at the limit's)."""
+    n = 0
+    for path in events:
+        try:
+            text = _read(path)
+        except OSError:
+            continue
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "max" and value.strip().isdigit():
+                n = max(n, int(value))
+    return n
+
+
+def _pids_peak(node: str | None) -> int | None:
+    try:
+        return int(_read(os.path.join(node, "pids.peak"))) if node else None
+    except (OSError, ValueError):
+        return None
+
+
+def _wait_watching_pids(child: int, plan: dict) -> tuple[int, bool]:
+    """(the command's wait status, whether the pids limit refused a fork of the rank). A thread
+    reads pids.events while the command runs and, at the first refusal, kills the rank's cgroup:
+    the command's end then comes as a SIGKILL, and the record says why."""
+    import threading
+
+    events = plan["pids_events"]
+    hit, over = threading.Event(), threading.Event()
+
+    def watch() -> None:
+        while not over.wait(PIDS_POLL_S):
+            if _pids_refused(events):
+                hit.set()
+                _drain_cgroup(plan)
+                return
+
+    watcher = threading.Thread(target=watch, name="pids-watch", daemon=True)
+    watcher.start()
+    status = os.waitpid(child, 0)[1]
+    over.set()
+    watcher.join()
+    return status, hit.is_set() or _pids_refused(events) > 0
 
 
 def _cgroup_pids(dirs: list[str]) -> set[int]:
@@ -387,7 +525,7 @@ def main(argv: list[str], forward: tuple[signal.Signals, ...] = ()) -> int:
     me = os.getpid()
     state: dict = {"pid": me, "start_time": _start_time(me), "pgid": os.getpgrp()}
     _reserve(exit_path + ".reserve")
-    child, error, code = _spawn(command, owner, list(plan.get("join") or []), plan.get("workdir"))
+    child, error, code = _spawn(command, owner, plan)
     if error is not None:
         print(f"trainyard: {error}", file=sys.stderr, flush=True)
         _write_json(exit_path, {"exit_code": code, "signal": None, "error": error})
@@ -403,8 +541,13 @@ def main(argv: list[str], forward: tuple[signal.Signals, ...] = ()) -> int:
         _drain_descendants() if subreaper else _drain_cgroup(plan)
         os.killpg(0, signal.SIGKILL)
 
-    status = _wait_for(child, subreaper)
+    pids_hit = False
+    if plan.get("pids_events") and not subreaper:
+        status, pids_hit = _wait_watching_pids(child, plan)
+    else:
+        status = _wait_for(child, subreaper)
     oom = _oom_kills(plan.get("memory"))
+    peak = _pids_peak(plan.get("pids_node"))
     if subreaper:
         _drain_descendants()
     elif plan.get("join"):
@@ -416,6 +559,8 @@ def main(argv: list[str], forward: tuple[signal.Signals, ...] = ()) -> int:
         record = {"exit_code": os.WEXITSTATUS(status), "signal": None}
         rc = os.WEXITSTATUS(status)
     record["oom_killed"] = oom > 0
+    if plan.get("pids_max"):
+        record.update(pids_max_hit=pids_hit, pids_max=plan["pids_max"], pids_peak=peak)
     _record_exit(exit_path, record)
     return rc
 

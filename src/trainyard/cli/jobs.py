@@ -326,6 +326,7 @@ def show(job_id: str = typer.Argument(..., help="job id, or ARRAY_TASK (42_3)"),
     typer.echo(f"{'command':>22}: {clean(' '.join(j['command'] or [])) or '(batch script)'}")
     for k in ("submit_time", "begin_time", "eligible_time", "start_time", "end_time", "est_start"):
         typer.echo(f"{k:>22}: {'' if j[k] is None else time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(j[k]))}")
+    typer.echo(f"{'limits':>22}: {limits_line(j)}")
     typer.echo(f"{'nodelist':>22}: {nodelist(j['placement'])}")
     typer.echo(f"{'gpus (node:indices)':>22}: {clean(gpu_indices(j['placement']))}")
     typer.echo(f"{'retries':>22}: {j.get('retries', 0)}")
@@ -347,6 +348,17 @@ def show(job_id: str = typer.Argument(..., help="job id, or ARRAY_TASK (42_3)"),
                 "" if a["signal"] is None else a["signal"], f"{a.get('lost_gpu_s') or 0:.1f}",
                 "" if a.get("recover_s") is None else f"{a['recover_s']:.1f}s",
                 nodelist(a["placement"]), gpu_indices(a["placement"]), a["reason"]] for a in j["attempts"]])
+
+
+def limits_line(j: dict) -> str:
+    """What the job may use on each node, as Slurm-like key=value words (scontrol's names where it
+    has them): --mem, --mem-per-gpu, --cpus-per-task, and the pids limit its latest attempt was
+    launched with (the configuration's; not known before the first launch)."""
+    words = [f"{k}={v}" for k, v in (("MinMemoryNode", j.get("mem_mib")), ("MinMemoryGPU", j.get("mem_per_gpu_mib")),
+                                     ("CPUsPerTask", j.get("cpus_per_task"))) if v is not None]
+    words = [w + "M" if w.startswith("MinMemory") else w for w in words]
+    pids = j.get("pids_max")
+    return " ".join(words + [f"PidsLimit={pids}" if pids is not None else "PidsLimit=(set at launch)"])
 
 
 def _expand(c: Client, texts: list[str], verb: str) -> list[int]:

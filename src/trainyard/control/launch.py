@@ -2,7 +2,7 @@
 
 `start` runs inside the schedule step's transaction: it moves the job to RUNNING
 (`transitions.start_attempt`), mints the attempt's job token and returns the `LaunchSpec` (with the
-job's --mem / --mem-per-gpu / --cpus-per-task as its `limits`).
+job's --mem / --mem-per-gpu / --cpus-per-task and the configuration's pids limit as its `limits`).
 `launch` runs after the commit: it prepares the job directory (the batch script, Slurm's
 `--output` links) and asks the backend to start every rank; a launch the backend refuses (no
 such program, workdir gone, …) fails the job as the user's error.
@@ -50,14 +50,21 @@ def start(ctx: LoopContext, s: Session, j: JobRow, placement: list[dict[str, Any
     env["TRAINYARD_TOKEN"] = auth.create_token(s, user=f"job-{j.id}", role="job", team=j.team,
                                                by=auth.SYSTEM, job_id=j.id)
     command = list(j.command) if j.command else ["/bin/bash", str(jd.script)]
+    j.pids_max = pids_limit(ctx, s, j)
     info = JobInfo(name=j.name, team=j.team, pool=j.pool, job_class=j.job_class, cluster=cluster,
                    submit_dir=j.workdir, submit_host=SUBMIT_HOST, tasks_per_node=j.tasks_per_node)
     return LaunchSpec(job_id=j.id, attempt=j.attempt, command=command, workdir=j.workdir, job_dir=str(jd.root),
                       ranks=ranks_for(placement, j.tasks_per_node), env=env,
                       checkpoint_dir=str(jd.checkpoints), job=info,
-                      limits=Limits(j.mem_mib, j.mem_per_gpu_mib, j.cpus_per_task), batch=not j.command,
+                      limits=Limits(j.mem_mib, j.mem_per_gpu_mib, j.cpus_per_task, j.pids_max), batch=not j.command,
                       stderr_apart=stderr_apart(j.output, j.error),
                       constraints=Constraints(j.constraint, j.gpu_model, tuple(j.exclude_nodes or ()), bool(j.exclusive)))
+
+
+def pids_limit(ctx: LoopContext, s: Session, j: JobRow) -> int:
+    """The job's pids limit per node: the configuration's for its team, else its class, else the
+    built-in default (`spec.ConfigSpec.pids_max_for`), as it is when this attempt starts."""
+    return ctx.configs.current(s).spec.pids_max_for(j.team, j.job_class)
 
 
 def stderr_apart(output: str | None, error: str | None) -> bool:

@@ -5,7 +5,9 @@ Pure functions, so every rule of the exit-code contract (DESIGN.md) has a test o
 (torchrun) turned its workers' 75 into its own exit 1 and the runtime's record says the attempt
 checkpointed on a notice (`runtime_checkpointed`); a stop the control plane
 asked for (cancel, time limit, preemption, requeue) ends as that stop says; anything else is a
-failure, classified: OUT_OF_MEMORY when the backend says the kernel OOM-killed a process of a rank
+failure, classified: FAILED with cause `pids` when a fork of a rank was refused at the job's pids
+limit (`RankState.pids_max_hit`: the backend then ended the rank; not retried, a fork bomb would
+only do it again), OUT_OF_MEMORY when the backend says the kernel OOM-killed a process of a rank
 (`RankState.oom_killed`: the cgroup's memory.events / memory.oom_control) or a log says so, NODE_FAIL when the ranks vanished without
 an exit (their processes died while nobody watched), `Hung` for the runtime's watchdog exit,
 a user error when it failed before its first step (or its command is missing), else a crash
@@ -29,8 +31,8 @@ OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "torch.OutOfMemoryError
 
 
 # Why an attempt ended, as the retry policy sees it (`RETRYABLE` ones are retried automatically).
-CAUSES = ("completed", "cancelled", "timeout", "preempted", "requeued", "node_lost", "hung", "oom", "user_error",
-          "crash")
+CAUSES = ("completed", "cancelled", "timeout", "preempted", "requeued", "node_lost", "hung", "oom", "pids",
+          "user_error", "crash")
 RETRYABLE = ("node_lost", "hung", "crash")
 
 
@@ -153,6 +155,12 @@ def classify(st: AttemptState, stop_kind: StopKind | str | None, job_dir: JobDir
         return Outcome(JobState.REQUEUED, AttemptOutcome.REQUEUED,
                        f"JobRequestedRequeue (the runtime checkpointed step {by_runtime}; the launcher exited "
                        f"{bad.exit_code})", bad.exit_code, None, "requeued")
+    forked = [r for r in ranks if r.pids_max_hit]
+    if forked:  # the backend's fact: a fork of the rank was refused at the job's pids limit, which ended it
+        r = forked[0]
+        limit = f"the job's limit of {r.pids_max} processes" if r.pids_max else "the job's limit"
+        return Outcome(JobState.FAILED, AttemptOutcome.FAILED, f"pids limit: rank {r.rank} hit {limit} (pids_max)",
+                       r.exit_code, r.signal, "pids")
     oomed = [r for r in ranks if r.oom_killed]
     if oomed:  # the backend's fact: the kernel's OOM killer ended a process of the rank (its --mem)
         return Outcome(JobState.OUT_OF_MEMORY, AttemptOutcome.OUT_OF_MEMORY,

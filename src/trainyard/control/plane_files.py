@@ -5,6 +5,8 @@
         trainyard.db*      plane 0600  the store (SQLite gives its -wal and -shm files the same mode)
         admin.token        plane 0600
         server.json        plane 0600
+        tmp/               plane 0700  the jobs' private /tmp mounts (`backends/contain/private_tmp.py`):
+                                       set itself, never walked (what is inside is the jobs')
         anything else      plane 0700 (directories, e.g. the emulated nodes' state) / 0600 (files)
 
 `protect` sets those modes when the plane starts (a data dir made by an older version had its
@@ -26,6 +28,7 @@ from pathlib import Path
 
 PASS_THROUGH = 0o711
 PUBLIC_ENTRIES = ("jobs",)
+JOBS_INSIDE = ("tmp",)  # the plane's directory, the jobs' files inside: its mode only, never a walk
 
 
 def protect(data_dir: Path) -> None:
@@ -36,6 +39,8 @@ def protect(data_dir: Path) -> None:
             continue
         if entry.name in PUBLIC_ENTRIES:
             os.chmod(entry.path, PASS_THROUGH)
+        elif entry.name in JOBS_INSIDE and entry.is_dir():
+            os.chmod(entry.path, 0o700)
         elif entry.is_dir():
             _private_tree(Path(entry.path))
         else:
@@ -44,7 +49,9 @@ def protect(data_dir: Path) -> None:
 
 def _private_tree(d: Path) -> None:
     os.chmod(d, 0o700)
+    dev = os.lstat(d).st_dev
     for root, dirs, files in os.walk(d):  # os.walk does not descend into links
+        dirs[:] = [x for x in dirs if os.lstat(os.path.join(root, x)).st_dev == dev]  # nor into a mount
         for name in dirs + files:
             path = os.path.join(root, name)
             mode = os.lstat(path).st_mode

@@ -70,7 +70,8 @@ if TYPE_CHECKING:
 RECOVERY_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
 WAIT_BUCKETS = (1.0, 10.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 12 * 3600.0, 86400.0, 3 * 86400.0)
 # attempt causes that are failures, by the reason label dashboards group them under
-FAILURE_REASONS = {"oom": "oom", "node_lost": "node", "user_error": "user", "hung": "hang", "crash": "crash"}
+FAILURE_REASONS = {"oom": "oom", "pids": "pids", "node_lost": "node", "user_error": "user", "hung": "hang",
+                   "crash": "crash"}
 
 # The families counted from jobs and their attempts, whose samples survive a purge (`usage_carry`):
 # name → (help, labels) for counters, (help, labels, bucket bounds) for histograms.
@@ -78,7 +79,7 @@ COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "trainyard_attempts_ended": ("Ended job attempts, by why they ended.", ("team", "cause")),
     "trainyard_lost_gpu_seconds": ("GPU-seconds of work since the last checkpoint thrown away when attempts ended.",
                                    ("team", "cause")),
-    "trainyard_job_failures": ("Failed attempts by reason (oom, node, user, hang, crash).", ("team", "reason")),
+    "trainyard_job_failures": ("Failed attempts by reason (oom, pids, node, user, hang, crash).", ("team", "reason")),
     "trainyard_preemptions": ("Attempts ended by preemption.", ("team",)),
     "trainyard_job_retries": ("Automatic retries of jobs after failures.", ("team",)),
     "trainyard_gpu_seconds": ("GPU-seconds allocated to job attempts (running ones up to now).",

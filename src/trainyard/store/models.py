@@ -76,6 +76,9 @@ class JobRow(Base):
     mem_mib: Mapped[int | None] = mapped_column(Integer, nullable=True)
     mem_per_gpu_mib: Mapped[int | None] = mapped_column(Integer, nullable=True)
     cpus_per_task: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # the pids limit per node its latest attempt was launched with (migration 0012): the
+    # configuration's, not the job's to ask (control/launch.py); None before its first launch
+    pids_max: Mapped[int | None] = mapped_column(Integer, nullable=True)
     gpu_mem_mib: Mapped[int | None] = mapped_column(Integer, nullable=True, info=engine())
     time_limit_s: Mapped[float | None] = mapped_column(Float, nullable=True, info=engine("est_runtime_s"))
     checkpoint_interval_s: Mapped[float | None] = mapped_column(Float, nullable=True, info=engine())

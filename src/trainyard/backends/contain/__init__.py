@@ -27,8 +27,9 @@ plane finds them whatever it would choose itself):
 
     <plane's own cgroup>/trainyard/d<hash of the data dir>/j<job>.a<attempt>/<node>/r<rank>
 
-memory per node level (the attempt's ranks on one node share its --mem), devices and CPU per
-rank. The rank runner writes the command's pid into the rank's cgroups between fork and exec, so
+memory and pids per node level (the attempt's ranks on one node share its --mem and the job's
+pids limit), devices and CPU per rank. `private_tmp.py` gives each attempt and node its own /tmp
+and /dev/shm (a tmpfs the ranks bind in mount namespaces of their own). The rank runner writes the command's pid into the rank's cgroups between fork and exec, so
 every descendant is inside before any code of the job runs; the runner itself stays outside.
 """
 

@@ -2,7 +2,8 @@
 cpu hierarchies (what Slurm's proctrack/cgroup and task/cgroup use on v1 machines).
 
     freezer  tracking and race-free signalling: freeze the attempt, signal each pid, thaw
-    pids     accounting (pids.current/peak of the attempt)
+    pids     pids.max on the node level: the job's pids limit, shared by its ranks there (a fork
+             past it fails with EAGAIN, counted in the forking rank's pids.events)
     memory   memory.limit_in_bytes (and memsw, so swap is no way out) on the node level: the
              attempt's ranks on a node share the node's --mem; the kernel OOM-kills inside it and
              each rank's memory.oom_control counts its own kills (v1 counts at the victim's cgroup)
@@ -22,7 +23,7 @@ import signal as _signal
 import time
 
 from trainyard.backends.contain import cgroupfs
-from trainyard.backends.contain.common import ContainmentError, Needs, attempt_key_names, base_name
+from trainyard.backends.contain.common import ContainmentError, Needs, attempt_key_names, base_name, pids_plan
 from trainyard.backends.contain.mounts import Hierarchies
 
 USED = ("freezer", "pids", "memory", "devices", "cpu")
@@ -56,7 +57,8 @@ class Cgroup1:
 
     def summary(self) -> str:
         used = ", ".join(self.base)
-        line = f"cgroup1 ({used}) under {self.base['freezer']}"
+        pids = "pids.max per node" if "pids" in self.base else "pids not limited (no pids hierarchy)"
+        line = f"cgroup1 ({used}) under {self.base['freezer']}; {pids}"
         return line + (f"; not used: {'; '.join(self.problems)}" if self.problems else "")
 
     def prepare(self, needs: Needs) -> dict:
@@ -85,6 +87,10 @@ class Cgroup1:
                         swap = os.path.join(d, "memory.memsw.limit_in_bytes")
                         if os.path.exists(swap):
                             cgroupfs.write(swap, str(limit * 2**20))
+                if "pids" in top and needs.pids_max is not None:
+                    d = os.path.join(top["pids"], node)
+                    cgroupfs.make(d)
+                    cgroupfs.write(os.path.join(d, "pids.max"), str(needs.pids_max))
             for r in needs.ranks:
                 dirs = {c: os.path.join(t, r.node, f"r{r.rank}") for c, t in top.items()}
                 for d in dirs.values():
@@ -99,6 +105,8 @@ class Cgroup1:
                 record["ranks"][str(r.rank)] = {
                     "mode": self.mode, "join": [dirs[c] for c in dirs], "freezer": dirs["freezer"],
                     "memory": dirs.get("memory"),
+                    **(pids_plan(dirs["pids"], os.path.dirname(dirs["pids"]), needs.pids_max)
+                       if "pids" in dirs and needs.pids_max is not None else {}),
                 }
         except OSError as e:
             for d in top.values():

@@ -1,10 +1,13 @@
 """cgroup v2 driver: one subtree per attempt on the unified hierarchy.
 
     <base>/j<job>.a<attempt>            cgroup.freeze / cgroup.kill for the whole attempt
-    <base>/j<job>.a<attempt>/<node>     memory.max: the node's --mem for the attempt's ranks there
+    <base>/j<job>.a<attempt>/<node>     memory.max: the node's --mem for the attempt's ranks there;
+                                        pids.max: the job's pids limit there (all its ranks)
     <base>/.../<node>/r<rank>           the rank's processes; cpu.max for --cpus-per-task;
                                         memory.events counts the kernel's OOM kills of the rank
 
+The pids limit is the configuration's, on every job: where the `pids` controller is not delegated
+the attempt runs without it (`summary` says so) rather than every job being refused.
 Tracking needs no controller at all (cgroup.procs, cgroup.freeze and cgroup.kill exist in every
 v2 cgroup; cgroup.kill since Linux 5.14), so this driver also serves a unified hierarchy with no
 controllers delegated (as on a hybrid machine). Limits need the `memory` and `cpu` controllers in
@@ -22,7 +25,7 @@ import signal as _signal
 import time
 
 from trainyard.backends.contain import cgroupfs
-from trainyard.backends.contain.common import ContainmentError, Needs, attempt_key_names, base_name
+from trainyard.backends.contain.common import ContainmentError, Needs, attempt_key_names, base_name, pids_plan
 
 
 class Cgroup2:
@@ -51,7 +54,8 @@ class Cgroup2:
     def summary(self) -> str:
         have = sorted(self.controllers & {"memory", "cpu", "pids"})
         limits = ", ".join(have) if have else "none (tracking and kill only)"
-        return f"cgroup2 under {self.base}; controllers: {limits}; devices not constrained (v2 needs eBPF)"
+        pids = "pids.max per node" if "pids" in self.controllers else "pids not limited (no pids controller)"
+        return f"cgroup2 under {self.base}; controllers: {limits}; {pids}; devices not constrained (v2 needs eBPF)"
 
     def _enable(self, controller: str, down_to: str, option: str) -> None:
         """Enable `controller` in cgroup.subtree_control of every level from the plane's own
@@ -85,6 +89,7 @@ class Cgroup2:
         record: dict = {"mode": self.mode, "dirs": [top], "freeze": top, "ranks": {}}
         wants_mem = any(v is not None for v in needs.node_mem_mib.values())
         wants_cpu = any(r.cpus for r in needs.ranks)
+        pids = needs.pids_max if "pids" in self.controllers else None
         try:
             cgroupfs.make(top)
             for node in sorted({r.node for r in needs.ranks}):
@@ -98,6 +103,9 @@ class Cgroup2:
                             cgroupfs.write(swap, "0")
                 if wants_cpu:
                     self._enable("cpu", nd, "--cpus-per-task")
+                if pids is not None:
+                    self._enable("pids", nd, "pids_max")
+                    cgroupfs.write(os.path.join(nd, "pids.max"), str(pids))
             for r in needs.ranks:
                 d = os.path.join(top, r.node, f"r{r.rank}")
                 cgroupfs.make(d)
@@ -106,6 +114,7 @@ class Cgroup2:
                 record["ranks"][str(r.rank)] = {
                     "mode": self.mode, "join": [d], "freezer": d, "kill": d,
                     "memory": d if os.path.exists(os.path.join(d, "memory.events")) else None,
+                    **(pids_plan(d, os.path.dirname(d), pids) if pids is not None else {}),
                 }
         except ContainmentError:
             cgroupfs.remove(top)

@@ -8,7 +8,10 @@ repeated until no descendant is left, because the children of a killed process b
 runner's and show up on the next walk. Weaker than a cgroup: a process that forks between the
 walk and the signal is caught by the next walk only, and if the runner itself dies its orphans
 go to init and out of reach. No limit (memory, CPU, devices) can be enforced in this mode; an
-attempt that asks for one is refused with a `ContainmentError`.
+attempt that asks for one is refused with a `ContainmentError`. The pids limit, which every job
+has from the configuration, is not enforced either (RLIMIT_NPROC would count every process of the
+owner's account, its other jobs and logins included, not the job's): the attempt runs without
+one, and `summary` (yard up's containment line) says so.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ class Subreaper:
         self.why = why
 
     def summary(self) -> str:
-        line = "subreaper (no cgroup: descendants of each rank runner; no memory, CPU or device limits)"
+        line = "subreaper (no cgroup: descendants of each rank runner; no memory, CPU or device limits; pids not limited)"
         return line + (f": {self.why}" if self.why else "")
 
     def prepare(self, needs: Needs) -> dict:
