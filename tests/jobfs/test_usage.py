@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from trainyard import jobfs
+from trainyard.jobfs import usage
 
 
 def du(path: Path) -> int:
@@ -52,7 +53,7 @@ def test_thousands_of_subdirectories_are_counted_with_few_descriptors(tmp_path):
 
 
 def test_a_tree_deeper_than_the_descriptors_a_walk_holds_is_counted_whole(tmp_path, monkeypatch):
-    monkeypatch.setattr(jobfs, "USAGE_OPEN_DIRS", 4)
+    monkeypatch.setattr(usage, "USAGE_OPEN_DIRS", 4)
     here = job = tmp_path / "job"
     for depth in range(120):
         here = here / "d"
@@ -104,8 +105,8 @@ def test_a_directory_moved_or_swapped_for_a_link_between_runs_is_left_out_and_sa
 
 
 def test_memory_is_bounded_by_walking_waiting_subdirectories_first_and_counting_links_again(tmp_path, monkeypatch):
-    monkeypatch.setattr(jobfs, "USAGE_PENDING", 8)
-    monkeypatch.setattr(jobfs, "USAGE_LINKS", 4)
+    monkeypatch.setattr(usage, "USAGE_PENDING", 8)
+    monkeypatch.setattr(usage, "USAGE_LINKS", 4)
     job = tmp_path / "job"
     for i in range(60):
         (job / f"d{i}" / "inner").mkdir(parents=True)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import socket
 import stat
 import time
@@ -15,9 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.accounts import ROOT_ONLY, accounts, shared_dir
 from trainyard import jobfs
-from trainyard.backends.base import Owner
 
 
 @pytest.fixture
@@ -163,39 +160,3 @@ def test_committed_steps_ignores_links_and_marker_links(job, tmp_path):
     (ck / "step-30").symlink_to(elsewhere)
     assert [s for s, _ in jobfs.committed_steps(job, ck)] == [10]
     assert jobfs.newest_checkpoint(job, "checkpoints")[0] == 10
-
-
-def test_as_owner_runs_directly_when_the_plane_acts_for_nobody_else():
-    assert jobfs.as_owner(None, lambda x: x + 1, 41) == 42
-    with pytest.raises(FileNotFoundError):
-        jobfs.as_owner(None, os.stat, "/nonexistent/x")
-
-
-@ROOT_ONLY
-def test_as_owner_works_with_the_owners_rights_and_times_out(tmp_path):
-    with accounts({"alice": []}, []) as acc, shared_dir("ty-jobfs-") as d:
-        pw = pwd.getpwnam(acc.user("alice"))
-        alice = Owner(pw.pw_name, pw.pw_uid, pw.pw_gid, (pw.pw_gid,))
-        work = d / "work"
-        work.mkdir()
-        os.chown(work, pw.pw_uid, pw.pw_gid)
-        closed = d / "closed"
-        closed.mkdir(mode=0o700)
-        assert jobfs.as_owner(alice, jobfs.enter_problem, str(work)) is None
-        assert jobfs.as_owner(alice, jobfs.enter_problem, str(closed)) == "Permission denied"
-        assert jobfs.as_owner(alice, jobfs.enter_problem, str(d / "none")) == "does not exist"
-        assert jobfs.as_owner(alice, os.getuid) == pw.pw_uid
-        jobfs.as_owner(alice, jobfs.link_inside, str(work), "out/job.log", "/tmp/target")
-        assert os.lstat(work / "out" / "job.log").st_uid == pw.pw_uid and os.readlink(work / "out" / "job.log")
-        with pytest.raises(PermissionError):
-            jobfs.as_owner(alice, jobfs.link_inside, str(closed), "x.log", "/tmp/target")
-        assert list(closed.iterdir()) == []
-        (work / "sneaky").symlink_to(closed)
-        with pytest.raises(jobfs.Refused, match="sneaky is a symbolic link"):
-            jobfs.as_owner(alice, jobfs.link_inside, str(work), "sneaky/x.log", "/tmp/target")
-        os.mkfifo(work / "fifo")
-        os.chown(work / "fifo", pw.pw_uid, pw.pw_gid)
-        t = time.monotonic()
-        with pytest.raises(TimeoutError):
-            jobfs.as_owner(alice, lambda p: open(p).read(), str(work / "fifo"), timeout_s=0.5)
-        assert time.monotonic() - t < 5
