@@ -389,7 +389,7 @@ class SlurmBackend:
                 f.write(script)
                 if spec.owner is not None:
                     os.fchown(f.fileno(), spec.owner.uid, spec.owner.gid)
-            slurm_env.write_job_env(fd, slurm_env.job_env(os.environ, spec), spec.owner)
+            slurm_env.write_job_env(fd, slurm_env.job_env(spec), spec.owner)
             if spec.owner is not None:
                 os.fchown(fd, spec.owner.uid, spec.owner.gid)
             os.fchmod(fd, 0o700)
