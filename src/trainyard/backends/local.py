@@ -56,7 +56,7 @@ They act on the run state on disk, so any process on the same data dir can injec
 
 Environment: never this process's own (the plane's secrets, PGPASSWORD or YARD_DB_URL, stay
 its own): the ranks start from `login_env`'s allow-list (a default PATH, HOME/USER/LOGNAME/SHELL of
-the account they run as, the host's LANG/LC_ALL/TZ and SLURM_CONF), then `LaunchSpec.env` (what
+the account they run as, the host's LANG/TZ and SLURM_CONF), then `LaunchSpec.env` (what
 the submitter exported: with `--export=ALL`, the default, its PATH too), then every part of
 `contracts.rank_env` (the contract, TRAINYARD_*, torchelastic's and the emulated Slurm job
 variables; every emulated node's MASTER_ADDR is this machine's `master_addr`).

@@ -11,9 +11,10 @@ named here, as a login of its account would have it (and as Slurm's `--export=NO
   the backend lays over this base;
 - `HOME`, `USER`, `LOGNAME`, `SHELL` of the account the ranks run as (as `login` and slurmd set
   them), the plane's own account when the job has no owner;
-- of the plane's environment, only `PASSED_ON`: the host's locale and time zone (`LANG`,
-  `LC_ALL`, `TZ`: systemd gives its services the system's locale likewise) and `SLURM_CONF`
-  (which Slurm cluster a job's `scontrol` asks). None of them is a credential.
+- of the plane's environment, only `PASSED_ON`: the host's locale and time zone (`LANG`, `TZ`:
+  systemd gives its services the system's locale likewise; not `LC_ALL`, which would override the
+  submitter's own `LANG`) and `SLURM_CONF` (which Slurm cluster a job's `scontrol` asks). None of
+  them is a credential.
 
 Then come, in the backend, the job's own exported variables and trainyard's and Slurm's
 (`contracts.rank_env`), which win over the base.
@@ -26,7 +27,7 @@ import pwd
 from collections.abc import Mapping
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-PASSED_ON = ("LANG", "LC_ALL", "TZ", "SLURM_CONF")
+PASSED_ON = ("LANG", "TZ", "SLURM_CONF")
 
 
 def account_env(uid: int, user: str | None = None) -> dict[str, str]:
