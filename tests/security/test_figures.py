@@ -108,3 +108,28 @@ def test_finite_takes_only_numbers_a_scale_can_hold():
     assert [figures.step(v) for v in (0, 5, -1, True, 2**62, 2**62 + 1, 1.0)] == [0, 5, None, None, 2**62, None, None]
     assert [figures.json_number(v) for v in (float("inf"), 2**63, -(2**63), 1e308, "x", False)] == \
         [None, None, -(2**63), 1e308, "x", False]
+
+
+def test_step_records_a_job_made_up_never_stall_the_loop(plane):
+    # The plane reads the attempt's last step records when it ends (the work lost since the last
+    # checkpoint): a `time` of "x" raised in every reconcile pass, so no attempt anywhere ended.
+    body = """
+import json, os, pathlib
+ck = pathlib.Path(os.environ['TRAINYARD_CHECKPOINT_DIR'])
+m = pathlib.Path(os.environ.get('TRAINYARD_METRICS_DIR') or ck.parent / 'metrics')
+m.mkdir(parents=True, exist_ok=True)
+bad = [{'step': 1, 'time': 1e308, 'attempt': 1, 'step_time_s': 1e308}, {'step': 'x', 'time': 1.0, 'attempt': 1},
+       {'step': 2, 'time': 'x', 'attempt': 1}]
+(m / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\\n' for r in bad))
+os.kill(os.getpid(), 9)  # a crash: its lost work is counted
+"""
+    j = plane.submit(command=script(body), team="vision")["id"]
+    deadline = time.monotonic() + 60
+    while not [e for e in plane.admin.get(f"/api/v1/jobs/{j}/events").json()["events"] if e["kind"] == "job.failed"]:
+        assert plane.cp.loop.stats.errors == 0, plane.cp.loop.stats.last_error
+        assert time.monotonic() < deadline, plane.job(j)
+        time.sleep(0.1)
+    assert plane.cp.loop.stats.errors == 0, plane.cp.loop.stats.last_error
+    p = plane.admin.get(f"/api/v1/jobs/{j}").json()
+    assert 0 <= p["lost_gpu_s"] < 120, p  # at most the wall time of the attempt, never 1e308
+    plane.admin.post(f"/api/v1/jobs/{j}/cancel")
