@@ -61,9 +61,8 @@ the submitter exported: with `--export=ALL`, the default, its PATH too), then ev
 `contracts.rank_env` (the contract, TRAINYARD_*, torchelastic's and the emulated Slurm job
 variables; every emulated node's MASTER_ADDR is this machine's `master_addr`).
 `CUDA_DEVICE_ORDER=PCI_BUS_ID` is set unless the spec sets it, so CUDA_VISIBLE_DEVICES indices
-mean what NVML/nvidia-smi call them. Emulated
-node i's GPU j is physical GPU offset(i) + j when the nodes are slices of real GPUs (see
-`gpu_offsets`), and plain j otherwise.
+mean what NVML/nvidia-smi call them. Emulated node i's GPU j is physical GPU offset(i) + j when
+the nodes are slices of real GPUs (see `gpu_offsets`), and plain j otherwise.
 """
 
 from __future__ import annotations
