@@ -61,3 +61,15 @@ def test_an_async_checkpoint_counts_from_the_step_it_holds_not_from_its_commit(t
     write(tmp_path, steps(1, 1, 14, 100.0))
     lost = lost_work_s(tmp_path, 1, start_time=100.0, checkpoint=(10, 112.5), now=114.2)
     assert lost == pytest.approx(114.2 - 110.0)  # steps 11..14 and 0.2 s of step 15
+
+
+def test_records_a_job_made_up_never_fail_the_loop_nor_exceed_the_wall_time(tmp_path):
+    # issue 34: `"time": "x"` raised in every reconcile pass; 1e308 was a lost work of 1e308 GPU-s
+    bad = [{"step": 14, "time": "x", "attempt": 1}, {"step": "x", "time": 114.0, "attempt": 1},
+           {"step": True, "time": 114.0, "attempt": 1}, {"step": 15, "time": float("nan"), "attempt": 1}]
+    write(tmp_path, [*steps(1, 1, 13, 100.0), *bad])
+    assert lost_work_s(tmp_path, 1, start_time=100.0, checkpoint=(10, 110.5), now=160.0) == pytest.approx(4.0)
+    write(tmp_path, [*steps(1, 1, 13, 100.0), {"step": 14, "time": 1e308, "attempt": 1, "step_time_s": 1e308}])
+    assert lost_work_s(tmp_path, 1, start_time=100.0, checkpoint=(10, 110.5), now=160.0) == pytest.approx(4.0)
+    write(tmp_path, [*steps(1, 1, 13, 100.0), {"step": 14, "time": 5e10, "attempt": 1}])  # in the far future
+    assert lost_work_s(tmp_path, 1, start_time=100.0, checkpoint=(10, 110.5), now=160.0) == pytest.approx(50.0)

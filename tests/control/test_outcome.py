@@ -130,3 +130,33 @@ def test_a_lost_rank_is_blamed_not_the_ones_stopped_after_it(tmp_path: Path):
 def test_a_lost_rank_is_blamed_over_peers_that_crashed_because_of_it(tmp_path: Path):
     out = classify(att(1, (None, None, True)), None, tmp_path, made_progress=True)
     assert out.cause == "node_lost"
+
+
+# -- honest blame (issue 34, point 7): the plane's own stop signals are never the cause ------------
+
+TERM, KILL, ABRT = 15, 9, 6
+
+
+def test_a_rank_killed_from_outside_is_blamed_not_the_plane_stopping_the_others(tmp_path: Path):
+    # rank 1 was SIGKILLed by someone else; the plane then stopped rank 0 with SIGTERM
+    facts = att((None, TERM), (None, KILL))
+    out = classify(facts, "failed", tmp_path, sent={TERM}, first=1)
+    assert (out.cause, out.signal) == ("crash", KILL)
+    assert out.reason == "Signal SIGKILL on rank 1 (not sent by trainyard)"
+    # without the recorded first failure (an older plane's stop), the signal the plane did not send still decides
+    assert classify(facts, "failed", tmp_path, sent={TERM}).reason == "Signal SIGKILL on rank 1 (not sent by trainyard)"
+    # a shell's exit 143 after the plane's SIGTERM is the plane's doing too
+    assert "rank 1" in classify(att(143, (None, KILL)), "failed", tmp_path, sent={TERM}).reason
+
+
+def test_the_rank_that_failed_before_the_plane_signalled_is_the_cause_whatever_the_others_die_of(tmp_path: Path):
+    # the stop reached SIGKILL, so both ranks' SIGKILLs could be the plane's: the recorded one is the cause
+    facts = att((None, KILL), (None, KILL))
+    out = classify(facts, "failed", tmp_path, made_progress=True, sent={TERM, KILL}, first=1)
+    assert out.reason == "Signal SIGKILL on rank 1 (not sent by trainyard)"
+    # rank 1 exited 1 first; its peer's NCCL watchdog then aborted (SIGABRT, not the plane's): rank 1 is the cause
+    out = classify(att((None, ABRT), 1), "failed", tmp_path, made_progress=True, sent={TERM}, first=1)
+    assert (out.exit_code, out.cause) == (1, "crash") and "rank 1" in out.reason
+    # seen in the same pass (no first): an exit code still comes before a signal the plane did not send
+    assert "rank 1" in classify(att((None, ABRT), 1), None, tmp_path, made_progress=True, sent=set()).reason
+

@@ -4,6 +4,11 @@
 `_chart.html` draws: one polyline per unbroken run of points (a `None` y breaks the line), dots
 for sparse series, "nice" axis ticks (1, 2, 5 x 10^k), vertical markers. The raw numbers go
 into `data-*` attributes too, so a test (or a curious user) reads the values, not pixels.
+
+A chart never fails on its numbers: a y that is not `figures.finite` (NaN, an infinity, beyond
+±1e300, an integer no float holds) breaks the line like a gap, a point whose x is not is left out,
+and the formatters write such values as text. A job's metrics are drawn here (issue 34: `loss:
+1e308` made the job page answer 500).
 """
 
 from __future__ import annotations
@@ -12,13 +17,24 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from trainyard.figures import finite
+
 Fmt = Callable[[float], str]
 LEFT, RIGHT, TOP, BOTTOM = 58, 14, 12, 28  # the plot box's margins, in px
 
 
 def fmt_number(v: float) -> str:
-    """3 significant digits; thousands and millions as k and M."""
+    """3 significant digits; thousands and millions as k and M, beyond 10^15 as 1.2e+18; "nan",
+    "inf" as Python writes them, and "—" for what is no number a float holds."""
+    try:
+        v = float(v)
+    except (OverflowError, TypeError, ValueError):
+        return "—"
     a = abs(v)
+    if not math.isfinite(v):
+        return str(v)
+    if a >= 1e15:
+        return f"{v:.2e}"
     if a >= 1e6:
         return f"{v / 1e6:.3g}M"
     if a >= 1e4:
@@ -50,9 +66,9 @@ def fmt_duration(v: float) -> str:
 
 def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     """About `n` round values from lo to hi (inclusive where they fall on a tick)."""
-    if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
-        return [lo]
     raw = (hi - lo) / max(1, n)
+    if not (math.isfinite(lo) and math.isfinite(hi) and math.isfinite(raw)) or hi <= lo or raw <= 0:
+        return [lo]  # (raw is 0 when the span is a few subnormals)
     mag = 10 ** math.floor(math.log10(raw))
     step = min((m * mag for m in (1, 2, 5, 10)), key=lambda st: abs((hi - lo) / st - n))
     first = math.ceil(lo / step - 1e-9) * step
@@ -108,6 +124,9 @@ def line_chart(title: str, series: list[Series], *, width: int = 640, height: in
                markers: Sequence[tuple[float, str]] = (), x_tick_values: Sequence[float] | None = None,
                empty: str = "no data yet") -> Chart:
     c = Chart(width, height, title, legend=[(s.css, s.name) for s in series if s.name])
+    # Only numbers a scale can hold (module docstring): a y that is not one is a gap, an x drops the point.
+    series = [Series(s.name, [(fx, finite(y)) for x, y in s.points if (fx := finite(x)) is not None], s.css, s.dots)
+              for s in series]
     xs = [x for s in series for x, y in s.points if y is not None]
     ys = [y for s in series for _, y in s.points if y is not None]
     if not xs:

@@ -20,8 +20,8 @@ containment line says so). Each attempt and node also gets a private /tmp and /d
 (`contain.private_tmp`: a tmpfs in the ranks' mount namespaces, else a TMPDIR of its own).
 
 Identity. With `LaunchSpec.owner` the runner (which stays the plane's user, root) starts the
-command as that account: setgroups(owner.groups), setgid, setuid, and HOME/USER/LOGNAME of the
-account in the environment; the rank logs are chowned to the owner before the command writes
+command as that account: setgroups(owner.groups), setgid, setuid, and HOME/USER/LOGNAME/SHELL of
+the account in the environment; the rank logs are chowned to the owner before the command writes
 them. Without an owner the ranks run as the plane's own user.
 
 Run state on disk, so a control plane killed with -9 loses nothing:
@@ -59,23 +59,21 @@ it dead; `hang_node` SIGSTOPs them and marks it hung; `revive_node` SIGCONTs and
 node that is not up is `healthy=False` in the inventory, refuses launches and fails `check_node`.
 They act on the run state on disk, so any process on the same data dir can inject them.
 
-Environment: the ranks inherit this process's environment minus `TRAINYARD_*` and `YARD_*` (the
-control plane's own settings and the CLI's, YARD_TOKEN included, are not the job's business) and
-minus Slurm's job variables (`SLURM_*`, `SLURMD_*`
-but SLURM_CONF: were the plane itself started inside a Slurm allocation, those would describe
-that allocation, not this job), then `LaunchSpec.env`, then every part of `contracts.rank_env`
-(the contract, TRAINYARD_*, torchelastic's and the emulated Slurm job variables; every emulated
-node's MASTER_ADDR is this machine's `master_addr`). `CUDA_DEVICE_ORDER=PCI_BUS_ID` is set unless
-the spec sets it, so CUDA_VISIBLE_DEVICES indices mean what NVML/nvidia-smi call them. Emulated
-node i's GPU j is physical GPU offset(i) + j when the nodes are slices of real GPUs (see
-`gpu_offsets`), and plain j otherwise.
+Environment: never this process's own (the plane's secrets, PGPASSWORD or YARD_DB_URL, stay
+its own): the ranks start from `login_env`'s allow-list (a default PATH, HOME/USER/LOGNAME/SHELL of
+the account they run as, the host's LANG/TZ and SLURM_CONF), then `LaunchSpec.env` (what
+the submitter exported: with `--export=ALL`, the default, its PATH too), then every part of
+`contracts.rank_env` (the contract, TRAINYARD_*, torchelastic's and the emulated Slurm job
+variables; every emulated node's MASTER_ADDR is this machine's `master_addr`).
+`CUDA_DEVICE_ORDER=PCI_BUS_ID` is set unless the spec sets it, so CUDA_VISIBLE_DEVICES indices
+mean what NVML/nvidia-smi call them. Emulated node i's GPU j is physical GPU offset(i) + j when
+the nodes are slices of real GPUs (see `gpu_offsets`), and plain j otherwise.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import pwd
 import signal as _signal
 import socket
 import subprocess
@@ -93,11 +91,12 @@ from trainyard import jobfs
 from trainyard.backends import registry
 from trainyard.backends import contain
 from trainyard.backends import local_batch
-from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, Owner, RankLaunch, RankState
+from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankLaunch, RankState
 from trainyard.backends.contain import ops as contain_ops
 from trainyard.backends.contain import private_tmp
 from trainyard.backends.contain.devices import Device, gpu_devices
 from trainyard.backends.exit_watch import ExitWatch
+from trainyard.backends.login_env import account_env, login_env
 from trainyard.contracts import EnvPart, Gang, JobDir, RankSlot, rank_env
 from trainyard.ports import free_port
 
@@ -315,8 +314,7 @@ class LocalBackend:
         state = self._node_state(name)
         if state != "up":
             return False, f"{name} is {state}"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINYARD_")}
-        env["TRAINYARD_NODE"] = name
+        env = {**login_env(), "TRAINYARD_NODE": name}  # nothing of the plane's own environment
         try:
             done = subprocess.run(
                 ["true"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -596,10 +594,8 @@ class LocalBackend:
         gang = Gang(tuple(RankSlot(r.node, tuple(str(self._offsets.get(r.node, 0) + g) for g in r.gpus))
                           for r in ranks))
         info = spec.job if spec.job.submit_host else replace(spec.job, submit_host=socket.gethostname())
-        inherited = {k: v for k, v in os.environ.items()
-                     if not k.startswith(("TRAINYARD_", "YARD_", "SLURM_", "SLURMD_")) or k == "SLURM_CONF"}
-        if exports_none(spec.env):  # --export=NONE or a list: a login's minimal env, nothing of the plane's
-            inherited = minimal_env()
+        # An allow-list, never the plane's own environment (backends/login_env.py): its secrets stay its own.
+        inherited = login_env(*((spec.owner.uid, spec.owner.user) if spec.owner is not None else ()))
         if spec.batch:  # the script once, on the first node, with the allocation's environment
             first = _first_node(spec)
             on_first = [r for r in ranks if r.node == first]
@@ -622,8 +618,8 @@ class LocalBackend:
                                     master_port=port, workdir=spec.workdir, info=info, parts=EnvPart.ALL))
                 starts.append((rl, env, [d.path for d in self._rank_devices(rl)]))
         for rl, env, devices_of_rank in starts:
-            if spec.owner is not None:
-                env.update(_owner_env(spec.owner))
+            if spec.owner is not None:  # the account's own, over anything the submitter exported
+                env.update(account_env(spec.owner.uid, spec.owner.user))
             env.update(_limits_env(spec, devices_of_rank))
             gpus = ",".join(map(str, rl.gpus)) or "none"
             paths = [jd.rank_log(rl.rank)] + ([jd.rank_err(rl.rank)] if spec.stderr_apart else [])
@@ -924,37 +920,6 @@ def _attempt_record(spec: LaunchSpec, cell: dict) -> dict:
             "user": spec.owner.user, "uid": spec.owner.uid, "gid": spec.owner.gid,
             "groups": list(spec.owner.groups) or [spec.owner.gid]},
     }
-
-
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-
-def exports_none(env: Mapping[str, str]) -> bool:
-    """Whether the job was submitted with `--export=NONE` or a list without ALL: `yard submit` sets
-    SLURM_EXPORT_ENV to the option's value then, as sbatch does (cli/export.py)."""
-    v = env.get("SLURM_EXPORT_ENV")
-    return v is not None and "ALL" not in [x.strip().upper() for x in v.split(",")]
-
-
-def minimal_env() -> dict[str, str]:
-    """What a job with `--export=NONE` starts from, as Slurm's batch step with the user's login
-    environment: a default PATH, and HOME/USER/LOGNAME/SHELL of the account (`_owner_env` sets
-    them again for the owner); nothing of the plane's own environment."""
-    try:
-        pw = pwd.getpwuid(os.geteuid())
-        home, user, shell = pw.pw_dir, pw.pw_name, pw.pw_shell or "/bin/sh"
-    except KeyError:
-        home, user, shell = "/", str(os.geteuid()), "/bin/sh"
-    return {"PATH": DEFAULT_PATH, "HOME": home, "USER": user, "LOGNAME": user, "SHELL": shell}
-
-
-def _owner_env(owner: Owner) -> dict[str, str]:
-    """HOME, USER and LOGNAME of the account the ranks run as (as login and Slurm set them)."""
-    try:
-        home = pwd.getpwuid(owner.uid).pw_dir
-    except KeyError:
-        home = "/"
-    return {"HOME": home, "USER": owner.user, "LOGNAME": owner.user}
 
 
 def _exited(rank: int, pid: int | None, ex: dict) -> RankState:

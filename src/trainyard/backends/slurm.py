@@ -391,7 +391,7 @@ class SlurmBackend:
         in job-env.json, the owner's, 0600). Written while the dir is still the plane's (`jobfs`)."""
         tree = jobfs.Tree(run_dir)
         who = (spec.owner.uid, spec.owner.gid) if spec.owner is not None else None
-        env = json.dumps(dict(slurm_env.job_env(os.environ, spec))).encode()
+        env = json.dumps(dict(slurm_env.job_env(spec))).encode()
         tree.create_file("batch.sh", script.encode(), 0o644, owner=who, exist_ok=False)
         tree.create_file(slurm_env.JOB_ENV_FILE, env, 0o600, owner=who, exist_ok=False)
         jobfs.Tree(run_dir.parent).make_dir(run_dir.name, 0o700, owner=who)

@@ -7,13 +7,16 @@ LD_PRELOAD reaches them from anywhere else: were the job's environment the sbatc
 was), a job that set PATH would have the plane run its own `sbatch`, and SBATCH_ACCOUNT or
 SBATCH_PARTITION would change what the plane asks Slurm for.
 
-The job's environment (`job_env`: what the plane passes on of its own, minus its settings and
-Slurm's variables, then `LaunchSpec.env` and TRAINYARD_JOB_ID/ATTEMPT/CHECKPOINT_DIR) reaches the
-job through a file instead (`JOB_ENV_FILE`: `<attempt run dir>/job-env.json`, the owner's, 0600:
-it holds the job token), which `slurm_task.py` lays over the task's environment on the node, under
-what Slurm and the batch script set for the task (`TASK_OWN`: SLURM_*, the GPUs Slurm bound,
-MASTER_ADDR/PORT). The batch script and `srun` run with the clean environment, so a PATH of the
-job's cannot change which `srun` starts the ranks either.
+The job's environment (`job_env`: `LaunchSpec.env`, what the submitter exported, and
+TRAINYARD_JOB_ID/ATTEMPT/CHECKPOINT_DIR; nothing of the plane's own environment, whose secrets, the
+store's password among them, stay the plane's) reaches the job through a file instead
+(`JOB_ENV_FILE`: `<attempt run dir>/job-env.json`, written by the plane, the owner's, 0600: it holds the job token),
+which `slurm_task.py` lays over the task's environment on the node, under what Slurm and the batch
+script set for the task (`TASK_OWN`: SLURM_*, the GPUs Slurm bound, MASTER_ADDR/PORT). The task's
+own base is the clean environment sbatch ran with (`command_env`, exported by `--export=ALL`)
+with the account's HOME/USER/LOGNAME/SHELL that `runuser` sets: the same allow-list as the local
+backend's (`login_env`). The batch script and `srun` run with the clean environment, so a PATH of
+the job's cannot change which `srun` starts the ranks either.
 """
 
 from __future__ import annotations
@@ -24,12 +27,6 @@ from trainyard.backends.base import LaunchSpec
 
 COMMAND_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 FROM_THE_PLANE = ("SLURM_CONF",)  # the only variable of the plane's own environment its commands get
-# Never passed from the plane's environment to a job: the plane's settings, the CLI's (YARD_TOKEN),
-# and Slurm's input and output variables (a plane started inside an allocation has some).
-PLANE_ONLY = ("TRAINYARD_", "YARD_", "SLURM_", "SLURMD_", "SBATCH_", "SALLOC_", "SRUN_", "SQUEUE_", "SCANCEL_",
-              "SACCT_", "SINFO_", "SCONTROL_")
-# The account's own, set by runuser/slurmd for the owner; the plane's (root's HOME) would be wrong.
-ACCOUNT_VARS = ("HOME", "USER", "LOGNAME", "SHELL", "MAIL")
 JOB_ENV_FILE = "job-env.json"
 
 
@@ -41,16 +38,11 @@ def command_env(environ: Mapping[str, str], extra: Mapping[str, str] | None = No
     return env
 
 
-def job_env(environ: Mapping[str, str], spec: LaunchSpec) -> dict[str, str]:
-    """What the ranks of `spec` get on top of their task's environment."""
-    env = {k: v for k, v in environ.items() if not k.startswith(PLANE_ONLY) or k == "SLURM_CONF"}
-    none = spec.env.get("SLURM_EXPORT_ENV")
-    if none is not None and "ALL" not in [x.strip().upper() for x in none.split(",")]:
-        env = {}  # --export=NONE or a list: nothing of the plane's; the task's own (Slurm's) env is under it
-    if spec.owner is not None:
-        for k in ACCOUNT_VARS:
-            env.pop(k, None)
-    env.update(spec.env)
+def job_env(spec: LaunchSpec) -> dict[str, str]:
+    """What the ranks of `spec` get on top of their task's environment: the job's own variables and
+    trainyard's, nothing of the plane's (see the module docstring). `--export=NONE` or a list needs
+    nothing more here: the job's env then holds only what was exported (and SLURM_EXPORT_ENV)."""
+    env = dict(spec.env)
     env.update(TRAINYARD_JOB_ID=str(spec.job_id), TRAINYARD_ATTEMPT=str(spec.attempt),
                TRAINYARD_CHECKPOINT_DIR=spec.checkpoint_dir)
     return env

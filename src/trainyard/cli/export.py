@@ -13,8 +13,9 @@ calls `torchrun` from an activated virtualenv finds it on PATH. Forms (Slurm's):
     VAR1,VAR=val          VAR1 from the shell, VAR set
 
 With NONE or a list (no ALL), `yard submit` sets SLURM_EXPORT_ENV to the option's value, as sbatch
-does; the backends read it (backends/local.py `exports_none`, slurm_env.job_env) and start the job
-from a minimal environment instead of the plane's.
+does. Whatever the form, the backends lay what was exported over a login-like base (a default PATH,
+the account's HOME/USER/LOGNAME/SHELL: backends/login_env.py), never over the plane's own
+environment: with ALL the submitter's PATH is the job's, with NONE the default one.
 
 What of the shell is never sent, whatever the form (`shell_env`):
 - `YARD_*` and `TRAINYARD_*`: the CLI's own settings, YARD_TOKEN among them (a job must not carry its

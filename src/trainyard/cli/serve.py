@@ -8,6 +8,9 @@ keep running; the next `yard up` re-attaches them.
 `--wait-ready` (as `pg_ctl start -w`): start the same `yard up` in the background, in a session
 of its own with its output in `DATA_DIR/up.log`, and return once `/readyz` answers 200 (exit 0,
 the URL printed), or when it exited or did not get ready in time (exit 1, the log's tail printed).
+The background plane gets this command line and environment: the store's URL comes with
+`--db-file` (a path) or `YARD_DB_URL`, never on the command line (`yard up` refuses a password in
+`--db` before it starts anything: store/url.py).
 """
 
 from __future__ import annotations

@@ -26,7 +26,11 @@ def up(
     nodes: Optional[int] = typer.Option(None, "--nodes", min=1, max=64, help="emulate this many nodes on this machine"),
     gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node", min=1, max=64,
                                                 help="GPUs per emulated node (default: NVML's, else 4)"),
-    db: Optional[str] = typer.Option(None, "--db", help="postgresql://… (default: SQLite in the data dir)"),
+    db: Optional[str] = typer.Option(None, "--db", help="postgresql://user@host/db, without a password (the "
+                                     "command line is readable by every account); default: $YARD_DB_URL, else "
+                                     "SQLite in the data dir"),
+    db_file: Optional[Path] = typer.Option(None, "--db-file", help="a file (yours, mode 0600, not a link) holding "
+                                           "the store's URL, password and all"),
     tick: float = typer.Option(1.0, "--tick", min=0.05, max=60, help="seconds between scheduling passes when idle"),
     backend: str = typer.Option("local", "--backend", help="a backend of trainyard.backends.registry: local "
                                 "(processes on this machine), slurm (an existing Slurm cluster, through "
@@ -50,7 +54,15 @@ def up(
                                             "to it (kept for later starts)"),
 ) -> None:
     """Start the control plane: API, store, control loop and a backend (local by default, or Slurm)."""
-    if wait_ready:
+    import os
+
+    from trainyard.store import url as store_url
+
+    try:  # before anything is written or started, --wait-ready's background plane included
+        db = store_url.resolve(db, None if db_file is None else str(db_file), os.environ)
+    except store_url.UrlError as e:
+        fail(str(e))
+    if wait_ready:  # the background plane reads the URL as this one did (never from a command line)
         from trainyard.cli.serve import start_and_wait
         from trainyard.defaults import default_data_dir
 
@@ -91,8 +103,8 @@ def up(
     if partition is not None and "partition" not in kind.options:
         takes = [n for n in registry.names() if "partition" in registry.get(n).options]
         fail(f"--partition goes with --backend {' or '.join(takes)}")
-    if db is not None and not db.startswith(("postgresql://", "postgresql+psycopg://", "sqlite:///")):
-        fail(f"--db: expected a postgresql:// or sqlite:/// URL, got {db!r}")
+    # Read once: no process this plane starts (a job, a check, a Slurm command) inherits the URL.
+    os.environ.pop(store_url.ENV_VAR, None)
     # IPPROTO_TCP named explicitly: uvicorn sets TCP_NODELAY only on sockets that say so, and
     # without it every response waits ~40 ms for a delayed ACK.
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)

@@ -7,6 +7,10 @@ step finished, so the work lost is the time from the end of the step the checkpo
 asynchronous one commits later) to the last step finished after it, plus the step that was in
 progress when the attempt died (at most one step time). A job
 that writes no step records (not using the runtime) falls back to wall time.
+
+The records are the job's own: a step or time that is no plain number (`"x"`, `true`, NaN, 1e308)
+is skipped (`_record`), as a string there made every pass of the loop fail; and the result is never
+more than the wall time since the checkpoint, whatever times the job wrote.
 """
 
 from __future__ import annotations
@@ -14,10 +18,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from trainyard import jobfs
+from trainyard import figures, jobfs
 from trainyard.contracts import JobDir
 
 TAIL_BYTES = 256 * 1024  # the end of metrics.jsonl holds the attempt's last steps
+MAX_TIME = 1e11  # seconds since the epoch (year 5138), as ProgressReport's `time`
 
 
 def last_steps(metrics_file: Path, attempt: int, limit: int = 64) -> list[dict]:
@@ -32,9 +37,22 @@ def last_steps(metrics_file: Path, attempt: int, limit: int = 64) -> list[dict]:
             r = json.loads(line)
         except ValueError:
             continue
-        if isinstance(r, dict) and "event" not in r and r.get("attempt") == attempt and "step" in r and "time" in r:
-            out.append(r)
+        if isinstance(r, dict) and "event" not in r and r.get("attempt") == attempt and \
+                (rec := _record(r)) is not None:
+            out.append(rec)
     return out[-limit:]
+
+
+def _record(r: dict) -> dict | None:
+    """A step record with a step (0..2**62), a time (0..1e11 s, as progress reports have it) and
+    maybe a positive `step_time_s`, all plain numbers; None when its step or time is not one."""
+    step, at = figures.step(r.get("step")), figures.finite(r.get("time"), limit=MAX_TIME)
+    if step is None or at is None or at < 0:
+        return None
+    rec = {"step": step, "time": at}
+    if (step_s := figures.finite(r.get("step_time_s"), limit=MAX_TIME)) is not None and step_s > 0:
+        rec["step_time_s"] = step_s
+    return rec
 
 
 def lost_work_s(job_dir: JobDir | Path, attempt: int, *, start_time: float, checkpoint: tuple[int, float] | None,
@@ -59,8 +77,9 @@ def lost_work_s(job_dir: JobDir | Path, attempt: int, *, start_time: float, chec
     if at_ck is not None:
         saved = max(start_time, min(saved, at_ck))
     step_s = last.get("step_time_s")
-    if not isinstance(step_s, (int, float)) or step_s <= 0:
+    if step_s is None:
         times = [r["time"] for r in steps]
         step_s = (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else 0.0
     in_progress = min(max(0.0, now - last["time"]), step_s)
-    return max(0.0, last["time"] + in_progress - saved)
+    # never more than the wall time since the checkpoint, whatever times the job wrote
+    return min(max(0.0, last["time"] + in_progress - saved), max(0.0, now - saved))

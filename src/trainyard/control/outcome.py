@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import signal as _signal
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,21 +54,31 @@ def _signame(sig: int) -> str:
         return f"signal {sig}"
 
 
-def first_failure(ranks: list[RankState]) -> RankState | None:
-    """The rank to blame: one lost (its node or supervisor died), else one its watchdog ended
-    (exit 86), else one that exited with another bad code, else one killed by a signal (lowest
-    rank first).
+def first_failure(ranks: list[RankState], *, sent: Collection[int] | None = None,
+                  first: int | None = None) -> RankState | None:
+    """The rank to blame: `first`, the rank the plane saw fail before it signalled anything (it
+    stopped the others because of it: `control/blame.py`), when that one failed; else one lost (its
+    node or supervisor died), else one its watchdog ended (exit 86), else one that exited with
+    another bad code, else one killed by a signal the plane did not send (`sent`: another process's
+    `kill`, the kernel's), else one the plane's own signal ended (lowest rank first in each).
 
     A lost rank comes first because its peers then fail on their own (a collective times out, a
     connection resets: exit 1). So does a hung rank's watchdog exit: the peers waiting for it in
     a collective see the connection close and fail with exit 1 before their own watchdogs fire.
-    Codes come before signals because when one rank fails the control loop stops the others with
-    SIGTERM: those are the consequence, not the cause.
+    The plane's own signals come last: when one rank fails the control loop stops the others with
+    SIGTERM (then SIGKILL), and those deaths (or exits 128+n of a shell that took them) are the
+    consequence, not the cause, while `kill -9` of one rank from outside is the cause.
     """
+    def by_plane(r: RankState) -> bool:
+        return (r.signal if r.signal is not None else (r.exit_code or 0) - 128) in (sent or ())
+
+    def order(r: RankState) -> tuple[int, int, int]:
+        kind = (0 if r.lost else 1 if r.exit_code == WATCHDOG_EXIT else 4 if by_plane(r)
+                else 2 if r.exit_code is not None else 3)
+        return (0 if r.rank == first else 1, kind, r.rank)
+
     bad = [r for r in ranks if r.lost or r.signal is not None or r.exit_code not in (None, 0, REQUEUE_EXIT)]
-    bad.sort(key=lambda r: (0 if r.lost else 1 if r.exit_code == WATCHDOG_EXIT else 2 if r.exit_code is not None
-                            else 3, r.rank))
-    return bad[0] if bad else None
+    return min(bad, key=order) if bad else None
 
 
 def _log_says_oom(job_dir: JobDir, rank: int) -> bool:
@@ -110,14 +121,17 @@ def runtime_checkpointed(job_dir: JobDir, attempt: int) -> int | None:
 
 
 def classify(st: AttemptState, stop_kind: StopKind | str | None, job_dir: JobDir | Path,
-             made_progress: bool = False) -> Outcome:
+             made_progress: bool = False, *, sent: Collection[int] | None = None,
+             first: int | None = None) -> Outcome:
     """The attempt's outcome. `made_progress`: the job finished at least one step in this attempt
-    (the runtime said so, or it committed a checkpoint); a failure before that is the user's."""
+    (the runtime said so, or it committed a checkpoint); a failure before that is the user's.
+    `sent`, `first`: the signals the plane sent the attempt (None: not known) and the rank it saw
+    fail before it sent any (`first_failure`, control/blame.py)."""
     job_dir = JobDir(job_dir) if not isinstance(job_dir, JobDir) else job_dir
     ranks = st.ranks
     codes = [r.exit_code for r in ranks]
     all_ok = bool(ranks) and all(c == 0 for c in codes)
-    bad = first_failure(ranks)
+    bad = first_failure(ranks, sent=sent, first=first)
     code = bad.exit_code if bad else (REQUEUE_EXIT if REQUEUE_EXIT in codes else 0)
     sig = bad.signal if bad else None
 
@@ -184,8 +198,12 @@ def classify(st: AttemptState, stop_kind: StopKind | str | None, job_dir: JobDir
                        f"UserError: {what} ({how} on rank {bad.rank})",
                        bad.exit_code, bad.signal, "user_error")
     if bad.signal is not None:
+        # The plane's own only if it had sent it and this rank had not failed before it sent anything.
+        whose = ("" if sent is None and first is None else
+                 " (sent by the plane)" if bad.signal in (sent or ()) and bad.rank != first else
+                 " (not sent by trainyard)")
         return Outcome(JobState.FAILED, AttemptOutcome.FAILED,
-                       f"Signal {_signame(bad.signal)} on rank {bad.rank}", None, bad.signal,
+                       f"Signal {_signame(bad.signal)} on rank {bad.rank}{whose}", None, bad.signal,
                        "crash")
     return Outcome(JobState.FAILED, AttemptOutcome.FAILED,
                        f"NonZeroExitCode {bad.exit_code} on rank {bad.rank}", bad.exit_code, None,

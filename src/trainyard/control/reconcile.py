@@ -8,7 +8,8 @@
 - A finished attempt gets its outcome (`outcome.classify`), the work it lost since its last
   checkpoint, the nodes its failure points at (`avoid_nodes`), and either a retry or requeue
   (back to the queue) or the job's end.
-- A running attempt with one failed rank is stopped (the others get SIGTERM in the stop step).
+- A running attempt with one failed rank is stopped (the others get SIGTERM in the stop step); that
+  rank is recorded as the cause (`control/blame.py`), whatever signal the others then die of.
 
 Every attempt that ended is `release`d from the backend after the transaction commits.
 """
@@ -23,7 +24,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from trainyard import jobfs
-from trainyard.backends.base import AttemptState
+from trainyard.backends.base import AttemptState, RankState
+from trainyard.control import blame
 from trainyard.control.context import Facts, LoopContext
 from trainyard.control.frozen import FrozenRanks
 from trainyard.control.lost_work import lost_work_s
@@ -73,11 +75,16 @@ class Reconciler:
                     ended.append((j.id, j.attempt))
                 else:
                     self.note_checkpoint(j)
-                    bad = first_failure([r for r in st.ranks if not r.running])
+                    bad = first_failure([r for r in st.ranks if not r.running], sent=blame.sent_to(j))
                     if bad is not None and j.stop_kind is None:
                         why = f"rank {bad.rank} failed; stopping the others"
+                        # The rank is recorded: it ended before the plane signalled anything, so it is
+                        # the cause, whatever the others die of (control/blame.py).
                         transitions.request_stop(s, j, StopKind.RANK_FAILED, now, actor="backend",
-                                                 event="job.rank_failed", message=why, reason=why, completing=True)
+                                                 event=blame.RANK_FAILED_EVENT, message=why, reason=why,
+                                                 completing=True, data={"rank": bad.rank, "attempt": j.attempt,
+                                                                        "exit_code": bad.exit_code,
+                                                                        "signal": bad.signal})
         if ended:
             auth.forget_cached_tokens()  # the ended attempts' job tokens were revoked above
         for jid, att in ended:
@@ -121,7 +128,8 @@ class Reconciler:
         attempt = transitions.attempt_row(s, j)
         made_progress = (attempt is not None and attempt.first_step_at is not None) or \
             (j.last_checkpoint is not None and j.start_time is not None and j.last_checkpoint >= j.start_time)
-        out = classify(st, j.stop_kind, jd, made_progress)
+        sent, first = blame.sent_to(j), blame.first_failed(s, j)  # what the plane did: not the cause
+        out = classify(st, j.stop_kind, jd, made_progress, sent=sent, first=first)
         gpus = sum(len(p["gpus"]) for p in j.placement or [])
         lost = 0.0
         if j.start_time is not None:
@@ -132,7 +140,7 @@ class Reconciler:
                 j.lost_gpu_s += lost
         transitions.end_attempt(s, j, out.attempt_state, out.reason, now, exit_code=out.exit_code,
                                 signal=out.signal, cause=out.cause, lost_gpu_s=lost)
-        self._note_suspects(s, j, st, out.cause, now)
+        self._note_suspects(s, j, first_failure(st.ranks, sent=sent, first=first), out.cause, now)
         max_retries = next((c.max_retries for c in cfg.spec.classes if c.name == j.job_class), 0)
         retry = out.job_state not in (JobState.REQUEUED, JobState.COMPLETED) and \
             should_retry(out, j.retries, max_retries)
@@ -159,17 +167,16 @@ class Reconciler:
             record(s, "scheduler", "job.retry", reason, job_id=j.id, at=now,
                    data={"retry": j.retries, "max_retries": max_retries, "backoff_s": j.retry_after - now})
 
-    def _note_suspects(self, s: Session, j: JobRow, st: AttemptState, cause: str, now: float) -> None:
+    def _note_suspects(self, s: Session, j: JobRow, bad: RankState | None, cause: str, now: float) -> None:
         """Remember the nodes this attempt's failure points at, so the next attempt goes elsewhere
         when it can: the node of a rank seen frozen (a hang), else of the rank that failed first
-        (a crash, out of memory). A lost node needs none: it is drained until it passes its checks.
-        A symmetric hang (every rank's watchdog fired, none seen frozen) names no node."""
+        (`bad`: a crash, out of memory). A lost node needs none: it is drained until it passes its
+        checks. A symmetric hang (every rank's watchdog fired, none seen frozen) names no node."""
         frozen = self.frozen.pop_seen(j.id, j.attempt)
         if cause not in ("hung", "crash", "oom"):
             return
         blamed = sorted(frozen)
         if not blamed and cause != "hung":
-            bad = first_failure(st.ranks)
             blamed = [bad.rank] if bad is not None else []
         where = {r.rank: r.node for r in ranks_for(j.placement or [], j.tasks_per_node)}
         suspects = sorted({where[r] for r in blamed if r in where})

@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from trainyard import jobfs
+from trainyard import figures, jobfs
 from trainyard.contracts import JobDir
 from trainyard.services import events, jobs, nodes
 from trainyard.services.auth import Principal
@@ -138,7 +138,7 @@ class LossCurve:
     steps: list[int]  # the steps drawn, ascending
     values: list[float]  # their loss
     total_steps: int  # steps with a finite loss (drawn or not)
-    non_finite: list[int]  # steps whose loss was NaN or infinite (not drawn)
+    non_finite: list[int]  # steps whose loss is no number to draw (`figures.finite`: NaN, ±inf, huge, text)
     resumes: list[int]  # steps an attempt resumed from (`{"event": "resume"}` lines)
 
 
@@ -154,20 +154,20 @@ def loss_curve(job_dir: Path, key: str = "loss", max_points: int = MAX_CURVE_POI
             r = json.loads(line)
         except ValueError:  # a line cut by a kill -9
             continue
-        if not isinstance(r, dict) or not isinstance(r.get("step"), int):
-            continue
+        if not isinstance(r, dict) or (at := figures.step(r.get("step"))) is None:
+            continue  # no step, or one no chart can place (a bool, negative, beyond 2**62)
         if "event" in r:
             if r["event"] == "resume":
-                resumes.append(r["step"])
+                resumes.append(at)
         elif key in r:
-            last[r["step"]] = r[key]
+            last[at] = r[key]
     finite, bad = [], []
     for step in sorted(last):
-        v = last[step]
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-            finite.append((step, float(v)))
-        else:
-            bad.append(step)  # "nan", "inf" (the runtime writes non-finite values as strings), null
+        v = figures.finite(last[step])
+        if v is not None:
+            finite.append((step, v))
+        else:  # NaN, ±inf ("nan", "inf": the runtime writes them as strings), beyond ±1e300, null, text
+            bad.append(step)
     drawn = finite
     if len(finite) > max_points:
         k = math.ceil(len(finite) / max_points)

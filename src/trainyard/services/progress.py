@@ -9,13 +9,13 @@ older attempt are ignored (a late packet must not move a newer attempt backwards
 
 from __future__ import annotations
 
-import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from trainyard import figures
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Forbidden, NotFound
 from trainyard.services.events import record
@@ -41,8 +41,9 @@ class ProgressReport(BaseModel):
     @classmethod
     def _finite(cls, v: dict[str, Any]) -> dict[str, Any]:
         for k, x in v.items():
-            if isinstance(x, float) and not math.isfinite(x):
-                v[k] = None  # JSON has no NaN; a diverged loss is reported as null
+            # JSON has no NaN (a diverged loss is reported as null), and an integer beyond 64 bits
+            # breaks whoever reads it as a number (the dashboard's queue, a client): null too.
+            v[k] = figures.json_number(x)
             if isinstance(x, str) and len(x) > 200:
                 v[k] = x[:200]
         return v

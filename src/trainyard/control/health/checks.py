@@ -4,6 +4,13 @@ kinds; `nvml` and `dcgm` live in their own modules.
 A result is OK, WARN or CRITICAL with a one-line message, as LBNL NHC and Meta's GCM report
 them. `run_check` never raises: a check that cannot run, or runs past its time-out, is itself a
 finding (CRITICAL), so a broken check takes a node out rather than waving it through.
+
+A `command` check (and a remediation action, control/health/remediation.py) is the operator's own
+program, configured by an admin and run as the plane's account, as NHC runs under slurmd: it gets
+the plane's environment (its PATH to `nvidia-smi`, a proxy for a reimage API), but never the
+plane's credentials (`store.url.SECRET_VARS`: the store's password and URL, an admin token), since
+its first output line becomes a node's reason that every member reads. One that needs a credential
+reads it from a file its own command names.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainyard.spec import CheckSpec
+from trainyard.store.url import SECRET_VARS
 
 OK, WARN, CRITICAL = "ok", "warn", "critical"
 RANK = {OK: 0, WARN: 1, CRITICAL: 2}
@@ -72,8 +80,14 @@ def first_line(out: str, err: str, code: int) -> str:
     return lines[0] if lines else f"exit {code}"
 
 
+def operator_env(**more: str) -> dict[str, str]:
+    """The environment of an operator's check or remediation command: the plane's, less its
+    credentials (module docstring), with `more` set."""
+    return {**{k: v for k, v in os.environ.items() if k not in SECRET_VARS}, **more}
+
+
 def _command(spec: CheckSpec, node: str, data_dir: Path, context: str) -> tuple[str, str]:
-    env = {**os.environ, "TRAINYARD_NODE": node, "TRAINYARD_DATA_DIR": str(data_dir),
+    env = {**operator_env(), "TRAINYARD_NODE": node, "TRAINYARD_DATA_DIR": str(data_dir),
            "TRAINYARD_CHECK_CONTEXT": context}  # periodic or before_work, as NHC's context
     try:
         r = subprocess.run(spec.command or [], env=env, capture_output=True, text=True, timeout=spec.timeout,

@@ -32,7 +32,7 @@ import shutil
 import subprocess
 from typing import Any
 
-from trainyard.control.health.checks import CRITICAL, OK, RANK, WARN, first_line, worse
+from trainyard.control.health.checks import CRITICAL, OK, RANK, WARN, first_line, operator_env, worse
 from trainyard.spec import CheckSpec
 
 SEVERITY_MONITOR, SEVERITY_CONFIG = 1, 5  # dcgmErrorSeverity_t: fixable without taking the GPU out
@@ -118,7 +118,8 @@ def check(spec: CheckSpec) -> tuple[str, str]:
         return OK, "dcgmi not installed (skipped)"
     argv = [dcgmi, "diag", "-r", str(spec.level), "-j"]
     try:
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=spec.timeout, stdin=subprocess.DEVNULL)
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=spec.timeout, stdin=subprocess.DEVNULL,
+                           env=operator_env())
     except subprocess.TimeoutExpired:
         return CRITICAL, f"dcgmi diag -r {spec.level} timed out after {spec.timeout:g}s"
     except OSError as e:

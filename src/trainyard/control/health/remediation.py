@@ -7,13 +7,13 @@ checked again → up; cooldown; a cap; an alert): this module only runs the acti
 
 from __future__ import annotations
 
-import os
 import subprocess
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainyard.control.health.checks import operator_env
 from trainyard.spec import ActionSpec, RemediationSpec
 
 
@@ -64,7 +64,7 @@ class Remediator:
 
     def _round(self, node: str, actions: list[ActionSpec], r: _Round) -> None:
         out: list[tuple[str, bool, str]] = []
-        env = {**os.environ, "TRAINYARD_NODE": node, "TRAINYARD_DATA_DIR": str(self.data_dir)}
+        env = operator_env(TRAINYARD_NODE=node, TRAINYARD_DATA_DIR=str(self.data_dir))  # no credential of the plane's
         for a in actions:
             try:
                 p = subprocess.run(a.command, env=env, capture_output=True, text=True, timeout=a.timeout,
