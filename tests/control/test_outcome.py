@@ -100,6 +100,14 @@ def test_the_runtimes_record_counts_only_for_its_attempt_and_a_committed_checkpo
     assert classify(AttemptState(1, 2, att(1).ranks), None, tmp_path).job_state == "FAILED"
 
 
+def test_a_record_whose_attempt_is_true_or_a_float_is_not_attempt_1s(tmp_path: Path):
+    _preempted_record(tmp_path, 7, 20)  # committed step 20, then records that only look like attempt 1's
+    with open(tmp_path / "metrics" / "metrics.jsonl", "a") as f:
+        for fake in (True, 1.0):
+            f.write(json.dumps({"event": "preempted", "step": 20, "attempt": fake, "checkpoint_step": 20}) + "\n")
+    assert classify(att(1), None, tmp_path).job_state == "FAILED"
+
+
 def test_ranks_are_one_per_gpu_or_tasks_per_node():
     placement = [{"node": "a", "gpus": [0, 1, 2, 3]}, {"node": "b", "gpus": [4, 5, 6, 7]}]
     one_per_gpu = ranks_for(placement, None)

@@ -37,7 +37,7 @@ def last_steps(metrics_file: Path, attempt: int, limit: int = 64) -> list[dict]:
             r = json.loads(line)
         except ValueError:
             continue
-        if isinstance(r, dict) and "event" not in r and r.get("attempt") == attempt and \
+        if isinstance(r, dict) and "event" not in r and type(r.get("attempt")) is int and r["attempt"] == attempt and \
                 (rec := _record(r)) is not None:
             out.append(rec)
     return out[-limit:]

@@ -112,7 +112,7 @@ def runtime_checkpointed(job_dir: JobDir, attempt: int) -> int | None:
             rec = json.loads(line)
         except ValueError:
             continue
-        if isinstance(rec, dict) and rec.get("attempt") == attempt:
+        if isinstance(rec, dict) and type(rec.get("attempt")) is int and rec["attempt"] == attempt:  # not true, not 1.0
             last = rec
     if last is None or last.get("event") != "preempted" or not isinstance(last.get("checkpoint_step"), int):
         return None
