@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.accounts import ROOT_ONLY, Accounts, accounts, shared_dir
+from tests.accounts import ROOT_ONLY, Accounts
 from tests.api.helpers import store_snapshot
-from tests.plane import TWO_TEAMS, Plane, job_dir
+from tests.plane import Plane, job_dir
+from tests.security.hostile import config_text, root_plane, two_accounts
 from trainyard.jobfs import read_record as read_json
 
 pytestmark = ROOT_ONLY
@@ -27,29 +28,16 @@ pytestmark = ROOT_ONLY
 DENIED = "Permission denied"
 
 
-def config(acc: Accounts) -> str:
-    text = TWO_TEAMS.read_text()
-    text = text.replace("  - name: vision\n", f"  - name: vision\n    group: {acc.group('vis')}\n")
-    text = text.replace("  - name: nlp\n", f"  - name: nlp\n    group: {acc.group('nlp')}\n")
-    return text + f"users:\n  alice: {acc.user('alice')}\n  bob: {acc.user('bob')}\n"
-
-
 @pytest.fixture(scope="module")
 def acc() -> Iterator[Accounts]:
-    with accounts({"alice": ["vis"], "bob": ["nlp"]}, ["vis", "nlp"]) as a:
+    with two_accounts() as a:
         yield a
 
 
 @pytest.fixture(scope="module")
 def plane(acc: Accounts) -> Iterator[Plane]:
-    with shared_dir("ty-owners-") as d:
-        cfg = d / "cluster.yaml"
-        cfg.write_text(config(acc))
-        p = Plane(d / "yard", config=cfg, run_as=None, allow_root_jobs=None)
-        try:
-            yield p
-        finally:
-            p.stop()
+    with root_plane(acc, "ty-owners-") as p:
+        yield p
 
 
 def log_of(p: Plane, job_id: int, rank: int = 0) -> str:
@@ -164,7 +152,7 @@ def test_root_only_with_allow_root_jobs_and_not_beyond_the_teams_group(plane, ac
 def test_a_configuration_naming_what_this_machine_lacks_is_refused_naming_the_entry(plane, acc, edit, field):
     p = plane
     before = store_snapshot(p)
-    r = p.admin.post("/api/v1/cluster/config", json={"text": edit(config(acc), acc)})
+    r = p.admin.post("/api/v1/cluster/config", json={"text": edit(config_text(acc), acc)})
     assert r.status_code == 400, r.text
     assert r.json()["field"] == field and f"'{field}'" in r.json()["detail"]
     assert store_snapshot(p) == before

@@ -16,11 +16,34 @@ from tests.accounts import Accounts, accounts, shared_dir
 from tests.plane import TWO_TEAMS, Plane, job_dir
 
 
-def config_text(acc: Accounts) -> str:
+def config_text(acc: Accounts, vision: str = "", nlp: str = "") -> str:
+    """tests/fixtures/two_teams.yaml with each team's Unix group (and `vision`/`nlp`: more lines of
+    each team, e.g. "    pids_max: 256\n") and the token users mapped to the accounts."""
     text = TWO_TEAMS.read_text()
-    text = text.replace("  - name: vision\n", f"  - name: vision\n    group: {acc.group('vis')}\n")
-    text = text.replace("  - name: nlp\n", f"  - name: nlp\n    group: {acc.group('nlp')}\n")
+    text = text.replace("  - name: vision\n", f"  - name: vision\n    group: {acc.group('vis')}\n{vision}")
+    text = text.replace("  - name: nlp\n", f"  - name: nlp\n    group: {acc.group('nlp')}\n{nlp}")
     return text + f"users:\n  alice: {acc.user('alice')}\n  bob: {acc.user('bob')}\n"
+
+
+@contextmanager
+def two_accounts() -> Iterator[Accounts]:
+    """alice (group vis, team vision) and bob (group nlp, team nlp), removed after."""
+    with accounts({"alice": ["vis"], "bob": ["nlp"]}, ["vis", "nlp"]) as acc:
+        yield acc
+
+
+@contextmanager
+def root_plane(acc: Accounts, prefix: str, text: str | None = None, **plane_kw: Any) -> Iterator[Plane]:
+    """A root plane that runs jobs as their owners (no run_as, no allow_root_jobs), on a data dir
+    every account may pass through, with `text` (default `config_text(acc)`) as its configuration."""
+    with shared_dir(prefix) as d:
+        cfg = d / "cluster.yaml"
+        cfg.write_text(text if text is not None else config_text(acc))
+        p = Plane(d / "yard", config=cfg, run_as=None, allow_root_jobs=None, **plane_kw)
+        try:
+            yield p
+        finally:
+            p.stop()
 
 
 @dataclass
@@ -63,7 +86,7 @@ class Yard:
 @contextmanager
 def yard(prefix: str, **plane_kw: Any) -> Iterator[Yard]:
     """Accounts, a shared base directory and a root plane that runs jobs as their owners."""
-    with accounts({"alice": ["vis"], "bob": ["nlp"]}, ["vis", "nlp"]) as acc, shared_dir(prefix) as base:
+    with two_accounts() as acc, shared_dir(prefix) as base:
         os.chmod(base, 0o755)
         cfg = base / "cluster.yaml"
         cfg.write_text(config_text(acc))

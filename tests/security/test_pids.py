@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.accounts import ROOT_ONLY, Accounts, accounts, shared_dir
-from tests.plane import TWO_TEAMS, Plane, job_dir
+from tests.accounts import ROOT_ONLY, Accounts
+from tests.plane import Plane, job_dir
+from tests.security.hostile import config_text, root_plane, two_accounts
 from trainyard.backends.contain import cgroup2, mounts
 
 found = mounts.find()
@@ -45,29 +46,16 @@ LIMIT = 256
 BOMB = "ulimit -u 1000; b() { b | b & }; b; sleep 600"
 
 
-def config(acc: Accounts) -> str:
-    text = TWO_TEAMS.read_text()
-    text = text.replace("  - name: vision\n", f"  - name: vision\n    group: {acc.group('vis')}\n    pids_max: {LIMIT}\n")
-    text = text.replace("  - name: nlp\n", f"  - name: nlp\n    group: {acc.group('nlp')}\n")
-    return text + f"users:\n  alice: {acc.user('alice')}\n  bob: {acc.user('bob')}\n"
-
-
 @pytest.fixture(scope="module")
 def acc() -> Iterator[Accounts]:
-    with accounts({"alice": ["vis"], "bob": ["nlp"]}, ["vis", "nlp"]) as a:
+    with two_accounts() as a:
         yield a
 
 
 @pytest.fixture(scope="module")
 def plane(acc: Accounts) -> Iterator[Plane]:
-    with shared_dir("ty-pids-") as d:
-        cfg = d / "cluster.yaml"
-        cfg.write_text(config(acc))
-        p = Plane(d / "yard", config=cfg, run_as=None, allow_root_jobs=None)
-        try:
-            yield p
-        finally:
-            p.stop()
+    with root_plane(acc, "ty-pids-", config_text(acc, vision=f"    pids_max: {LIMIT}\n")) as p:
+        yield p
 
 
 def node_cgroup(p: Plane, job: int, timeout: float = 60) -> Path:

@@ -19,36 +19,24 @@ from pathlib import Path
 
 import pytest
 
-from tests.accounts import ROOT_ONLY, Accounts, accounts, shared_dir
-from tests.plane import TWO_TEAMS, Plane, job_dir
+from tests.accounts import ROOT_ONLY, Accounts
+from tests.plane import Plane, job_dir
+from tests.security.hostile import root_plane, two_accounts
 
 pytestmark = ROOT_ONLY
 
 
-def config(acc: Accounts) -> str:
-    text = TWO_TEAMS.read_text()
-    text = text.replace("  - name: vision\n", f"  - name: vision\n    group: {acc.group('vis')}\n")
-    text = text.replace("  - name: nlp\n", f"  - name: nlp\n    group: {acc.group('nlp')}\n")
-    return text + f"users:\n  alice: {acc.user('alice')}\n  bob: {acc.user('bob')}\n"
-
-
 @pytest.fixture(scope="module")
 def acc() -> Iterator[Accounts]:
-    with accounts({"alice": ["vis"], "bob": ["nlp"]}, ["vis", "nlp"]) as a:
+    with two_accounts() as a:
         yield a
 
 
 @pytest.fixture(scope="module")
 def plane(acc: Accounts) -> Iterator[Plane]:
-    with shared_dir("ty-tmp-") as d:
-        cfg = d / "cluster.yaml"
-        cfg.write_text(config(acc))
-        p = Plane(d / "yard", config=cfg, run_as=None, allow_root_jobs=None)
+    with root_plane(acc, "ty-tmp-") as p:
         assert p.cp.backend._tmp.mode == "tmpfs", p.cp.backend.containment_line
-        try:
-            yield p
-        finally:
-            p.stop()
+        yield p
 
 
 def log_of(p: Plane, job: int, rank: int = 0) -> str:

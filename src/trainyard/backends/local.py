@@ -540,13 +540,8 @@ class LocalBackend:
                 raise BackendError(f"{where}: placed on {name}, which is {state}")
         if (spec.job_id, spec.attempt) in self._attempts:
             raise BackendError(f"{where}: already launched (release it first)")
-        try:  # asked as the account the ranks run as: root may enter what the owner may not
-            problem = jobfs.as_owner(spec.owner, jobfs.enter_problem, spec.workdir)
-        except OSError as e:
-            problem = e.strerror or str(e)
-        if problem is not None:
-            who = spec.owner.user if spec.owner is not None else "the plane's account"
-            raise BackendError(f"{where}: cannot enter the working directory {spec.workdir!r} as {who}: {problem}")
+        if (problem := jobfs.cannot_enter(spec.owner, spec.workdir)) is not None:  # asked as the owner
+            raise BackendError(f"{where}: {problem}")
 
     def _prepare_cell(self, spec: LaunchSpec, run_dir: Path) -> dict:
         """Make the attempt's cell with its limits (memory and pids per node, CPU and devices per

@@ -274,13 +274,8 @@ class SlurmBackend:
         where = f"job {spec.job_id} attempt {spec.attempt}"
         if not spec.command or not spec.ranks:
             raise BackendError(f"{where}: empty command or no ranks")
-        try:  # asked as the account the job runs as (sbatch runs as it): root may enter what it may not
-            problem = jobfs.as_owner(spec.owner, jobfs.enter_problem, spec.workdir)
-        except OSError as e:
-            problem = e.strerror or str(e)
-        if problem is not None:
-            who = spec.owner.user if spec.owner is not None else "the plane's account"
-            raise BackendError(f"{where}: cannot enter the working directory {spec.workdir!r} as {who}: {problem}")
+        if (problem := jobfs.cannot_enter(spec.owner, spec.workdir)) is not None:  # asked as the owner
+            raise BackendError(f"{where}: {problem}")
         nodes = self._nodes(max_age_s=0)
         order: list[str] = []
         for r in sorted(spec.ranks, key=lambda r: r.rank):

@@ -160,6 +160,19 @@ def enter_problem(workdir: str | os.PathLike[str]) -> str | None:
     return None
 
 
+def cannot_enter(owner: Account | None, workdir: str, timeout_s: float = OWNER_TIMEOUT_S) -> str | None:
+    """Why `owner` (None: the plane's own account) cannot enter `workdir`, asked as the owner
+    (`enter_problem` in `as_owner`), as a sentence for a launch's error; None when it can."""
+    try:
+        problem = as_owner(owner, enter_problem, workdir, timeout_s=timeout_s)
+    except OSError as e:
+        problem = e.strerror or str(e)
+    if problem is None:
+        return None
+    who = getattr(owner, "user", None) or "the plane's account"
+    return f"cannot enter the working directory {workdir!r} as {who}: {problem}"
+
+
 def link_inside(workdir: str | os.PathLike[str], rel: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
     """Make `workdir/rel` a symbolic link to `target`, making the directories of `rel` as needed;
     an older link there is replaced, anything else is left alone. Meant to run as the owner
