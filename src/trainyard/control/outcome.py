@@ -117,7 +117,7 @@ def runtime_checkpointed(job_dir: JobDir, attempt: int) -> int | None:
     if last is None or last.get("event") != "preempted" or not isinstance(last.get("checkpoint_step"), int):
         return None
     step = last["checkpoint_step"]
-    return step if any(s == step for s, _ in jobfs.committed_steps(tree, job_dir.checkpoints)) else None
+    return step if jobfs.commit_time(tree, job_dir.checkpoints, step) is not None else None
 
 
 def classify(st: AttemptState, stop_kind: StopKind | str | None, job_dir: JobDir | Path,

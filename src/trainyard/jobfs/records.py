@@ -59,25 +59,43 @@ def record_exists(path: str | os.PathLike[str]) -> bool:
 # -- checkpoints, as the plane reads them ----------------------------------------------------------
 
 
+NEWEST_TRIES = 64  # step dirs looked into, newest first, for the newest committed one
+
+
+def step_dirs(tree: Tree, checkpoints: str | os.PathLike[str]) -> list[int]:
+    """The steps N of the real directories `step-N/` in `checkpoints` (links are no steps), in
+    order; the listing costs no stat per entry (`Tree.list_dir`)."""
+    return sorted(int(name[5:]) for name, mode in tree.list_dir(checkpoints)
+                  if name.startswith("step-") and name[5:].isascii() and name[5:].isdigit() and stat.S_ISDIR(mode))
+
+
+def commit_time(tree: Tree, checkpoints: str | os.PathLike[str], step: int, marker: str = "COMMITTED") -> float | None:
+    """The mtime of `step-N/<marker>` when it is a regular file in a real directory (no link
+    followed on the way or at the end); None when the step is not committed."""
+    try:
+        with tree.dir_fd(PurePosixPath(*tree.parts(checkpoints), f"step-{step}")) as fd:
+            st = os.stat(marker, dir_fd=fd, follow_symlinks=False)
+    except OSError:
+        return None
+    return st.st_mtime if stat.S_ISREG(st.st_mode) else None
+
+
 def committed_steps(tree: Tree, checkpoints: str | os.PathLike[str], marker: str = "COMMITTED") -> list[tuple[int, Path]]:
     """(step, directory) of every committed `step-N/` (a real directory with a regular `marker`
     file in it; links are not followed), oldest first: the plane's side of the checkpoint contract
     (`contracts.committed_steps` is the job's)."""
-    out = []
-    for name, mode in tree.list_dir(checkpoints):
-        if name.startswith("step-") and name[5:].isascii() and name[5:].isdigit() and stat.S_ISDIR(mode):
-            st = tree.lstat(PurePosixPath(*tree.parts(checkpoints), name, marker))
-            if st is not None and stat.S_ISREG(st.st_mode):
-                out.append((int(name[5:]), tree.root.joinpath(*tree.parts(checkpoints), name)))
-    return sorted(out)
+    where = tree.root.joinpath(*tree.parts(checkpoints))
+    return [(n, where / f"step-{n}") for n in step_dirs(tree, checkpoints)
+            if commit_time(tree, checkpoints, n, marker) is not None]
 
 
 def newest_checkpoint(tree: Tree, checkpoints: str | os.PathLike[str],
                       marker: str = "COMMITTED") -> tuple[int, Path, float] | None:
-    """(step, directory, the marker's mtime) of the newest committed checkpoint, or None."""
-    steps = committed_steps(tree, checkpoints, marker)
-    if not steps:
-        return None
-    step, where = steps[-1]
-    st = tree.lstat(where / marker)
-    return (step, where, st.st_mtime) if st is not None else None
+    """(step, directory, the marker's mtime) of the newest committed checkpoint, or None. The
+    loop asks every pass for every running job, so at most NEWEST_TRIES step dirs are looked
+    into, newest first: a job that makes thousands of uncommitted ones costs the plane a listing."""
+    where = tree.root.joinpath(*tree.parts(checkpoints))
+    for n in reversed(step_dirs(tree, checkpoints)[-NEWEST_TRIES:]):
+        if (at := commit_time(tree, checkpoints, n, marker)) is not None:
+            return n, where / f"step-{n}", at
+    return None

@@ -137,8 +137,11 @@ class Tree:
         return self.lstat(path) is not None
 
     def list_dir(self, path: str | os.PathLike[str] = "", limit: int = 100_000) -> list[tuple[str, int]]:
-        """(name, st_mode from lstat) of the entries of directory `path`, sorted by name; at most
-        `limit` of them (a job may make millions); [] when it is missing or not reachable."""
+        """(name, file type) of the entries of directory `path`, sorted by name; at most `limit` of
+        them (a job may make millions); [] when it is missing or not reachable. The type is
+        `st_mode`'s type bits (`stat.S_ISDIR` etc.; a link is a link), from the directory entry
+        itself: no `stat` per entry for links, directories and regular files, so listing a
+        directory a job filled costs the plane one `getdents` per few hundred names."""
         try:
             with self.dir_fd(path) as fd, os.scandir(fd) as it:
                 out = []
@@ -146,7 +149,7 @@ class Tree:
                     if len(out) >= limit:
                         break
                     try:
-                        out.append((e.name, e.stat(follow_symlinks=False).st_mode))
+                        out.append((e.name, _entry_type(e)))
                     except OSError:
                         continue  # gone meanwhile
         except OSError:
@@ -435,6 +438,18 @@ class Tree:
         walk = UsageWalk(self, path)
         done = walk.run(deadline, max_entries)
         return walk.total, done and walk.whole
+
+
+def _entry_type(e: os.DirEntry[str]) -> int:
+    """The file type bits of a directory entry, without following a link, from its d_type when the
+    file system gives one (a stat otherwise, and for FIFOs, sockets and devices)."""
+    if e.is_symlink():
+        return stat.S_IFLNK
+    if e.is_dir(follow_symlinks=False):
+        return stat.S_IFDIR
+    if e.is_file(follow_symlinks=False):
+        return stat.S_IFREG
+    return stat.S_IFMT(e.stat(follow_symlinks=False).st_mode)
 
 
 def _refusal(dfd: int, name: str, path: str | os.PathLike[str], e: OSError) -> OSError:
