@@ -309,18 +309,48 @@ def _check_workdir(workdir: str, owner: Owner) -> None:
                    f"runs as ({problem})", "workdir")
 
 
-def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_dir: Path,
-           now: float | None = None) -> JobRow:
-    """Validate and store a job as PENDING (or held). Nothing is written unless all is well.
-    `now`: the plane's time (`ControlPlane.clock`), by default the wall clock."""
+def _team(sub: JobSubmit, by: Principal, cfg: ConfigVersion) -> str:
     team = sub.team or by.team
     if team is None:
         teams = [t.name for t in cfg.spec.teams]
         if len(teams) != 1:
             raise _bad(f"give a team (one of {sorted(teams)})", "team")
         team = teams[0]
+    return team
+
+
+def _may_submit_for(by: Principal, team: str) -> None:
     if not by.can_submit_for(team):
         raise Forbidden(f"a {by.role} token{' of team ' + by.team if by.team else ''} cannot submit for team {team!r}")
+
+
+def check_paths(sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_dir: Path) -> None:
+    """The working directory and the `--output`/`--error` ways, looked at as the account the job
+    runs as (`jobfs.as_owner`: a forked child, up to WORKDIR_CHECK_S each on a hung mount). The
+    API calls it before it takes the plane's lock, so a member's slow path never holds the loop;
+    `submit` calls it itself unless told it was done.
+
+    Raises:
+        ServiceError: fields `workdir`, `output`, `error`. Forbidden: no account to run as.
+    """
+    team = _team(sub, by, cfg)
+    _may_submit_for(by, team)  # refused as `submit` would refuse it, before anything is looked at
+    who = owners.resolve(cfg.spec, by.user, team)  # someone to run it as, or a 403
+    workdir = sub.workdir or str(data_dir)
+    _check_workdir(workdir, who.owner)
+    if sub.output is not None:
+        output_paths.check(sub.output, workdir, owner=who.owner)  # before anything is stored or created
+    if sub.error is not None:
+        output_paths.check(sub.error, workdir, field="error", owner=who.owner)
+
+
+def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_dir: Path,
+           now: float | None = None, *, paths_checked: bool = False) -> JobRow:
+    """Validate and store a job as PENDING (or held). Nothing is written unless all is well.
+    `now`: the plane's time (`ControlPlane.clock`), by default the wall clock. `paths_checked`:
+    the caller ran `check_paths` already (outside its lock)."""
+    team = _team(sub, by, cfg)
+    _may_submit_for(by, team)
     cls = sub.job_class or cfg.spec.default_class
     if not sub.command and not sub.script:
         raise _bad("give a command or a script", "command")
@@ -335,11 +365,8 @@ def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_d
     reservations.check_job(cfg, sub.reservation, by.user, team, sub.pool, now)  # before anything is stored
     who = owners.resolve(cfg.spec, by.user, team)  # someone to run it as, or a 403 naming the user
     workdir = sub.workdir or str(data_dir)
-    _check_workdir(workdir, who.owner)
-    if sub.output is not None:
-        output_paths.check(sub.output, workdir, owner=who.owner)  # before anything is stored or created
-    if sub.error is not None:
-        output_paths.check(sub.error, workdir, field="error", owner=who.owner)
+    if not paths_checked:
+        check_paths(sub, by, cfg, data_dir)
     lo, hi, gpn, total = shape
     now = time.time() if now is None else now
     name = sub.name or (Path(sub.command[0]).name if sub.command else "script")

@@ -26,9 +26,11 @@ router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], dependencies=[Depends(s
 
 @router.post("", status_code=201)
 def submit(body: jobs.JobSubmit, by: Principal = Depends(principal), cp: ControlPlane = Depends(plane)) -> dict[str, Any]:
+    with cp.store.session() as s:  # the paths are looked at as the owner, before the plane's lock
+        jobs.check_paths(body, by, cp.configs.current(s), cp.data_dir)
     with cp.lock, cp.store.session.begin() as s:
         cfg = cp.configs.current(s)
-        row = jobs.submit(s, body, by, cfg, cp.data_dir, now=cp.clock())
+        row = jobs.submit(s, body, by, cfg, cp.data_dir, now=cp.clock(), paths_checked=True)
         out = jobs.job_dict(row, by)
         if row.mail_type and cfg.spec.notify is None:  # asked for, but nowhere to send it: said, not refused
             out["warnings"] = [f"--mail-type {row.mail_type}: this cluster has no webhook configured (notify: in "
