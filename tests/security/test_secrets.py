@@ -118,11 +118,7 @@ def test_the_slurm_backends_job_env_file_holds_the_jobs_variables_only(tmp_path,
     want = {"MY_VAR": "mine", "TRAINYARD_TOKEN": "ty_job", "TRAINYARD_JOB_ID": "7", "TRAINYARD_ATTEMPT": "2",
             "TRAINYARD_CHECKPOINT_DIR": str(tmp_path / "ck")}
     assert slurm_env.job_env(spec) == want
-    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        slurm_env.write_job_env(fd, slurm_env.job_env(spec), spec.owner)
-    finally:
-        os.close(fd)
+    slurm_env.write_job_env(tmp_path, spec)
     written = (tmp_path / slurm_env.JOB_ENV_FILE).read_text()
     assert json.loads(written) == want and not any(v in written for v in PLANE_SECRETS.values())
 

@@ -45,7 +45,6 @@ CUDA_VISIBLE_DEVICES itself.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -386,9 +385,8 @@ class SlurmBackend:
         in job-env.json, the owner's, 0600). Written while the dir is still the plane's (`jobfs`)."""
         tree = jobfs.Tree(run_dir)
         who = (spec.owner.uid, spec.owner.gid) if spec.owner is not None else None
-        env = json.dumps(dict(slurm_env.job_env(spec))).encode()
         tree.create_file("batch.sh", script.encode(), 0o644, owner=who, exist_ok=False)
-        tree.create_file(slurm_env.JOB_ENV_FILE, env, 0o600, owner=who, exist_ok=False)
+        slurm_env.write_job_env(run_dir, spec)
         jobfs.Tree(run_dir.parent).make_dir(run_dir.name, 0o700, owner=who)
 
     def _batch_script(self, spec: LaunchSpec, run_dir: Path, per_rank: int) -> str:

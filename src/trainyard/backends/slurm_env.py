@@ -10,7 +10,7 @@ SBATCH_PARTITION would change what the plane asks Slurm for.
 The job's environment (`job_env`: `LaunchSpec.env`, what the submitter exported, and
 TRAINYARD_JOB_ID/ATTEMPT/CHECKPOINT_DIR; nothing of the plane's own environment, whose secrets, the
 store's password among them, stay the plane's) reaches the job through a file instead
-(`JOB_ENV_FILE`: `<attempt run dir>/job-env.json`, written by the plane, the owner's, 0600: it holds the job token),
+(`write_job_env`: `<attempt run dir>/job-env.json`, the owner's, 0600: it holds the job token),
 which `slurm_task.py` lays over the task's environment on the node, under what Slurm and the batch
 script set for the task (`TASK_OWN`: SLURM_*, the GPUs Slurm bound, MASTER_ADDR/PORT). The task's
 own base is the clean environment sbatch ran with (`command_env`, exported by `--export=ALL`)
@@ -21,8 +21,11 @@ the job's cannot change which `srun` starts the ranks either.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from pathlib import Path
 
+from trainyard import jobfs
 from trainyard.backends.base import LaunchSpec
 
 COMMAND_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -46,3 +49,11 @@ def job_env(spec: LaunchSpec) -> dict[str, str]:
     env.update(TRAINYARD_JOB_ID=str(spec.job_id), TRAINYARD_ATTEMPT=str(spec.attempt),
                TRAINYARD_CHECKPOINT_DIR=spec.checkpoint_dir)
     return env
+
+
+def write_job_env(run_dir: Path, spec: LaunchSpec) -> None:
+    """Write `job-env.json` (`job_env`) in the new attempt dir: a new file, never through a link
+    (`jobfs`), readable by the job's owner only (it holds the job token)."""
+    who = (spec.owner.uid, spec.owner.gid) if spec.owner is not None else None
+    jobfs.Tree(run_dir).create_file(JOB_ENV_FILE, json.dumps(job_env(spec)).encode(), 0o600, owner=who,
+                                    exist_ok=False)

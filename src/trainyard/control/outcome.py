@@ -56,14 +56,15 @@ def _signame(sig: int) -> str:
 
 def first_failure(ranks: list[RankState], *, sent: Collection[int] | None = None,
                   first: int | None = None) -> RankState | None:
-    """The rank to blame: `first`, the rank the plane saw fail before it signalled anything (it
-    stopped the others because of it: `control/blame.py`), when that one failed; else one lost (its
-    node or supervisor died), else one its watchdog ended (exit 86), else one that exited with
-    another bad code, else one killed by a signal the plane did not send (`sent`: another process's
-    `kill`, the kernel's), else one the plane's own signal ended (lowest rank first in each).
+    """The rank to blame: one lost (its node or supervisor died); else `first`, the rank the plane
+    saw fail before it signalled anything (it stopped the others because of it: `control/blame.py`),
+    when that one failed; else one its watchdog ended (exit 86), else one that exited with another
+    bad code, else one killed by a signal the plane did not send (`sent`: another process's `kill`,
+    the kernel's), else one the plane's own signal ended (lowest rank first in each).
 
-    A lost rank comes first because its peers then fail on their own (a collective times out, a
-    connection resets: exit 1). So does a hung rank's watchdog exit: the peers waiting for it in
+    A lost rank comes first, even before the one the plane saw fail first, because its peers then
+    fail on their own (a collective times out, a connection resets: exit 1), often before the plane
+    learns that the node is gone (a Slurm node's loss is seen a pass or more after its peers' exit). So does a hung rank's watchdog exit: the peers waiting for it in
     a collective see the connection close and fail with exit 1 before their own watchdogs fire.
     The plane's own signals come last: when one rank fails the control loop stops the others with
     SIGTERM (then SIGKILL), and those deaths (or exits 128+n of a shell that took them) are the
@@ -75,7 +76,7 @@ def first_failure(ranks: list[RankState], *, sent: Collection[int] | None = None
     def order(r: RankState) -> tuple[int, int, int]:
         kind = (0 if r.lost else 1 if r.exit_code == WATCHDOG_EXIT else 4 if by_plane(r)
                 else 2 if r.exit_code is not None else 3)
-        return (0 if r.rank == first else 1, kind, r.rank)
+        return (0 if r.lost else 1 if r.rank == first else 2, kind, r.rank)
 
     bad = [r for r in ranks if r.lost or r.signal is not None or r.exit_code not in (None, 0, REQUEUE_EXIT)]
     return min(bad, key=order) if bad else None
