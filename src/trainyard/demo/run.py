@@ -62,7 +62,7 @@ def workload() -> list[Planned]:
 class Demo:
     def __init__(self, out: Path, console: Console):
         self.out, self.console = out, console
-        self.data_dir = out / "yard"
+        self.data_dir = Path(out).absolute() / "yard"  # its jobs' workdir, which the API wants absolute
         self.proc: subprocess.Popen | None = None
         self.url = ""
 
