@@ -29,6 +29,8 @@ BENCHES = [
      [sys.executable, str(HERE / "chaos_recovery.py"), "--json"]),
     ("the wheel installed without extras in a fresh venv: no torch, venv size, yard queue start-up (~1.5 min)",
      [sys.executable, str(HERE / "install_base.py"), "--json"]),
+    ("what a job's files cost the plane: a 1 GB log, an 800 MB metrics file, a FIFO (issue 34, ~1 min)",
+     [sys.executable, str(HERE / "plane_reads.py")]),
 ]
 
 
