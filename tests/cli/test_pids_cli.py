@@ -5,14 +5,14 @@ in `yard up`'s containment line; a malformed one is exit 2 naming the field, not
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.plane import TWO_TEAMS, YARD, YardServer
+from tests.cli.yard_process import yard_process
+from tests.plane import TWO_TEAMS, YARD
 
 
 def config_text() -> str:
@@ -23,25 +23,9 @@ def config_text() -> str:
 
 @pytest.fixture(scope="module")
 def yard(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pids")
-    config = root / "cluster.yaml"
+    config = tmp_path_factory.mktemp("pids-config") / "cluster.yaml"
     config.write_text(config_text())
-    server = YardServer(root / "yard", config_file=config)
-    server.data_dir.mkdir()
-    server.start()
-    env = {**os.environ, "YARD_URL": server.url, "YARD_TOKEN": server.token}
-
-    def run(*args: str, ok: bool = True) -> subprocess.CompletedProcess:
-        p = subprocess.run([YARD, *args], capture_output=True, text=True, env=env, cwd=server.data_dir, timeout=60)
-        if ok:
-            assert p.returncode == 0, f"yard {' '.join(args)} → {p.returncode}\n{p.stdout}\n{p.stderr}"
-        return p
-
-    run.server = server  # type: ignore[attr-defined]
-    yield run
-    for j in json.loads(run("queue", "--json").stdout):
-        run("cancel", str(j["id"]), ok=False)
-    server.terminate()
+    yield from yard_process(tmp_path_factory, "pids", config_file=config)
 
 
 def shown(yard, job: str, timeout: float = 30) -> str:

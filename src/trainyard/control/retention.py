@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from trainyard.control.supervise import Supervised
+from trainyard.control.supervise import BackgroundWork
 from trainyard.services import retention
 from trainyard.services.config import ConfigCache
 from trainyard.store.db import Store
@@ -27,23 +27,15 @@ log = logging.getLogger("trainyard.retention")
 PAUSE_S = 0.05  # between batches: the loop and the API get the write lock
 
 
-class Retention:
+class Retention(BackgroundWork):
+    thread_name = "trainyard-retention"
+
     def __init__(self, store: Store, configs: ConfigCache, lock: threading.RLock, data_dir: Path,
                  clock: Callable[[], float] = time.time) -> None:
+        super().__init__()
         self.store, self.configs, self.lock, self.data_dir, self.clock = store, configs, lock, data_dir, clock
-        self._stop = threading.Event()
         self._dirs_cursor = 0
-        self.thread: Supervised | None = None
         self.purged_jobs = self.removed_dirs = 0
-
-    def start(self, on_death: Callable[[str, BaseException], None] | None = None) -> None:
-        self.thread = Supervised("trainyard-retention", self._run, self._stop, on_death)
-        self.thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self.thread is not None:
-            self.thread.join(timeout=30)
 
     def _run(self, stop: threading.Event) -> None:
         while not stop.is_set():

@@ -33,7 +33,7 @@ from sqlalchemy import select
 
 from trainyard import jobfs
 from trainyard.contracts import JobDir
-from trainyard.control.supervise import Supervised
+from trainyard.control.supervise import BackgroundWork
 from trainyard.disk import space
 from trainyard.services import storage as events
 from trainyard.services.config import ConfigCache
@@ -89,18 +89,19 @@ class FsUsage:
         return self.free < self.reserve or (self.inodes > 0 and self.inodes_free < self.inodes_reserve)
 
 
-class StorageMeter:
+class StorageMeter(BackgroundWork):
+    thread_name = "trainyard-storage"
+
     def __init__(self, store: Store, configs: ConfigCache, lock: threading.RLock, data_dir: Path, *,
                  clock: Callable[[], float] = time.time, wake: Callable[[], None] | None = None,
                  walk_budget_s: float = WALK_BUDGET_S) -> None:
         """`lock`: the plane's write lock (events are written under it); `wake`: the loop's, called
         when a team or the reserve crosses its line."""
+        super().__init__()
         self.store, self.configs, self.lock, self.data_dir, self.clock = store, configs, lock, Path(data_dir), clock
         self.jobs_root = self.data_dir / "jobs"
         self.wake = wake or (lambda: None)
         self.walk_budget_s = walk_budget_s
-        self._stop = threading.Event()
-        self.thread: Supervised | None = None
         self._mu = threading.Lock()  # guards _dirs (the thread writes, the API reads)
         self._dirs: dict[str, DirUsage] = {}
         self._walks: dict[str, jobfs.UsageWalk] = {}  # walks cut at their budget, resumed next sweep
@@ -124,13 +125,7 @@ class StorageMeter:
         """Read back what the events say is over (so the loop's first pass already holds it), then
         measure on a thread of its own."""
         self.restore()
-        self.thread = Supervised("trainyard-storage", self._run, self._stop, on_death)
-        self.thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self.thread is not None:
-            self.thread.join(timeout=30)
+        super().start(on_death)
 
     def _run(self, stop: threading.Event) -> None:
         while not stop.is_set():

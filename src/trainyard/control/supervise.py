@@ -83,3 +83,28 @@ class Supervised:
                 pause = FIRST_PAUSE_S  # it ran a good while before dying: not a crash loop
             self._stop.wait(pause)
             pause = min(MAX_PAUSE_S, pause * 2)
+
+
+class BackgroundWork:
+    """A part of the plane that works on a supervised thread of its own beside the loop (retention,
+    the storage meter): `start` and `stop` once, `_run(stop)` is the part's own body, which loops
+    until `stop` is set."""
+
+    thread_name = "trainyard-background"
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self.thread: Supervised | None = None
+
+    def start(self, on_death: Callable[[str, BaseException], None] | None = None) -> None:
+        self.thread = Supervised(self.thread_name, self._run, self._stop, on_death)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.thread is not None:
+            self.thread.join(timeout=30)
+
+    def _run(self, stop: threading.Event) -> None:
+        raise NotImplementedError
+
