@@ -5,7 +5,6 @@ dir every account may pass through, and each member's own home-like directory to
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -95,13 +94,3 @@ def yard(prefix: str, **plane_kw: Any) -> Iterator[Yard]:
             yield Yard(p, acc, base)
         finally:
             p.stop()
-
-
-def wait_for(pred, timeout: float = 60.0, what: str = "condition"):  # noqa: ANN001, ANN201
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
