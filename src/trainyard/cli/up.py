@@ -52,6 +52,9 @@ def up(
     jobs_dir: Optional[Path] = typer.Option(None, "--jobs-dir", help="keep job dirs (checkpoints, logs) here, on "
                                             "another file system than the store's: DATA_DIR/jobs becomes a link "
                                             "to it (kept for later starts)"),
+    config_wins: bool = typer.Option(False, "--config-wins", help="store --config's file even when the stored "
+                                     "configuration has changes made since the file was last given (yard teams "
+                                     "set, yard cluster apply): without it yard up refuses, showing the diff"),
 ) -> None:
     """Start the control plane: API, store, control loop and a backend (local by default, or Slurm)."""
     import os
@@ -124,12 +127,13 @@ def up(
                           gpus_per_node=gpus_per_node, loop_params=LoopParams(tick_s=tick), api_url=url,
                           backend_kind=backend, slurm_partition=partition, policy=policy, run_as=run_as,
                           allow_root_jobs=True if allow_root_jobs else None,
-                          jobs_dir=jobs_dir.expanduser().absolute() if jobs_dir is not None else None)
+                          jobs_dir=jobs_dir.expanduser().absolute() if jobs_dir is not None else None,
+                          config_name=str(config) if config is not None else "the file", config_wins=config_wins)
     except JobsDirError as e:
         fail(f"--jobs-dir: {e}")
     except BackendError as e:
         fail(f"--backend {backend}: {e}")
-    except ServiceError as e:  # the configuration names an account or group this machine lacks, …
+    except ServiceError as e:  # the configuration names an account or group this machine lacks, a stale file, …
         fail(f"{config}: {e.message}" if config is not None else e.message)
     for finding in cp.audit:  # work on disk the store does not know (control/store_audit.py)
         typer.echo(f"warning: {finding.message}", err=True)

@@ -40,7 +40,7 @@ from trainyard.control.retention import Retention
 from trainyard.control.storage import StorageMeter
 from trainyard.control.supervise import Supervised
 from trainyard.defaults import DEFAULT_PORT, default_data_dir  # noqa: F401 (re-exported)
-from trainyard.services import auth, config, notices, owners
+from trainyard.services import auth, config, config_file, notices, owners
 from trainyard.services.auth import Principal
 from trainyard.services.events import record
 from trainyard.store import identity
@@ -60,7 +60,7 @@ class ControlPlane:
                  slurm_partition: str | None = None, policy: str | None = None,
                  clock: Callable[[], float] = time.time, api_threads: int = API_THREADS,
                  run_as: str | None = None, allow_root_jobs: bool | None = None,
-                 jobs_dir: str | Path | None = None):
+                 jobs_dir: str | Path | None = None, config_name: str = "the file", config_wins: bool = False):
         """`policy`: `yard up --policy`, stored as a new configuration version when the one in
         force names another (`config.set_policy`; `policy_change` says what it did). `clock`: the
         loop's time (a `clock.FakeClock` with the fake backend, in tests of the loop's logic).
@@ -71,7 +71,8 @@ class ControlPlane:
         `run_as`, `allow_root_jobs`: `yard up --run-as/--allow-root-jobs`, stored as `policy` is
         (`config.set_identity`). `notes`: what the plane says at start about who jobs run as.
         `jobs_dir`: `yard up --jobs-dir`, job dirs on another file system (`plane_files.use_jobs_dir`;
-        raises `plane_files.JobsDirError`)."""
+        raises `plane_files.JobsDirError`). `config_name`, `config_wins`: the `--config` file's name,
+        and `--config-wins` (store it even when it would revert live changes: `config_file.check`)."""
         self.data_dir = Path(data_dir).resolve()  # plane's own: the operator's --data-dir
         self.data_dir.mkdir(parents=True, exist_ok=True)  # plane's own: the operator's --data-dir
         if jobs_dir is not None:
@@ -107,6 +108,8 @@ class ControlPlane:
             if config_text is not None:
                 text, why = config.given_text(config_text, policy)  # with --policy's scheduler.policy
                 text, why = config.with_identity(text, why, ident, flags)
+                if not config_wins:
+                    config_file.check(s, text, config_name)  # never a silent revert of live changes
                 config.apply(s, text, yard_up, why)
             elif not have or nodes is not None:
                 found = kind.discover(self.data_dir, options)
