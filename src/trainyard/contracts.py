@@ -92,6 +92,7 @@ REQUEUE_EXIT = 75
 NOTICE_SIGNAL = signal.SIGUSR1
 CHECKPOINT_MARKER = "COMMITTED"
 METRICS_FILE = "metrics.jsonl"
+EXPORTS_DIR = "exports"  # in a job dir: the owner's directory for a recipe's exports
 OWNER_FILE = ".trainyard-job"  # in a job dir: the store, job id and key that made it (JSON)
 _KEY = re.compile(r"[0-9a-f]{1,32}")
 _STEP = re.compile(r"step-(\d+)$")
@@ -148,6 +149,7 @@ class JobDir:
             logs/rank-<r>.err           its stderr, with -e/--error (else stderr is in rank-<r>.log)
             checkpoints/step-<N>/       TRAINYARD_CHECKPOINT_DIR (COMMITTED marks a whole one)
             metrics/metrics.jsonl       the runtime's step records (rank 0); metrics/tensorboard/
+            exports/                    the owner's: where a recipe's relative `export:` goes under a plane
             script.sh                   the batch script, for a job submitted as one
             run/attempt-<a>/            a backend's run state of one attempt (deleted on release)
 
@@ -216,6 +218,12 @@ class JobDir:
     @property
     def metrics_file(self) -> Path:
         return self.metrics_dir / METRICS_FILE
+
+    @property
+    def exports(self) -> Path:
+        """Where a recipe's relative `export:` goes under a control plane (the job dir itself is the
+        plane's: recipes/export.py `recipe_target`)."""
+        return self.root / EXPORTS_DIR
 
     @property
     def tensorboard(self) -> Path:

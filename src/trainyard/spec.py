@@ -136,6 +136,9 @@ class JobClassSpec(_Model):
     checkpoint_on_notice: bool = True  # its jobs checkpoint on a preemption notice (the runtime does)
     max_retries: int = Field(3, ge=0, le=100)  # automatic retries after a node loss, a hang or a crash
     pids_max: PidsMax = None  # its jobs' processes and threads per node (None: DEFAULT_PIDS_MAX)
+    # Exit codes that retry an attempt, within max_retries (Slurm's RequeueExit): a job that does
+    # not use the runtime is otherwise told by its exit code and never retried (control/outcome.py).
+    requeue_exit: list[Annotated[int, Field(ge=1, le=255)]] = Field(default_factory=list, max_length=255)
     description: str = ""
 
 

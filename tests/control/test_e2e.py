@@ -67,10 +67,11 @@ def test_exit_codes_give_slurm_states(plane):
                        team="vision")
     missing = plane.submit(command=["/no/such/program"], team="vision")
     assert plane.wait(ok["id"], "COMPLETED")["exit_code"] == 0
-    f = plane.wait(bad["id"], "FAILED")  # before its first step: the user's error, not retried
-    assert f["exit_code"] == 3 and f["reason"].startswith("UserError") and f["retries"] == 0
+    f = plane.wait(bad["id"], "FAILED")  # no runtime: told by its exit code, as Slurm does; not retried
+    assert f["exit_code"] == 3 and f["reason"] == "NonZeroExitCode 3 on rank 0" and f["retries"] == 0
+    assert f["attempts"][0]["cause"] == "exit_code"
     k = plane.wait(killed["id"], "FAILED")
-    assert k["signal"] == 11 and "SIGSEGV" in k["reason"] and len(k["attempts"]) == 1
+    assert k["signal"] == 11 and k["reason"].startswith("Signal SIGSEGV on rank 0") and len(k["attempts"]) == 1
     o = plane.wait(oom["id"], ("OUT_OF_MEMORY",))
     assert o["reason"].startswith("oom") and o["attempts"][0]["cause"] == "oom" and o["retries"] == 0
     m = plane.wait(missing["id"], ("FAILED",))

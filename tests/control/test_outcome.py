@@ -108,6 +108,25 @@ def test_a_record_whose_attempt_is_true_or_a_float_is_not_attempt_1s(tmp_path: P
     assert classify(att(1), None, tmp_path).job_state == "FAILED"
 
 
+def test_a_job_without_the_runtime_is_told_by_its_exit_code_or_signal_and_not_retried(tmp_path: Path):
+    from trainyard.control.outcome import RETRYABLE
+    out = classify(att(0, 3), None, tmp_path, plain=True)
+    assert (out.job_state, out.cause, out.reason) == ("FAILED", "exit_code", "NonZeroExitCode 3 on rank 1")
+    out = classify(att((None, 11)), None, tmp_path, plain=True)
+    assert (out.cause, out.signal) == ("signal", 11) and out.reason.startswith("Signal SIGSEGV on rank 0")
+    assert classify(att(127), None, tmp_path, plain=True).cause == "user_error"  # command not found, still
+    assert "first step" in classify(att(3), None, tmp_path).reason  # a runtime job's failure before it
+    assert {"exit_code", "signal"}.isdisjoint(RETRYABLE)
+
+
+def test_the_classs_requeue_exit_codes_retry_an_attempt(tmp_path: Path):
+    from trainyard.control.outcome import RETRYABLE
+    out = classify(att(0, 42), None, tmp_path, plain=True, requeue_exit=(42,))
+    assert (out.cause, out.exit_code) == ("requeue_exit", 42) and "RequeueExit" in out.reason
+    assert out.cause in RETRYABLE
+    assert classify(att(0, 43), None, tmp_path, plain=True, requeue_exit=(42,)).cause == "exit_code"
+
+
 def test_ranks_are_one_per_gpu_or_tasks_per_node():
     placement = [{"node": "a", "gpus": [0, 1, 2, 3]}, {"node": "b", "gpus": [4, 5, 6, 7]}]
     one_per_gpu = ranks_for(placement, None)

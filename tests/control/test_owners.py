@@ -91,6 +91,8 @@ def test_a_job_runs_as_its_owner_with_the_teams_group_and_cannot_read_the_plane_
     assert (st.st_uid, st.st_gid) == (acc.uid("alice"), acc.gid("vis"))
     root = adir.stat()
     assert (root.st_uid, root.st_gid, stat.S_IMODE(root.st_mode)) == (0, acc.gid("vis"), 0o750)
+    ex = (adir / "exports").stat()  # where a recipe's relative export: goes: hers (issue 35)
+    assert (ex.st_uid, ex.st_gid, stat.S_IMODE(ex.st_mode)) == (acc.uid("alice"), acc.gid("vis"), 0o2750)
     log = (adir / "logs" / "rank-0.log").stat()
     assert (log.st_uid, log.st_gid, stat.S_IMODE(log.st_mode)) == (acc.uid("alice"), acc.gid("vis"), 0o640)
     for name in ("trainyard.db", "admin.token"):

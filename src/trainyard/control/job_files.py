@@ -10,6 +10,7 @@
         script.sh            plane:G      0640  a batch script the ranks read, not change
         checkpoints/         owner:G      2750  what the job writes: files it makes get group G
         metrics/             owner:G      2750
+        exports/             owner:G      2750  a recipe's relative `export:` (recipes/export.py)
 
 G is the team's Unix group when the account is one of its members, else the account's own
 primary group (`services.owners.resolve`). The modes are those of issue 15's "0750, group = team"
@@ -50,8 +51,8 @@ def prepare(jd: JobDir, who: Identity, ranks: list[int], script: str | None = No
     jobs = jobfs.Tree(jd.root.parent)
     top = jd.root.name
     jobs.make_dir(top, 0o750, owner=(plane, g))
-    for name, uid, mode in (("checkpoints", owner, 0o2750), ("metrics", owner, 0o2750), ("run", plane, 0o750),
-                            ("logs", plane, 0o750)):
+    for name, uid, mode in (("checkpoints", owner, 0o2750), ("metrics", owner, 0o2750), ("exports", owner, 0o2750),
+                            ("run", plane, 0o750), ("logs", plane, 0o750)):
         jobs.make_dir(f"{top}/{name}", mode, owner=(uid, g))
     if truncate:
         _truncate_all(jobs, f"{top}/logs")

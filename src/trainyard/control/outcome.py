@@ -11,7 +11,9 @@ only do it again), OUT_OF_MEMORY when the backend says the kernel OOM-killed a p
 (`RankState.oom_killed`: the cgroup's memory.events / memory.oom_control) or a log says so, NODE_FAIL when the ranks vanished without
 an exit (their processes died while nobody watched), `Hung` for the runtime's watchdog exit,
 a user error when it failed before its first step (or its command is missing), else a crash
-with the first bad rank's code or signal. Each outcome names a `cause`; the control loop
+with the first bad rank's code or signal. A job that never showed it uses the runtime is told by
+its exit code or signal alone, as Slurm tells it (`NonZeroExitCode`, `Signal`, not retried), and a
+class's `requeue_exit` codes retry any job (Slurm's RequeueExit). Each outcome names a `cause`; the control loop
 retries the `RETRYABLE` ones within the class's budget (`control/retry.py`).
 """
 
@@ -33,8 +35,8 @@ OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "torch.OutOfMemoryError
 
 # Why an attempt ended, as the retry policy sees it (`RETRYABLE` ones are retried automatically).
 CAUSES = ("completed", "cancelled", "timeout", "preempted", "requeued", "node_lost", "hung", "oom", "pids",
-          "user_error", "crash")
-RETRYABLE = ("node_lost", "hung", "crash")
+          "user_error", "crash", "exit_code", "signal", "requeue_exit")
+RETRYABLE = ("node_lost", "hung", "crash", "requeue_exit")
 
 
 @dataclass(frozen=True)
@@ -123,11 +125,15 @@ def runtime_checkpointed(job_dir: JobDir, attempt: int) -> int | None:
 
 def classify(st: AttemptState, stop_kind: StopKind | str | None, job_dir: JobDir | Path,
              made_progress: bool = False, *, sent: Collection[int] | None = None,
-             first: int | None = None) -> Outcome:
+             first: int | None = None, plain: bool = False, requeue_exit: Collection[int] = ()) -> Outcome:
     """The attempt's outcome. `made_progress`: the job finished at least one step in this attempt
     (the runtime said so, or it committed a checkpoint); a failure before that is the user's.
     `sent`, `first`: the signals the plane sent the attempt (None: not known) and the rank it saw
-    fail before it sent any (`first_failure`, control/blame.py)."""
+    fail before it sent any (`first_failure`, control/blame.py). `plain`: the job has never shown
+    it uses the runtime (no step reported, no metrics): a failure is told by its exit code or
+    signal, as Slurm tells it (`NonZeroExitCode`, `Signal`), never as "before its first step", and
+    not retried. `requeue_exit`: the class's exit codes that retry the attempt (Slurm's
+    RequeueExit), within the class's `max_retries`."""
     job_dir = JobDir(job_dir) if not isinstance(job_dir, JobDir) else job_dir
     ranks = st.ranks
     codes = [r.exit_code for r in ranks]
@@ -192,6 +198,17 @@ def classify(st: AttemptState, stop_kind: StopKind | str | None, job_dir: JobDir
         return Outcome(JobState.FAILED, AttemptOutcome.FAILED,
                        f"Hung: no step finished within the watchdog's time (rank {bad.rank}, "
                        f"exit {WATCHDOG_EXIT})", bad.exit_code, None, "hung")
+    if bad.exit_code is not None and bad.exit_code in requeue_exit:
+        return Outcome(JobState.FAILED, AttemptOutcome.FAILED,
+                       f"RequeueExit: exit {bad.exit_code} on rank {bad.rank} (the class's requeue_exit)",
+                       bad.exit_code, None, "requeue_exit")
+    if plain and bad.exit_code not in (126, 127):  # told as Slurm tells it: no guess about steps, no retry
+        if bad.signal is not None:
+            return Outcome(JobState.FAILED, AttemptOutcome.FAILED,
+                           f"Signal {_signame(bad.signal)} on rank {bad.rank}{_whose(bad, sent, first)}", None,
+                           bad.signal, "signal")
+        return Outcome(JobState.FAILED, AttemptOutcome.FAILED, f"NonZeroExitCode {bad.exit_code} on rank {bad.rank}",
+                       bad.exit_code, None, "exit_code")
     if bad.exit_code in (126, 127) or (not made_progress and bad.signal != _signal.SIGKILL):
         what = {126: "command not executable", 127: "command not found"}.get(bad.exit_code, "failed before reporting its first step")
         how = f"exit {bad.exit_code}" if bad.signal is None else f"signal {_signame(bad.signal)}"
@@ -199,13 +216,17 @@ def classify(st: AttemptState, stop_kind: StopKind | str | None, job_dir: JobDir
                        f"UserError: {what} ({how} on rank {bad.rank})",
                        bad.exit_code, bad.signal, "user_error")
     if bad.signal is not None:
-        # The plane's own only if it had sent it and this rank had not failed before it sent anything.
-        whose = ("" if sent is None and first is None else
-                 " (sent by the plane)" if bad.signal in (sent or ()) and bad.rank != first else
-                 " (not sent by trainyard)")
         return Outcome(JobState.FAILED, AttemptOutcome.FAILED,
-                       f"Signal {_signame(bad.signal)} on rank {bad.rank}{whose}", None, bad.signal,
+                       f"Signal {_signame(bad.signal)} on rank {bad.rank}{_whose(bad, sent, first)}", None, bad.signal,
                        "crash")
     return Outcome(JobState.FAILED, AttemptOutcome.FAILED,
                        f"NonZeroExitCode {bad.exit_code} on rank {bad.rank}", bad.exit_code, None,
                    "crash")
+
+
+def _whose(bad: RankState, sent: Collection[int] | None, first: int | None) -> str:
+    """Whose signal ended `bad`: the plane's own only if it had sent it and this rank had not
+    failed before it sent anything ("" when the plane's signals are not known)."""
+    if sent is None and first is None:
+        return ""
+    return " (sent by the plane)" if bad.signal in (sent or ()) and bad.rank != first else " (not sent by trainyard)"

@@ -25,7 +25,9 @@ from sqlalchemy.orm import Session
 
 from trainyard import jobfs
 from trainyard.backends.base import AttemptState, RankState
-from trainyard.control import blame
+from trainyard.contracts import JobDir
+from trainyard.control import blame, end_notes
+from trainyard.control.launch import stderr_apart
 from trainyard.control.context import Facts, LoopContext
 from trainyard.control.frozen import FrozenRanks
 from trainyard.control.lost_work import lost_work_s
@@ -36,7 +38,7 @@ from trainyard.services.config import ConfigVersion
 from trainyard.services.events import record
 from trainyard.services.ranks import ranks_for
 from trainyard.states import ACTIVE_STATES, AttemptOutcome, JobState, StopKind
-from trainyard.store.models import JobRow
+from trainyard.store.models import AttemptRow, JobRow
 
 log = logging.getLogger("trainyard.loop")
 
@@ -129,7 +131,13 @@ class Reconciler:
         made_progress = (attempt is not None and attempt.first_step_at is not None) or \
             (j.last_checkpoint is not None and j.start_time is not None and j.last_checkpoint >= j.start_time)
         sent, first = blame.sent_to(j), blame.first_failed(s, j)  # what the plane did: not the cause
-        out = classify(st, j.stop_kind, jd, made_progress, sent=sent, first=first)
+        cls = next((c for c in cfg.spec.classes if c.name == j.job_class), None)
+        out = classify(st, j.stop_kind, jd, made_progress, sent=sent, first=first,
+                       plain=not made_progress and not self._uses_runtime(s, j, jd),
+                       requeue_exit=cls.requeue_exit if cls is not None else ())
+        nodes = {r.rank: r.node for r in ranks_for(j.placement or [], j.tasks_per_node)}
+        end_notes.append(jd, j.id, j.attempt, out, st.ranks, nodes, batch=not j.command,
+                         stderr_apart=stderr_apart(j.output, j.error), when=now)
         gpus = sum(len(p["gpus"]) for p in j.placement or [])
         lost = 0.0
         if j.start_time is not None:
@@ -141,7 +149,7 @@ class Reconciler:
         transitions.end_attempt(s, j, out.attempt_state, out.reason, now, exit_code=out.exit_code,
                                 signal=out.signal, cause=out.cause, lost_gpu_s=lost)
         self._note_suspects(s, j, first_failure(st.ranks, sent=sent, first=first), out.cause, now)
-        max_retries = next((c.max_retries for c in cfg.spec.classes if c.name == j.job_class), 0)
+        max_retries = cls.max_retries if cls is not None else 0
         retry = out.job_state not in (JobState.REQUEUED, JobState.COMPLETED) and \
             should_retry(out, j.retries, max_retries)
         reason = out.reason
@@ -166,6 +174,14 @@ class Reconciler:
         if retry:
             record(s, "scheduler", "job.retry", reason, job_id=j.id, at=now,
                    data={"retry": j.retries, "max_retries": max_retries, "backoff_s": j.retry_after - now})
+
+    @staticmethod
+    def _uses_runtime(s: Session, j: JobRow, jd: JobDir) -> bool:
+        """Has the job shown it uses trainyard's runtime (a step reported in an attempt, or its
+        metrics file)? A job that has not is told by its exit codes and signals, as Slurm does."""
+        reported = s.scalar(select(AttemptRow.id).where(AttemptRow.job_id == j.id,
+                                                        AttemptRow.first_step_at.is_not(None)).limit(1))
+        return reported is not None or jobfs.Tree(jd.root).exists(jd.metrics_file)
 
     def _note_suspects(self, s: Session, j: JobRow, bad: RankState | None, cause: str, now: float) -> None:
         """Remember the nodes this attempt's failure points at, so the next attempt goes elsewhere

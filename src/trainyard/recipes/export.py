@@ -46,7 +46,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from trainyard.contracts import CHECKPOINT_MARKER, JobDir, committed_steps
+from trainyard.contracts import CHECKPOINT_MARKER, EXPORTS_DIR, JobDir, committed_steps
 from trainyard.recipes.checkpoints import resolve_init, saved_recipe
 from trainyard.recipes.registry import LINEAGE
 from trainyard.recipes.spec import RecipeError, RecipeSpec
@@ -266,12 +266,16 @@ def export_run(run: str | Path, to: str | Path, *, field: str = "--to", metrics_
 
 
 def recipe_target(spec: RecipeSpec, checkpoint_dir: str | Path) -> Path | None:
-    """Where the recipe's `export` goes: absolute (or ~) as given, else relative to the run dir."""
+    """Where the recipe's `export` goes: absolute (or ~) as given, else relative to the run dir,
+    which under a control plane (TRAINYARD_JOB_ID) is the job dir's `exports/`: the job dir itself
+    is the plane's, and the job's owner may write in `exports/` only (contracts.JobDir)."""
     if spec.export is None:
         return None
     p = Path(spec.export).expanduser()
     run_dir = Path(checkpoint_dir).expanduser().resolve().parent
-    return (p if p.is_absolute() else run_dir / p).resolve()
+    base = run_dir / EXPORTS_DIR if os.environ.get("TRAINYARD_JOB_ID") and (run_dir / EXPORTS_DIR).is_dir() \
+        else run_dir
+    return (p if p.is_absolute() else base / p).resolve()
 
 
 def check_recipe_target(spec: RecipeSpec, checkpoint_dir: str | Path) -> Path | None:

@@ -71,7 +71,7 @@ RECOVERY_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 
 WAIT_BUCKETS = (1.0, 10.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 12 * 3600.0, 86400.0, 3 * 86400.0)
 # attempt causes that are failures, by the reason label dashboards group them under
 FAILURE_REASONS = {"oom": "oom", "pids": "pids", "node_lost": "node", "user_error": "user", "hung": "hang",
-                   "crash": "crash"}
+                   "crash": "crash", "exit_code": "exit", "signal": "signal", "requeue_exit": "requeue_exit"}
 
 # The families counted from jobs and their attempts, whose samples survive a purge (`usage_carry`):
 # name → (help, labels) for counters, (help, labels, bucket bounds) for histograms.
@@ -79,7 +79,8 @@ COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "trainyard_attempts_ended": ("Ended job attempts, by why they ended.", ("team", "cause")),
     "trainyard_lost_gpu_seconds": ("GPU-seconds of work since the last checkpoint thrown away when attempts ended.",
                                    ("team", "cause")),
-    "trainyard_job_failures": ("Failed attempts by reason (oom, pids, node, user, hang, crash).", ("team", "reason")),
+    "trainyard_job_failures": ("Failed attempts by reason (oom, pids, node, user, hang, crash, exit, signal, "
+                                "requeue_exit).", ("team", "reason")),
     "trainyard_preemptions": ("Attempts ended by preemption.", ("team",)),
     "trainyard_job_retries": ("Automatic retries of jobs after failures.", ("team",)),
     "trainyard_gpu_seconds": ("GPU-seconds allocated to job attempts (running ones up to now).",
