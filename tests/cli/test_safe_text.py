@@ -84,14 +84,16 @@ def test_many_rows_are_escaped_too(yard):
     assert raw_controls(out) == []
 
 
-def test_an_output_outside_the_workdir_is_refused_before_any_directory_is_made(yard, tmp_path):
+def test_an_output_that_cannot_be_linked_is_refused_before_any_directory_is_made(yard, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
-    elsewhere = tmp_path / "elsewhere"
+    taken = tmp_path / "elsewhere" / "taken.log"
+    taken.parent.mkdir()
+    taken.write_text("keep")
     before = len(json.loads(yard("queue", "--all", "--json").stdout))
-    bad = yard("submit", "-A", "vision", "-o", f"{elsewhere}/deep/%j.log", "--", "true", ok=False, cwd=work)
-    assert bad.returncode == 2 and "field 'output'" in bad.stderr and "outside the working directory" in bad.stderr
-    assert not elsewhere.exists()
+    bad = yard("submit", "-A", "vision", "-o", str(taken), "--", "true", ok=False, cwd=work)
+    assert bad.returncode == 2 and "field 'output'" in bad.stderr and "exists and is not a link" in bad.stderr
+    assert taken.read_text() == "keep"
     (work / "link").symlink_to(tmp_path)
     bad = yard("submit", "-A", "vision", "-o", "link/made/%j.log", "--", "true", ok=False, cwd=work)
     assert bad.returncode == 2 and "is a symbolic link" in bad.stderr
@@ -104,3 +106,10 @@ def test_an_output_outside_the_workdir_is_refused_before_any_directory_is_made(y
         assert time.monotonic() < deadline
         time.sleep(0.2)
     assert "linked" in (work / "logs" / f"{ok}.log").read_text()
+    # Outside the working directory, wherever the owner may write (here: the test's account).
+    far = int(yard("submit", "--parsable", "-A", "vision", "-o", f"{tmp_path}/far/deep/%j.log", "--",
+                   sys.executable, "-c", "print('far')", cwd=work).stdout)
+    while json.loads(yard("show", str(far), "--json").stdout)["state"] != "COMPLETED":
+        assert time.monotonic() < deadline + 30
+        time.sleep(0.2)
+    assert "far" in (tmp_path / "far" / "deep" / f"{far}.log").read_text()

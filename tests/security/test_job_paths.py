@@ -98,3 +98,23 @@ def test_checkpoint_markers_behind_links_count_for_nothing(y):
     j = y.submit("alice", ["/bin/sh", "-c", body], workdir=str(y.home("alice")))
     job = y.ended(j)
     assert job["state"] == "FAILED" and job["last_checkpoint"] is None, job
+
+
+def test_an_output_outside_the_workdir_goes_where_she_may_write_and_nowhere_else(y):
+    """Slurm writes a job's output anywhere its user may (issue 35): the link is made as her, so
+    her own directory elsewhere takes it, root's does not (refused at submit, made nowhere)."""
+    roots = y.base / "var-log"
+    roots.mkdir(mode=0o755)
+    alice = y.plane.as_user("alice", "member", "vision")
+    r = alice.post("/api/v1/jobs", json={"command": ["/bin/sh", "-c", "echo x"], "team": "vision",
+                                         "workdir": str(y.home("alice")), "output": f"{roots}/%j.log"})
+    assert r.status_code == 400 and r.json()["field"] == "output" and "Permission denied" in r.json()["detail"]
+    logs = y.base / "alice-scratch"
+    logs.mkdir()
+    os.chown(logs, y.acc.uid("alice"), y.acc.gid("vis"))
+    j = y.submit("alice", ["/bin/sh", "-c", "echo to-scratch"], workdir=str(y.home("alice")),
+                 output=f"{logs}/deep/%x-%j.log")
+    assert y.ended(j)["state"] == "COMPLETED"
+    link = logs / "deep" / f"sh-{j}.log"
+    assert link.is_symlink() and os.lstat(link).st_uid == y.acc.uid("alice") and "to-scratch" in link.read_text()
+    assert list(roots.iterdir()) == []

@@ -11,6 +11,7 @@ such program, workdir gone, …) fails the job as the user's error.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 from dataclasses import replace
 from pathlib import Path
@@ -154,10 +155,11 @@ def link_outputs(pattern: str, spec: LaunchSpec, name: str, jd: JobDir,
 
     The control plane may run with more rights than the job's owner, so the links are made *as
     the owner* (`jobfs.as_owner`: the kernel checks each step as for the owner, as slurmstepd opens
-    a job's output as the user), only inside the job's working directory, through no symbolic link
-    below it (`jobfs.link_inside`), replacing nothing but an older symlink; whatever would land
-    elsewhere is skipped (the log stays in the job dir). Submission has refused what it could see
-    (`services/output_paths.py`). The links and the directories made for them are the owner's.
+    a job's output as the user), inside the job's working directory through no symbolic link below
+    it (`jobfs.link_inside`), anywhere else the owner may write (`jobfs.link_at`), replacing
+    nothing but an older symlink; what cannot be made is skipped (the log stays in the job dir).
+    Submission has refused what it could see (`services/output_paths.py`). The links and the
+    directories made for them are the owner's.
     """
     target = target or jd.rank_log
     safe_name = "".join(c if c.isalnum() or c in "-_." else "_" for c in name).lstrip(".") or "job"
@@ -181,11 +183,11 @@ def link_outputs(pattern: str, spec: LaunchSpec, name: str, jd: JobDir,
             continue  # `%N` without `%t`: a node's first rank has its file (a link shows one log)
         linked.add(path)
         rel = relative_to_workdir(path, spec.workdir)
-        if rel is None:
-            log.warning("job %s: %s %s is outside its working directory; not linked", spec.job_id, option, path)
-            return
         try:
-            jobfs.as_owner(spec.owner, jobfs.link_inside, spec.workdir, str(rel), str(target(r.rank)))
+            if rel is None:  # elsewhere: wherever the owner may write (the owner's rights decide)
+                jobfs.as_owner(spec.owner, jobfs.link_at, os.path.normpath(path), str(target(r.rank)))
+            else:
+                jobfs.as_owner(spec.owner, jobfs.link_inside, spec.workdir, str(rel), str(target(r.rank)))
         except jobfs.Refused as e:
             log.warning("job %s: %s %s not linked: %s", spec.job_id, option, path, e)
         except OSError as e:

@@ -34,14 +34,14 @@ root) or what the kernel said. Standard library only: the backends use it too.
 
 from __future__ import annotations
 
-from trainyard.jobfs.owner import (OWNER_TIMEOUT_S, Account, as_owner, cannot_enter, enter_problem, link_inside,
-                                   lstat_way, plane_acts_for)
+from trainyard.jobfs.owner import (OWNER_TIMEOUT_S, Account, as_owner, cannot_enter, enter_problem, link_at,
+                                   link_inside, lstat_way, place_problem, plane_acts_for)
 from trainyard.jobfs.records import (commit_time, committed_steps, newest_checkpoint, plane_dir, plane_uid, read_record,
                                      record_exists, touch_record, write_record)
 from trainyard.jobfs.tree import JSON_MAX, PAGE_MAX, TAIL_DEFAULT, Chunk, Refused, Tree
 from trainyard.jobfs.usage import UsageWalk
 
 __all__ = ["JSON_MAX", "OWNER_TIMEOUT_S", "PAGE_MAX", "TAIL_DEFAULT", "Account", "Chunk", "Refused", "Tree",
-           "UsageWalk", "as_owner", "cannot_enter", "commit_time", "committed_steps", "enter_problem", "link_inside", "lstat_way",
-           "newest_checkpoint", "plane_acts_for", "plane_dir", "plane_uid", "read_record", "record_exists",
-           "touch_record", "write_record"]
+           "UsageWalk", "as_owner", "cannot_enter", "commit_time", "committed_steps", "enter_problem", "link_at",
+           "link_inside", "lstat_way", "newest_checkpoint", "place_problem", "plane_acts_for", "plane_dir",
+           "plane_uid", "read_record", "record_exists", "touch_record", "write_record"]

@@ -208,3 +208,51 @@ def link_inside(workdir: str | os.PathLike[str], rel: str | os.PathLike[str], ta
         os.symlink(os.fspath(target), name, dir_fd=fd)
     finally:
         os.close(fd)
+
+
+def place_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why a link could not be made at absolute `path` (`link_at`), or None: the name is taken by
+    what is not a link, or the deepest directory of the way that exists is not one its caller may
+    write in. Meant to run as the owner (`as_owner`): the owner's own view, links and all."""
+    p = os.fspath(path)
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        return f"cannot look at {p}: {e.strerror or e}"
+    if st is not None:
+        return None if stat.S_ISLNK(st.st_mode) else f"{p} exists and is not a link; only a link is replaced"
+    here = os.path.dirname(p)
+    while not os.path.lexists(here):
+        if here == os.path.dirname(here):
+            break
+        here = os.path.dirname(here)
+    if not os.path.isdir(here):
+        return f"{here} is not a directory"
+    if not os.access(here, os.W_OK | os.X_OK):
+        return f"{here}: Permission denied"
+    return None
+
+
+def link_at(path: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+    """Make absolute `path` a symbolic link to `target`, making missing directories on the way
+    (mode 0777 less the umask) and replacing an older link there, nothing else. Meant to run as the
+    owner (`as_owner`): then the owner's rights alone decide where (as Slurm writes a job's output
+    anywhere its user may), and links on the way are followed as the owner would follow them.
+
+    Raises:
+        Refused: the name is taken by what is not a link.
+        OSError: no permission, no space, ...
+    """
+    p = os.fspath(path)
+    os.makedirs(os.path.dirname(p), exist_ok=True)
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISLNK(st.st_mode):
+        raise Refused(p, "exists and is not a link; not replaced")
+    if st is not None:
+        os.unlink(p)
+    os.symlink(os.fspath(target), p)

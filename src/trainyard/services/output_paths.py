@@ -2,14 +2,17 @@
 
 Slurm's `--output` names where a job's log appears; trainyard keeps every log in the job's
 directory and links the asked-for path to it (`control/launch.py`, `jobfs.link_inside`).
-The control plane may run with more rights than the job's owner, so the link goes only inside the
-job's working directory (as written: the check is lexical, nothing is resolved as root) and is made
-as the owner, through no symbolic link. What can be known at submission is refused then, with a 400
-naming `output`, instead of being skipped at launch with a line in the plane's log that the user
-never sees (the file system is looked at *as the owner*, `jobfs.as_owner`, so a member learns
-nothing of paths only root may see):
+The control plane may run with more rights than the job's owner, so the link is made *as the
+owner*: inside the job's working directory (as written: the check is lexical, nothing is resolved
+as root) through no symbolic link below it, and anywhere else the owner may write (an absolute
+path outside it: `/scratch/logs/%x-%j.out`, as Slurm writes a job's output wherever its user
+may). What can be known at submission is refused then, with a 400 naming `output`, instead of
+being skipped at launch with a line in the plane's log that the user never sees (the file system
+is looked at *as the owner*, `jobfs.as_owner`, so a member learns nothing of paths only root may
+see):
 
-- a path outside the working directory (absolute elsewhere; `..` is refused by the model);
+- a path outside the working directory where the owner may not write (`place_problem`, as the
+  owner), or whose name is taken by what is not a link;
 - a directory on the way that is a symbolic link, or not a directory;
 - a final name that is a directory, or a file that is not a link (the plane replaces only links).
 
@@ -28,6 +31,7 @@ from pathlib import Path
 from trainyard import io_patterns, jobfs
 from trainyard.services.errors import ServiceError
 
+CHECK_S = 2.0  # a way on a hung mount holds a submit this long at most (outside the plane's lock)
 SAMPLE = {"A": "1", "a": "0", "b": "0", "j": "1", "J": "1.batch", "s": "batch", "N": "node", "n": "0", "t": "0",
           "u": "user", "x": "job"}
 
@@ -54,13 +58,18 @@ def check(pattern: str, workdir: str, field: str = "output", owner: jobfs.Accoun
     except ValueError as e:
         raise ServiceError(str(e), field=field) from None
     rel = relative_to_workdir(Path(sample), workdir)
-    if rel is None:
-        raise ServiceError(f"--{field} {pattern} is outside the working directory {workdir}; the log is linked only "
-                           "inside it (it always stays in the job's directory, `yard logs` reads it)", field=field)
+    if rel is None:  # elsewhere: wherever the owner may write, looked at as the owner
+        try:
+            problem = jobfs.as_owner(owner, jobfs.place_problem, os.path.normpath(sample), timeout_s=CHECK_S)
+        except OSError as e:
+            problem = f"cannot look at it: {e.strerror or e}"
+        if problem is not None:
+            raise ServiceError(f"--{field} {pattern}: {problem} (the job's owner makes the link there)", field=field)
+        return
     if not rel.parts or rel.name in ("", ".", ".."):
         raise ServiceError(f"--{field} {pattern} names no file in the working directory", field=field)
     try:
-        way = jobfs.as_owner(owner, jobfs.lstat_way, workdir, str(rel))
+        way = jobfs.as_owner(owner, jobfs.lstat_way, workdir, str(rel), timeout_s=CHECK_S)
     except OSError as e:
         raise ServiceError(f"--{field} {pattern}: cannot look at {workdir}: {e.strerror or e}", field=field) from None
     here = Path(workdir)
