@@ -35,8 +35,10 @@ def yard(tmp_path_factory):
 @pytest.fixture(scope="module")
 def jobs(yard):
     """A failed job with a long name and a long reason; a 2-day job on all 8 GPUs; one waiting behind it."""
-    failed = job_id_of(yard("submit", "-A", "nlp", "-J", LONG_NAME, "--", sys.executable, "-c",
-                            f"import sys; sys.exit({WHY!r})"))
+    # a job that used the runtime (its metrics file) and failed before its first step: a long reason
+    wrote_metrics = ("import os, pathlib, sys; pathlib.Path(os.environ['TRAINYARD_CHECKPOINT_DIR'], '..', 'metrics', 'metrics.jsonl')"
+                     f".write_text(''); sys.exit({WHY!r})")
+    failed = job_id_of(yard("submit", "-A", "nlp", "-J", LONG_NAME, "--", sys.executable, "-c", wrote_metrics))
     j = wait_for(yard, failed, lambda j: j["state"] == "FAILED")
     assert len(j["reason"]) > 40, j["reason"]  # long enough to push the columns
     big = job_id_of(yard("submit", "-A", "vision", "-G", "8", "-t", "2-0", "-J", "two-days", "--", "sleep", "600"))

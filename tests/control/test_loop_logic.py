@@ -119,10 +119,10 @@ def test_retries_stop_at_the_class_budget_with_doubling_backoff(fp):
     assert gaps == [10, 20, 40], gaps
 
 
-def test_a_failure_before_the_first_step_is_the_users_and_not_retried(fp):
+def test_a_plain_job_that_fails_is_told_by_its_exit_code_and_not_retried(fp):
     j = fp.submit(command=fake("run=1", "exit=3"), team="vision")
     f = fp.wait(j["id"], "FAILED")
-    assert f["reason"].startswith("UserError") and f["retries"] == 0 and f["exit_code"] == 3
+    assert f["reason"] == "NonZeroExitCode 3 on rank 0" and f["retries"] == 0 and f["exit_code"] == 3
 
 
 def test_out_of_memory_is_reported_and_not_retried(fp):
