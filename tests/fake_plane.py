@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from fastapi.testclient import TestClient
 
-from tests.plane import TEST_IDENTITY, TWO_TEAMS, Plane, job_predicate
+from tests.plane import TEST_IDENTITY, TWO_TEAMS, Plane, job_predicate, with_test_users
 from trainyard.api.app import create_app
 from trainyard.backends.base import NodeInfo
 from trainyard.backends.fake import FakeBackend, FakeCluster
@@ -45,7 +45,7 @@ class FakePlane(Plane):
 
     def __init__(self, data_dir: Path, *, config: Path = TWO_TEAMS, tick_s: float = 1.0,
                  params: LoopParams | None = None):
-        text = config.read_text()
+        text = with_test_users(config.read_text())
         self.clock = FakeClock(start=time.time())  # submissions are stamped by the real clock
         self.tick_s = tick_s
         nodes = [NodeInfo(n.name, n.gpus, n.gpu_model, n.gpu_mem_mib) for n in parse_config(text).cluster.expand()]

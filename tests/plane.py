@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import re
 import signal
 import sqlite3
 import subprocess
@@ -37,7 +38,24 @@ PY = sys.executable
 # tests/backends/test_slurm_owners.py) start their planes without these and with real accounts.
 TEST_ACCOUNT = pwd.getpwuid(os.geteuid()).pw_name
 TEST_IDENTITY: dict[str, Any] = {"run_as": TEST_ACCOUNT, "allow_root_jobs": True if os.geteuid() == 0 else None}
-IDENTITY_YAML = "".join(f"{k}: {json.dumps(v)}\n" for k, v in TEST_IDENTITY.items() if v is not None)
+# The token users the tests name. A host may have Unix accounts of these names (a login node with
+# LDAP users has an alice), and "user U runs as account U" comes before run_as: the test
+# configuration maps each of them to the test's account, so the helpers' run_as is what their
+# jobs run as whatever accounts the host has (issue 35, point 7). The identity tests map their own.
+TEST_USERS = ("admin", "alice", "ann", "bob", "carol", "dave", "eve", "mallory", "nora", "olga", "olga2", "u",
+              "vera", "vic", "victor", "watcher")
+TEST_USERS_MAP = {u: TEST_ACCOUNT for u in TEST_USERS}
+IDENTITY_YAML = ("".join(f"{k}: {json.dumps(v)}\n" for k, v in TEST_IDENTITY.items() if v is not None)
+                 + f"users: {json.dumps(TEST_USERS_MAP)}\n")
+
+
+def with_test_users(text: str) -> str:
+    """`text` with TEST_USERS mapped to the test's account, unless it maps users of its own."""
+    if re.search(r"^users:", text, re.MULTILINE):
+        return text
+    from trainyard.services.config import with_top_level
+
+    return with_top_level(text, {"users": TEST_USERS_MAP})
 
 
 def identity_config_text(path: Path = TWO_TEAMS) -> str:
@@ -45,7 +63,7 @@ def identity_config_text(path: Path = TWO_TEAMS) -> str:
     when its plane's jobs must go on running as the test's account."""
     from trainyard.services.config import with_top_level
 
-    return with_top_level(path.read_text(), {k: v for k, v in TEST_IDENTITY.items() if v is not None})
+    return with_test_users(with_top_level(path.read_text(), {k: v for k, v in TEST_IDENTITY.items() if v is not None}))
 
 
 YARD_UP_IDENTITY = ("--run-as", TEST_ACCOUNT, *(("--allow-root-jobs",) if os.geteuid() == 0 else ()))
@@ -55,6 +73,8 @@ class Plane:
     def __init__(self, data_dir: Path, *, config: Path | None = TWO_TEAMS, db_url: str | None = None,
                  tick_s: float = 0.1, kill_wait_s: float = 3.0, start: bool = True, **kw: Any):
         text = config.read_text() if config is not None else None
+        if text is not None and kw.get("run_as", TEST_ACCOUNT) == TEST_ACCOUNT:
+            text = with_test_users(text)
         self.cp = ControlPlane(data_dir, db_url=db_url, config_text=text,
                                loop_params=LoopParams(tick_s=tick_s, kill_wait_s=kill_wait_s, retry_backoff_s=0.5,
                                                       hung_after_s=1.0),
@@ -167,7 +187,7 @@ class YardServer:
         args = [YARD, "up", "--data-dir", str(self.data_dir), "--port", "0", "--tick", "0.2", *self.identity,
                 *self.args]
         if config:
-            args += ["--config", str(self.config_file)]
+            args += ["--config", str(self.test_config() if self.identity else self.config_file)]
         with open(self.data_dir / "up.log", "a") as log:  # the child keeps its own copy of the descriptor
             self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log, env=self.env)
         deadline = time.monotonic() + 30
@@ -185,6 +205,13 @@ class YardServer:
             except httpx.TransportError:
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
+
+    def test_config(self) -> Path:
+        """The configuration file with TEST_USERS mapped (`with_test_users`), written beside the
+        data dir afresh at every start (a test may change its file between starts)."""
+        copy = self.data_dir.parent / f"{self.data_dir.name}-{self.config_file.name}"
+        copy.write_text(with_test_users(self.config_file.read_text()))
+        return copy
 
     def kill9(self) -> None:
         assert self.proc is not None

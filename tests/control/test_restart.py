@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.plane import TEST_IDENTITY, TWO_TEAMS, YardServer as Server, alive, job_dir
+from tests.plane import TEST_IDENTITY, TWO_TEAMS, YardServer as Server, alive, job_dir, with_test_users
 
 def wait_for(c: httpx.Client, job_id: int, states: tuple[str, ...], timeout: float = 30) -> dict:
     deadline = time.monotonic() + timeout
@@ -134,7 +134,7 @@ def test_a_start_committed_but_never_launched_goes_back_to_the_queue(server, tmp
     from trainyard.services.auth import Principal
     from trainyard.store.models import AttemptRow
 
-    cp = ControlPlane(server.data_dir, config_text=TWO_TEAMS.read_text(), **TEST_IDENTITY)
+    cp = ControlPlane(server.data_dir, config_text=with_test_users(TWO_TEAMS.read_text()), **TEST_IDENTITY)
     with cp.store.session.begin() as s:
         cfg = cp.configs.current(s)
         row = submit(s, JobSubmit(command=[sys.executable, "-c", "pass"], team="vision", workdir=str(tmp_path)),
