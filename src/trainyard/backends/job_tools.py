@@ -205,9 +205,10 @@ def check(python: str, accounts: list[str], configured: bool) -> None:
             why = problem
             if account is not None:
                 pw = pwd.getpwnam(account)
-                blocked = _blocked(python, pw.pw_uid, set(os.getgrouplist(account, pw.pw_gid)))
+                real = os.path.realpath(python)  # plane's own: a host interpreter, and the links to it
+                blocked = _blocked(real, pw.pw_uid, set(os.getgrouplist(account, pw.pw_gid)))
                 if blocked is not None:
-                    why = blocked
+                    why = (f"it is {real}, and " if real != os.path.abspath(python) else "") + blocked
             better = next((c for c in CANDIDATES if c != python and os.path.isfile(c)  # plane's own
                            and probe(c, account, staged) is None), None)
             fix = (f"set job_python: {better} in the cluster configuration (or yard up --job-python {better})"
