@@ -82,7 +82,8 @@ _TEXT = {"nodelist"}  # valued options whose value is not a number
 _FLAGS = {"-l": "label", "--label": "label"}
 # Accepted and without effect here: I/O buffering, MPI and binding plugins, what the step may share.
 _NO_EFFECT_FLAGS = {"-u", "--unbuffered", "--overlap", "--exact", "-K", "--kill-on-bad-exit"}
-_NO_EFFECT_VALUED = {"--mpi", "--cpu-bind", "--cpu_bind", "--export", "--kill-on-bad-exit", "--gpu-bind"}
+_NO_EFFECT_VALUED = {"--mpi", "--cpu-bind", "--cpu_bind", "--export", "--kill-on-bad-exit", "--gpu-bind",
+                     "--distribution", "-m", "--hint", "--cpus-per-task", "-c"}  # block and one cell: as here
 VERSION = "srun (trainyard's, for the local backend) 1"
 
 
