@@ -9,11 +9,12 @@ this module prepares what it needs:
                              job's GPUs and GPU device files per node, the job's id, attempt,
                              checkpoint dir, MASTER_ADDR/PORT and JobInfo (the plane's, 0644: no
                              secret in it; the job token stays in the environment)
-    <run-dir>/bin/srun       `local_srun.py` by this interpreter, with -I -S
-    <run-dir>/bin/scontrol   `local_scontrol.py` (show hostnames / hostlist)
+    <run-dir>/bin/, tools/   srun, scontrol, squeue, sinfo: the attempt's own copy of the tools,
+                             run by `job_python` as the owner (`job_tools.py`); batch.json also
+                             holds the owner, time limit, start and the cluster's nodes for them
     <run-dir>/steps/         the owner's: one entry per step id taken
 
-`bin/` goes first on the script's PATH, so `srun`/`scontrol` are ours whatever the job's PATH holds.
+`bin/` goes first on the script's PATH, so `srun`/`scontrol`/`squeue`/`sinfo` are ours whatever the job's PATH holds.
 
 The script's environment (`batch_env`) is the allocation's Slurm part as the batch step has it
 (SLURM_JOB_NODELIST, SLURM_NNODES, SLURM_NTASKS, SLURM_TASKS_PER_NODE of the whole allocation;

@@ -1,7 +1,8 @@
 """`srun` inside a local-backend batch script: start a job step's tasks across the allocation.
 
-Usage (the `srun` the local backend puts first on a batch script's PATH, see `local.py`):
-    python -I -S local_srun.py <run-dir> [-n N] [-N M] [--ntasks-per-node K] [--] CMD [ARGS...]
+Usage (the `srun` the local backend puts first on a batch script's PATH, see `job_tools.py`):
+    python -I -S local_srun.py <run-dir> [-n N] [-N M] [--ntasks-per-node K] [-w LIST] [-l]
+                               [--gpus-per-task G] [--] CMD [ARGS...]
 
 Why: Slurm runs a batch script once, on the first node of the allocation, and the script's
 `srun` starts the tasks. A published script (`srun torchrun --nnodes $SLURM_NNODES ...`, `srun
@@ -14,6 +15,12 @@ What a step is here:
   distribution does (3 over 2 nodes: 2,1); `--ntasks-per-node K` K on each node. A layout that
   needs more nodes than the allocation has is refused (exit 1), as Slurm refuses it. The emulated
   nodes have no CPU count, so more tasks on a node than the allocation placed there are allowed.
+  `-w LIST` (a hostlist) puts those nodes of the allocation first (`step_nodes`; -N more adds the
+  others), and refuses a node that is not the job's.
+- `--gpus-per-task G`: each task sees only its own G of its node's GPUs (`gpu_split`), as Slurm's
+  implicit --gpu-bind=per_task; SLURM_GPUS_PER_TASK is set.
+- `-l/--label`: each line a task writes to srun's output starts with `<task id>: ` (its rank log
+  keeps the line as written).
 - Each task's environment: the script's own (what it exported goes through, as
   `--export=ALL`), then `contracts.rank_env` for the step's gang (RANK, LOCAL_RANK, WORLD_SIZE,
   GROUP_RANK, torchelastic's and Slurm's variables; SLURM_NTASKS, SLURM_NNODES, SLURM_NODELIST and
@@ -41,7 +48,8 @@ script's cell (the attempt's cgroup, or the runner's descendants): a stop reache
 whatever is left when the script ends is killed by the batch rank's runner. They run as the job's
 owner, as the script does.
 
-Standard library only, run with -I -S: `contracts.py` is loaded by path (by_path.py).
+Standard library only, run with -I -S by the job's owner from the attempt's own copy of the tools
+(`job_tools.py`): `contracts.py` is loaded by path (by_path.py).
 """
 
 from __future__ import annotations
