@@ -501,6 +501,9 @@ class ConfigSpec(_Model):
     users: dict[Annotated[str, Field(min_length=1, max_length=200)], UnixName] = Field(default_factory=dict)
     run_as: UnixName | None = None
     allow_root_jobs: bool = False
+    # The interpreter job owners run the in-job srun/scontrol/squeue/sinfo with (backends/job_tools.py);
+    # None: the host's first python3. `yard up` checks that every job account can execute it.
+    job_python: str | None = Field(None, max_length=4096, pattern=r"^/[^\x00\n]*$")
     retention: RetentionSpec = Field(default_factory=RetentionSpec)
     storage: StorageSpec = Field(default_factory=StorageSpec)  # disk per team, the reserve (StorageSpec)
     notify: NotifySpec | None = None  # --mail-type's webhook (control/notify.py); None: nothing is sent

@@ -187,3 +187,15 @@ def test_the_rank_that_failed_before_the_plane_signalled_is_the_cause_whatever_t
     # seen in the same pass (no first): an exit code still comes before a signal the plane did not send
     assert "rank 1" in classify(att((None, ABRT), 1), None, tmp_path, made_progress=True, sent=set()).reason
 
+
+
+def test_an_exit_126_that_is_a_refused_permission_says_so(tmp_path: Path):
+    # A batch script whose `srun` could not execute its interpreter (a shell's EACCES, exit 126):
+    # the reason says "permission denied" and quotes the line, never "command not found".
+    assert "command not executable" in classify(att(126), None, tmp_path, plain=True).reason
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "rank-0.log").write_text(
+        "starting\n/x/bin/srun: 7: exec: /root/.venv/bin/python: Permission denied\n")
+    out = classify(att(126), None, tmp_path, plain=True)
+    assert out.cause == "user_error" and out.reason.startswith("UserError: permission denied (exit 126 on rank 0)")
+    assert out.reason.endswith("/root/.venv/bin/python: Permission denied")

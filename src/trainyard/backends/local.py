@@ -90,7 +90,7 @@ from trainyard.backends import _procfs
 from trainyard import jobfs
 from trainyard.backends import registry
 from trainyard.backends import contain
-from trainyard.backends import local_batch
+from trainyard.backends import job_tools, local_batch
 from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankLaunch, RankState
 from trainyard.backends.contain import ops as contain_ops
 from trainyard.backends.contain import private_tmp
@@ -135,13 +135,16 @@ class LocalBackend:
         launch_timeout_s: float = 30.0,
         containment: str | None = None,
         private_tmp_mode: str | None = None,
+        job_python: str | None = None,
     ) -> None:
         """`gpu_offsets`: physical index of each node's GPU 0. Default: nodes that are slices of
         real GPUs (gpu_model != "emulated", as `detect_local_nodes` makes them) are laid out
         contiguously in list order; emulated ones use their node-local indices.
         `containment`: auto | cgroup2 | cgroup1 | subreaper (None: $TRAINYARD_CONTAINMENT, else
         auto; see `backends.contain`). `private_tmp_mode`: auto | tmpfs | dir (None: $TRAINYARD_PRIVATE_TMP,
-        else auto; see `backends.contain.private_tmp`).
+        else auto; see `backends.contain.private_tmp`). `job_python`: the interpreter a batch
+        script's `srun`/`scontrol`/`squeue`/`sinfo` run with, as the job's owner (None: the first
+        python3 of the host, `backends.job_tools.default_python`).
 
         Raises:
             BackendError: the containment asked for by name cannot work here (the message says why).
@@ -155,6 +158,7 @@ class LocalBackend:
         self._offsets = dict(gpu_offsets) if gpu_offsets is not None else _default_offsets(nodes)
         self._master_addr = master_addr
         self._launch_timeout_s = launch_timeout_s
+        self.job_python = job_tools.resolve(job_python)
         self._lock = threading.RLock()
         self._attempts: dict[tuple[int, int], _Attempt] = {}
         self._exit_watch: ExitWatch | None = None
@@ -597,7 +601,8 @@ class LocalBackend:
             devices = {r.node: [] for r in ranks}
             for r in ranks:
                 devices[r.node] += [d.path for d in self._rank_devices(r)]
-            local_batch.prepare(att.run_dir, spec, gang, self._master_addr, port, devices, socket.gethostname())
+            local_batch.prepare(att.run_dir, spec, gang, self._master_addr, port, devices, socket.gethostname(),
+                                self.job_python, self._node_list)
             path = spec.env.get("PATH", inherited.get("PATH", ""))
             env = {**inherited, "CUDA_DEVICE_ORDER": "PCI_BUS_ID", **spec.env,
                    **local_batch.batch_env(gang, replace(spec, job=info), att.run_dir, self._master_addr, port, path)}
@@ -826,7 +831,8 @@ def detect_local_nodes(nodes: int = 1, gpus_per_node: int | None = None) -> list
 
 def _create(data_dir: Path, nodes: list[NodeInfo], options: Mapping[str, object]) -> LocalBackend:
     return LocalBackend(data_dir, nodes, containment=options.get("containment"),  # type: ignore[arg-type]
-                        private_tmp_mode=options.get("private_tmp"))  # type: ignore[arg-type]
+                        private_tmp_mode=options.get("private_tmp"),  # type: ignore[arg-type]
+                        job_python=options.get("job_python"))  # type: ignore[arg-type]
 
 
 def _discover_nodes(data_dir: Path, options: Mapping[str, object]) -> list[NodeInfo]:
@@ -835,7 +841,7 @@ def _discover_nodes(data_dir: Path, options: Mapping[str, object]) -> list[NodeI
 
 registry.register(registry.BackendKind(
     "local", "processes on this machine, which may play several nodes", _create, _discover_nodes,
-    options=frozenset({"nodes", "gpus_per_node", "containment", "private_tmp"})))
+    options=frozenset({"nodes", "gpus_per_node", "containment", "private_tmp", "job_python"})))
 
 
 def _nvml_gpus() -> list[tuple[str, int]]:

@@ -9,11 +9,12 @@ this module prepares what it needs:
                              job's GPUs and GPU device files per node, the job's id, attempt,
                              checkpoint dir, MASTER_ADDR/PORT and JobInfo (the plane's, 0644: no
                              secret in it; the job token stays in the environment)
-    <run-dir>/bin/srun       `local_srun.py` by this interpreter, with -I -S
-    <run-dir>/bin/scontrol   `local_scontrol.py` (show hostnames / hostlist)
+    <run-dir>/bin/, tools/   srun, scontrol, squeue, sinfo: the attempt's own copy of the tools,
+                             run by `job_python` as the owner (`job_tools.py`); batch.json also
+                             holds the owner, time limit, start and the cluster's nodes for them
     <run-dir>/steps/         the owner's: one entry per step id taken
 
-`bin/` goes first on the script's PATH, so `srun`/`scontrol` are ours whatever the job's PATH holds.
+`bin/` goes first on the script's PATH, so `srun`/`scontrol`/`squeue`/`sinfo` are ours whatever the job's PATH holds.
 
 The script's environment (`batch_env`) is the allocation's Slurm part as the batch step has it
 (SLURM_JOB_NODELIST, SLURM_NNODES, SLURM_NTASKS, SLURM_TASKS_PER_NODE of the whole allocation;
@@ -31,19 +32,19 @@ a limit per task is not applied in this form.
 
 from __future__ import annotations
 
-import shlex
-import sys
+import grp
+import os
+import time
 from dataclasses import asdict
 from pathlib import Path
 
 from trainyard import jobfs
-from trainyard.backends.base import LaunchSpec
+from trainyard.backends import job_tools
+from trainyard.backends.base import LaunchSpec, NodeInfo
 from trainyard.backends.contain import Needs, RankNeeds, attempt_key
 from trainyard.backends.local_srun import BATCH_FILE, STEPS_DIR
-from trainyard.contracts import EnvPart, Gang, rank_env
+from trainyard.contracts import EnvPart, Gang, JobDir, compress_hostlist, rank_env
 
-HERE = Path(__file__).parent
-TOOLS = {"srun": HERE / "local_srun.py", "scontrol": HERE / "local_scontrol.py"}
 PER_TASK = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE",
             "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT")
 
@@ -52,26 +53,47 @@ def bin_dir(run_dir: Path) -> Path:
     return run_dir / "bin"
 
 
+def _who(spec: LaunchSpec) -> dict:
+    """The job's user and group as `scontrol show job` names them (UserId=name(uid))."""
+    uid, gid, user = (spec.owner.uid, spec.owner.gid, spec.owner.user) if spec.owner is not None else \
+        (os.geteuid(), os.getegid(), "")
+    if not user:
+        import pwd
+
+        try:
+            user = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            user = str(uid)
+    try:
+        group = grp.getgrgid(gid).gr_name
+    except KeyError:
+        group = str(gid)
+    return {"user": user, "uid": uid, "group": group, "gid": gid}
+
+
 def prepare(run_dir: Path, spec: LaunchSpec, gang: Gang, master_addr: str, master_port: int,
-            devices: dict[str, list[str]], info_host: str) -> None:
-    """Write batch.json, the tools and the steps dir (see the module docstring).
+            devices: dict[str, list[str]], info_host: str, python: str,
+            cluster_nodes: list[NodeInfo] | None = None) -> None:
+    """Write batch.json, the tools (`job_tools.install`, run by `python`) and the steps dir (see
+    the module docstring). `cluster_nodes`: every node of the backend, for the in-job `sinfo`.
 
     Raises:
         OSError: one cannot be written.
     """
     info = {**asdict(spec.job), "submit_host": spec.job.submit_host or info_host}
+    jd = JobDir(Path(spec.job_dir))  # names only: nothing is opened here
     jobfs.write_record(run_dir / BATCH_FILE, {
         "job_id": spec.job_id, "attempt": spec.attempt, "checkpoint_dir": spec.checkpoint_dir,
         "workdir": spec.workdir, "job_dir": spec.job_dir, "master_addr": master_addr, "master_port": master_port,
         "info": info, "slots": [{"node": s.node, "gpus": list(s.gpus or ())} for s in gang.slots],
         "node_gpus": {n: gang.node_gpus(n) for n in gang.nodes}, "devices": devices,
-        "stderr_apart": spec.stderr_apart})
+        "stderr_apart": spec.stderr_apart, **_who(spec), "nodelist": compress_hostlist(gang.nodes),
+        "time_limit_s": spec.time_limit_s, "start_epoch": time.time(), "mem_mib": spec.limits.mem_mib,
+        "command": " ".join(spec.command), "stdout": str(jd.rank_log(0)),
+        "stderr": str(jd.rank_err(0) if spec.stderr_apart else jd.rank_log(0)),
+        "cluster_nodes": [{"name": n.name, "gpus": n.gpus} for n in cluster_nodes or []]})
+    job_tools.install(run_dir, python)
     run = jobfs.Tree(run_dir)  # the plane's run dir: made through no link
-    run.make_dir(bin_dir(run_dir).name, 0o755, exist_ok=False)
-    for name, path in TOOLS.items():
-        args = [sys.executable, "-I", "-S", str(path)] + ([str(run_dir)] if name == "srun" else [])
-        run.create_file(f"{bin_dir(run_dir).name}/{name}", f"#!/bin/sh\nexec {shlex.join(args)} \"$@\"\n".encode(),
-                        0o755, exist_ok=False)
     owner = (spec.owner.uid, spec.owner.gid) if spec.owner is not None else None
     run.make_dir(STEPS_DIR, 0o700, owner=owner, exist_ok=False)
 

@@ -55,6 +55,10 @@ def up(
     config_wins: bool = typer.Option(False, "--config-wins", help="store --config's file even when the stored "
                                      "configuration has changes made since the file was last given (yard teams "
                                      "set, yard cluster apply): without it yard up refuses, showing the diff"),
+    job_python: Optional[Path] = typer.Option(None, "--job-python", help="the interpreter batch jobs' srun/scontrol/"
+                                              "squeue/sinfo run with, as the job's owner (over the configuration's "
+                                              "job_python; default: the host's /usr/bin/python3); yard up checks "
+                                              "that job accounts can execute it"),
 ) -> None:
     """Start the control plane: API, store, control loop and a backend (local by default, or Slurm)."""
     import os
@@ -79,6 +83,8 @@ def up(
     from trainyard.defaults import default_data_dir
     from trainyard.spec import ConfigError, load_config
 
+    if job_python is not None and not job_python.is_absolute():
+        fail(f"--job-python: {job_python} is not an absolute path (jobs run it from their own working directory)")
     if policy is not None:
         from trainyard.sched.policy import policy_names
 
@@ -119,6 +125,7 @@ def up(
     port = sock.getsockname()[1]
     url = f"http://{host if ':' not in host else '[' + host + ']'}:{port}"
     from trainyard.backends.base import BackendError
+    from trainyard.backends.job_tools import JobToolsError
     from trainyard.control.plane_files import JobsDirError, jobs_dir_note
     from trainyard.services.errors import ServiceError
 
@@ -128,7 +135,10 @@ def up(
                           backend_kind=backend, slurm_partition=partition, policy=policy, run_as=run_as,
                           allow_root_jobs=True if allow_root_jobs else None,
                           jobs_dir=jobs_dir.expanduser().absolute() if jobs_dir is not None else None,
-                          config_name=str(config) if config is not None else "the file", config_wins=config_wins)
+                          config_name=str(config) if config is not None else "the file", config_wins=config_wins,
+                          job_python=str(job_python) if job_python is not None else None)
+    except JobToolsError as e:  # job owners could not run srun/scontrol in their batch scripts
+        fail(str(e))
     except JobsDirError as e:
         fail(f"--jobs-dir: {e}")
     except BackendError as e:

@@ -98,6 +98,20 @@ def _log_says_oom(job_dir: JobDir, rank: int) -> bool:
     return False
 
 
+def _denied_line(job_dir: JobDir, rank: int) -> str | None:
+    """The last line of the rank log's tail that says a permission was refused (a shell's or our
+    shims' "Permission denied" / "cannot execute"): a 126 that is EACCES, said as such."""
+    try:
+        lines = jobfs.Tree(job_dir.root).tail_lines(job_dir.rank_log(rank), 16 * 1024)
+    except OSError:
+        return None
+    for raw in reversed(lines):
+        line = raw.decode("utf-8", "replace").strip()
+        if "Permission denied" in line or "cannot execute" in line:
+            return line[-300:]
+    return None
+
+
 def runtime_checkpointed(job_dir: JobDir, attempt: int) -> int | None:
     """The step the in-job runtime says this attempt checkpointed on a preemption notice, when
     that checkpoint is committed; None otherwise.
@@ -209,6 +223,9 @@ def classify(st: AttemptState, stop_kind: StopKind | str | None, job_dir: JobDir
                            bad.signal, "signal")
         return Outcome(JobState.FAILED, AttemptOutcome.FAILED, f"NonZeroExitCode {bad.exit_code} on rank {bad.rank}",
                        bad.exit_code, None, "exit_code")
+    if bad.exit_code == 126 and (denied := _denied_line(job_dir, bad.rank)) is not None:
+        return Outcome(JobState.FAILED, AttemptOutcome.FAILED,
+                       f"UserError: permission denied (exit 126 on rank {bad.rank}): {denied}", 126, None, "user_error")
     if bad.exit_code in (126, 127) or (not made_progress and bad.signal != _signal.SIGKILL):
         what = {126: "command not executable", 127: "command not found"}.get(bad.exit_code, "failed before reporting its first step")
         how = f"exit {bad.exit_code}" if bad.signal is None else f"signal {_signame(bad.signal)}"

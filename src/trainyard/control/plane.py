@@ -29,6 +29,7 @@ from typing import Callable
 
 from sqlalchemy import func, select
 
+from trainyard.backends import job_tools
 from trainyard.backends import registry
 from trainyard.backends.base import Backend, NodeInfo
 from trainyard.control import plane_files, store_audit
@@ -60,7 +61,8 @@ class ControlPlane:
                  slurm_partition: str | None = None, policy: str | None = None,
                  clock: Callable[[], float] = time.time, api_threads: int = API_THREADS,
                  run_as: str | None = None, allow_root_jobs: bool | None = None,
-                 jobs_dir: str | Path | None = None, config_name: str = "the file", config_wins: bool = False):
+                 jobs_dir: str | Path | None = None, config_name: str = "the file", config_wins: bool = False,
+                 job_python: str | None = None):
         """`policy`: `yard up --policy`, stored as a new configuration version when the one in
         force names another (`config.set_policy`; `policy_change` says what it did). `clock`: the
         loop's time (a `clock.FakeClock` with the fake backend, in tests of the loop's logic).
@@ -72,7 +74,10 @@ class ControlPlane:
         (`config.set_identity`). `notes`: what the plane says at start about who jobs run as.
         `jobs_dir`: `yard up --jobs-dir`, job dirs on another file system (`plane_files.use_jobs_dir`;
         raises `plane_files.JobsDirError`). `config_name`, `config_wins`: the `--config` file's name,
-        and `--config-wins` (store it even when it would revert live changes: `config_file.check`)."""
+        and `--config-wins` (store it even when it would revert live changes: `config_file.check`).
+        `job_python`: `yard up --job-python`, over the configuration's; a backend that runs the in-job
+        tools (the local one) gets it after `job_tools.check` found every job account can run it
+        (raises `job_tools.JobToolsError` otherwise)."""
         self.data_dir = Path(data_dir).resolve()  # plane's own: the operator's --data-dir
         self.data_dir.mkdir(parents=True, exist_ok=True)  # plane's own: the operator's --data-dir
         if jobs_dir is not None:
@@ -134,6 +139,11 @@ class ControlPlane:
         self.notes = owners.notes(cfg.spec)
         inventory = [NodeInfo(n.name, n.gpus, n.gpu_model, n.gpu_mem_mib)
                      for n in cfg.nodes]
+        if backend is None and "job_python" in kind.options:  # can job owners run the in-job tools?
+            chosen = job_python or cfg.spec.job_python
+            job_tools.check(job_tools.resolve(chosen), job_tools.accounts_to_probe(cfg.spec.run_as, cfg.spec.users.values()),
+                            configured=chosen is not None)
+            options["job_python"] = chosen
         self.backend: Backend = backend or kind.create(self.data_dir, inventory, options)
         # job dirs' bytes per team against their quotas, and the disk reserve, beside the loop
         self.storage = StorageMeter(self.loop_store, self.configs, self.lock, self.data_dir, clock=clock,

@@ -1,0 +1,32 @@
+"""A tiny CPU training step for the corpus scripts: gloo, a linear model under DDP, a few steps,
+the ranks' parameters equal at the end (what a real trainer's first steps show). Works under
+torchrun (TORCHELASTIC env) and under a plain srun task (--env: RANK/WORLD_SIZE from Slurm's)."""
+
+import argparse
+import os
+
+import torch
+import torch.distributed as dist
+
+p = argparse.ArgumentParser()
+p.add_argument("--steps", type=int, default=3)
+p.add_argument("--env", action="store_true", help="rank and world from SLURM_PROCID/SLURM_NTASKS")
+a = p.parse_args()
+if a.env:
+    os.environ.setdefault("RANK", os.environ["SLURM_PROCID"])
+    os.environ.setdefault("WORLD_SIZE", os.environ["SLURM_NTASKS"])
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+torch.manual_seed(rank)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(a.steps):
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+w = model.module.weight.detach().clone()
+dist.all_reduce(w, op=dist.ReduceOp.MAX)
+same = torch.equal(w, model.module.weight.detach())
+print(f"rank {rank}/{world} steps {a.steps} in-sync {same}", flush=True)
+dist.destroy_process_group()
