@@ -136,7 +136,7 @@ def test_another_non_admin_user_cannot_approve_nor_collect_with_the_code():
     opened = codes.open("alice", None)
     with pytest.raises(Forbidden) as e:
         codes.approve(opened["code"], BOB, issuer(made))
-    assert e.value.status == 403 and "only 'alice'" in e.value.message
+    assert e.value.status == 403 and "for user 'alice', not you ('bob')" in e.value.message
     with pytest.raises(Forbidden):
         codes.approve(opened["code"], Principal("alice", "job", "vision", job_id=3), issuer(made))
     with pytest.raises(NotFound):  # the code itself does not collect the token: the poll secret does

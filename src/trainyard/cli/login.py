@@ -127,6 +127,7 @@ def login(ctx: typer.Context,
         return
     who = user or getpass.getuser()
     opened = c.post("/api/v1/login/codes", json={"user": who, "team": team})
+    who = opened["user"]  # the plane's name for it (users: may map the account's name)
     typer.echo(f"To log in to {url} as {clean(who)}, approve this code from a session that is {clean(who)}'s "
                f"(or an admin's):\n\n    yard login approve {opened['code']}\n\n"
                f"waiting for the approval (the code expires in {opened['expires_in'] // 60} minutes)…", err=True)

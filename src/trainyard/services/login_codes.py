@@ -122,8 +122,8 @@ class LoginCodes:
                     raise ServiceError(f"user {p.user!r} asked for no team: give one (--team) for a member token",
                                        field="team")
             elif by.user != p.user:
-                raise Forbidden(f"this code is for user {p.user!r}: only {p.user!r}'s own session or an admin may "
-                                f"approve it")
+                raise Forbidden(f"this code is for user {p.user!r}, not you ({by.user!r}): only that user's own "
+                                f"session or an admin may approve it")
             else:
                 if (role is not None and role != by.role) or (team is not None and team != by.team):
                     raise Forbidden("your own session hands on only what it is: role "

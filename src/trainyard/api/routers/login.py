@@ -38,8 +38,16 @@ def login_info(request: Request) -> dict[str, Any]:
 
 @router.post("/api/v1/login/codes", status_code=201)
 def open_code(request: Request, user: str = Body(..., embed=True, min_length=1, max_length=100),
-              team: str | None = Body(None, embed=True, min_length=1, max_length=100)) -> dict[str, Any]:
-    """A one-time code for `user` to have approved; keep `poll` to collect the token."""
+              team: str | None = Body(None, embed=True, min_length=1, max_length=100),
+              cp: ControlPlane = Depends(plane)) -> dict[str, Any]:
+    """A one-time code for `user` to have approved; keep `poll` to collect the token. `user` may be
+    the account name that the configuration's `users:` maps a token user to (`yard login --code`
+    sends the local account's name): the code is then that token user's."""
+    with cp.store.session() as s:
+        spec = cp.configs.current(s).spec
+    mapped = [u for u, a in spec.users.items() if a == user]
+    if user not in spec.users and len(mapped) == 1:
+        user = mapped[0]
     return _codes(request).open(user, team)
 
 
