@@ -94,7 +94,7 @@ def site() -> Iterator[Site]:
 
 def test_each_account_logs_in_as_itself_with_its_team(site):
     out = site.yard("alice", "login").stdout
-    assert f"as alice (member, team vision)" in out
+    assert "as alice (member, team vision)" in out
     assert site.yard("alice", "whoami").stdout.startswith("alice (member, team vision)")
     assert site.yard("bob", "login").returncode == 0
     me = json.loads(site.yard("bob", "whoami", "--json").stdout)
