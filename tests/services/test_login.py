@@ -117,7 +117,7 @@ ADMIN = Principal("admin", "admin")
 
 def test_the_users_own_session_approves_and_the_token_is_collected_once():
     codes, made = LoginCodes(clock=Clock()), []
-    opened = codes.open("alice", None)
+    opened = codes.new("alice", None)
     assert codes.poll(opened["poll"]) == {"state": "pending", "expires_in": 600}
     out = codes.approve(opened["code"].lower(), ALICE, issuer(made))  # as typed: any case, with the dash
     assert out == {"code": opened["code"], "user": "alice", "role": "member", "team": "vision"}
@@ -133,7 +133,7 @@ def test_the_users_own_session_approves_and_the_token_is_collected_once():
 
 def test_another_non_admin_user_cannot_approve_nor_collect_with_the_code():
     codes, made = LoginCodes(clock=Clock()), []
-    opened = codes.open("alice", None)
+    opened = codes.new("alice", None)
     with pytest.raises(Forbidden) as e:
         codes.approve(opened["code"], BOB, issuer(made))
     assert e.value.status == 403 and "for user 'alice', not you ('bob')" in e.value.message
@@ -147,7 +147,7 @@ def test_another_non_admin_user_cannot_approve_nor_collect_with_the_code():
 def test_ones_own_session_hands_on_only_what_it_is():
     codes, made = LoginCodes(clock=Clock()), []
     for role, team, asked in (("admin", None, None), (None, "nlp", None), (None, None, "nlp")):
-        opened = codes.open("alice", asked)
+        opened = codes.new("alice", asked)
         with pytest.raises(Forbidden):
             codes.approve(opened["code"], ALICE, issuer(made), role=role, team=team)
     assert made == []
@@ -155,9 +155,9 @@ def test_ones_own_session_hands_on_only_what_it_is():
 
 def test_an_admin_approves_anyones_code_with_the_role_and_team_it_gives():
     codes, made = LoginCodes(clock=Clock()), []
-    opened = codes.open("carol", "nlp")
+    opened = codes.new("carol", "nlp")
     assert codes.approve(opened["code"], ADMIN, issuer(made))["team"] == "nlp"
-    bare = codes.open("dave", None)
+    bare = codes.new("dave", None)
     with pytest.raises(ServiceError, match="give one"):
         codes.approve(bare["code"], ADMIN, issuer(made))
     assert codes.approve(bare["code"], ADMIN, issuer(made), role="viewer")["role"] == "viewer"
@@ -169,19 +169,19 @@ def test_an_admin_approves_anyones_code_with_the_role_and_team_it_gives():
 def test_codes_expire_and_their_number_is_bounded():
     clock = Clock()
     codes = LoginCodes(clock=clock, ttl_s=60, max_pending=2)
-    a, _ = codes.open("alice", None), codes.open("bob", None)
+    a, _ = codes.new("alice", None), codes.new("bob", None)
     with pytest.raises(TooMany) as e:
-        codes.open("carol", None)
+        codes.new("carol", None)
     assert e.value.status == 429
     clock.t += 61
     with pytest.raises(NotFound, match="expired"):
         codes.approve(a["code"], ALICE, issuer([]))
     with pytest.raises(NotFound):
         codes.poll(a["poll"])
-    codes.open("carol", None)  # the expired ones made room
+    codes.new("carol", None)  # the expired ones made room
 
 
 def test_codes_are_eight_letters_of_an_unambiguous_alphabet():
-    seen = {normalize(LoginCodes().open("x", None)["code"]) for _ in range(50)}
+    seen = {normalize(LoginCodes().new("x", None)["code"]) for _ in range(50)}
     assert len(seen) == 50 and all(len(c) == 8 and c.isalpha() and not set(c) & set("AEIOU") for c in seen)
 

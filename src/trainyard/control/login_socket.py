@@ -62,7 +62,7 @@ def peer_uid(conn: socket.socket) -> int:
 def _check_dir(d: Path, create: bool) -> None:
     if create and not d.exists():  # plane's own: /run/trainyard
         d.mkdir(mode=0o755, parents=False)  # plane's own: /run/trainyard
-        os.chmod(d, 0o755)
+        os.chmod(d, 0o755)  # plane's own: /run/trainyard, past the umask
     st = os.lstat(d)  # plane's own: the socket's directory, checked before use
     if not stat.S_ISDIR(st.st_mode):
         raise LoginSocketError(f"{d} is not a directory")

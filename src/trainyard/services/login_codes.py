@@ -78,7 +78,7 @@ class LoginCodes:
         for c in [c for c, p in self._codes.items() if p.expires <= now]:
             del self._codes[c]
 
-    def open(self, user: str, team: str | None) -> dict[str, Any]:
+    def new(self, user: str, team: str | None) -> dict[str, Any]:
         """A new code for `user` (and, if given, `team`): the code to show and the poll secret to keep."""
         if not user.strip():
             raise ServiceError("user must not be empty", field="user")
