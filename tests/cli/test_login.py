@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.plane import YARD, YardServer
+from tests.plane import YARD, YARD_UP_IDENTITY, YardServer
 from trainyard.cli import token_file
 
 
@@ -152,3 +152,14 @@ def test_logout_when_the_plane_revoked_the_token_already(server, tmp_path, monke
     assert out.returncode == 0 and "no longer knew the token" in out.stdout
     assert not (tmp_path / "trainyard" / "token").exists()
     assert "not logged in" in yard(server, tmp_path, "logout").stdout
+
+
+def test_yard_up_refuses_a_login_socket_where_others_may_write(tmp_path):
+    d = tmp_path / "open"
+    d.mkdir()
+    d.chmod(0o777)
+    (tmp_path / "yard").mkdir()
+    p = subprocess.run([YARD, "up", "--data-dir", str(tmp_path / "yard"), "--port", "0", *YARD_UP_IDENTITY,
+                        "--login-socket", str(d / "p.sock")], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--login-socket:" in p.stderr and "writable by no one else" in p.stderr
+    assert list(d.iterdir()) == []

@@ -156,7 +156,11 @@ def up(
         login_server = None if sock_path is None else \
             ls.LoginSocket(sock_path, ls.plane_answer(cp)).start(create_dir=sock_path.parent == ls.RUN_DIR)
     except (ls.LoginSocketError, OSError) as e:
-        fail(f"--login-socket: {e}")
+        if login_socket is not None:
+            fail(f"--login-socket: {e}")
+        typer.echo(f"warning: no login socket ({e}); `yard login --code` still works, or give --login-socket PATH",
+                   err=True)
+        sock_path = login_server = None
     app.state.login_socket = None if sock_path is None else str(sock_path)
     cp.write_server_file(url)
     cp.start()
