@@ -19,9 +19,11 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from trainyard.api.admission import Admission, Counts
 from trainyard.api.routers import accounting, cluster, jobs, misc, nodes, reservations, storage, teams, tokens, ui
+from trainyard.api.routers import login as login_routes
 from trainyard.control.plane import API_THREADS, REQUESTS_PER_THREAD, ControlPlane
 from trainyard.disk import free_bytes
 from trainyard.services.errors import ServiceError
+from trainyard.services.login_codes import LoginCodes
 from trainyard.services.metrics import PlaneCollector
 from trainyard.spec import ConfigError
 
@@ -70,6 +72,8 @@ def create_app(cp: ControlPlane) -> FastAPI:
     app.state.plane = cp
     app.state.metrics = CollectorRegistry(auto_describe=False)  # what GET /metrics exposes
     app.state.metrics.register(PlaneCollector(lambda: cp))
+    app.state.login_codes = LoginCodes()  # `yard login --code` (services/login_codes.py)
+    app.state.login_socket = None  # its path, when `yard up` listens on one (control/login_socket.py)
 
     @app.exception_handler(ServiceError)
     async def _service_error(_: Request, e: ServiceError) -> JSONResponse:
@@ -96,7 +100,7 @@ def create_app(cp: ControlPlane) -> FastAPI:
         return JSONResponse({"detail": str(e), "field": e.field}, status_code=400)
 
     for r in (jobs.router, nodes.router, teams.router, cluster.router, misc.router, tokens.router, accounting.router,
-              reservations.router, storage.router, ui.router):
+              reservations.router, storage.router, ui.router, login_routes.router):
         app.include_router(r)
 
     @app.get("/", include_in_schema=False)

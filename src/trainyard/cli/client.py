@@ -1,7 +1,9 @@
 """The CLI's HTTP client: finds the server and the token, turns API errors into exit codes.
 
 Where to connect: `YARD_URL` and `YARD_TOKEN`, or else the local data dir's `server.json` (written by
-`yard up`) and `admin.token` (the data dir is `YARD_DATA_DIR`, default `~/.trainyard`).
+`yard up`); the token, when `YARD_TOKEN` is not set, is the one `yard login` kept for that URL
+(`cli/token_file.py`), else the data dir's `admin.token` (the data dir is `YARD_DATA_DIR`, default
+`~/.trainyard`).
 
 Exit codes: 2 for anything the server rejects as bad input (4xx), naming the field; 1 when the
 server cannot be reached or fails (5xx).
@@ -42,8 +44,15 @@ def server_url() -> str:
 
 
 def token() -> str | None:
+    """`YARD_TOKEN`, else the token `yard login` kept for this plane (`cli/token_file.py`), else the
+    data dir's `admin.token` (the plane's own account)."""
     if os.environ.get("YARD_TOKEN"):
         return os.environ["YARD_TOKEN"].strip()
+    from trainyard.cli import token_file
+
+    kept = token_file.read(server_url())
+    if kept:
+        return kept
     path = default_data_dir() / "admin.token"
     try:
         return path.read_text().strip()

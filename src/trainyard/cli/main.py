@@ -8,6 +8,7 @@ Command groups live in their own modules and are wired here:
 - `yard up` (`cli/up.py`): the control plane (API, store, control loop, local backend);
 - job commands (`cli/jobs.py`): submit, queue, show, cancel, hold, release, requeue, logs, events;
 - cluster commands (`cli/admin.py`): nodes, drain, resume, teams, cluster; tokens (`cli/tokens.py`): create, list, revoke;
+  login, logout, whoami (`cli/login.py`): the Unix account as identity, one-time codes;
   reservations (`cli/reservations.py`): create, list, delete;
 - accounting: acct (sacct, `cli/acct.py`), report (sreport, `cli/report.py`), share and prio (sshare,
   sprio, `cli/share.py`), audit (the audit trail as JSON lines, `cli/audit.py`);
@@ -25,6 +26,7 @@ import typer
 
 from trainyard.cli import (acct, admin, audit, bench, chaos, jobs, model_export, models, plan, report, reservations, run,
                            share, storage, tboard, tokens, up)
+from trainyard.cli import login as login_cmd
 from trainyard.cli import trace as trace_cmd
 from trainyard.cli import sim as sim_cmd
 from trainyard.cli.strict import CONTEXT, StrictCommand
@@ -52,6 +54,9 @@ for _name in ("nodes", "drain", "resume"):
 app.add_typer(admin.teams_app, name="teams")
 app.add_typer(admin.cluster_app, name="cluster")
 app.add_typer(tokens.token_app, name="token")
+app.add_typer(login_cmd.login_app, name="login")  # login, logout, whoami: cli/login.py
+app.command("logout")(login_cmd.logout)
+app.command("whoami")(login_cmd.whoami)
 app.add_typer(reservations.app, name="reservation")
 app.command("acct")(acct.acct)
 app.command("report")(report.report)

@@ -52,6 +52,9 @@ def up(
     jobs_dir: Optional[Path] = typer.Option(None, "--jobs-dir", help="keep job dirs (checkpoints, logs) here, on "
                                             "another file system than the store's: DATA_DIR/jobs becomes a link "
                                             "to it (kept for later starts)"),
+    login_socket: Optional[str] = typer.Option(None, "--login-socket", help="the Unix socket where `yard login` "
+                                               "gets a token for the calling account (default, as root: "
+                                               "/run/trainyard/plane-PORT.sock; 'none': no socket)"),
     config_wins: bool = typer.Option(False, "--config-wins", help="store --config's file even when the stored "
                                      "configuration has changes made since the file was last given (yard teams "
                                      "set, yard cluster apply): without it yard up refuses, showing the diff"),
@@ -76,7 +79,6 @@ def up(
         raise typer.Exit(start_and_wait(sys.argv, data_dir or default_data_dir(), ready_timeout))
     import uvicorn
 
-    from trainyard.api.app import create_app
     from trainyard.cli.serve import GRACEFUL_S, KEEP_ALIVE_S, GracefulServer
     from trainyard.control.loop import LoopParams
     from trainyard.control.plane import ControlPlane
@@ -154,6 +156,22 @@ def up(
         where = f"{config}" if cp.policy_change is None else f"version {cfg.version - 1}"
         typer.echo(f"--policy {policy}: scheduler.params were for another policy and are not carried over "
                    f"(they stay in {where})", err=True)
+    from trainyard.api.app import create_app as _app
+    from trainyard.control import login_socket as ls
+
+    app = _app(cp)
+    sock_path = ls.default_path(port) if login_socket is None and os.geteuid() == 0 else \
+        None if login_socket in (None, "none") else Path(login_socket).absolute()
+    try:  # the kernel says who calls (control/login_socket.py)
+        login_server = None if sock_path is None else \
+            ls.LoginSocket(sock_path, ls.plane_answer(cp)).start(create_dir=sock_path.parent == ls.RUN_DIR)
+    except (ls.LoginSocketError, OSError) as e:
+        if login_socket is not None:
+            fail(f"--login-socket: {e}")
+        typer.echo(f"warning: no login socket ({e}); `yard login --code` still works, or give --login-socket PATH",
+                   err=True)
+        sock_path = login_server = None
+    app.state.login_socket = None if sock_path is None else str(sock_path)
     cp.write_server_file(url)
     cp.start()
     typer.echo(f"trainyard control plane at {url}  (API docs {url}/docs, dashboard {url}/ui/)")
@@ -163,7 +181,9 @@ def up(
     for note in cp.notes:  # who jobs run as (services/owners.py)
         typer.echo(note)
     typer.echo(getattr(cp.backend, "containment_line", f"containment: {cp.backend.name}'s own"))
-    server = GracefulServer(uvicorn.Config(create_app(cp), log_level="warning", access_log=False,
+    typer.echo(f"yard login: {sock_path} (the caller's Unix account is its identity) and one-time codes"
+               if sock_path is not None else "yard login: one-time codes only (no --login-socket)")
+    server = GracefulServer(uvicorn.Config(app, log_level="warning", access_log=False,
                                            timeout_graceful_shutdown=GRACEFUL_S, timeout_keep_alive=KEEP_ALIVE_S), cp)
     # A stop asked for from here on is the server's to carry out (`handle_exit` sets its flag, which
     # uvicorn honours even before it serves), and uvicorn re-raises the signal once it has shut down:
@@ -177,6 +197,8 @@ def up(
         server.run(sockets=[sock])
     finally:
         cp.stop()
+        if login_server is not None:
+            login_server.close()
         cp.remove_server_file()
         typer.echo("trainyard stopped; running jobs keep running and are re-attached by the next `yard up`")
 

@@ -1,4 +1,5 @@
-"""Taking tokens back: listing who holds one, and revoking them (admin only).
+"""Taking tokens back: listing who holds one, and revoking them (admin only; a person lists and
+revokes their own: `yard token list`, `yard logout`).
 
 A token is listed by its id, never by its secret (the store keeps only the hash). Revoking is
 effective at the next request: the caller commits, then calls `auth.forget_cached_tokens`, so
@@ -20,7 +21,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from trainyard.services.auth import Principal
+from trainyard.services.auth import Principal, hash_token
 from trainyard.services.errors import Conflict, Forbidden, NotFound, ServiceError
 from trainyard.services.events import record
 from trainyard.store.models import TokenRow
@@ -40,8 +41,14 @@ def token_view(row: TokenRow) -> dict[str, Any]:
 
 def list_tokens(s: Session, by: Principal, *, user: str | None = None, include_revoked: bool = False,
                 include_jobs: bool = False) -> list[dict[str, Any]]:
-    """Tokens, oldest first. Job tokens (one per running attempt) and revoked ones only on request."""
-    _admin_only(by, "list")
+    """Tokens, oldest first. Job tokens (one per running attempt) and revoked ones only on request.
+    A caller who is not an admin lists their own personal tokens only (`yard token list`)."""
+    if by.role == "job":
+        raise Forbidden("a job token lists no tokens")
+    if not by.is_admin:
+        if user is not None and user != by.user:
+            raise Forbidden(f"only an admin lists other users' tokens; yours are {by.user!r}'s", field="user")
+        user, include_jobs = by.user, False
     q = select(TokenRow).order_by(TokenRow.id)
     if user is not None:
         q = q.where(TokenRow.user == user)
@@ -90,3 +97,29 @@ def revoke(s: Session, by: Principal, *, token_id: int | None = None, user: str 
                data={"id": r.id, "user": r.user, "role": r.role, "team": r.team, "before": {"revoked": False},
                      "after": {"revoked": True}})
     return [token_view(r) for r in live]
+
+
+def revoke_own(s: Session, token: str) -> dict[str, Any]:
+    """Revoke the token the caller authenticated with (`yard logout`); returns what was revoked.
+    Call `auth.forget_cached_tokens()` after the commit.
+
+    Raises:
+        ServiceError: a job token (it ends with its attempt).
+        Conflict: it is the last admin token that still works.
+    """
+    row = s.scalars(select(TokenRow).where(TokenRow.token_hash == hash_token(token))).first()
+    if row is None or row.revoked:
+        raise NotFound("unknown or revoked token")
+    if row.role == "job":
+        raise ServiceError("a job token is revoked when its attempt ends", field="token")
+    if row.role == "admin":
+        admins_left = s.scalar(select(func.count(TokenRow.id)).where(TokenRow.role == "admin",
+                                                                     TokenRow.revoked.is_(False)))
+        if admins_left <= 1:
+            raise Conflict("that would revoke the last admin token that still works; create another admin token first")
+    row.revoked = True
+    record(s, row.user, "token.revoked", f"token {row.id} of {row.user} ({row.role}"
+           f"{', team ' + row.team if row.team else ''}), by its holder (logout)",
+           data={"id": row.id, "user": row.user, "role": row.role, "team": row.team, "before": {"revoked": False},
+                 "after": {"revoked": True}})
+    return token_view(row)
