@@ -4,6 +4,7 @@ job), cancel (scancel), hold / release / requeue (scontrol), logs, events."""
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any, Optional
 
 import typer
 
-from trainyard.cli import event_format, queue_format
+from trainyard.cli import event_format, queue_format, recorded
 from trainyard.cli.client import Client
 from trainyard.cli.columns import terminal_width
 from trainyard.cli.common import EXIT_BAD_INPUT, fail
@@ -24,7 +25,7 @@ from trainyard.cli.sbatch import SbatchError, gpu_spec, open_mode, parse_sbatch,
 from trainyard.mail_types import check_mail_user, parse_mail_type
 from trainyard.contracts import expand_hostlist
 from trainyard.sched.constraints import ConstraintError, parse_features
-from trainyard.parsing import parse_begin
+from trainyard.parsing import parse_begin, parse_mem_mib
 from trainyard.signal_spec import parse_signal
 from trainyard.states import TERMINAL_STATES
 
@@ -83,6 +84,25 @@ def submit(
     mem: Optional[str] = typer.Option(None, "--mem", help="memory per node for all the job's ranks there, as sbatch: "
                                       "16G, 500M, a number of MB; the kernel ends a job over it (state OUT_OF_MEMORY)"),
     mem_per_gpu: Optional[str] = typer.Option(None, "--mem-per-gpu", help="memory per GPU, as sbatch (not with --mem)"),
+    mem_per_cpu: Optional[str] = typer.Option(None, "--mem-per-cpu", help="memory per CPU, as sbatch: the node's "
+                                              "limit is it times the CPUs of the job's tasks there (not with --mem)"),
+    gres: Optional[str] = typer.Option(None, "--gres", help="as sbatch: gpu:N or gpu:TYPE:N (GPUs on each node), "
+                                       "or none"),
+    gpus_per_task: Optional[str] = typer.Option(None, "--gpus-per-task", help="GPUs of each task, as sbatch: the "
+                                                "job's GPUs are its tasks (-n, --ntasks-per-node) times N"),
+    wrap: Optional[str] = typer.Option(None, "--wrap", help="as sbatch: run this shell command as the batch script "
+                                       "(#!/bin/sh)"),
+    hint: Optional[str] = typer.Option(None, "--hint", help="as sbatch (compute_bound, memory_bound, [no]multithread): "
+                                       "recorded, SLURM_HINT"),
+    distribution: Optional[str] = typer.Option(None, "-m", "--distribution", help="as sbatch (block, cyclic, ...): "
+                                               "recorded, SLURM_DISTRIBUTION"),
+    gres_flags: Optional[str] = typer.Option(None, "--gres-flags", help="as sbatch: recorded, SLURM_GRES_FLAGS"),
+    tmp: Optional[str] = typer.Option(None, "--tmp", help="as sbatch: temporary disk per node, recorded"),
+    get_user_env: bool = typer.Option(False, "--get-user-env", help="as sbatch: the job gets your environment "
+                                      "(--export=ALL, the default); recorded, SLURM_GET_USER_ENV"),
+    threads_per_core: Optional[str] = typer.Option(None, "--threads-per-core", help="as sbatch: recorded, "
+                                                   "SLURM_THREADS_PER_CORE"),
+    wckey: Optional[str] = typer.Option(None, "--wckey", help="as sbatch: recorded, SLURM_WCKEY"),
     cpus_per_task: Optional[int] = typer.Option(None, "-c", "--cpus-per-task", help="CPUs per rank, as sbatch"),
     checkpoint_interval: Optional[str] = typer.Option(None, "--checkpoint-interval", help="how often the job checkpoints"),
     pool: Optional[str] = typer.Option(None, "-p", "--pool", "--partition", help="pool of nodes"),
@@ -122,9 +142,24 @@ def submit(
     Prints the job id."""
     args = list(ctx.args)
     body: dict[str, Any] = {}
+    sbatch_lines: dict[str, str] = {}  # the #SBATCH line of each field a script gave (named in a refusal)
     try:
         model_g, gpus_n = (None, None) if gpus is None else gpu_spec(gpus, "--gpus")
         model_n, per_node = (None, None) if gpus_per_node is None else gpu_spec(gpus_per_node, "--gpus-per-node")
+        if gres is not None:
+            parsed = parse_sbatch(f"#SBATCH --gres={shlex.quote(gres)}\n", "--gres").fields
+            if "gpus_per_node" in parsed:
+                if per_node is not None:
+                    fail("give --gres or --gpus-per-node, not both")
+                model_n, per_node = parsed.get("gpu_model"), parsed["gpus_per_node"]  # type: ignore[assignment]
+        model_t, per_task = (None, None) if gpus_per_task is None else gpu_spec(gpus_per_task, "--gpus-per-task")
+        model_n = model_n or model_t
+        if mem_per_cpu is not None:
+            parse_mem_mib(mem_per_cpu)
+        recorded_env = dict(recorded.record(o, v) for o, v in (
+            ("--hint", hint), ("--distribution", distribution), ("--gres-flags", gres_flags), ("--tmp", tmp),
+            ("--get-user-env", "" if get_user_env else None), ("--threads-per-core", threads_per_core),
+            ("--wckey", wckey)) if v is not None)
         if constraint is not None:
             parse_features(constraint.strip())
         for opt, v in (("--nodelist", nodelist), ("--exclude", exclude)):
@@ -142,11 +177,13 @@ def submit(
             mail_type = parse_mail_type(mail_type) or "NONE"
         if mail_user is not None:
             mail_user = check_mail_user(mail_user)
+    except SbatchError as e:  # --gres, read as its #SBATCH line would be
+        fail("--gres: " + str(e).removeprefix("--gres:1: ").removeprefix("gres: ").removeprefix("--gres: "))
     except ConstraintError as e:
         fail(f"-C/--constraint: {e}")
     except ValueError as e:
         fail(str(e))
-    if model_g and model_n and model_g != model_n:
+    if model_g and model_n and model_g.lower() != model_n.lower():
         fail(f"--gpus and --gpus-per-node name different GPU models ({model_g}, {model_n})")
     if recipe is not None:
         if args:
@@ -169,6 +206,11 @@ def submit(
             body["gpus"] = spec.gpus
     elif sets:
         fail("--set: only with --recipe")
+    elif wrap is not None:
+        if args:
+            fail("--wrap: give a command to wrap or a command/script, not both (as sbatch)")
+        body["script"] = f"#!/bin/sh\n# This script was created by yard submit --wrap.\n\n{wrap}\n"
+        body["name"] = "wrap"  # sbatch's name for it
     elif not args:
         fail("give a command after `--` or a batch script")
     elif len(args) > 1 and not ctx.meta.get(AFTER_DASHDASH) and _looks_like_script(args[:1]):
@@ -189,6 +231,9 @@ def submit(
         for w in opts.warnings:
             typer.echo(f"warning: {w}", err=True)
         body.update(opts.fields)
+        body["env"] = opts.env
+        sbatch_lines = {k: f"{path}:{no}" for k, no in opts.lines.items()}
+        sbatch_lines.update({f"--{k}": sbatch_lines[k] for k in ("nodelist", "exclude") if k in sbatch_lines})
         body["script"] = text
         body.setdefault("name", path.name)
     else:
@@ -202,10 +247,13 @@ def submit(
              "begin": begin, "array": array, "signal": notice, "mem": mem, "mem_per_gpu": mem_per_gpu, "cpus_per_task": cpus_per_task,
              "error": error, "open_mode": open_mode_, "mail_type": mail_type, "mail_user": mail_user,
              "constraint": constraint, "gpu_model": model_g or model_n, "nodelist": nodelist, "exclude": exclude,
-             "ntasks": ntasks, "reservation": reservation}
+             "ntasks": ntasks, "reservation": reservation, "mem_per_cpu": mem_per_cpu, "gpus_per_task": per_task}
     body.update({k: v for k, v in given.items() if v is not None})
     if unlimited:  # over a script's #SBATCH --time, as sbatch's command line wins
         body["time"] = None
+    for k in given:  # a field the command line gave is no longer the script's line
+        if given[k] is not None:
+            sbatch_lines.pop(k, None)
     if isinstance(body.get("signal"), str):
         try:
             body["signal"] = parse_signal(body["signal"]).text()
@@ -230,7 +278,7 @@ def submit(
     except ExportError as e:
         fail(str(e))
     body.pop("export", None)
-    envs = job_env(exported, os.environ)
+    envs = {**job_env(exported, os.environ), **body.pop("env", {}), **recorded_env}
     if not exported.everything:  # as sbatch: the job (and its srun) sees what --export said
         envs["SLURM_EXPORT_ENV"] = export if export is not None else str(raw_export)
     for e in env:
@@ -242,7 +290,7 @@ def submit(
         body["env"] = envs
     if body.get("mail_type") == "NONE":  # the command line's NONE over a script's --mail-type
         body["mail_type"] = None
-    job = Client().post("/api/v1/jobs", json=body)
+    job = Client().post("/api/v1/jobs", json=body, where=sbatch_lines)
     for w in job.pop("warnings", None) or ():
         typer.echo(f"warning: {w}", err=True)
     if as_json:
