@@ -303,7 +303,11 @@ def submit(
 
 def queue(
     team: Optional[str] = typer.Option(None, "-A", "--team", help="only this team's jobs"),
-    user: Optional[str] = typer.Option(None, "-u", "--user", help="only this user's jobs"),
+    user: Optional[str] = typer.Option(None, "-u", "--user", help="only these users' jobs (comma-separated), "
+                                       "as squeue"),
+    me: bool = typer.Option(False, "--me", help="only your own jobs (your token's user), as squeue --me"),
+    job_ids: Optional[str] = typer.Option(None, "-j", "--jobs", help="only these jobs (comma-separated ids; an "
+                                          "array's id: its tasks), in any state, as squeue -j"),
     state: Optional[str] = typer.Option(None, "-t", "--states",
                                         help="comma-separated states or squeue codes (PD,R,CD...); 'all': every state"),
     all_jobs: bool = typer.Option(False, "-a", "--all", help="finished jobs too"),
@@ -324,12 +328,26 @@ def queue(
         shape = queue_format.layout(fmt, names)
     except queue_format.FormatError as e:
         fail(str(e))
-    params: dict[str, Any] = {k: v for k, v in {"team": team, "user": user, "state": state}.items() if v}
-    if not all_jobs and not state:
+    c = Client()
+    users = [u.strip() for u in (user or "").split(",") if u.strip()]
+    if me:
+        users = [*users, c.get("/api/v1/whoami")["user"]]
+    try:
+        wanted = {int(x) for x in (job_ids or "").split(",") if x.strip()}
+    except ValueError:
+        fail(f"-j/--jobs: expected job ids separated by commas, got {job_ids!r}")
+    params: dict[str, Any] = {k: v for k, v in {"team": team, "state": state}.items() if v}
+    if len(set(users)) == 1:
+        params["user"] = users[0]
+    if not all_jobs and not state and not wanted:
         params["active"] = "true"
     if not as_json:
         params["fields"] = queue_format.API_FIELDS
-    jobs = Client().get("/api/v1/jobs", params=params)["jobs"]
+    jobs = c.get("/api/v1/jobs", params=params)["jobs"]
+    if users:
+        jobs = [j for j in jobs if j.get("user") in users]
+    if wanted:
+        jobs = [j for j in jobs if j["id"] in wanted or j.get("array_job_id") in wanted]
     if as_json:
         print_json(jobs)
         return
@@ -371,6 +389,11 @@ def show(job_id: str = typer.Argument(..., help="job id, or ARRAY_TASK (42_3)"),
             "job_dir", "constraint", "gpu_model", "nodelist_asked", "exclude_nodes", "exclusive", "ntasks"]
     for k in keys:
         typer.echo(f"{k:>22}: {clean(j.get(k))}")
+    typer.echo(f"{'memory':>22}: {memory_line(j)}")
+    typer.echo(f"{'cpus':>22}: {cpus_line(j)}")
+    if recorded.shown(j.get("env")):
+        typer.echo(f"{'recorded options':>22}: {clean(recorded.shown(j.get('env')))} (not acted on: "
+                   "cli/recorded.py)")
     typer.echo(f"{'command':>22}: {clean(' '.join(j['command'] or [])) or '(batch script)'}")
     for k in ("submit_time", "begin_time", "eligible_time", "start_time", "end_time", "est_start"):
         typer.echo(f"{k:>22}: {'' if j[k] is None else time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(j[k]))}")
@@ -395,7 +418,27 @@ def show(job_id: str = typer.Argument(..., help="job id, or ARRAY_TASK (42_3)"),
                 duration((a["ended_at"] or time.time()) - a["started_at"]), "" if a["exit_code"] is None else a["exit_code"],
                 "" if a["signal"] is None else a["signal"], f"{a.get('lost_gpu_s') or 0:.1f}",
                 "" if a.get("recover_s") is None else f"{a['recover_s']:.1f}s",
-                nodelist(a["placement"]), gpu_indices(a["placement"]), a["reason"]] for a in j["attempts"]])
+                nodelist(a["placement"]), gpu_indices(a["placement"]), a["reason"]] for a in j["attempts"]],
+              plain=True)  # every state and cause whole: the reason, last, may be as long as it is
+
+
+def memory_line(j: dict) -> str:
+    """The job's memory as asked: --mem per node, --mem-per-gpu, or --mem-per-cpu (with the node's
+    limit it gives); 'no limit' when none was."""
+    per_cpu = (j.get("env") or {}).get("SLURM_MEM_PER_CPU")
+    if per_cpu:
+        return f"{per_cpu}M per CPU (--mem-per-cpu), {j.get('mem_mib')}M per node"
+    if j.get("mem_mib") is not None:
+        return f"{j['mem_mib']}M per node (--mem)"
+    if j.get("mem_per_gpu_mib") is not None:
+        return f"{j['mem_per_gpu_mib']}M per GPU (--mem-per-gpu)"
+    return "no limit (none asked)"
+
+
+def cpus_line(j: dict) -> str:
+    """-c/--cpus-per-task as asked, or that none was (the ranks share their nodes' CPUs)."""
+    c = j.get("cpus_per_task")
+    return f"{c} per task (-c)" if c is not None else "not limited (no -c)"
 
 
 def limits_line(j: dict) -> str:

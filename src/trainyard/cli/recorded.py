@@ -102,5 +102,5 @@ def record(option: str, value: str) -> tuple[str, str]:
 
 def shown(env: dict[str, str] | None) -> str:
     """The recorded options of a job's environment, as scontrol's `Key=value` words."""
-    return " ".join(f"{SHOWN[k]}={env[k]}" + ("M" if k.endswith("_MIB") else "")
+    return " ".join(f"{SHOWN[k]}={env[k]}" + ("M" if k in ("TRAINYARD_MIN_TMP_DISK_MIB", "SLURM_MEM_PER_CPU") else "")
                     for k in SHOWN if env and env.get(k))
