@@ -13,9 +13,12 @@ control/notify.py), `--reservation` (an admin reservation,
 `cli/reservations.py`: checked at submission, honoured by the engine), `--requeue` (every job's default); placement (services/placement_ask.py):
 `-C/--constraint` (features: `&`, `|`, parentheses), the GPU model of `--gpus`/`--gpus-per-node`/
 `--gres=gpu:TYPE:N`, `-w/--nodelist` and `-x/--exclude` (hostlists), `--exclusive` (whole nodes),
-`-n/--ntasks`. Refused with a reason (cli/refused.py): `--nice`, `--time-min`, `--no-requeue`.
-Options that make sense to Slurm but not here (`--mem-per-cpu`, …) are ignored with a warning;
-anything else is an error that names the line.
+`-n/--ntasks`, `--gpus-per-task`, `--mem-per-cpu` (services/jobs.py), `--gres=none`. Refused with
+a reason (cli/refused.py): `--nice`, `--time-min`, `--no-requeue`, `--container-image`. Accepted and
+recorded in the job's environment (cli/recorded.py): `--hint`, `-m/--distribution`, `--gres-flags`,
+`--tmp`, `--get-user-env`, `--threads-per-core`, `--wckey`. `--comment` is ignored with a warning;
+anything else is an error that names the line. Long options may be abbreviated as sbatch allows
+(cli/prefixes.py); each field remembers its line, so a refusal by the plane names it too.
 In `#SBATCH` lines, as in sbatch, `-e` is `--error` (never yard submit's `--env`).
 """
 
