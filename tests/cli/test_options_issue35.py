@@ -160,3 +160,12 @@ def test_share_fairshare_is_sshares(yard):
         assert 0.0 <= t["fairshare"] <= 1.0
         assert t["fairshare"] == pytest.approx(2 ** (-t["norm_usage"] / t["norm_shares"]))
     assert "USAGEFACTOR" in yard("share").stdout
+
+
+def test_the_default_output_never_refuses_a_script(yard, tmp_path):
+    """A regular file named as sbatch's default would be (left by another cluster) is not a reason to
+    refuse the job: its link is skipped at launch, the log stays in the job dir."""
+    (tmp_path / "slurm-1.out").write_text("from another cluster\n")
+    j = finished(yard, job_id_of(yard("submit", "-A", "nlp", str(script(tmp_path, "-N 1")), cwd=tmp_path)))
+    assert j["state"] == "COMPLETED" and j["output"] == "slurm-%j.out"
+    assert (tmp_path / "slurm-1.out").read_text() == "from another cluster\n"

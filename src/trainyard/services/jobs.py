@@ -420,14 +420,15 @@ def check_paths(sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_dir: Pat
     Raises:
         ServiceError: fields `workdir`, `output`, `error`. Forbidden: no account to run as.
     """
-    sub = with_defaults(sub, cfg)
+    asked_output = sub.output  # sbatch's default (slurm-%j.out) is not checked: skipped at launch if it cannot be
+    sub = with_defaults(sub, cfg)  # made, as a file of that name left by another cluster must not refuse the job
     team = _team(sub, by, cfg)
     _may_submit_for(by, team)  # refused as `submit` would refuse it, before anything is looked at
     who = owners.resolve(cfg.spec, by.user, team)  # someone to run it as, or a 403
     workdir = sub.workdir or str(data_dir)
     _check_workdir(workdir, who.owner)
-    if sub.output is not None:
-        output_paths.check(sub.output, workdir, owner=who.owner)  # before anything is stored or created
+    if asked_output is not None:
+        output_paths.check(asked_output, workdir, owner=who.owner)  # before anything is stored or created
     if sub.error is not None:
         output_paths.check(sub.error, workdir, field="error", owner=who.owner)
 
