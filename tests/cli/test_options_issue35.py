@@ -132,6 +132,10 @@ def test_exclusive_one_node_gets_every_gpu_it_is_charged_for(yard, tmp_path):
                                       ENV_PROBE)))
     assert j["state"] == "COMPLETED"
     assert [seen(yard, j["id"], r)["GPN"] for r in range(4)] == ["4"] * 4  # a rank per GPU, as without -n
+    j = finished(yard, job_id_of(yard("submit", "-A", "nlp", "--exclusive", "-N", "1", "-n", "2", "--", "bash", "-c",
+                                      ENV_PROBE)))
+    assert j["state"] == "COMPLETED", j  # 2 tasks share the node's 4 GPUs, though -N 1 alone asks for 1
+    assert [len(seen(yard, j["id"], r)["CVD"].split(",")) for r in range(2)] == [2, 2]
 
 
 def test_queue_me_users_jobs_and_time(yard):

@@ -268,7 +268,8 @@ def _check_against_config(sub: JobSubmit, team: str, cls: str, shape: tuple, cfg
     if total > cap:
         raise _bad(f"{total} GPUs asked, but pool {sub.pool!r} has {cap}", "gpus")
     if sub.tasks_per_node is not None:
-        per = gpn if gpn is not None else min(total, max_gpn)
+        # an --exclusive job holds (and its tasks share) every GPU of its nodes, not the count it asked
+        per = max_gpn if sub.exclusive else gpn if gpn is not None else min(total, max_gpn)
         if per % sub.tasks_per_node:
             raise _bad(f"{per} GPUs per node do not divide over {sub.tasks_per_node} tasks", "tasks_per_node")
     if sub.gpu_mem_gb is not None:
