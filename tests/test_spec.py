@@ -117,3 +117,17 @@ def test_gpu_memory_in_gb_becomes_the_engines_mib_once():
             assert r.gpu_mem_mib == mib and type(r.gpu_mem_mib) is int
     assert JobSpec.model_validate({"team": "a", "gpus": 1}).to_request(7).gpu_mem_mib is None
     assert {n.gpu_mem_mib for n in load_config(EXAMPLE_CONFIG).to_sched()[0]} == {81920}
+
+
+def test_pool_aliases_name_pools_once():
+    """cluster.pools gives a pool other names for -p (issue 35): each alias means one pool, never
+    another pool's own name, and only pools some node is in."""
+    nodes = [{"name": "n", "gpus": 4, "pool": "default"}, {"name": "m", "gpus": 4, "pool": "big"}]
+    c = ClusterSpec(nodes=nodes, pools=[{"name": "default", "aliases": ["train", "gpu"]}])
+    assert c.pool_names() == {"default": "default", "big": "big", "train": "default", "gpu": "default"}
+    with pytest.raises(ValidationError, match="alias 'big' already names pool 'big'"):
+        ClusterSpec(nodes=nodes, pools=[{"name": "default", "aliases": ["big"]}])
+    with pytest.raises(ValidationError, match="alias 'x' already names pool 'default'"):
+        ClusterSpec(nodes=nodes, pools=[{"name": "default", "aliases": ["x"]}, {"name": "big", "aliases": ["x"]}])
+    with pytest.raises(ValidationError, match="no node is in pool 'gone'"):
+        ClusterSpec(nodes=nodes, pools=[{"name": "gone", "aliases": ["x"]}])

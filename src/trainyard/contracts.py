@@ -431,6 +431,11 @@ class JobInfo:
         submit_host: SLURM_SUBMIT_HOST.
         tasks_per_node: SLURM_NTASKS_PER_NODE, only when the job asked for it (--ntasks-per-node).
         cpus_per_task: SLURM_CPUS_PER_TASK, only when the job asked for it (--cpus-per-task).
+        gpus_per_node: SLURM_GPUS_PER_NODE, the GPUs the job holds on each node (--gpus-per-node,
+            or what -N with --gpus or --exclusive gave it); None for GPUs anywhere.
+        gpus: SLURM_GPUS, the job's GPUs in all.
+        mem_per_node_mib: SLURM_MEM_PER_NODE (--mem), in MB as Slurm writes it.
+        mem_per_gpu_mib: SLURM_MEM_PER_GPU (--mem-per-gpu).
     """
 
     name: str = ""
@@ -442,6 +447,10 @@ class JobInfo:
     submit_host: str = ""
     tasks_per_node: int | None = None
     cpus_per_task: int | None = None
+    gpus_per_node: int | None = None
+    gpus: int | None = None
+    mem_per_node_mib: int | None = None
+    mem_per_gpu_mib: int | None = None
 
 
 @dataclass(frozen=True)
@@ -552,6 +561,10 @@ def _slurm_env(gang: Gang, rank: int, local: int, node_id: int, *, job_id: int, 
         "SLURM_SUBMIT_DIR": info.submit_dir or workdir, "SLURM_SUBMIT_HOST": info.submit_host,
         "SLURM_NTASKS_PER_NODE": "" if info.tasks_per_node is None else str(info.tasks_per_node),
         "SLURM_CPUS_PER_TASK": "" if info.cpus_per_task is None else str(info.cpus_per_task),
+        "SLURM_GPUS_PER_NODE": "" if info.gpus_per_node is None else str(info.gpus_per_node),
+        "SLURM_GPUS": "" if info.gpus is None else str(info.gpus),
+        "SLURM_MEM_PER_NODE": "" if info.mem_per_node_mib is None else str(info.mem_per_node_mib),
+        "SLURM_MEM_PER_GPU": "" if info.mem_per_gpu_mib is None else str(info.mem_per_gpu_mib),
         "SLURM_RESTART_COUNT": str(attempt - 1) if attempt > 1 else "",
     }
     env.update({k: v for k, v in optional.items() if v})

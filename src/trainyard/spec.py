@@ -61,9 +61,39 @@ class NodeSpec(_Model):
         default_factory=list, max_length=100)
 
 
+class PoolSpec(_Model):
+    """A pool (Slurm's partition) of the nodes that name it, with other names `-p` may give it
+    (`aliases: [train, gpu]`: a site's partition names, so published scripts' `-p` work unchanged)."""
+
+    name: Name
+    aliases: list[Name] = Field(default_factory=list, max_length=100)
+
+
 class ClusterSpec(_Model):
     name: str = Field("cluster", max_length=B.MAX_NAME)
     nodes: list[NodeSpec] = Field(min_length=1, max_length=B.MAX_NODES)
+    pools: list[PoolSpec] = Field(default_factory=list, max_length=1000)  # aliases of the nodes' pools
+
+    def pool_names(self) -> dict[str, str]:
+        """Every name `-p` may give → the pool it means: each pool's own name, and its aliases."""
+        out = {n.pool: n.pool for n in self.nodes}
+        for p in self.pools:
+            out.update({a: p.name for a in p.aliases})
+        return out
+
+    @model_validator(mode="after")
+    def _pool_aliases(self) -> "ClusterSpec":
+        real = {n.pool for n in self.nodes}
+        seen: dict[str, str] = {}
+        for i, p in enumerate(self.pools):
+            if p.name not in real:
+                raise ValueError(f"pools[{i}]: no node is in pool {p.name!r}; pools are {sorted(real)}")
+            for a in p.aliases:
+                if a in real or seen.get(a, p.name) != p.name:
+                    raise ValueError(f"pools[{i}] ({p.name}): alias {a!r} already names pool "
+                                     f"{a if a in real else seen[a]!r}")
+                seen[a] = p.name
+        return self
 
     def expand(self) -> list[Node]:
         """The engine's nodes. `gpu_mem_gb` is converted to MiB here, once: the engine counts MiB."""

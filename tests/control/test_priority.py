@@ -70,3 +70,13 @@ def test_prio_shows_the_engines_order_and_its_factors(plane):
     assert r.status_code == 409 and "held" in r.json()["detail"]
     assert plane.admin.get("/api/v1/priority", params={"jobs": "999"}).status_code == 404
     assert plane.admin.get("/api/v1/priority", params={"jobs": "x"}).status_code == 400
+
+
+def test_sshare_fairshare_is_slurms_classic_factor():
+    """yard share's FAIRSHARE (issue 35): 2^(-U/S), 0-1, higher = more priority."""
+    from trainyard.control.priority import sshare_fairshare
+
+    assert sshare_fairshare(0.0, 0.5) == 1.0  # used nothing
+    assert sshare_fairshare(0.5, 0.5) == 0.5  # used exactly its share
+    assert sshare_fairshare(1.0, 0.25) == pytest.approx(2 ** -4)  # four times its share
+    assert sshare_fairshare(0.3, 0.0) == 0.0 and sshare_fairshare(0.0, 0.0) == 1.0

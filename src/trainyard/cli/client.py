@@ -60,6 +60,20 @@ def token() -> str | None:
         return None
 
 
+def error_field(r: Response) -> str | None:
+    """The field an API error names (a 400's `field`, a 422's first location), if any."""
+    try:
+        body = r.json()
+    except ValueError:
+        return None
+    detail = body.get("detail") if isinstance(body, dict) else None
+    if isinstance(detail, list) and detail and isinstance(detail[0], dict):
+        loc = [str(x) for x in detail[0].get("loc", []) if x not in ("body", "query", "path")]
+        return loc[0] if loc else None
+    field = body.get("field") if isinstance(body, dict) else None
+    return field if isinstance(field, str) else None
+
+
 def error_message(r: Response) -> str:
     """One line from an API error: the field it names, then the message."""
     try:
@@ -98,9 +112,10 @@ class Client:
         except ValueError as e:
             _die(f"YARD_URL: {e}", EXIT_BAD_INPUT)
 
-    def request(self, method: str, path: str, **kw: Any) -> Any:
-        """One API call, its JSON or text (`response` has the details)."""
-        r = self.response(method, path, **kw)
+    def request(self, method: str, path: str, where: dict[str, str] | None = None, **kw: Any) -> Any:
+        """One API call, its JSON or text (`response` has the details). `where`: field → where the
+        user gave it (`script.sh:4`, an #SBATCH line), put before a refusal that names the field."""
+        r = self.response(method, path, where=where, **kw)
         ctype = r.headers.get("content-type", "")
         return r.json() if ctype.startswith("application/json") else r.text
 
@@ -108,7 +123,7 @@ class Client:
         """A GET whose raw response is wanted (bytes and headers: a page of a log)."""
         return self.response("GET", path, **kw)
 
-    def response(self, method: str, path: str, **kw: Any) -> Any:
+    def response(self, method: str, path: str, where: dict[str, str] | None = None, **kw: Any) -> Any:
         """One API call's response; a 503 with Retry-After (the plane is busy: api/admission.py) is
         retried after the pause it asks for, for up to BUSY_RETRY_S in all, as a person would; an
         error ends the command (exit 2 for the caller's mistake, 1 when the server failed)."""
@@ -127,7 +142,8 @@ class Client:
         if r.status_code >= 500:
             _die(f"server error at {path}: HTTP {r.status_code}", EXIT_UNAVAILABLE)
         if r.status_code >= 400:
-            _die(error_message(r), EXIT_BAD_INPUT)
+            given = (where or {}).get(error_field(r) or "")
+            _die(f"{given}: {error_message(r)}" if given else error_message(r), EXIT_BAD_INPUT)
         return r
 
     def get(self, path: str, **kw: Any) -> Any:

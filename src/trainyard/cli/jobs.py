@@ -4,6 +4,7 @@ job), cancel (scancel), hold / release / requeue (scontrol), logs, events."""
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any, Optional
 
 import typer
 
-from trainyard.cli import event_format, queue_format
+from trainyard.cli import event_format, queue_format, recorded
 from trainyard.cli.client import Client
 from trainyard.cli.columns import terminal_width
 from trainyard.cli.common import EXIT_BAD_INPUT, fail
@@ -24,7 +25,7 @@ from trainyard.cli.sbatch import SbatchError, gpu_spec, open_mode, parse_sbatch,
 from trainyard.mail_types import check_mail_user, parse_mail_type
 from trainyard.contracts import expand_hostlist
 from trainyard.sched.constraints import ConstraintError, parse_features
-from trainyard.parsing import parse_begin
+from trainyard.parsing import parse_begin, parse_mem_mib
 from trainyard.signal_spec import parse_signal
 from trainyard.states import TERMINAL_STATES
 
@@ -83,6 +84,25 @@ def submit(
     mem: Optional[str] = typer.Option(None, "--mem", help="memory per node for all the job's ranks there, as sbatch: "
                                       "16G, 500M, a number of MB; the kernel ends a job over it (state OUT_OF_MEMORY)"),
     mem_per_gpu: Optional[str] = typer.Option(None, "--mem-per-gpu", help="memory per GPU, as sbatch (not with --mem)"),
+    mem_per_cpu: Optional[str] = typer.Option(None, "--mem-per-cpu", help="memory per CPU, as sbatch: the node's "
+                                              "limit is it times the CPUs of the job's tasks there (not with --mem)"),
+    gres: Optional[str] = typer.Option(None, "--gres", help="as sbatch: gpu:N or gpu:TYPE:N (GPUs on each node), "
+                                       "or none"),
+    gpus_per_task: Optional[str] = typer.Option(None, "--gpus-per-task", help="GPUs of each task, as sbatch: the "
+                                                "job's GPUs are its tasks (-n, --ntasks-per-node) times N"),
+    wrap: Optional[str] = typer.Option(None, "--wrap", help="as sbatch: run this shell command as the batch script "
+                                       "(#!/bin/sh)"),
+    hint: Optional[str] = typer.Option(None, "--hint", help="as sbatch (compute_bound, memory_bound, [no]multithread): "
+                                       "recorded, SLURM_HINT"),
+    distribution: Optional[str] = typer.Option(None, "-m", "--distribution", help="as sbatch (block, cyclic, ...): "
+                                               "recorded, SLURM_DISTRIBUTION"),
+    gres_flags: Optional[str] = typer.Option(None, "--gres-flags", help="as sbatch: recorded, SLURM_GRES_FLAGS"),
+    tmp: Optional[str] = typer.Option(None, "--tmp", help="as sbatch: temporary disk per node, recorded"),
+    get_user_env: bool = typer.Option(False, "--get-user-env", help="as sbatch: the job gets your environment "
+                                      "(--export=ALL, the default); recorded, SLURM_GET_USER_ENV"),
+    threads_per_core: Optional[str] = typer.Option(None, "--threads-per-core", help="as sbatch: recorded, "
+                                                   "SLURM_THREADS_PER_CORE"),
+    wckey: Optional[str] = typer.Option(None, "--wckey", help="as sbatch: recorded, SLURM_WCKEY"),
     cpus_per_task: Optional[int] = typer.Option(None, "-c", "--cpus-per-task", help="CPUs per rank, as sbatch"),
     checkpoint_interval: Optional[str] = typer.Option(None, "--checkpoint-interval", help="how often the job checkpoints"),
     pool: Optional[str] = typer.Option(None, "-p", "--pool", "--partition", help="pool of nodes"),
@@ -122,9 +142,24 @@ def submit(
     Prints the job id."""
     args = list(ctx.args)
     body: dict[str, Any] = {}
+    sbatch_lines: dict[str, str] = {}  # the #SBATCH line of each field a script gave (named in a refusal)
     try:
         model_g, gpus_n = (None, None) if gpus is None else gpu_spec(gpus, "--gpus")
         model_n, per_node = (None, None) if gpus_per_node is None else gpu_spec(gpus_per_node, "--gpus-per-node")
+        if gres is not None:
+            parsed = parse_sbatch(f"#SBATCH --gres={shlex.quote(gres)}\n", "--gres").fields
+            if "gpus_per_node" in parsed:
+                if per_node is not None:
+                    fail("give --gres or --gpus-per-node, not both")
+                model_n, per_node = parsed.get("gpu_model"), parsed["gpus_per_node"]  # type: ignore[assignment]
+        model_t, per_task = (None, None) if gpus_per_task is None else gpu_spec(gpus_per_task, "--gpus-per-task")
+        model_n = model_n or model_t
+        if mem_per_cpu is not None:
+            parse_mem_mib(mem_per_cpu)
+        recorded_env = dict(recorded.record(o, v) for o, v in (
+            ("--hint", hint), ("--distribution", distribution), ("--gres-flags", gres_flags), ("--tmp", tmp),
+            ("--get-user-env", "" if get_user_env else None), ("--threads-per-core", threads_per_core),
+            ("--wckey", wckey)) if v is not None)
         if constraint is not None:
             parse_features(constraint.strip())
         for opt, v in (("--nodelist", nodelist), ("--exclude", exclude)):
@@ -142,11 +177,13 @@ def submit(
             mail_type = parse_mail_type(mail_type) or "NONE"
         if mail_user is not None:
             mail_user = check_mail_user(mail_user)
+    except SbatchError as e:  # --gres, read as its #SBATCH line would be
+        fail("--gres: " + str(e).removeprefix("--gres:1: ").removeprefix("gres: ").removeprefix("--gres: "))
     except ConstraintError as e:
         fail(f"-C/--constraint: {e}")
     except ValueError as e:
         fail(str(e))
-    if model_g and model_n and model_g != model_n:
+    if model_g and model_n and model_g.lower() != model_n.lower():
         fail(f"--gpus and --gpus-per-node name different GPU models ({model_g}, {model_n})")
     if recipe is not None:
         if args:
@@ -169,6 +206,11 @@ def submit(
             body["gpus"] = spec.gpus
     elif sets:
         fail("--set: only with --recipe")
+    elif wrap is not None:
+        if args:
+            fail("--wrap: give a command to wrap or a command/script, not both (as sbatch)")
+        body["script"] = f"#!/bin/sh\n# This script was created by yard submit --wrap.\n\n{wrap}\n"
+        body["name"] = "wrap"  # sbatch's name for it
     elif not args:
         fail("give a command after `--` or a batch script")
     elif len(args) > 1 and not ctx.meta.get(AFTER_DASHDASH) and _looks_like_script(args[:1]):
@@ -189,6 +231,9 @@ def submit(
         for w in opts.warnings:
             typer.echo(f"warning: {w}", err=True)
         body.update(opts.fields)
+        body["env"] = opts.env
+        sbatch_lines = {k: f"{path}:{no}" for k, no in opts.lines.items()}
+        sbatch_lines.update({f"--{k}": sbatch_lines[k] for k in ("nodelist", "exclude") if k in sbatch_lines})
         body["script"] = text
         body.setdefault("name", path.name)
     else:
@@ -202,10 +247,13 @@ def submit(
              "begin": begin, "array": array, "signal": notice, "mem": mem, "mem_per_gpu": mem_per_gpu, "cpus_per_task": cpus_per_task,
              "error": error, "open_mode": open_mode_, "mail_type": mail_type, "mail_user": mail_user,
              "constraint": constraint, "gpu_model": model_g or model_n, "nodelist": nodelist, "exclude": exclude,
-             "ntasks": ntasks, "reservation": reservation}
+             "ntasks": ntasks, "reservation": reservation, "mem_per_cpu": mem_per_cpu, "gpus_per_task": per_task}
     body.update({k: v for k, v in given.items() if v is not None})
     if unlimited:  # over a script's #SBATCH --time, as sbatch's command line wins
         body["time"] = None
+    for k in given:  # a field the command line gave is no longer the script's line
+        if given[k] is not None:
+            sbatch_lines.pop(k, None)
     if isinstance(body.get("signal"), str):
         try:
             body["signal"] = parse_signal(body["signal"]).text()
@@ -230,7 +278,7 @@ def submit(
     except ExportError as e:
         fail(str(e))
     body.pop("export", None)
-    envs = job_env(exported, os.environ)
+    envs = {**job_env(exported, os.environ), **body.pop("env", {}), **recorded_env}
     if not exported.everything:  # as sbatch: the job (and its srun) sees what --export said
         envs["SLURM_EXPORT_ENV"] = export if export is not None else str(raw_export)
     for e in env:
@@ -242,7 +290,7 @@ def submit(
         body["env"] = envs
     if body.get("mail_type") == "NONE":  # the command line's NONE over a script's --mail-type
         body["mail_type"] = None
-    job = Client().post("/api/v1/jobs", json=body)
+    job = Client().post("/api/v1/jobs", json=body, where=sbatch_lines)
     for w in job.pop("warnings", None) or ():
         typer.echo(f"warning: {w}", err=True)
     if as_json:
@@ -255,7 +303,11 @@ def submit(
 
 def queue(
     team: Optional[str] = typer.Option(None, "-A", "--team", help="only this team's jobs"),
-    user: Optional[str] = typer.Option(None, "-u", "--user", help="only this user's jobs"),
+    user: Optional[str] = typer.Option(None, "-u", "--user", help="only these users' jobs (comma-separated), "
+                                       "as squeue"),
+    me: bool = typer.Option(False, "--me", help="only your own jobs (your token's user), as squeue --me"),
+    job_ids: Optional[str] = typer.Option(None, "-j", "--jobs", help="only these jobs (comma-separated ids; an "
+                                          "array's id: its tasks), in any state, as squeue -j"),
     state: Optional[str] = typer.Option(None, "-t", "--states",
                                         help="comma-separated states or squeue codes (PD,R,CD...); 'all': every state"),
     all_jobs: bool = typer.Option(False, "-a", "--all", help="finished jobs too"),
@@ -276,12 +328,26 @@ def queue(
         shape = queue_format.layout(fmt, names)
     except queue_format.FormatError as e:
         fail(str(e))
-    params: dict[str, Any] = {k: v for k, v in {"team": team, "user": user, "state": state}.items() if v}
-    if not all_jobs and not state:
+    c = Client()
+    users = [u.strip() for u in (user or "").split(",") if u.strip()]
+    if me:
+        users = [*users, c.get("/api/v1/whoami")["user"]]
+    try:
+        wanted = {int(x) for x in (job_ids or "").split(",") if x.strip()}
+    except ValueError:
+        fail(f"-j/--jobs: expected job ids separated by commas, got {job_ids!r}")
+    params: dict[str, Any] = {k: v for k, v in {"team": team, "state": state}.items() if v}
+    if len(set(users)) == 1:
+        params["user"] = users[0]
+    if not all_jobs and not state and not wanted:
         params["active"] = "true"
     if not as_json:
         params["fields"] = queue_format.API_FIELDS
-    jobs = Client().get("/api/v1/jobs", params=params)["jobs"]
+    jobs = c.get("/api/v1/jobs", params=params)["jobs"]
+    if users:
+        jobs = [j for j in jobs if j.get("user") in users]
+    if wanted:
+        jobs = [j for j in jobs if j["id"] in wanted or j.get("array_job_id") in wanted]
     if as_json:
         print_json(jobs)
         return
@@ -323,6 +389,11 @@ def show(job_id: str = typer.Argument(..., help="job id, or ARRAY_TASK (42_3)"),
             "job_dir", "constraint", "gpu_model", "nodelist_asked", "exclude_nodes", "exclusive", "ntasks"]
     for k in keys:
         typer.echo(f"{k:>22}: {clean(j.get(k))}")
+    typer.echo(f"{'memory':>22}: {memory_line(j)}")
+    typer.echo(f"{'cpus':>22}: {cpus_line(j)}")
+    if recorded.shown(j.get("env")):
+        typer.echo(f"{'recorded options':>22}: {clean(recorded.shown(j.get('env')))} (not acted on: "
+                   "cli/recorded.py)")
     typer.echo(f"{'command':>22}: {clean(' '.join(j['command'] or [])) or '(batch script)'}")
     for k in ("submit_time", "begin_time", "eligible_time", "start_time", "end_time", "est_start"):
         typer.echo(f"{k:>22}: {'' if j[k] is None else time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(j[k]))}")
@@ -347,7 +418,27 @@ def show(job_id: str = typer.Argument(..., help="job id, or ARRAY_TASK (42_3)"),
                 duration((a["ended_at"] or time.time()) - a["started_at"]), "" if a["exit_code"] is None else a["exit_code"],
                 "" if a["signal"] is None else a["signal"], f"{a.get('lost_gpu_s') or 0:.1f}",
                 "" if a.get("recover_s") is None else f"{a['recover_s']:.1f}s",
-                nodelist(a["placement"]), gpu_indices(a["placement"]), a["reason"]] for a in j["attempts"]])
+                nodelist(a["placement"]), gpu_indices(a["placement"]), a["reason"]] for a in j["attempts"]],
+              plain=True)  # every state and cause whole: the reason, last, may be as long as it is
+
+
+def memory_line(j: dict) -> str:
+    """The job's memory as asked: --mem per node, --mem-per-gpu, or --mem-per-cpu (with the node's
+    limit it gives); 'no limit' when none was."""
+    per_cpu = (j.get("env") or {}).get("SLURM_MEM_PER_CPU")
+    if per_cpu:
+        return f"{per_cpu}M per CPU (--mem-per-cpu), {j.get('mem_mib')}M per node"
+    if j.get("mem_mib") is not None:
+        return f"{j['mem_mib']}M per node (--mem)"
+    if j.get("mem_per_gpu_mib") is not None:
+        return f"{j['mem_per_gpu_mib']}M per GPU (--mem-per-gpu)"
+    return "no limit (none asked)"
+
+
+def cpus_line(j: dict) -> str:
+    """-c/--cpus-per-task as asked, or that none was (the ranks share their nodes' CPUs)."""
+    c = j.get("cpus_per_task")
+    return f"{c} per task (-c)" if c is not None else "not limited (no -c)"
 
 
 def limits_line(j: dict) -> str:

@@ -35,8 +35,17 @@ app = typer.Typer(help="trainyard: a manager for GPU training clusters shared by
                   no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
 
 
+def _version(value: bool) -> None:
+    if value:  # as `sbatch --version`: the name and the version, then nothing else runs
+        from trainyard import __version__
+
+        typer.echo(f"trainyard {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _main() -> None:
+def _main(version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
+                                       help="print the version and exit")) -> None:
     """trainyard: a manager for GPU training clusters shared by several teams."""
 
 

@@ -39,9 +39,10 @@ def shown_id(j: dict) -> str:
 
 
 def _time_used(j: dict, now: float) -> str:
+    """squeue's TIME: how long it has run; 0:00 for a job that waits (its wait is not run time)."""
     if _running(j):
         return ago(j["start_time"], now)
-    return ago(j["submit_time"], now) if j["state"] in ("PENDING", "REQUEUED") else ""
+    return "0:00" if j["state"] in ("PENDING", "REQUEUED") else ""
 
 
 def _gpus(j: dict) -> str:

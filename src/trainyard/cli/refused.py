@@ -18,10 +18,9 @@ REFUSED: dict[str, str] = {
 }
 # Options that choose where a job runs or what it runs in, which trainyard cannot do yet: refused,
 # so that a published script does not run on GPUs or software it asked not to. (-w/--nodelist,
-# -x/--exclude, -C/--constraint, --exclusive and GPU models are honoured: services/placement_ask.py.)
+# -x/--exclude, -C/--constraint, --exclusive and GPU models are honoured: services/placement_ask.py;
+# so is --gpus-per-task: services/jobs.py.)
 REFUSED.update({
-    "--gpus-per-task": ("not supported yet: every task sees all of the job's GPUs on its node (Slurm without "
-                        "--gpus-per-task); ask for --gpus-per-node with --ntasks-per-node"),
     "--container-image": ("not supported: trainyard runs a job's processes in its owner's environment and has no "
                           "containers yet; run the script inside the image's environment instead"),
 })

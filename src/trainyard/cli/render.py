@@ -54,8 +54,11 @@ def clock(t: float | None, now: float | None = None) -> str:
     return time.strftime("%m-%dT%H:%M" if lt.tm_year == today.tm_year else "%Y-%m-%dT%H:%M", lt)
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None) -> None:
-    if len(rows) > RICH_MAX_ROWS:
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None, *,
+          plain: bool = False) -> None:
+    """Rows under headers. `plain` (and any listing over RICH_MAX_ROWS): aligned text that is never
+    cut, however wide (Rich shrinks columns to the terminal, cutting a state to `PREEMP…`)."""
+    if plain or len(rows) > RICH_MAX_ROWS:
         cells = [[clean(c) for c in r] for r in rows]
         widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
         lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]

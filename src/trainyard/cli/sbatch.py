@@ -13,9 +13,12 @@ control/notify.py), `--reservation` (an admin reservation,
 `cli/reservations.py`: checked at submission, honoured by the engine), `--requeue` (every job's default); placement (services/placement_ask.py):
 `-C/--constraint` (features: `&`, `|`, parentheses), the GPU model of `--gpus`/`--gpus-per-node`/
 `--gres=gpu:TYPE:N`, `-w/--nodelist` and `-x/--exclude` (hostlists), `--exclusive` (whole nodes),
-`-n/--ntasks`. Refused with a reason (cli/refused.py): `--nice`, `--time-min`, `--no-requeue`.
-Options that make sense to Slurm but not here (`--mem-per-cpu`, …) are ignored with a warning;
-anything else is an error that names the line.
+`-n/--ntasks`, `--gpus-per-task`, `--mem-per-cpu` (services/jobs.py), `--gres=none`. Refused with
+a reason (cli/refused.py): `--nice`, `--time-min`, `--no-requeue`, `--container-image`. Accepted and
+recorded in the job's environment (cli/recorded.py): `--hint`, `-m/--distribution`, `--gres-flags`,
+`--tmp`, `--get-user-env`, `--threads-per-core`, `--wckey`. `--comment` is ignored with a warning;
+anything else is an error that names the line. Long options may be abbreviated as sbatch allows
+(cli/prefixes.py); each field remembers its line, so a refusal by the plane names it too.
 In `#SBATCH` lines, as in sbatch, `-e` is `--error` (never yard submit's `--env`).
 """
 
@@ -28,7 +31,8 @@ from dataclasses import dataclass, field
 from trainyard import io_patterns
 from trainyard.cli.export import parse_export
 from trainyard.mail_types import check_mail_user, parse_mail_type
-from trainyard.cli.refused import refusal
+from trainyard.cli import prefixes, recorded
+from trainyard.cli.refused import REFUSED, refusal
 from trainyard.contracts import expand_hostlist
 from trainyard.sched.constraints import parse_features
 from trainyard.parsing import parse_begin, parse_duration, parse_mem_mib, parse_node_range
@@ -70,9 +74,11 @@ _FIELDS = {
     "-x": "exclude", "--exclude": "exclude",
     "-n": "ntasks", "--ntasks": "ntasks",
     "--reservation": "reservation",
+    "--mem-per-cpu": "mem_per_cpu",
+    "--gpus-per-task": "gpus_per_task",
 }
 _FLAGS = {"-H": "hold", "--hold": "hold", "--exclusive": "exclusive"}
-IGNORED = {"--mem-per-cpu", "--comment"}
+IGNORED = {"--comment"}
 
 
 UNLIMITED_TIMES = ("unlimited", "infinite")
@@ -124,16 +130,35 @@ def gpu_count(raw: str, option: str) -> int:
 
 @dataclass
 class SbatchOptions:
+    """What a script's `#SBATCH` lines ask: submission `fields`, `env` (the options recorded in the
+    job's environment: cli/recorded.py), `warnings`, and `lines`, the line each field came from (so
+    that the plane's refusal of a field names the script's line)."""
+
     fields: dict[str, object] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    lines: dict[str, int] = field(default_factory=dict)
+
+
+# Every long option an #SBATCH line may name: what a prefix (`--tim`) may stand for (cli/prefixes.py).
+LONG_OPTIONS = frozenset(o for o in (*_FIELDS, *_FLAGS, *IGNORED, *recorded.ENV, *REFUSED, "--requeue")
+                         if o.startswith("--"))
+
+
+def long_name(name: str, file: str, line: int) -> str:
+    """`name` with an abbreviation expanded as sbatch does; unknown names are returned as they are."""
+    try:
+        return prefixes.expand(name, LONG_OPTIONS) or name
+    except prefixes.AmbiguousOption as e:
+        raise SbatchError(file, line, str(e)) from None
 
 
 def _value(field_name: str, raw: str, file: str, line: int, option: str = "") -> object:
     try:
-        if field_name in ("mem", "mem_per_gpu"):
+        if field_name in ("mem", "mem_per_gpu", "mem_per_cpu"):
             parse_mem_mib(raw)
             return raw.strip()
-        if field_name in ("gpus_per_node", "gpus"):
+        if field_name in ("gpus_per_node", "gpus", "gpus_per_task"):
             return gpu_spec(raw, option or field_name)
         if field_name in ("constraint", "nodelist", "exclude"):
             try:
@@ -179,8 +204,10 @@ def _value(field_name: str, raw: str, file: str, line: int, option: str = "") ->
             return check_mail_user(raw, option or "--mail-user")
         if field_name == "gres":
             kind, colon, count = raw.strip().partition(":")
+            if kind.lower() == "none" and not colon:
+                return None  # sbatch's --gres=none: no generic resources (a job still holds its GPUs)
             if kind != "gpu" or not colon:
-                raise ValueError(f"expected gpu:N or gpu:TYPE:N, got {raw!r}")
+                raise ValueError(f"expected gpu:N, gpu:TYPE:N or none, got {raw!r}")
             return gpu_spec(count, option or "--gres")
     except ValueError as e:
         named = option and str(e).startswith(option + ":")  # the message names the option already
@@ -217,6 +244,9 @@ def parse_sbatch(text: str, file: str = "script") -> SbatchOptions:
             if not w.startswith("-"):
                 raise SbatchError(file, no, f"expected an option, got {w!r}")
             name, eq, val = w.partition("=")
+            name = recorded.SHORT.get(name, name)
+            if name.startswith("--"):
+                name = long_name(name, file, no)
             if refusal(name):
                 raise SbatchError(file, no, str(refusal(name)))
             if name == "--requeue":  # what every trainyard job gets (cli/refused.py)
@@ -224,7 +254,24 @@ def parse_sbatch(text: str, file: str = "script") -> SbatchOptions:
                 continue
             if name in _FLAGS:
                 out.fields[_FLAGS[name]] = True
+                out.lines[_FLAGS[name]] = no
                 i += 1
+                continue
+            if name in recorded.OPTIONAL_VALUE and not eq:  # --get-user-env alone
+                out.env.update([recorded.record(name, "")])
+                i += 1
+                continue
+            if name in recorded.ENV:
+                if not eq:
+                    if i + 1 >= len(words):
+                        raise SbatchError(file, no, f"option {name} needs a value")
+                    val = words[i + 1]
+                    i += 1
+                i += 1
+                try:
+                    out.env.update([recorded.record(name, val)])
+                except ValueError as e:
+                    raise SbatchError(file, no, str(e)) from None
                 continue
             takes_value = name in _FIELDS or name in IGNORED
             if not takes_value:
@@ -243,9 +290,14 @@ def parse_sbatch(text: str, file: str = "script") -> SbatchOptions:
                 continue
             fname = _FIELDS[name]
             v = _value(fname, val, file, no, name)
+            if fname == "gres" and v is None:  # --gres=none
+                continue
             if isinstance(v, tuple):  # a GPU request: (model, count); the model is a placement constraint
                 model, v = v
                 if model:
                     out.fields["gpu_model"] = model
-            out.fields["gpus_per_node" if fname == "gres" else fname] = v
+                    out.lines["gpu_model"] = no
+            key = "gpus_per_node" if fname == "gres" else fname
+            out.fields[key] = v
+            out.lines[key] = no
     return out

@@ -20,14 +20,16 @@ def share(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> N
         typer.echo(json.dumps(rep, indent=2))
         return
     typer.echo(f"policy {rep['policy']}; usage decays with a half-life of {rep['half_life_s'] / 86400:g} days; "
-               f"factor = (usage share / quota share) ^ {rep['fairshare_weight']:g}")
+               f"FAIRSHARE = 2^(-NORMUSAGE/NORMSHARES) as sshare's (higher: more priority); USAGEFACTOR = the "
+               f"engine's (usage share / quota share) ^ {rep['fairshare_weight']:g} (higher: waits longer)")
     table(["TEAM", "POOL", "COHORT", "NOMINAL", "BORROW", "LEND", "ALLOC", "NORMSHARES", "RAWUSAGE(GPUh)",
-           "NORMUSAGE", "LEVELFS", "FAIRSHARE"],
+           "NORMUSAGE", "LEVELFS", "FAIRSHARE", "USAGEFACTOR"],
           [[t["team"], t["pool"], t["cohort"] or "", t["nominal_gpus"],
             "" if t["borrowing_limit"] is None else t["borrowing_limit"],
             "" if t["lending_limit"] is None else t["lending_limit"], t["gpus_allocated"], f"{t['norm_shares']:.3f}",
             f"{t['raw_usage_gpu_hours']:.2f}", f"{t['norm_usage']:.3f}",
-            "" if t["level_fs"] is None else f"{t['level_fs']:.3f}", f"{t['fairshare_factor']:.3f}"]
+            "" if t["level_fs"] is None else f"{t['level_fs']:.3f}", f"{t['fairshare']:.6f}",
+            f"{t['fairshare_factor']:.3f}"]
            for t in rep["teams"]])
 
 

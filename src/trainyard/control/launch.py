@@ -52,14 +52,27 @@ def start(ctx: LoopContext, s: Session, j: JobRow, placement: list[dict[str, Any
                                                by=auth.SYSTEM, job_id=j.id)
     command = list(j.command) if j.command else ["/bin/bash", str(jd.script)]
     j.pids_max = pids_limit(ctx, s, j)
-    info = JobInfo(name=j.name, team=j.team, pool=j.pool, job_class=j.job_class, cluster=cluster,
-                   submit_dir=j.workdir, submit_host=SUBMIT_HOST, tasks_per_node=j.tasks_per_node)
+    info = job_info(j, placement, cluster)
     return LaunchSpec(job_id=j.id, attempt=j.attempt, command=command, workdir=j.workdir, job_dir=str(jd.root),
                       ranks=ranks_for(placement, j.tasks_per_node), env=env,
                       checkpoint_dir=str(jd.checkpoints), job=info,
                       limits=Limits(j.mem_mib, j.mem_per_gpu_mib, j.cpus_per_task, j.pids_max), batch=not j.command,
                       stderr_apart=stderr_apart(j.output, j.error),
                       constraints=Constraints(j.constraint, j.gpu_model, tuple(j.exclude_nodes or ()), bool(j.exclusive)))
+
+
+def job_info(j: JobRow, placement: list[dict[str, Any]], cluster: str) -> JobInfo:
+    """The SLURM variables of the job's options (`contracts.JobInfo`): what sbatch would set for
+    them. The GPUs are those the attempt holds (an --exclusive job's are its nodes' every GPU); a
+    memory limit that --mem-per-cpu gave is SLURM_MEM_PER_CPU (in the job's env), not per node."""
+    per_node = {len(p["gpus"]) for p in placement}
+    held = sum(len(p["gpus"]) for p in placement)
+    return JobInfo(name=j.name, team=j.team, pool=j.pool, job_class=j.job_class, cluster=cluster,
+                   submit_dir=j.workdir, submit_host=SUBMIT_HOST, tasks_per_node=j.tasks_per_node,
+                   cpus_per_task=j.cpus_per_task,
+                   gpus_per_node=per_node.pop() if len(per_node) == 1 else None, gpus=held or None,
+                   mem_per_node_mib=None if "SLURM_MEM_PER_CPU" in (j.env or {}) else j.mem_mib,
+                   mem_per_gpu_mib=j.mem_per_gpu_mib)
 
 
 def pids_limit(ctx: LoopContext, s: Session, j: JobRow) -> int:

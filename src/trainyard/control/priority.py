@@ -53,6 +53,8 @@ class TeamShare(BaseModel):
     norm_usage: float = Field(description="its decayed usage / all teams'")
     level_fs: float | None = Field(description="norm_shares / norm_usage (Slurm's Level FS; >1 under-served)")
     fairshare_factor: float = Field(description="the engine's multiplier on its jobs' score (1 on share, >1 waits)")
+    fairshare: float = Field(description="sshare's FAIRSHARE, Slurm's classic 2^(-norm_usage/norm_shares): 0-1, "
+                                         "higher = more priority (1: unused, 0.5: used its share)")
 
 
 class ShareReport(BaseModel):
@@ -140,9 +142,17 @@ def share(s: Session, cfg: ConfigVersion, now: float) -> ShareReport:
                                  gpus_allocated=held.get((name, pool), 0), norm_shares=norm_shares,
                                  raw_usage_gpu_hours=usage.get(name, 0.0) / 3600.0, norm_usage=norm_usage,
                                  level_fs=norm_shares / norm_usage if norm_usage > 0 else None,
-                                 fairshare_factor=fs[name]))
+                                 fairshare_factor=fs[name], fairshare=sshare_fairshare(norm_usage, norm_shares)))
     return ShareReport(now=now, policy=cfg.spec.scheduler.policy, half_life_s=USAGE_HALF_LIFE_S,
                        fairshare_weight=op.fairshare_weight, teams=out)
+
+
+def sshare_fairshare(norm_usage: float, norm_shares: float) -> float:
+    """Slurm's classic fair-share factor, 2^(-U/S): 1 for a team that used nothing, 0.5 for one
+    that used exactly its share, towards 0 beyond; 0 for a team with no share that used any."""
+    if norm_shares <= 0:
+        return 1.0 if norm_usage <= 0 else 0.0
+    return 2.0 ** (-norm_usage / norm_shares)
 
 
 def priority(s: Session, cfg: ConfigVersion, now: float, job_ids: tuple[int, ...] = ()) -> PriorityReport:

@@ -87,6 +87,10 @@ class JobSubmit(BaseModel):
     gpu_mem_gb: float | None = Field(None, ge=0.001, le=1_000_000)  # at least 1 MiB
     mem: StrictInt | StrictStr | None = Field(None, description="memory per node, as sbatch --mem: 16G, 500M, MB")
     mem_per_gpu: StrictInt | StrictStr | None = Field(None, description="memory per GPU, as sbatch --mem-per-gpu")
+    mem_per_cpu: StrictInt | StrictStr | None = Field(None, description="memory per CPU, as sbatch --mem-per-cpu: "
+                                                      "the node's limit is it times the CPUs of its tasks there")
+    gpus_per_task: int | None = Field(None, ge=1, le=1024, description="as sbatch --gpus-per-task: GPUs of each "
+                                      "task (the job's GPUs are its tasks' times this)")
     cpus_per_task: int | None = Field(None, ge=1, le=4096)
     time: str | float | None = Field(None, description="time limit: seconds, '30m', '2h', '1-12:00:00'")
     checkpoint_interval: str | float | None = None
@@ -148,7 +152,7 @@ class JobSubmit(BaseModel):
     def _array(cls, v: str | None) -> str | None:
         return None if v is None else arrays.normalize(arrays.parse(v))
 
-    @field_validator("mem", "mem_per_gpu")
+    @field_validator("mem", "mem_per_gpu", "mem_per_cpu")
     @classmethod
     def _mem(cls, v: Any) -> Any:
         if v is not None:
@@ -264,7 +268,8 @@ def _check_against_config(sub: JobSubmit, team: str, cls: str, shape: tuple, cfg
     if total > cap:
         raise _bad(f"{total} GPUs asked, but pool {sub.pool!r} has {cap}", "gpus")
     if sub.tasks_per_node is not None:
-        per = gpn if gpn is not None else min(total, max_gpn)
+        # an --exclusive job holds (and its tasks share) every GPU of its nodes, not the count it asked
+        per = max_gpn if sub.exclusive else gpn if gpn is not None else min(total, max_gpn)
         if per % sub.tasks_per_node:
             raise _bad(f"{per} GPUs per node do not divide over {sub.tasks_per_node} tasks", "tasks_per_node")
     if sub.gpu_mem_gb is not None:
@@ -278,7 +283,25 @@ def _check_against_config(sub: JobSubmit, team: str, cls: str, shape: tuple, cfg
     limit = parse_duration(sub.time) if sub.time is not None else None
     max_run = classes[cls].max_run_time
     if limit is not None and max_run is not None and limit > max_run:
-        raise _bad(f"time limit {limit:.0f}s exceeds class {cls!r}'s max run time {max_run:.0f}s", "time")
+        raise _bad(f"-t {_as_given(sub.time)} is over class {cls!r}'s limit of {slurm_duration(max_run)}", "time")
+
+
+def slurm_duration(seconds: float) -> str:
+    """Seconds as Slurm writes a time limit: `[D-]HH:MM:SS` (`2-00:00:00`, `01:30:00`)."""
+    s = int(round(seconds))
+    d, s = divmod(s, 86400)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    return (f"{d}-" if d else "") + f"{h:02d}:{m:02d}:{s:02d}"
+
+
+def _as_given(value: str | float) -> str:
+    """A submitted time limit as the user wrote it: the CLI sends sbatch's bare minutes as `Nm`
+    (cli/sbatch.py `slurm_time`), shown back as the bare number; a number from the API is seconds."""
+    if isinstance(value, (int, float)):
+        return slurm_duration(value)
+    v = value.strip()
+    return v[:-1] if v.endswith("m") and v[:-1].isdigit() else v
 
 
 def _mem_limit(v: int | str | None) -> int | None:
@@ -324,6 +347,71 @@ def _may_submit_for(by: Principal, team: str) -> None:
         raise Forbidden(f"a {by.role} token{' of team ' + by.team if by.team else ''} cannot submit for team {team!r}")
 
 
+DEFAULT_OUTPUT, DEFAULT_ARRAY_OUTPUT = "slurm-%j.out", "slurm-%A_%a.out"  # sbatch's, in the working directory
+
+
+def with_defaults(sub: JobSubmit, cfg: ConfigVersion) -> JobSubmit:
+    """`sub` as sbatch completes it: a batch script's output in `slurm-%j.out` (an array's in
+    `slurm-%A_%a.out`) when no `--output` is given; `-p` by an alias (`cluster.pools`) as the pool it
+    names; `--gpus-per-task` as the GPUs it implies (its tasks' count times it, sbatch's rule) with
+    `SLURM_GPUS_PER_TASK` in the job's environment.
+
+    Raises:
+        ServiceError: an unknown pool (naming the pools and their aliases), or `--gpus-per-task`
+            with `--gpus`/`--gpus-per-node`.
+    """
+    update: dict[str, Any] = {}
+    if sub.script is not None and sub.output is None:
+        update["output"] = DEFAULT_ARRAY_OUTPUT if sub.array else DEFAULT_OUTPUT
+    names = cfg.spec.cluster.pool_names()
+    if sub.pool not in names:
+        aliases = sorted(a for a, p in names.items() if a != p)
+        raise _bad(f"unknown pool {sub.pool!r}; pools are {sorted(set(names.values()))}"
+                   + (f" (aliases {aliases})" if aliases else ""), "pool")
+    if names[sub.pool] != sub.pool:
+        update["pool"] = names[sub.pool]
+    if sub.gpus_per_task is not None:
+        update.update(_gpus_of_tasks(sub))
+    return sub.model_copy(update=update) if update else sub
+
+
+def _gpus_of_tasks(sub: JobSubmit) -> dict[str, Any]:
+    """--gpus-per-task=N: with --ntasks-per-node T, T*N GPUs on each node; with -n T over -N M
+    nodes, T/M tasks per node; with -n T alone, T tasks of N GPUs on one node; else one task per
+    node with N GPUs."""
+    n = sub.gpus_per_task
+    assert n is not None
+    if sub.gpus is not None or sub.gpus_per_node is not None:
+        raise _bad("give --gpus-per-task or --gpus/--gpus-per-node, not both", "gpus_per_task")
+    tpn = sub.tasks_per_node
+    if tpn is None and sub.ntasks is not None:
+        if sub.nodes is None:
+            tpn = sub.ntasks
+        else:
+            lo, _ = parse_node_range(sub.nodes)
+            tpn = max(1, sub.ntasks // lo)  # an uneven split is refused by placement_ask.apply_ntasks
+    out: dict[str, Any] = {"tasks_per_node": tpn or 1, "gpus_per_node": (tpn or 1) * n,
+                           "env": {"SLURM_GPUS_PER_TASK": str(n), **sub.env}}
+    return out
+
+
+def _mem_of_cpus(sub: JobSubmit, shape: tuple, cfg: ConfigVersion) -> int | None:
+    """--mem-per-cpu as the per-node limit trainyard enforces (MiB): it times the CPUs of the
+    job's tasks on a node (-c, 1 by default, times the tasks there: --ntasks-per-node, else one per
+    GPU; for GPUs anywhere, as many as the largest node of the pool may hold)."""
+    if sub.mem_per_cpu is None:
+        return None
+    if sub.mem is not None or sub.mem_per_gpu is not None:
+        raise _bad("give one of --mem, --mem-per-gpu and --mem-per-cpu (as in Slurm)", "mem_per_cpu")
+    per_cpu = parse_mem_mib(sub.mem_per_cpu)
+    if not per_cpu:
+        return None
+    lo, hi, gpn, total = shape
+    max_gpn = max((n.gpus for n in cfg.nodes if n.pool == sub.pool), default=1)
+    tasks = sub.tasks_per_node or gpn or min(total, max_gpn)
+    return per_cpu * (sub.cpus_per_task or 1) * tasks
+
+
 def check_paths(sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_dir: Path) -> None:
     """The working directory and the `--output`/`--error` ways, looked at as the account the job
     runs as (`jobfs.as_owner`: a forked child, up to WORKDIR_CHECK_S each on a hung mount). The
@@ -333,13 +421,15 @@ def check_paths(sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_dir: Pat
     Raises:
         ServiceError: fields `workdir`, `output`, `error`. Forbidden: no account to run as.
     """
+    asked_output = sub.output  # sbatch's default (slurm-%j.out) is not checked: skipped at launch if it cannot be
+    sub = with_defaults(sub, cfg)  # made, as a file of that name left by another cluster must not refuse the job
     team = _team(sub, by, cfg)
     _may_submit_for(by, team)  # refused as `submit` would refuse it, before anything is looked at
     who = owners.resolve(cfg.spec, by.user, team)  # someone to run it as, or a 403
     workdir = sub.workdir or str(data_dir)
     _check_workdir(workdir, who.owner)
-    if sub.output is not None:
-        output_paths.check(sub.output, workdir, owner=who.owner)  # before anything is stored or created
+    if asked_output is not None:
+        output_paths.check(asked_output, workdir, owner=who.owner)  # before anything is stored or created
     if sub.error is not None:
         output_paths.check(sub.error, workdir, field="error", owner=who.owner)
 
@@ -349,6 +439,7 @@ def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_d
     """Validate and store a job as PENDING (or held). Nothing is written unless all is well.
     `now`: the plane's time (`ControlPlane.clock`), by default the wall clock. `paths_checked`:
     the caller ran `check_paths` already (outside its lock)."""
+    sub = with_defaults(sub, cfg)
     team = _team(sub, by, cfg)
     _may_submit_for(by, team)
     cls = sub.job_class or cfg.spec.default_class
@@ -361,6 +452,10 @@ def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_d
         sub = sub.model_copy(update={k: changed[k] for k in ("nodes", "tasks_per_node", "gpus_per_node")})
     shape = _resolve_shape(sub)
     _check_against_config(sub, team, cls, shape, cfg)
+    mem_of_cpus = _mem_of_cpus(sub, shape, cfg)
+    if mem_of_cpus is not None:  # recorded as Slurm's job has it; enforced as the node's --mem
+        sub = sub.model_copy(update={"mem": mem_of_cpus, "env": {
+            "SLURM_MEM_PER_CPU": str(parse_mem_mib(sub.mem_per_cpu)), **sub.env}})
     where = placement_ask.check(sub.model_dump(), sub.pool, cfg.nodes, shape)
     reservations.check_job(cfg, sub.reservation, by.user, team, sub.pool, now)  # before anything is stored
     who = owners.resolve(cfg.spec, by.user, team)  # someone to run it as, or a 403 naming the user

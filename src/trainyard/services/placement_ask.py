@@ -6,6 +6,8 @@ node has is a 400 naming the option at submission, never a job that waits for ev
 
 - `gpu_model` (`--gpus=TYPE:N`, `--gres=gpu:TYPE:N`): some node of the pool has that model;
 - `constraint` (`-C`): it parses (`parse_features`), every feature it names is some node's;
+- both matched regardless of case (`a100` is a node's `A100`) and stored as the configuration
+  spells them, so the engine compares them exactly;
 - `nodelist` / `exclude` (`-w` / `-x`, Slurm hostlists such as `node-[0-1]`): every name is a
   node of the pool; a job must not include more nodes than it asks for;
 - and together: enough nodes (and GPUs) allow the job for its size.
@@ -18,6 +20,7 @@ always hold GPUs, and a task per GPU is its default).
 
 from __future__ import annotations
 
+import re
 from typing import Any, Sequence
 
 from trainyard.contracts import expand_hostlist
@@ -86,15 +89,18 @@ def check(values: dict[str, Any], pool: str, nodes: Sequence[Node], shape: tuple
     in_pool = [n for n in nodes if n.pool == pool]
     if model is not None:
         models = sorted({n.gpu_model for n in in_pool})
+        model = _spelled(model, models)
         if model not in models:
             raise ServiceError(f"--gpus/--gres: no node of pool {pool!r} has GPU model {model!r}; models are {models}",
                                field="gpu_model")
     if text is not None:
+        known = sorted({f for n in in_pool for f in n.features})
         try:
+            expr = parse_features(text)
+            text = _features_spelled(text, expr, known)
             expr = parse_features(text)
         except ConstraintError as e:
             raise ServiceError(f"-C/--constraint: {e}", field="constraint") from None
-        known = sorted({f for n in in_pool for f in n.features})
         unknown = [f for f in feature_names(expr) if f not in known]
         if unknown:
             raise ServiceError(f"-C/--constraint: no node of pool {pool!r} has feature {unknown[0]!r}; "
@@ -125,6 +131,25 @@ def check(values: dict[str, Any], pool: str, nodes: Sequence[Node], shape: tuple
                                f"{total} GPUs", field="constraint")
     return {"constraint": text, "gpu_model": model, "nodelist": include or None, "exclude_nodes": exclude or None,
             "exclusive": exclusive}
+
+
+def _spelled(name: str, known: Sequence[str]) -> str:
+    """`name` as the configuration spells it when it differs only in case (`a100` for `A100`: GPU
+    models and features are written both ways, and the docs' examples are lowercase); a name that
+    two configured spellings match, or none, is left as given."""
+    if name in known:
+        return name
+    same = [k for k in known if k.lower() == name.lower()]
+    return same[0] if len(same) == 1 else name
+
+
+def _features_spelled(text: str, expr: Any, known: Sequence[str]) -> str:
+    """The `-C` text with each feature name spelled as the configuration does (`_spelled`)."""
+    for name in sorted(feature_names(expr), key=len, reverse=True):
+        fixed = _spelled(name, known)
+        if fixed != name:
+            text = re.sub(rf"(?<![A-Za-z0-9_.=:+-]){re.escape(name)}(?![A-Za-z0-9_.=:+-])", fixed, text)
+    return text
 
 
 def _options(values: dict[str, Any]) -> str:
