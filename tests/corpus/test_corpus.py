@@ -88,8 +88,6 @@ def test_the_site_template_runs_as_a_non_root_owner():
 
 
 @pytest.mark.parametrize("name", ["multinode_torchrun.sbatch", "site_template.sbatch"])
-@pytest.mark.xfail(strict=True, reason="needs the options branch (--gpus-per-task, --hint, --distribution, --tmp "
-                                       "refused by the #SBATCH parser here)")
 def test_the_corpus_scripts_parse_as_sbatch_scripts(name):
     from trainyard.cli.sbatch import parse_sbatch
 

@@ -1,5 +1,6 @@
 """A tiny CPU training step for the corpus scripts: gloo, a linear model under DDP, a few steps,
-the ranks' parameters equal at the end (what a real trainer's first steps show). Works under
+the ranks' parameters equal at the end (what a real trainer's first steps show), and the
+uid each rank runs as. Works under
 torchrun (TORCHELASTIC env) and under a plain srun task (--env: RANK/WORLD_SIZE from Slurm's)."""
 
 import argparse
@@ -29,4 +30,5 @@ w = model.module.weight.detach().clone()
 dist.all_reduce(w, op=dist.ReduceOp.MAX)
 same = torch.equal(w, model.module.weight.detach())
 print(f"rank {rank}/{world} steps {a.steps} in-sync {same}", flush=True)
+print(f"owner rank {rank} uid {os.getuid()}", flush=True)  # whose process the rank is
 dist.destroy_process_group()
