@@ -44,6 +44,9 @@ PKG = Path(__file__).resolve().parents[1]  # plane's own: the package's director
 # The files an attempt's tools are made of, by their path under the package.
 FILES = ("contracts.py", "backends/by_path.py", "backends/local_srun.py", "backends/local_scontrol.py",
          "backends/local_jobview.py", "backends/local_squeue.py", "backends/local_sinfo.py")
+# What the Slurm backend's rank wrapper is made of (`slurm.py` runs `slurm_task.py` as the owner on
+# every node, with job_python): copied into each attempt's run dir as the tools are.
+SLURM_TASK_FILES = ("contracts.py", "backends/by_path.py", "backends/rank_runner.py", "backends/slurm_task.py")
 TOOLS = {"srun": "local_srun.py", "scontrol": "local_scontrol.py", "squeue": "local_squeue.py",
          "sinfo": "local_sinfo.py"}
 CANDIDATES = ("/usr/bin/python3", "/usr/local/bin/python3", "/bin/python3", "/usr/bin/python")
@@ -70,9 +73,9 @@ def resolve(configured: str | None) -> str:
     return configured or default_python()
 
 
-def _sources() -> dict[str, bytes]:
+def _sources(files: tuple[str, ...] = FILES) -> dict[str, bytes]:
     out = {}
-    for rel in FILES:
+    for rel in files:
         with open(PKG / rel, "rb") as f:  # plane's own: the package's own files
             out[rel] = f.read()
     return out
@@ -85,20 +88,38 @@ def install(run_dir: Path, python: str) -> None:
     Raises:
         OSError: one cannot be written.
     """
+    copy_files(run_dir, FILES)
     run = jobfs.Tree(run_dir)
-    for d in (TOOLS_DIR, f"{TOOLS_DIR}/trainyard", f"{TOOLS_DIR}/trainyard/backends", BIN_DIR):
-        run.make_dir(d, 0o755, exist_ok=False)
-    for rel, data in _sources().items():
-        run.create_file(f"{TOOLS_DIR}/trainyard/{rel}", data, 0o644, exist_ok=False)
+    run.make_dir(BIN_DIR, 0o755, exist_ok=False)
     for name in TOOLS:
         run.create_file(f"{BIN_DIR}/{name}", shim(run_dir, name, python).encode(), 0o755, exist_ok=False)
+
+
+def copy_files(run_dir: Path, files: tuple[str, ...]) -> None:
+    """Copies of the package's `files` (paths under the package) in `<run_dir>/tools/trainyard/`,
+    the plane's (files 0644 in 0755 directories: the owner reads and runs them, never changes
+    them), made through no link. Why a copy: the package itself may be where owners cannot enter.
+
+    Raises:
+        OSError: one cannot be written (or `tools/` is there already).
+    """
+    run = jobfs.Tree(run_dir)
+    for d in (TOOLS_DIR, f"{TOOLS_DIR}/trainyard", f"{TOOLS_DIR}/trainyard/backends"):
+        run.make_dir(d, 0o755, exist_ok=False)
+    for rel, data in _sources(files).items():
+        run.create_file(f"{TOOLS_DIR}/trainyard/{rel}", data, 0o644, exist_ok=False)
+
+
+def copied(run_dir: Path, rel: str) -> Path:
+    """Where `copy_files` puts the package's file `rel` in `run_dir`."""
+    return run_dir / TOOLS_DIR / "trainyard" / rel
 
 
 def shim(run_dir: Path, name: str, python: str) -> str:
     """`bin/<name>`: exec the tool by `python` with -I -S (nothing of the job's environment, no
     site-packages, can change how it runs), and the run dir as its first argument. An
     interpreter the owner cannot execute is said in words (exit 126), never a bare shell error."""
-    tool = run_dir / TOOLS_DIR / "trainyard" / "backends" / TOOLS[name]
+    tool = copied(run_dir, f"backends/{TOOLS[name]}")
     exe = shlex.quote(python)
     return (f"#!/bin/sh\n"
             f"if [ ! -x {exe} ]; then\n"

@@ -52,7 +52,6 @@ import shlex
 import shutil
 import signal as _signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -60,13 +59,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainyard import jobfs
-from trainyard.backends import registry
+from trainyard.backends import job_tools, registry
 from trainyard.backends import slurm_env
 from trainyard.backends.exit_watch import ExitWatch
 from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState
 from trainyard.contracts import JobDir
 
-TASK = Path(__file__).with_name("slurm_task.py")
+TASK = "backends/slurm_task.py"  # the rank wrapper, run from the attempt's copy (job_tools.copy_files)
 UNHEALTHY_FLAGS = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "POWER", "REBOOT", "MAINT", "UNKNOWN")
 # Job states (squeue(1) "JOB STATE CODES") in which the batch job is not over: its ranks run, wait
 # or are held. STOPPED is a job whose tasks were sent SIGSTOP (frozen: running, `stopped`), not one
@@ -146,7 +145,9 @@ class SlurmBackend:
             all (Slurm does not know it); a node missing from the mapping gets 81920.
         env: extra environment for the Slurm commands (e.g. SLURM_CONF).
         launch_timeout_s: how long a launch waits for Slurm to start every rank.
-        python: the interpreter the nodes run the rank wrapper with.
+        python: the interpreter the nodes run the rank wrapper with, as the job's owner
+            (`job_python`: the plane's own may be where owners cannot enter); the wrapper itself
+            is copied into each attempt's run dir for the same reason (`job_tools.copy_files`).
     """
 
     name = "slurm"
@@ -154,7 +155,7 @@ class SlurmBackend:
 
     def __init__(self, data_dir: str | Path, *, partition: str | None = None,
                  gpu_mem_mib: int | dict[str, int] = 81920, env: dict[str, str] | None = None,
-                 launch_timeout_s: float = 60.0, python: str = sys.executable) -> None:
+                 launch_timeout_s: float = 60.0, python: str | None = None) -> None:
         self._data_dir = Path(data_dir)
         self._partition = partition
         self._gpu_mem = gpu_mem_mib
@@ -165,7 +166,7 @@ class SlurmBackend:
         self._env["PATH"] = ":".join(dict.fromkeys([*self._env["PATH"].split(":"),
                                                     *(os.path.dirname(b) for b in self._bin.values())]))
         self._launch_timeout_s = launch_timeout_s
-        self._python = python
+        self._python = job_tools.resolve(python)
         self._lock = threading.RLock()
         self._attempts: dict[tuple[int, int], _Attempt] = {}
         self._exit_watch: ExitWatch | None = None
@@ -386,6 +387,7 @@ class SlurmBackend:
         tree = jobfs.Tree(run_dir)
         who = (spec.owner.uid, spec.owner.gid) if spec.owner is not None else None
         tree.create_file("batch.sh", script.encode(), 0o644, owner=who, exist_ok=False)
+        job_tools.copy_files(run_dir, job_tools.SLURM_TASK_FILES)  # the plane's, the owner runs them
         slurm_env.write_job_env(run_dir, spec)
         jobfs.Tree(run_dir.parent).make_dir(run_dir.name, 0o700, owner=who)
 
@@ -393,7 +395,7 @@ class SlurmBackend:
         """batch.sh: the rendezvous (the first node's address, a free port), then every rank in
         one srun step (the command form) or the job's own script in this batch step (a batch spec)."""
         mode = (["--batch"] if spec.batch else []) + (["--stderr-apart"] if spec.stderr_apart else [])
-        task = [self._python, "-I", "-S", str(TASK), *mode, str(run_dir), str(spec.job_dir), "--", *spec.command]
+        task = [self._python, "-I", "-S", str(job_tools.copied(run_dir, TASK)), *mode, str(run_dir), str(spec.job_dir), "--", *spec.command]
         pick_port = ("import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])")
         lines = [
             "#!/bin/bash",
@@ -589,8 +591,10 @@ def find_commands(env: Mapping[str, str] | None = None) -> dict[str, str]:
 
 def _create(data_dir: Path, nodes: list[NodeInfo], options: Mapping[str, object]) -> SlurmBackend:
     partition = options.get("partition")
+    python = options.get("job_python")
     return SlurmBackend(data_dir, partition=str(partition) if partition else None,
-                        gpu_mem_mib={n.name: n.gpu_mem_mib for n in nodes})
+                        gpu_mem_mib={n.name: n.gpu_mem_mib for n in nodes},
+                        python=str(python) if python else None)
 
 
 def _discover_nodes(data_dir: Path, options: Mapping[str, object]) -> list[NodeInfo]:
@@ -599,7 +603,7 @@ def _discover_nodes(data_dir: Path, options: Mapping[str, object]) -> list[NodeI
 
 registry.register(registry.BackendKind(
     "slurm", "an existing Slurm cluster, through sbatch/squeue/scancel/scontrol", _create, _discover_nodes,
-    options=frozenset({"partition"}), check=lambda options: require_commands()))
+    options=frozenset({"partition", "job_python"}), check=lambda options: require_commands()))
 
 
 def _remove_run_dir(run_dir: Path) -> None:
