@@ -11,15 +11,20 @@ nothing the plane runs or charges.
 
 from __future__ import annotations
 
+import os
+import stat
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from tests.accounts import ROOT_ONLY, Accounts, accounts, python_for_accounts, shared_dir
+from tests.accounts import ROOT_ONLY, Accounts, accounts, shared_dir
 from tests.plane import FIXTURES, Plane, job_dir
 from tests.slurm_cluster import SlurmCluster, accounting_available, slurm_available
 from trainyard.jobfs import read_record as read_json
+from trainyard.backends import job_tools
 from trainyard.backends.slurm import SlurmBackend
 
 pytestmark = [ROOT_ONLY, pytest.mark.xdist_group("slurm-owners")]
@@ -39,9 +44,8 @@ def world() -> Iterator[tuple[Plane, SlurmCluster, Accounts]]:
     for why in (slurm_available(), accounting_available()):
         if why:
             pytest.skip(why)
-    py = python_for_accounts()
-    if py is None:
-        pytest.skip("no Python interpreter of this version that other accounts may run (for the task wrapper)")
+    if job_tools.default_python() == sys.executable:
+        pytest.skip("no host python3 for the rank wrapper (job_python) other than the plane's own")
     with accounts({"alice": ["vis"], "bob": ["nlp"]}, ["vis", "nlp"]) as acc, shared_dir("ty-slurm-owners-") as d:
         cluster = SlurmCluster(d / "slurm", accounting=True).start()
         try:
@@ -50,7 +54,7 @@ def world() -> Iterator[tuple[Plane, SlurmCluster, Accounts]]:
             cfg = d / "cluster.yaml"
             cfg.write_text(config(acc))
             (d / "yard").mkdir()
-            backend = SlurmBackend(d / "yard", env=cluster.env(), python=py[0])
+            backend = SlurmBackend(d / "yard", env=cluster.env())  # job_python: the host's python3
             p = Plane(d / "yard", config=cfg, backend=backend, run_as=None, allow_root_jobs=None, kill_wait_s=5.0)
             try:
                 yield p, cluster, acc
@@ -160,3 +164,32 @@ def test_a_batch_script_of_alice_runs_once_as_alice_and_its_srun_tasks_too(world
     assert job["state"] == "FAILED" and "4" in job["reason"], (job["reason"], out)
     me = acc.user("alice")
     assert out.count(f"batch {me} hers") == 1 and f"task 0 {me} hers" in out, out
+
+
+def test_the_rank_wrapper_runs_from_the_attempts_copy_with_job_python_not_the_planes_python(world):
+    """The plane's interpreter and package may be where owners cannot enter (a venv under /root,
+    0700): each attempt's `slurm_task.py` (and what it loads) is a copy in its run dir, root's
+    and 0644, run by job_python (by default the host's python3), so alice's job starts and runs."""
+    p, cluster, acc = world
+    alice = p.as_user("alice", "member", "vision")
+    j = p.submit(alice, command=["/bin/sh", "-c", "id -un; sleep 30"], name="owners-wrapper")["id"]
+    p.wait(j, "RUNNING", timeout=60)
+    run = job_dir(p.cp.data_dir, j) / "run" / "attempt-1"
+    deadline = time.monotonic() + 30
+    while "alice" not in (text := log_of(p, j)) and acc.user("alice") not in text:
+        assert time.monotonic() < deadline, text
+        time.sleep(0.1)
+    batch = (run / "batch.sh").read_text()
+    copy = job_tools.copied(run, "backends/slurm_task.py")
+    assert f"{job_tools.default_python()} -I -S {copy} " in batch, batch
+    assert sys.executable not in batch and os.path.realpath(sys.executable) not in batch, batch
+    for rel in job_tools.SLURM_TASK_FILES:
+        st = job_tools.copied(run, rel).stat()
+        assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o644), rel
+    assert acc.user("alice") in log_of(p, j).splitlines()
+    plane_py = os.path.realpath(sys.executable)
+    if job_tools._blocked(plane_py, acc.uid("alice"), {acc.gid("vis")}) is not None:  # the premise, where it holds
+        r = subprocess.run(["runuser", "-u", acc.user("alice"), "--", plane_py, "-c", "1"], capture_output=True)
+        assert r.returncode != 0
+    p.admin.post(f"/api/v1/jobs/{j}/cancel")
+    p.wait(j, "CANCELLED", timeout=60)
