@@ -60,8 +60,9 @@ def up(
                                      "set, yard cluster apply): without it yard up refuses, showing the diff"),
     job_python: Optional[Path] = typer.Option(None, "--job-python", help="the interpreter batch jobs' srun/scontrol/"
                                               "squeue/sinfo (Slurm backend: the rank wrapper) run with, as the "
-                                              "job's owner (over the configuration's job_python; default: the host's /usr/bin/python3); yard up checks "
-                                              "that job accounts can execute it"),
+                                              "job's owner (over the configuration's job_python; default: the "
+                                              "host's /usr/bin/python3); yard up checks that job accounts can "
+                                              "execute it"),
 ) -> None:
     """Start the control plane: API, store, control loop and a backend (local by default, or Slurm)."""
     import os
