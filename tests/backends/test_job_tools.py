@@ -147,3 +147,26 @@ def test_yard_up_refuses_an_interpreter_job_owners_cannot_execute(tmp_path):
 def test_the_default_interpreter_is_the_hosts_python3():
     assert job_tools.resolve(None) == SYS_PY and job_tools.resolve("/opt/py/bin/python3") == "/opt/py/bin/python3"
     assert SYS_PY in job_tools.CANDIDATES or SYS_PY == sys.executable
+
+
+def test_copy_files_makes_the_planes_copies_and_never_writes_through_a_link(tmp_path):
+    """The Slurm backend's rank wrapper and what it loads, copied into a run dir: the package's
+    very bytes, files 0644 in 0755 dirs; a `tools` the owner left there (a link) is refused."""
+    run = tmp_path / "run"
+    run.mkdir()
+    job_tools.copy_files(run, job_tools.SLURM_TASK_FILES)
+    for rel in job_tools.SLURM_TASK_FILES:
+        f = job_tools.copied(run, rel)
+        assert f.read_bytes() == (job_tools.PKG / rel).read_bytes() and stat.S_IMODE(f.stat().st_mode) == 0o644
+        assert stat.S_IMODE(f.parent.stat().st_mode) == 0o755
+    r = subprocess.run([job_tools.default_python(), "-I", "-S", str(job_tools.copied(run, "backends/slurm_task.py"))],
+                       capture_output=True, text=True, cwd="/")  # imports its siblings from the copy alone
+    assert "usage: slurm_task.py" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "tools").mkdir()
+    (tmp_path / "run2").mkdir()
+    os.symlink(other, tmp_path / "run2" / "tools")
+    with pytest.raises(OSError):
+        job_tools.copy_files(tmp_path / "run2", job_tools.SLURM_TASK_FILES)
+    assert list((other / "tools").iterdir()) == []
