@@ -53,8 +53,8 @@ def close(cp: ControlPlane) -> dict:
 
 def test_built_in_backends_are_known_by_name_and_an_unknown_one_is_refused_listing_them():
     assert registry.names() == ["local", "slurm", "fake"]
-    assert registry.get("local").options == {"nodes", "gpus_per_node", "containment", "private_tmp"}
-    assert registry.get("slurm").options == {"partition"}
+    assert registry.get("local").options == {"nodes", "gpus_per_node", "containment", "private_tmp", "job_python"}
+    assert registry.get("slurm").options == {"partition", "job_python"}
     with pytest.raises(ValueError, match=r"unknown backend 'kubernetes'; known: local, slurm, fake"):
         registry.get("kubernetes")
 
