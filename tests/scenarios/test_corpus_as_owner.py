@@ -199,6 +199,8 @@ def test_the_corpus_runs_unchanged_as_a_non_root_owner(world: World) -> None:
     ranks = sorted(x for x in multi.splitlines() if x.startswith("rank "))
     assert ranks == [f"rank {r}/4 steps 3 in-sync True" for r in range(4)], multi
     assert sorted(re.findall(r"^owner rank (\d) uid (\d+)$", multi, re.M)) == [(str(r), str(uid)) for r in range(4)], multi
+    default_out = w.work / f"slurm-{ids['multinode_torchrun.sbatch']}.out"  # no --output: sbatch's default name
+    assert default_out.exists() and default_out.lstat().st_uid == uid, sorted(p.name for p in w.work.iterdir())
 
     # --output=%x-%j.out: in the submit directory, the account's (a link to the job's log, as
     # docs/control-plane.md says, is the account's link), and the account reads it there
