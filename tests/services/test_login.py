@@ -181,6 +181,15 @@ def test_codes_expire_and_their_number_is_bounded():
     codes.new("carol", None)  # the expired ones made room
 
 
+def test_one_address_cannot_crowd_out_the_others():
+    codes = LoginCodes(clock=Clock(), max_pending=100, max_per_source=3)
+    for _ in range(3):
+        codes.new("mallory", None, source="10.0.0.9")
+    with pytest.raises(TooMany, match="10.0.0.9"):
+        codes.new("mallory", None, source="10.0.0.9")
+    assert codes.new("alice", None, source="10.0.0.7")["user"] == "alice"  # another address still may
+
+
 def test_codes_are_eight_letters_of_an_unambiguous_alphabet():
     seen = {normalize(LoginCodes().new("x", None)["code"]) for _ in range(50)}
     assert len(seen) == 50 and all(len(c) == 8 and c.isalpha() and not set(c) & set("AEIOU") for c in seen)

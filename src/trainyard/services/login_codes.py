@@ -13,7 +13,9 @@ a shoulder cannot take the token. Codes expire after TTL_S, are used once (the t
 at the first poll after approval and forgotten), and live in the plane's memory only: a plane
 restart forgets pending codes (ask again), and no token is ever stored in clear.
 
-At most MAX_PENDING codes wait at once (anyone may ask for one: 429 beyond).
+At most MAX_PENDING codes wait at once, and at most MAX_PER_SOURCE of them from one address (anyone
+may ask for one, a job too: 429 beyond), so one client that asks in a loop cannot crowd everyone
+else out of logging in for the codes' lifetime.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from trainyard.services.errors import Conflict, Forbidden, NotFound, ServiceErro
 
 TTL_S = 600.0
 MAX_PENDING = 256
+MAX_PER_SOURCE = 8
 ALPHABET = "BCDFGHJKLMNPQRSTVWXZ"  # no vowels (no words), no look-alikes (0/O, 1/I)
 CODE_LEN = 8
 
@@ -57,6 +60,7 @@ class _Pending:
     team: str | None
     poll_hash: str
     expires: float
+    source: str = ""
     token: str | None = None
     granted: dict[str, Any] | None = None
 
@@ -68,8 +72,8 @@ class LoginCodes:
     """The codes waiting for approval, in memory, safe to use from several threads."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic, ttl_s: float = TTL_S,
-                 max_pending: int = MAX_PENDING):
-        self._clock, self._ttl, self._max = clock, ttl_s, max_pending
+                 max_pending: int = MAX_PENDING, max_per_source: int = MAX_PER_SOURCE):
+        self._clock, self._ttl, self._max, self._per_source = clock, ttl_s, max_pending, max_per_source
         self._lock = threading.Lock()
         self._codes: dict[str, _Pending] = {}
 
@@ -78,8 +82,9 @@ class LoginCodes:
         for c in [c for c, p in self._codes.items() if p.expires <= now]:
             del self._codes[c]
 
-    def new(self, user: str, team: str | None) -> dict[str, Any]:
-        """A new code for `user` (and, if given, `team`): the code to show and the poll secret to keep."""
+    def new(self, user: str, team: str | None, source: str = "") -> dict[str, Any]:
+        """A new code for `user` (and, if given, `team`): the code to show and the poll secret to keep.
+        `source`: the asking client's address (at most `max_per_source` waiting codes each)."""
         if not user.strip():
             raise ServiceError("user must not be empty", field="user")
         poll = secrets.token_urlsafe(32)
@@ -87,10 +92,13 @@ class LoginCodes:
             self._purge()
             if len(self._codes) >= self._max:
                 raise TooMany(f"{self._max} login codes are waiting already; try again in a few minutes")
+            if sum(1 for p in self._codes.values() if p.source == source) >= self._per_source:
+                raise TooMany(f"{self._per_source} login codes asked from {source or 'this address'} are waiting "
+                              "already; approve or let them expire first")
             code = "".join(secrets.choice(ALPHABET) for _ in range(CODE_LEN))
             while code in self._codes:
                 code = "".join(secrets.choice(ALPHABET) for _ in range(CODE_LEN))
-            self._codes[code] = _Pending(user, team, _hash(poll), self._clock() + self._ttl)
+            self._codes[code] = _Pending(user, team, _hash(poll), self._clock() + self._ttl, source)
         return {"code": shown(code), "poll": poll, "user": user, "team": team, "expires_in": int(self._ttl)}
 
     def approve(self, code: str, by: Principal, issue: Issue, *, role: str | None = None,

@@ -48,7 +48,7 @@ def open_code(request: Request, user: str = Body(..., embed=True, min_length=1, 
     mapped = [u for u, a in spec.users.items() if a == user]
     if user not in spec.users and len(mapped) == 1:
         user = mapped[0]
-    return _codes(request).new(user, team)
+    return _codes(request).new(user, team, source=request.client.host if request.client else "")
 
 
 @router.post("/api/v1/login/codes/poll")
