@@ -27,10 +27,19 @@
    starve its large one (`try_overdue`).
    5e. Moves: a gang that the pool's free GPUs could hold but no node's (fragmentation) stops
    smaller jobs that checkpoint on the notice and fit elsewhere at once (`try_move`).
+   5f. Borrowing within the cohort (`borrow_within_cohort`; Kueue's `borrowWithinCohort`): a job
+   blocked by quota whose GPUs beyond its team's nominal are within the team's borrowing limit
+   may stop lower-priority jobs of other teams of its cohort, only what those teams borrow
+   (never below their nominal quota), so that the cohort can lend it what it needs
+   (`try_borrow`; tried right after its own team's lower-priority jobs, before 5b-5d).
 6. Reserve. An urgent job (waited `reserve_at` of its max wait) that still does not fit gets a
    reservation: the earliest time, by the running jobs' estimated ends, when its placement frees
    up; those GPUs are kept from jobs that would still run then, and from later reservations.
 7. Explain. With `snapshot.explain`, every job left pending gets a reason and an estimated start.
+   A job blocked by quota that no step can help says which limit holds it (`_quota_reason`):
+   its team's borrowing limit, or a cohort whose lendable GPUs are held by work it may not stop;
+   a job that will borrow once its victims are past their min run time gets that time as its
+   estimate. Jobs already leaving count as gone at their grace's end, not at their time limit.
 
 Admin reservations (`reservations.py`) take the nodes a job may not use out of every view before
 the job is tried (its mask), and keep a job whose reservation is not active out of the steps.
@@ -61,7 +70,8 @@ from trainyard.sched.preemption import find_victims
 from trainyard.sched.quota import QuotaLedger
 from trainyard.sched.reservations import NO_MASK, Holds
 from trainyard.sched.types import (
-    CycleResult, JobId, PendingInfo, PendingJob, Preempt, Reason, Reservation, RunningJob, Snapshot, Start,
+    BORROWING_LIMIT, COHORT_IN_USE, CycleResult, JobId, PendingInfo, PendingJob, Preempt, Reason, Reservation,
+    RunningJob, Snapshot, Start,
 )
 
 
@@ -129,6 +139,13 @@ class EngineParams:
     # the quota violation of 10-13 gone: bench/README.md). False: off.
     move_for_gangs: bool = True
     move_after_s: float = 60.0
+    # Borrowing within the cohort (step 5f, Kueue's `borrowWithinCohort` with its LowerPriority
+    # policy): a job blocked by quota, whose GPUs beyond its team's nominal are within the team's
+    # borrowing limit, may stop other teams' lower-priority jobs that borrow (only what they
+    # borrow at the victim's level: never below their nominal quota). Without it a team's job
+    # beyond its nominal waited for another team's lower-priority borrowers to end by themselves,
+    # past its class's max wait (issue 35 point 1). False: off.
+    borrow_within_cohort: bool = True
 
 
 class TrainyardPolicy:
@@ -203,6 +220,8 @@ class _Cycle:
         self._by_node: dict[int, list[RunningJob]] | None = None
         self._sorted_team: dict[str | None, list[RunningJob]] = {}
         self._failed: dict[tuple, Reason] = {}
+        self._failed_by: dict[tuple, JobId] = {}  # the first job of each `_failed` shape
+        self._details: dict[JobId, str] = {}  # `PendingInfo.detail` (`_quota_reason`)
         self.share_searches = 0
         self._no_share: set[tuple] = set()
         self._fledger: QuotaLedger | None = None
@@ -433,6 +452,12 @@ class _Cycle:
                 if known is not None and self.shadow == math.inf:
                     if reasons is not None:
                         reasons[r.id] = known
+                        first = self._failed_by.get(alike)
+                        if first is not None:
+                            if first in self._resv_est:
+                                self._resv_est[r.id] = self._resv_est[first]
+                            if first in self._details:
+                                self._details[r.id] = self._details[first]
                     continue
             cls = classes[r.job_class]
             reason = self.admit(pj, key)
@@ -449,10 +474,13 @@ class _Cycle:
                         continue
             if reason == Reason.QUOTA:
                 # Only the team's own lower-priority jobs can give quota back to it.
-                if (self.try_preempt(pj, cls.priority, own_team_only=True) or self.try_share(pj, cls.priority)
-                        or self.try_las(pj, cls.priority) or self.try_overdue(pj, cls.priority)):
+                if (self.try_preempt(pj, cls.priority, own_team_only=True) or self.try_borrow(pj, cls.priority)
+                        or self.try_share(pj, cls.priority) or self.try_las(pj, cls.priority)
+                        or self.try_overdue(pj, cls.priority)):
                     self.pend(pj, Reason.PREEMPTING)
                 else:
+                    if reasons is not None:
+                        self._quota_reason(pj, cls.priority)
                     self.fail(pj, alike, reason)
                 continue
             # Step 5: preemption.
@@ -474,9 +502,12 @@ class _Cycle:
             # Like Slurm's bf_max_job_test: only the first jobs in order get an estimate; the
             # ones behind them are too far back for a guess to mean much (None).
             ahead = list(islice((pj for _, pj in order if pj.req.id in reasons), self.p.max_estimates))
-            est = estimate_starts(snap, ahead, self._started, self.res.reservations)
+            leaving = {r.req.id: self.now + classes[r.req.job_class].grace_s for r in snap.running
+                       if r.preempting or r.req.id in self.stopping}
+            est = estimate_starts(snap, ahead, self._started, self.res.reservations, leaving)
             est.update(self._resv_est)
-            self.res.pending = {j: PendingInfo(why, est.get(j)) for j, why in reasons.items()}
+            details = self._details
+            self.res.pending = {j: PendingInfo(why, est.get(j), details.get(j)) for j, why in reasons.items()}
         return self.res
 
     def fail(self, pj: PendingJob, alike: tuple, reason: Reason) -> None:
@@ -487,6 +518,7 @@ class _Cycle:
             self._resv_est[pj.req.id] = None  # free GPUs it may not use: no estimate from them
         if self.shadow == math.inf:
             self._failed[alike] = reason
+            self._failed_by[alike] = pj.req.id  # jobs alike get its estimate and detail too
         self.pend(pj, reason)
 
     def pend(self, pj: PendingJob, reason: Reason) -> None:
@@ -682,9 +714,144 @@ class _Cycle:
         self._stop_for(pj, prio, victims, pl)
         return True
 
+    def _cohort_borrowers(self, req, prio: int) -> dict[str, list[tuple[int, float]]]:
+        """Per other team of `req`'s cohort that borrows in its pool and runs preemptible work of
+        priority below `prio`: what it borrows at each level (`budget.borrowed_levels`)."""
+        team = self.snap.teams.get(req.team)
+        if team is None or not team.cohort:
+            return {}
+        fl, flv, teams = self.fledger(), self.flevels(), self.snap.teams
+        out: dict[str, list[tuple[int, float]]] = {}
+        for t, jobs in self._eligible_by_team().items():
+            other = teams.get(t)
+            if t == req.team or other is None or other.cohort != team.cohort or fl.borrowed(t, req.pool) <= 0:
+                continue
+            if any(p < prio for p, _ in jobs):
+                out[t] = borrowed_levels(flv.get((t, req.pool), {}), fl.nominal(t, req.pool))
+        return out
+
+    def _may_borrow(self, req) -> bool:
+        """Whether `req` needs to borrow, and the GPUs it needs beyond its team's nominal quota are
+        within the team's borrowing limit (step 5f's condition)."""
+        team = self.snap.teams.get(req.team)
+        if team is None or not team.cohort:
+            return False
+        fl = self.fledger()
+        over = fl.used(req.team, req.pool) + req.min_gpus - fl.nominal(req.team, req.pool)
+        limit = team.quota(req.pool).borrowing_limit
+        return over > 0 and (limit is None or over <= limit)
+
+    def try_borrow(self, pj: PendingJob, prio: int) -> bool:
+        """Step 5f: borrowing within the cohort by preempting lower-priority borrowers.
+
+        A job blocked by quota, whose GPUs beyond its team's nominal quota are within the team's
+        borrowing limit, may stop jobs of other teams of its cohort that are of lower priority
+        and borrow (whole jobs; only what their team borrows at the victim's level, so no team
+        ends below its nominal quota: the strict `VictimBudget`), and its own team's
+        lower-priority jobs, least lost work first, until the cohort can lend it what it needs
+        and it fits. Kueue's `borrowWithinCohort` (policy LowerPriority); Slurm's QOS preemption
+        stops lower-priority jobs whatever the quotas. Before it, a team's interactive job one
+        GPU beyond its nominal waited for another team's batch jobs to end by themselves, past
+        its class's max wait, while the same job within nominal reclaimed in seconds (issue 35).
+        Victims are past their min run time and get their grace, as every victim. No ping-pong:
+        a victim is of lower priority and, its team left at or above nominal, needs to borrow to
+        restart, so it can never stop its preemptor back.
+        """
+        p, req = self.p, pj.req
+        if not p.borrow_within_cohort:
+            return False
+        if self.searches >= p.max_preemption_searches or self.successes >= p.max_preemptions_for:
+            return False
+        if prio <= self._lowest_preemptible or prio <= self._min_prio_now():
+            return False  # nothing of lower priority runs
+        if not self._may_borrow(req):
+            return False
+        memo = ("borrow", req.team, prio, req.pool, req.gpus, req.gpus_per_node, req.min_nodes, req.gpu_mem_mib,
+                req.where, self._mask)
+        if memo in self._no_victims:
+            return False
+        levels = self._cohort_borrowers(req, prio)
+        if not levels:
+            self._no_victims.add(memo)
+            return False
+        self.searches += 1  # given back below if it finds victims
+        budget = VictimBudget(levels, self._prio, unlimited=(req.team,))
+        candidate, classes, stopping, pool, mine = budget.candidate, self.snap.classes, self.stopping, req.pool, req.team
+
+        def ok(r: RunningJob) -> bool:
+            rq = r.req
+            if rq.id in stopping or rq.pool != pool or classes[rq.job_class].priority >= prio:
+                return False
+            return rq.team == mine or (rq.team in levels and candidate(r))
+
+        found = self._find_victims(req, ok, budget, None)
+        if found is None:
+            self._no_victims.add(memo)
+            return False
+        self.searches -= 1
+        victims, pl = found
+        self._stop_for(pj, prio, victims, pl, kind_of="borrow")
+        return True
+
+    def _quota_reason(self, pj: PendingJob, prio: int) -> None:
+        """Step 7 for a job blocked by quota that no step could help: which limit holds it
+        (`PendingInfo.detail`) and, where its quota decides it, its estimated start.
+
+        - `BORROWING_LIMIT`: the GPUs it needs beyond its team's nominal quota (its team's running
+          jobs counted) exceed the team's borrowing limit, or the team has no cohort: only its
+          own team's jobs ending make room. No estimate (the free GPUs' estimate ignores quota).
+        - `COHORT_IN_USE`: within that limit, but what the cohort could lend is held by work step
+          5f may not stop (of its priority or higher, not preemptible, inside its team's nominal
+          quota, or larger than what its team borrows). No estimate.
+        - no detail: step 5f will act once the victims it needs are past their min run time (or
+          this cycle's searches ran out): estimated start when they are, plus their grace.
+        Before, such a job showed `Quota` with the free GPUs' estimate, e.g. the time limit of the
+        very jobs it should have stopped (issue 35).
+        """
+        req = pj.req
+        team = self.snap.teams.get(req.team)
+        fl = self.fledger()
+        over = fl.used(req.team, req.pool) + req.min_gpus - fl.nominal(req.team, req.pool)
+        if over <= 0 or team is None:
+            return
+        if not self._may_borrow(req):
+            self._resv_est[req.id] = None
+            self._details[req.id] = BORROWING_LIMIT
+            return
+        if not self.p.borrow_within_cohort:
+            return
+        # GPUs other teams must give back, and what step 5f could ever take (at any time): each
+        # borrowing team's jobs below `prio`, at most what the team borrows at their level.
+        need = over - max(0, fl.cohort_slack(team.cohort or "", req.pool, exclude=req.team))
+        levels = self._cohort_borrowers(req, prio)
+        classes, now = self.snap.classes, self.now
+        when: list[tuple[float, int]] = []  # (earliest time it may be a victim + its grace, GPUs)
+        own = 0  # its own team's lower-priority GPUs: all of them may go
+        for r in self.snap.running:
+            rq = r.req
+            c = classes[rq.job_class]
+            if rq.pool != req.pool or r.preempting or not c.preemptible or c.priority >= prio:
+                continue
+            if rq.team == req.team or rq.team in levels:
+                when.append((max(now, r.start_time + c.min_run_s) + c.grace_s, r.gpus))
+                own += r.gpus if rq.team == req.team else 0
+        cap = sum(max((b for q, b in lv if q < prio), default=0.0) for lv in levels.values())
+        if need > cap + own:
+            self._resv_est[req.id] = None
+            self._details[req.id] = COHORT_IN_USE
+            return
+        when.sort()
+        got = 0
+        for t, g in when:
+            got += g
+            if got >= need:
+                self._resv_est[req.id] = t
+                return
+
     def _stop_for(self, pj: PendingJob, prio: int, victims: list[RunningJob], pl: Placement | None,
-                  shared: str | None = None) -> None:
-        """Send `victims` their notices and let `pj` claim the GPUs they free."""
+                  shared: str | None = None, kind_of: str | None = None) -> None:
+        """Send `victims` their notices and let `pj` claim the GPUs they free. `shared`: the kind
+        of the victims of `pj`'s priority; `kind_of`: every victim's kind, whatever its priority."""
         req = pj.req
         self.successes += 1
         self._no_victims.clear()
@@ -699,7 +866,7 @@ class _Cycle:
             self.fledger().add(v.req.team, v.req.pool, -v.gpus)
             self._drop_level(flv, v)
             vprio = self.snap.classes[v.req.job_class].priority
-            kind = "priority" if vprio < prio else shared or "reclaim"
+            kind = kind_of or ("priority" if vprio < prio else shared or "reclaim")
             self.res.preemptions.append(Preempt(v.req.id, kind, req.id))
         if pl is None:
             pl, _ = place(self.fut(), req, req.min_nodes)
