@@ -714,20 +714,26 @@ class _Cycle:
         self._stop_for(pj, prio, victims, pl)
         return True
 
-    def _cohort_borrowers(self, req, prio: int) -> dict[str, list[tuple[int, float]]]:
+    def _cohort_borrowers(self, req, prio: int, any_age: bool = False) -> dict[str, list[tuple[int, float]]]:
         """Per other team of `req`'s cohort that borrows in its pool and runs preemptible work of
-        priority below `prio`: what it borrows at each level (`budget.borrowed_levels`)."""
+        priority below `prio` (past its min run time, unless `any_age`): what it borrows at each
+        level (`budget.borrowed_levels`)."""
         team = self.snap.teams.get(req.team)
         if team is None or not team.cohort:
             return {}
         fl, flv, teams = self.fledger(), self.flevels(), self.snap.teams
+        if any_age:
+            classes = self.snap.classes
+            lower = {r.req.team for r in self.snap.running if not r.preempting
+                     and classes[r.req.job_class].preemptible and classes[r.req.job_class].priority < prio}
+        else:
+            lower = {t for t, jobs in self._eligible_by_team().items() if any(p < prio for p, _ in jobs)}
         out: dict[str, list[tuple[int, float]]] = {}
-        for t, jobs in self._eligible_by_team().items():
+        for t in sorted(lower):
             other = teams.get(t)
             if t == req.team or other is None or other.cohort != team.cohort or fl.borrowed(t, req.pool) <= 0:
                 continue
-            if any(p < prio for p, _ in jobs):
-                out[t] = borrowed_levels(flv.get((t, req.pool), {}), fl.nominal(t, req.pool))
+            out[t] = borrowed_levels(flv.get((t, req.pool), {}), fl.nominal(t, req.pool))
         return out
 
     def _may_borrow(self, req) -> bool:
@@ -820,22 +826,25 @@ class _Cycle:
             return
         if not self.p.borrow_within_cohort:
             return
-        # GPUs other teams must give back, and what step 5f could ever take (at any time): each
-        # borrowing team's jobs below `prio`, at most what the team borrows at their level.
+        # GPUs other teams must give back, and what step 5f could ever take (at any time): its own
+        # team's lower-priority jobs, and of each borrowing team whole jobs below `prio`, smallest
+        # first, as long as they add up to no more than what the team borrows.
         need = over - max(0, fl.cohort_slack(team.cohort or "", req.pool, exclude=req.team))
-        levels = self._cohort_borrowers(req, prio)
+        levels = self._cohort_borrowers(req, prio, any_age=True)
         classes, now = self.snap.classes, self.now
+        room = {t: max((b for q, b in lv if q < prio), default=0.0) for t, lv in levels.items()}
         when: list[tuple[float, int]] = []  # (earliest time it may be a victim + its grace, GPUs)
-        own = 0  # its own team's lower-priority GPUs: all of them may go
-        for r in self.snap.running:
+        for r in sorted(self.snap.running, key=lambda r: (r.gpus, r.req.id)):
             rq = r.req
             c = classes[rq.job_class]
             if rq.pool != req.pool or r.preempting or not c.preemptible or c.priority >= prio:
                 continue
-            if rq.team == req.team or rq.team in levels:
-                when.append((max(now, r.start_time + c.min_run_s) + c.grace_s, r.gpus))
-                own += r.gpus if rq.team == req.team else 0
-        cap = sum(max((b for q, b in lv if q < prio), default=0.0) for lv in levels.values())
+            if rq.team != req.team:
+                if room.get(rq.team, 0.0) < r.gpus:
+                    continue
+                room[rq.team] -= r.gpus
+            when.append((max(now, r.start_time + c.min_run_s) + c.grace_s, r.gpus))
+        cap, own = sum(g for _, g in when), 0
         if need > cap + own:
             self._resv_est[req.id] = None
             self._details[req.id] = COHORT_IN_USE
