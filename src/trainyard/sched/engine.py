@@ -805,10 +805,10 @@ class _Cycle:
 
         - `BORROWING_LIMIT`: the GPUs it needs beyond its team's nominal quota (its team's running
           jobs counted) exceed the team's borrowing limit, or the team has no cohort: only its
-          own team's jobs ending make room. No estimate (the free GPUs' estimate ignores quota).
+          own team's jobs ending make room. The estimate is the free GPUs' (when running jobs end).
         - `COHORT_IN_USE`: within that limit, but what the cohort could lend is held by work step
           5f may not stop (of its priority or higher, not preemptible, inside its team's nominal
-          quota, or larger than what its team borrows). No estimate.
+          quota, or larger than what its team borrows): the free GPUs' estimate, when those end.
         - no detail: step 5f will act once the victims it needs are past their min run time (or
           this cycle's searches ran out): estimated start when they are, plus their grace.
         Before, such a job showed `Quota` with the free GPUs' estimate, e.g. the time limit of the
@@ -821,7 +821,6 @@ class _Cycle:
         if over <= 0 or team is None:
             return
         if not self._may_borrow(req):
-            self._resv_est[req.id] = None
             self._details[req.id] = BORROWING_LIMIT
             return
         if not self.p.borrow_within_cohort:
@@ -846,7 +845,6 @@ class _Cycle:
             when.append((max(now, r.start_time + c.min_run_s) + c.grace_s, r.gpus))
         cap, own = sum(g for _, g in when), 0
         if need > cap + own:
-            self._resv_est[req.id] = None
             self._details[req.id] = COHORT_IN_USE
             return
         when.sort()
