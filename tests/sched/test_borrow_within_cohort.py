@@ -11,9 +11,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from trainyard.sched.cluster import ClusterState
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from trainyard.sched.cluster import ClusterState, Node
 from trainyard.sched.engine import EngineParams, TrainyardPolicy
-from trainyard.sched.types import BORROWING_LIMIT, COHORT_IN_USE, JobClass, Quota, Reason, Team
+from trainyard.sched.types import BORROWING_LIMIT, COHORT_IN_USE, JobClass, JobRequest, Quota, Reason, Team
+from trainyard.sim.simulator import SimParams, simulate
+from trainyard.sim.workload import SimJob, Workload
 
 from tests.sched.builders import CLASSES, nodes, pending, req, running, snapshot
 from tests.sched.test_reclaim import after
@@ -132,3 +137,73 @@ def test_a_team_that_borrows_less_than_a_job_keeps_it():
     res = ENGINE.cycle(_case(vision_nominal=5))
     assert not res.preemptions
     assert res.pending[ASK].detail == COHORT_IN_USE
+
+
+# -- the property, in the simulator (a fake clock, the engine every cycle) -----------------------
+
+def _workload(n_nodes: int, per_node: int, vision_nominal: int, speech_nominal: int, speech_limit: int | None,
+              batch_min_run: float, batch_grace: float, stream: list[tuple[float, int]], ask_at: float,
+              ask_gpus: int) -> Workload:
+    """Team vision's stream of preemptible batch jobs (submit, GPUs), hours long, borrowing what
+    audio (the rest of the cluster's quota) and speech lend; at `ask_at`, speech's job of a class
+    of higher priority (`fast`, max wait 15 minutes), beyond its nominal quota."""
+    classes = {"batch": JobClass("batch", 100, preemptible=True, max_wait_s=86400, min_run_s=batch_min_run,
+                                 grace_s=batch_grace),
+               "fast": JobClass("fast", 300, preemptible=True, max_wait_s=900, min_run_s=0, grace_s=30)}
+    total = n_nodes * per_node
+    tm = {"vision": Team("vision", "lab", {"default": Quota(vision_nominal)}),
+          "speech": Team("speech", "lab", {"default": Quota(speech_nominal, borrowing_limit=speech_limit)}),
+          "audio": Team("audio", "lab", {"default": Quota(total - vision_nominal - speech_nominal)})}
+    jobs = [SimJob(JobRequest(100 + k, "vision", "batch", t, gpus=g, est_runtime_s=6 * 3600.0), 6 * 3600.0)
+            for k, (t, g) in enumerate(stream)]
+    jobs.append(SimJob(JobRequest(ASK, "speech", "fast", ask_at, gpus=ask_gpus, est_runtime_s=600.0), 600.0))
+    jobs.sort(key=lambda j: (j.req.submit_time, j.req.id))
+    return Workload([Node(f"n{i}", per_node, 80 * 1024) for i in range(n_nodes)], tm, classes, jobs)
+
+
+@st.composite
+def borrowing_cases(draw):
+    """A cohort whose lower-priority borrower (vision) holds the GPUs; speech asks for more than
+    its nominal quota, within its borrowing limit, and no more than vision borrows (so victims
+    exist that leave vision at or above its nominal quota: `v + g + 1 <= total`)."""
+    n_nodes, per_node = draw(st.integers(2, 4)), draw(st.sampled_from([4, 8]))
+    total = n_nodes * per_node
+    ask = draw(st.integers(2, per_node))
+    speech = draw(st.integers(0, ask - 1))
+    vision = draw(st.integers(0, total - ask - 1))
+    vision = min(vision, total - speech)
+    limit = draw(st.one_of(st.none(), st.integers(ask - speech, total)))
+    n = draw(st.integers(total // 2, 2 * total))
+    stream = sorted((draw(st.floats(0, 3600)), draw(st.integers(1, 2))) for _ in range(n))
+    return dict(n_nodes=n_nodes, per_node=per_node, vision_nominal=vision, speech_nominal=speech,
+                speech_limit=limit, batch_min_run=draw(st.sampled_from([0.0, 300.0, 1200.0])),
+                batch_grace=draw(st.sampled_from([0.0, 60.0, 300.0])), stream=stream,
+                ask_at=draw(st.floats(600, 4 * 3600)), ask_gpus=ask)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(borrowing_cases())
+def test_property_a_borrower_of_a_preempting_class_waits_at_most_max_wait_grace_and_min_run(case):
+    """A job within its team's borrowing limit, of a class that preempts, waits at most its max
+    wait + the victims' grace + their min run time while lower-priority borrowers hold what it
+    needs. (It waits less: the step acts at once; a cycle and the sim's stop delay on top.)"""
+    wl = _workload(**case)
+    res = simulate(wl, ENGINE)
+    job = next(r for r in res.jobs if r.id == ASK)
+    batch = wl.classes["batch"]
+    bound = wl.classes["fast"].max_wait_s + batch.grace_s + batch.min_run_s
+    assert job.first_start is not None
+    waited = job.first_start - case["ask_at"]
+    assert waited <= bound, (waited, bound)
+    assert waited <= batch.min_run_s + batch.grace_s + 2 * SimParams().tick_s, waited
+
+
+def test_without_the_step_it_waits_for_the_batch_jobs_to_end():
+    """The property's case with step 5f off: hours (the batch jobs' run time), not minutes."""
+    case = dict(n_nodes=2, per_node=4, vision_nominal=4, speech_nominal=2, speech_limit=None, batch_min_run=300.0,
+                batch_grace=60.0, stream=[(0.0, 2)] * 4 + [(100.0 * k, 1) for k in range(8)], ask_at=1800.0,
+                ask_gpus=4)
+    off = TrainyardPolicy(EngineParams(share_below_gpu_s=None, borrow_within_cohort=False))
+    waited_off = next(r for r in simulate(_workload(**case), off).jobs if r.id == ASK).first_start - 1800.0
+    waited_on = next(r for r in simulate(_workload(**case), ENGINE).jobs if r.id == ASK).first_start - 1800.0
+    assert waited_off > 3 * 3600 and waited_on <= 300.0 + 60.0 + 60.0, (waited_off, waited_on)
