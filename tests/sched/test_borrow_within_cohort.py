@@ -164,8 +164,9 @@ def _workload(n_nodes: int, per_node: int, vision_nominal: int, speech_nominal: 
 @st.composite
 def borrowing_cases(draw):
     """A cohort whose lower-priority borrower (vision) holds the GPUs; speech asks for more than
-    its nominal quota, within its borrowing limit, and no more than vision borrows (so victims
-    exist that leave vision at or above its nominal quota: `v + g + 1 <= total`)."""
+    its nominal quota, within its borrowing limit, and less than vision borrows (`v + g + 1 <=
+    total`: freeing `g` GPUs on one node takes at most `g + 1` of vision's 1-2-GPU jobs, all
+    borrowed, so victims exist that leave vision at or above its nominal quota)."""
     n_nodes, per_node = draw(st.integers(2, 4)), draw(st.sampled_from([4, 8]))
     total = n_nodes * per_node
     ask = draw(st.integers(2, per_node))
@@ -173,8 +174,10 @@ def borrowing_cases(draw):
     vision = draw(st.integers(0, total - ask - 1))
     vision = min(vision, total - speech)
     limit = draw(st.one_of(st.none(), st.integers(ask - speech, total)))
-    n = draw(st.integers(total // 2, 2 * total))
-    stream = sorted((draw(st.floats(0, 3600)), draw(st.integers(1, 2))) for _ in range(n))
+    # At least `total` GPUs asked for in the first minutes, each for 6 hours: vision holds all it
+    # may (the whole cluster, or all but a hole a 2-GPU job does not fit) when speech asks.
+    n = draw(st.integers(total, 2 * total))
+    stream = sorted((draw(st.floats(0, 500)), draw(st.integers(1, 2))) for _ in range(n))
     return dict(n_nodes=n_nodes, per_node=per_node, vision_nominal=vision, speech_nominal=speech,
                 speech_limit=limit, batch_min_run=draw(st.sampled_from([0.0, 300.0, 1200.0])),
                 batch_grace=draw(st.sampled_from([0.0, 60.0, 300.0])), stream=stream,

@@ -791,7 +791,11 @@ class _Cycle:
                 return False
             return rq.team == mine or (rq.team in levels and candidate(r))
 
-        found = self._find_victims(req, ok, budget, None)
+        # Quota first (least lost work anywhere, then what more must go for it to fit), else
+        # place first: the victims that make room on the nodes it would take, if their leaving
+        # also gives the cohort room (the quota-first set can be spread so thin over the nodes
+        # that the budget has nothing left for the node it needs).
+        found = self._find_victims(req, ok, budget, None) or self._room_first(req, ok, budget)
         if found is None:
             self._no_victims.add(memo)
             return False
@@ -799,6 +803,17 @@ class _Cycle:
         victims, pl = found
         self._stop_for(pj, prio, victims, pl, kind_of="borrow")
         return True
+
+    def _room_first(self, req, ok, budget: VictimBudget) -> tuple[list[RunningJob], None] | None:
+        """Victims chosen for room on the nodes `req` would take (`preemption.find_victims`),
+        when their leaving also lets it fit its quota; else None."""
+        victims = self._more_victims(self.fut(), req, ok, budget.tally(), [])
+        if victims is None:
+            return None
+        ledger = self.fledger().copy()
+        for v in victims:
+            ledger.add(v.req.team, v.req.pool, -v.gpus)
+        return (victims, None) if ledger.fits(req.team, req.pool, req.min_gpus) else None
 
     def _quota_reason(self, pj: PendingJob, prio: int) -> None:
         """Step 7 for a job blocked by quota that no step could help: which limit holds it
