@@ -870,7 +870,7 @@ class _Cycle:
         when: list[tuple[float, int]] = []
         cut = False
         for t, levels in by_team.items():
-            below = [lists for q, lists in levels.items() if q < prio]
+            below = [_sorted_pair(lists) for q, lists in levels.items() if q < prio]
             if not below:
                 continue
             got = 0
@@ -928,10 +928,7 @@ class _Cycle:
                 js.append((r.placement.gpus, (at if at > now else now) + k[2]))
             by_team: dict[str, dict[int, tuple[list, list]]] = {}
             for (t, q), js in sorted(lists.items()):
-                by_at = [(at, g) for g, at in js]
-                js.sort()
-                by_at.sort()
-                by_team.setdefault(t, {})[q] = (js, by_at)
+                by_team.setdefault(t, {})[q] = (js, [])  # sorted on first use (`_sorted_pair`)
             largest: dict[str, int] = {}
             for pj in self.snap.pending:
                 rq = pj.req
@@ -1389,6 +1386,15 @@ class _Cycle:
                 self.shadow = min(self.shadow, max(end, self.now))
                 return True
         return False
+
+
+def _sorted_pair(pair: tuple[list, list]) -> tuple[list, list]:
+    """`_preemptible_in`'s (GPUs, when) list sorted, and its (when, GPUs) twin, made once."""
+    by_size, by_at = pair
+    if not by_at and by_size:
+        by_size.sort()
+        by_at.extend(sorted([(at, g) for g, at in by_size]))
+    return pair
 
 
 def _joined(lists: list[list[tuple]]) -> list[tuple]:
