@@ -27,7 +27,7 @@ from trainyard.control.launches import for_backend
 from trainyard.control.snapshot import NodeIndex, PendingCache, build_snapshot
 from trainyard.control.usage_cache import DecayedUsage
 from trainyard.sched.policy import Policy
-from trainyard.sched.types import Reason
+from trainyard.sched.types import BORROWING_LIMIT, COHORT_IN_USE, PendingInfo, Reason
 from trainyard.services import arrays, transitions
 from trainyard.services.nodes import node_states
 from trainyard.states import ACTIVE_STATES, PENDING_STATES, JobState, StopKind
@@ -43,6 +43,17 @@ REASONS = {
     Reason.RESERVED: "ReqNodeNotAvail, Reserved for maintenance", Reason.RESV_WAIT: "Reservation",
     Reason.RESV_GONE: "ReservationDeleted",
 }
+# A job blocked by quota that no rule can help says which limit holds it (`PendingInfo.detail`).
+DETAILS = {BORROWING_LIMIT: "QuotaBorrowingLimit", COHORT_IN_USE: "QuotaCohortInUse"}
+
+
+def reason_text(info: PendingInfo) -> str:
+    """squeue's REASON for a waiting job."""
+    if info.detail is not None:
+        return DETAILS.get(info.detail, info.detail)
+    return REASONS.get(info.reason, str(info.reason.value))
+
+
 # What `snapshot.pending_of` (every column marked `engine()` in store.models) and the reason and
 # array bookkeeping read of a waiting job.
 PENDING_COLUMNS = ENGINE_COLUMNS + ("reason", "est_start", "array_job_id", "array_task_id", "array_throttle")
@@ -105,9 +116,10 @@ class Scheduler:
                 if j is None or j.state not in PENDING_STATES or j.held or seen is None or j.attempt != seen.attempt:
                     continue
                 launches.append(launch.start(ctx, s, j, idx.to_rows(st.placement), cfg.spec.cluster.name, now))
-            updates = [{"jid": k, "r": REASONS.get(v.reason, str(v.reason.value)), "e": v.est_start}
+            texts = {k: reason_text(v) for k, v in result.pending.items() if k in by_id}
+            updates = [{"jid": k, "r": texts[k], "e": v.est_start}
                        for k, v in result.pending.items()
-                       if k in by_id and (by_id[k].reason != REASONS.get(v.reason) or by_id[k].est_start != v.est_start)]
+                       if k in by_id and (by_id[k].reason != texts[k] or by_id[k].est_start != v.est_start)]
             if updates:
                 write_reasons(s, updates)
         for spec in launches:

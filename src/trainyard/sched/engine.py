@@ -27,10 +27,19 @@
    starve its large one (`try_overdue`).
    5e. Moves: a gang that the pool's free GPUs could hold but no node's (fragmentation) stops
    smaller jobs that checkpoint on the notice and fit elsewhere at once (`try_move`).
+   5f. Borrowing within the cohort (`borrow_within_cohort`; Kueue's `borrowWithinCohort`): a job
+   blocked by quota whose GPUs beyond its team's nominal are within the team's borrowing limit
+   may stop lower-priority jobs of other teams of its cohort, only what those teams borrow
+   (never below their nominal quota), so that the cohort can lend it what it needs
+   (`try_borrow`; tried right after its own team's lower-priority jobs, before 5b-5d).
 6. Reserve. An urgent job (waited `reserve_at` of its max wait) that still does not fit gets a
    reservation: the earliest time, by the running jobs' estimated ends, when its placement frees
    up; those GPUs are kept from jobs that would still run then, and from later reservations.
 7. Explain. With `snapshot.explain`, every job left pending gets a reason and an estimated start.
+   A job blocked by quota that no step can help says which limit holds it (`_quota_reason`):
+   its team's borrowing limit, or a cohort whose lendable GPUs are held by work it may not stop;
+   a job that will borrow once its victims are past their min run time gets that time as its
+   estimate. Jobs already leaving count as gone at their grace's end, not at their time limit.
 
 Admin reservations (`reservations.py`) take the nodes a job may not use out of every view before
 the job is tried (its mask), and keep a job whose reservation is not active out of the steps.
@@ -45,9 +54,9 @@ from __future__ import annotations
 
 import heapq
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from operator import itemgetter
-from itertools import islice
+from itertools import chain, islice
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -61,7 +70,8 @@ from trainyard.sched.preemption import find_victims
 from trainyard.sched.quota import QuotaLedger
 from trainyard.sched.reservations import NO_MASK, Holds
 from trainyard.sched.types import (
-    CycleResult, JobId, PendingInfo, PendingJob, Preempt, Reason, Reservation, RunningJob, Snapshot, Start,
+    BORROWING_LIMIT, COHORT_IN_USE, CycleResult, JobId, PendingInfo, PendingJob, Preempt, Reason, Reservation,
+    RunningJob, Snapshot, Start,
 )
 
 
@@ -129,6 +139,13 @@ class EngineParams:
     # the quota violation of 10-13 gone: bench/README.md). False: off.
     move_for_gangs: bool = True
     move_after_s: float = 60.0
+    # Borrowing within the cohort (step 5f, Kueue's `borrowWithinCohort` with its LowerPriority
+    # policy): a job blocked by quota, whose GPUs beyond its team's nominal are within the team's
+    # borrowing limit, may stop other teams' lower-priority jobs that borrow (only what they
+    # borrow at the victim's level: never below their nominal quota). Without it a team's job
+    # beyond its nominal waited for another team's lower-priority borrowers to end by themselves,
+    # past its class's max wait (issue 35 point 1). False: off.
+    borrow_within_cohort: bool = True
 
 
 class TrainyardPolicy:
@@ -203,6 +220,10 @@ class _Cycle:
         self._by_node: dict[int, list[RunningJob]] | None = None
         self._sorted_team: dict[str | None, list[RunningJob]] = {}
         self._failed: dict[tuple, Reason] = {}
+        self._failed_by: dict[tuple, JobId] = {}  # the first job of each `_failed` shape
+        self._details: dict[JobId, str] = {}  # `PendingInfo.detail` (`_quota_reason`)
+        self._preemptible: dict[str, tuple[dict[str, dict[int, tuple[list, list]]], dict[str, int]]] = {}
+        self._quota_memo: dict[tuple, tuple[list[float], list[int], bool]] = {}  # `_takeable` per team, pool, priority
         self.share_searches = 0
         self._no_share: set[tuple] = set()
         self._fledger: QuotaLedger | None = None
@@ -433,6 +454,12 @@ class _Cycle:
                 if known is not None and self.shadow == math.inf:
                     if reasons is not None:
                         reasons[r.id] = known
+                        first = self._failed_by.get(alike)
+                        if first is not None:
+                            if first in self._resv_est:
+                                self._resv_est[r.id] = self._resv_est[first]
+                            if first in self._details:
+                                self._details[r.id] = self._details[first]
                     continue
             cls = classes[r.job_class]
             reason = self.admit(pj, key)
@@ -449,10 +476,13 @@ class _Cycle:
                         continue
             if reason == Reason.QUOTA:
                 # Only the team's own lower-priority jobs can give quota back to it.
-                if (self.try_preempt(pj, cls.priority, own_team_only=True) or self.try_share(pj, cls.priority)
-                        or self.try_las(pj, cls.priority) or self.try_overdue(pj, cls.priority)):
+                if (self.try_preempt(pj, cls.priority, own_team_only=True) or self.try_borrow(pj, cls.priority)
+                        or self.try_share(pj, cls.priority) or self.try_las(pj, cls.priority)
+                        or self.try_overdue(pj, cls.priority)):
                     self.pend(pj, Reason.PREEMPTING)
                 else:
+                    if reasons is not None:
+                        self._quota_reason(pj, cls.priority)
                     self.fail(pj, alike, reason)
                 continue
             # Step 5: preemption.
@@ -474,9 +504,15 @@ class _Cycle:
             # Like Slurm's bf_max_job_test: only the first jobs in order get an estimate; the
             # ones behind them are too far back for a guess to mean much (None).
             ahead = list(islice((pj for _, pj in order if pj.req.id in reasons), self.p.max_estimates))
-            est = estimate_starts(snap, ahead, self._started, self.res.reservations)
+            leaving = {r.req.id: self.now + classes[r.req.job_class].grace_s for r in snap.running
+                       if r.preempting or r.req.id in self.stopping}
+            est = estimate_starts(snap, ahead, self._started, self.res.reservations, leaving)
             est.update(self._resv_est)
-            self.res.pending = {j: PendingInfo(why, est.get(j)) for j, why in reasons.items()}
+            pending = self.res.pending = {j: PendingInfo(why, est.get(j)) for j, why in reasons.items()}
+            for j, detail in self._details.items():
+                info = pending.get(j)
+                if info is not None and info.reason == Reason.QUOTA:
+                    info.detail = detail
         return self.res
 
     def fail(self, pj: PendingJob, alike: tuple, reason: Reason) -> None:
@@ -487,6 +523,7 @@ class _Cycle:
             self._resv_est[pj.req.id] = None  # free GPUs it may not use: no estimate from them
         if self.shadow == math.inf:
             self._failed[alike] = reason
+            self._failed_by[alike] = pj.req.id  # jobs alike get its estimate and detail too
         self.pend(pj, reason)
 
     def pend(self, pj: PendingJob, reason: Reason) -> None:
@@ -682,9 +719,228 @@ class _Cycle:
         self._stop_for(pj, prio, victims, pl)
         return True
 
+    def _cohort_borrowers(self, req, prio: int, teams: set[str] | None = None) -> dict[str, list[tuple[int, float]]]:
+        """Per other team of `req`'s cohort that borrows in its pool and runs preemptible work of
+        priority below `prio` (past its min run time; `teams`: those that run such work at all):
+        what it borrows at each level (`budget.borrowed_levels`)."""
+        team = self.snap.teams.get(req.team)
+        if team is None or not team.cohort:
+            return {}
+        fl, flv, all_teams = self.fledger(), self.flevels(), self.snap.teams
+        lower = teams if teams is not None else {
+            t for t, jobs in self._eligible_by_team().items() if any(p < prio for p, _ in jobs)}
+        out: dict[str, list[tuple[int, float]]] = {}
+        for t in sorted(lower):
+            other = all_teams.get(t)
+            if t == req.team or other is None or other.cohort != team.cohort or fl.borrowed(t, req.pool) <= 0:
+                continue
+            out[t] = borrowed_levels(flv.get((t, req.pool), {}), fl.nominal(t, req.pool))
+        return out
+
+    def _may_borrow(self, req) -> bool:
+        """Whether `req` needs to borrow, and the GPUs it needs beyond its team's nominal quota are
+        within the team's borrowing limit (step 5f's condition)."""
+        team = self.snap.teams.get(req.team)
+        if team is None or not team.cohort:
+            return False
+        fl = self.fledger()
+        over = fl.used(req.team, req.pool) + req.min_gpus - fl.nominal(req.team, req.pool)
+        limit = team.quota(req.pool).borrowing_limit
+        return over > 0 and (limit is None or over <= limit)
+
+    def try_borrow(self, pj: PendingJob, prio: int) -> bool:
+        """Step 5f: borrowing within the cohort by preempting lower-priority borrowers.
+
+        A job blocked by quota, whose GPUs beyond its team's nominal quota are within the team's
+        borrowing limit, may stop jobs of other teams of its cohort that are of lower priority
+        and borrow (whole jobs; only what their team borrows at the victim's level, so no team
+        ends below its nominal quota: the strict `VictimBudget`), and its own team's
+        lower-priority jobs, least lost work first, until the cohort can lend it what it needs
+        and it fits. Kueue's `borrowWithinCohort` (policy LowerPriority); Slurm's QOS preemption
+        stops lower-priority jobs whatever the quotas. Before it, a team's interactive job one
+        GPU beyond its nominal waited for another team's batch jobs to end by themselves, past
+        its class's max wait, while the same job within nominal reclaimed in seconds (issue 35).
+        Victims are past their min run time and get their grace, as every victim. No ping-pong:
+        a victim is of lower priority and, its team left at or above nominal, needs to borrow to
+        restart, so it can never stop its preemptor back.
+        """
+        p, req = self.p, pj.req
+        if not p.borrow_within_cohort:
+            return False
+        if self.searches >= p.max_preemption_searches or self.successes >= p.max_preemptions_for:
+            return False
+        if prio <= self._lowest_preemptible or prio <= self._min_prio_now():
+            return False  # nothing of lower priority runs
+        if not self._may_borrow(req):
+            return False
+        memo = ("borrow", req.team, prio, req.pool, req.gpus, req.gpus_per_node, req.min_nodes, req.gpu_mem_mib,
+                req.where, self._mask)
+        if memo in self._no_victims:
+            return False
+        levels = self._cohort_borrowers(req, prio)
+        if not levels:
+            self._no_victims.add(memo)
+            return False
+        self.searches += 1  # given back below if it finds victims
+        budget = VictimBudget(levels, self._prio, unlimited=(req.team,))
+        candidate, classes, stopping, pool, mine = budget.candidate, self.snap.classes, self.stopping, req.pool, req.team
+
+        def ok(r: RunningJob) -> bool:
+            rq = r.req
+            if rq.id in stopping or rq.pool != pool or classes[rq.job_class].priority >= prio:
+                return False
+            return rq.team == mine or (rq.team in levels and candidate(r))
+
+        # Quota first (least lost work anywhere, then what more must go for it to fit), else
+        # place first: the victims that make room on the nodes it would take, if their leaving
+        # also gives the cohort room (the quota-first set can be spread so thin over the nodes
+        # that the budget has nothing left for the node it needs).
+        found = self._find_victims(req, ok, budget, None) or self._room_first(req, ok, budget)
+        if found is None:
+            self._no_victims.add(memo)
+            return False
+        self.searches -= 1
+        victims, pl = found
+        self._stop_for(pj, prio, victims, pl, kind_of="borrow")
+        return True
+
+    def _room_first(self, req, ok, budget: VictimBudget) -> tuple[list[RunningJob], None] | None:
+        """Victims chosen for room on the nodes `req` would take (`preemption.find_victims`),
+        when their leaving also lets it fit its quota; else None."""
+        victims = self._more_victims(self.fut(), req, ok, budget.tally(), [])
+        if victims is None:
+            return None
+        ledger = self.fledger().copy()
+        for v in victims:
+            ledger.add(v.req.team, v.req.pool, -v.gpus)
+        return (victims, None) if ledger.fits(req.team, req.pool, req.min_gpus) else None
+
+    def _quota_reason(self, pj: PendingJob, prio: int) -> None:
+        """Step 7 for a job blocked by quota that no step could help: which limit holds it
+        (`PendingInfo.detail`) and, where its quota decides it, its estimated start.
+
+        - `BORROWING_LIMIT`: the GPUs it needs beyond its team's nominal quota (its team's running
+          jobs counted) exceed the team's borrowing limit, or the team has no cohort: only its
+          own team's jobs ending make room. The estimate is the free GPUs' (when running jobs end).
+        - `COHORT_IN_USE`: within that limit, but what the cohort could lend is held by work step
+          5f may not stop (of its priority or higher, not preemptible, inside its team's nominal
+          quota, or larger than what its team borrows): the free GPUs' estimate, when those end.
+        - no detail: step 5f will act once the victims it needs are past their min run time (or
+          this cycle's searches ran out): estimated start when they are, plus their grace.
+        Before, such a job showed `Quota` with the free GPUs' estimate, e.g. the time limit of the
+        very jobs it should have stopped (issue 35).
+        """
+        req = pj.req
+        team = self.snap.teams.get(req.team)
+        fl = self.fledger()
+        over = fl.used(req.team, req.pool) + req.min_gpus - fl.nominal(req.team, req.pool)
+        if over <= 0 or team is None:
+            return
+        if not self._may_borrow(req):
+            self._details[req.id] = BORROWING_LIMIT
+            return
+        if not self.p.borrow_within_cohort:
+            return
+        # GPUs other teams must give back, and what step 5f could ever take (at any time): its own
+        # team's lower-priority jobs, and of each borrowing team whole jobs below `prio`, smallest
+        # first, as long as they add up to no more than what the team borrows; in the order they
+        # may become victims. Once per team, pool and priority a cycle: a scan of the running
+        # jobs per waiting job made the cycle of `yard bench sched` (5,000 pending, 8,000 running)
+        # ten times slower.
+        need = over - fl.cohort_slack(team.cohort or "", req.pool, exclude=req.team)
+        key = (req.team, req.pool, prio)
+        known = self._quota_memo.get(key)
+        if known is None or (known[2] and need > known[1][-1]):  # none yet, or cut short of `need`
+            known = self._quota_memo[key] = self._takeable(req, prio, need)
+        times, total, cut = known
+        if not total or need > total[-1]:
+            self._details[req.id] = COHORT_IN_USE
+            return
+        self._resv_est[req.id] = times[bisect_left(total, need)]
+
+    def _takeable(self, req, prio: int, need: int) -> tuple[list[float], list[int], bool]:
+        """For `_quota_reason`: the times (each a victim's end of min run time, plus its grace,
+        ascending) at which step 5f could have the GPUs it may take for `req`, the running total
+        of those GPUs, and whether the search stopped early: once each team gave what any job of
+        `req`'s team and pool could need (`need`, or more for its team's larger jobs)."""
+        by_team, largest = self._preemptible_in(req.pool)
+        cap = need + largest.get(req.team, req.min_gpus) - req.min_gpus
+        lower = {t for t, levels in by_team.items() if min(levels) < prio}
+        borrowing = self._cohort_borrowers(req, prio, teams=lower)
+        when: list[tuple[float, int]] = []
+        cut = False
+        for t, levels in by_team.items():
+            below = [_sorted_pair(lists) for q, lists in levels.items() if q < prio]
+            if not below:
+                continue
+            got = 0
+            if t == req.team:  # all of them may go: the earliest first
+                for at, g in _joined([by_at for _, by_at in below]):
+                    if got >= cap:
+                        cut = True
+                        break
+                    when.append((at, g))
+                    got += g
+                continue
+            lv = borrowing.get(t)
+            if lv is None:
+                continue
+            left = max((b for q, b in lv if q < prio), default=0.0)
+            # smallest first, within what it borrows
+            for g, at in _joined([by_size for by_size, _ in below]):
+                if got >= cap:
+                    cut = True
+                    break
+                if g > left:
+                    break
+                when.append((at, g))
+                left -= g
+                got += g
+        when.sort()
+        times, total, got = [], [], 0
+        for at, g in when:
+            got += g
+            times.append(at)
+            total.append(got)
+        return times, total, cut
+
+    def _preemptible_in(self, pool: str) -> tuple[dict[str, dict[int, tuple[list, list]]], dict[str, int]]:
+        """Per team and priority, the running jobs of `pool` that are or will be possible victims
+        (preemptible, not leaving): (GPUs, when) smallest first and (when, GPUs) earliest first,
+        `when` being the end of its min run time plus its grace; and per team the most GPUs a job
+        of it waits for in the pool. Built once per pool a cycle."""
+        got = self._preemptible.get(pool)
+        if got is None:
+            now = self.now
+            # per class: (priority, min run time, grace), for preemptible classes only
+            rule = {n: (c.priority, c.min_run_s, c.grace_s) for n, c in self.snap.classes.items() if c.preemptible}
+            lists: dict[tuple[str, int], list[tuple[int, float]]] = {}
+            for r in self.snap.running:
+                rq = r.req
+                k = rule.get(rq.job_class)
+                if k is None or rq.pool != pool or r.preempting:
+                    continue
+                at = r.start_time + k[1]
+                key = (rq.team, k[0])
+                js = lists.get(key)
+                if js is None:
+                    js = lists[key] = []
+                js.append((r.placement.gpus, (at if at > now else now) + k[2]))
+            by_team: dict[str, dict[int, tuple[list, list]]] = {}
+            for (t, q), js in sorted(lists.items()):
+                by_team.setdefault(t, {})[q] = (js, [])  # sorted on first use (`_sorted_pair`)
+            largest: dict[str, int] = {}
+            for pj in self.snap.pending:
+                rq = pj.req
+                if rq.pool == pool and rq.min_gpus > largest.get(rq.team, 0):
+                    largest[rq.team] = rq.min_gpus
+            got = self._preemptible[pool] = (by_team, largest)
+        return got
+
     def _stop_for(self, pj: PendingJob, prio: int, victims: list[RunningJob], pl: Placement | None,
-                  shared: str | None = None) -> None:
-        """Send `victims` their notices and let `pj` claim the GPUs they free."""
+                  shared: str | None = None, kind_of: str | None = None) -> None:
+        """Send `victims` their notices and let `pj` claim the GPUs they free. `shared`: the kind
+        of the victims of `pj`'s priority; `kind_of`: every victim's kind, whatever its priority."""
         req = pj.req
         self.successes += 1
         self._no_victims.clear()
@@ -699,7 +955,7 @@ class _Cycle:
             self.fledger().add(v.req.team, v.req.pool, -v.gpus)
             self._drop_level(flv, v)
             vprio = self.snap.classes[v.req.job_class].priority
-            kind = "priority" if vprio < prio else shared or "reclaim"
+            kind = kind_of or ("priority" if vprio < prio else shared or "reclaim")
             self.res.preemptions.append(Preempt(v.req.id, kind, req.id))
         if pl is None:
             pl, _ = place(self.fut(), req, req.min_nodes)
@@ -1130,6 +1386,20 @@ class _Cycle:
                 self.shadow = min(self.shadow, max(end, self.now))
                 return True
         return False
+
+
+def _sorted_pair(pair: tuple[list, list]) -> tuple[list, list]:
+    """`_preemptible_in`'s (GPUs, when) list sorted, and its (when, GPUs) twin, made once."""
+    by_size, by_at = pair
+    if not by_at and by_size:
+        by_size.sort()
+        by_at.extend(sorted([(at, g) for g, at in by_size]))
+    return pair
+
+
+def _joined(lists: list[list[tuple]]) -> list[tuple]:
+    """Sorted lists as one sorted list (the one itself when there is one)."""
+    return lists[0] if len(lists) == 1 else sorted(chain.from_iterable(lists))
 
 
 def _remaining_s(req, progress_s: float, cls, p: EngineParams) -> float:

@@ -30,8 +30,9 @@ def expected_end(r: RunningJob, cls: JobClass, now: float) -> float:
 
 
 def running_ends(running: Sequence[RunningJob], classes: Mapping[str, JobClass],
-                 now: float) -> dict[str, list[tuple[float, int]]]:
-    """Per pool, (expected end, GPUs) of every running job whose end can be estimated.
+                 now: float, leaving: Mapping[JobId, float] | None = None) -> dict[str, list[tuple[float, int]]]:
+    """Per pool, (expected end, GPUs) of every running job whose end can be estimated; a job in
+    `leaving` (preempted: its notice sent, or chosen as a victim in this cycle) ends then.
 
     The same formula as `expected_end`, inlined: this pass runs over every running job (8,000
     in the scheduling benchmark) on every cycle, and the per-job function calls were most of its
@@ -44,6 +45,13 @@ def running_ends(running: Sequence[RunningJob], classes: Mapping[str, JobClass],
         req = r.req
         g = r.placement.gpus
         est = req.est_runtime_s
+        if leaving and req.id in leaving:
+            end = leaving[req.id]  # not moved to `soon`: it leaves at its grace's end
+            ends = by_pool.get(req.pool)
+            if ends is None:
+                ends = by_pool[req.pool] = []
+            ends.append((max(end, now), g))
+            continue
         if est is not None:
             left = est - r.progress_s
             end = r.start_time + (left if left > 0.0 else 0.0) / (g / req.max_gpus)
@@ -60,17 +68,20 @@ def running_ends(running: Sequence[RunningJob], classes: Mapping[str, JobClass],
 
 
 def estimate_starts(snap: Snapshot, pending_in_order: Sequence[PendingJob], started: Sequence[tuple[PendingJob, int]],
-                    reservations: Sequence[Reservation]) -> dict[JobId, float | None]:
+                    reservations: Sequence[Reservation],
+                    leaving: Mapping[JobId, float] | None = None) -> dict[JobId, float | None]:
     """Estimated start of each job in `pending_in_order` (None: held, or beyond every known end).
 
     `started` are the jobs this cycle starts, with their GPUs: they hold those GPUs from now
-    until their own estimated end.
+    until their own estimated end. `leaving`: running jobs that end at a known time (preempted,
+    at their grace's end), not at their estimate or time limit: a job waiting for its victims
+    was once told the victims' time limit as its start.
     """
     now = snap.now
     reserved = {r.job_id: r.start_at for r in reservations}
     out: dict[JobId, float | None] = {}
     pools = sorted({pj.req.pool for pj in pending_in_order})
-    all_ends = running_ends(snap.running, snap.classes, now) if pools else {}
+    all_ends = running_ends(snap.running, snap.classes, now, leaving) if pools else {}
     for pool in pools:
         # Returns come from two sources merged in time order: running jobs (sorted once) and the
         # jobs this walk places (a small heap).

@@ -267,8 +267,10 @@ class Start:
 class Preempt:
     job_id: JobId
     # "reclaim" (quota taken back), "priority", "share" (time-sharing of borrowed GPUs by attained
-    # service), "las" (least-attained-service within a team's own quota) or "overdue" (an overdue job
-    # takes its place back from its own team's jobs submitted after it)
+    # service), "las" (least-attained-service within a team's own quota), "overdue" (an overdue job
+    # takes its place back from its own team's jobs submitted after it), "move" (a gang's
+    # fragmentation) or "borrow" (a lower-priority borrower stopped so a job may borrow within
+    # its cohort)
     reason: str
     for_job: JobId
 
@@ -287,6 +289,14 @@ class PendingInfo:
 
     reason: Reason
     est_start: float | None  # None: cannot be estimated (unknown run times ahead)
+    # Which limit holds a job blocked by quota when no step can help it (`engine._Cycle._quota_reason`):
+    # BORROWING_LIMIT (its team's borrowing limit) or COHORT_IN_USE (the cohort's lendable GPUs are
+    # held by work it may not preempt); None otherwise.
+    detail: str | None = None
+
+
+BORROWING_LIMIT = "borrowing_limit"
+COHORT_IN_USE = "cohort_in_use"
 
 
 @dataclass(slots=True)
