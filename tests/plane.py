@@ -184,8 +184,10 @@ class YardServer:
 
     def start(self, config: bool = True) -> httpx.Client:
         (self.data_dir / "server.json").unlink(missing_ok=True)
+        # no login socket in /run unless the test gives one (a killed plane would leave its socket there)
+        no_socket = () if "--login-socket" in self.args else ("--login-socket", "none")
         args = [YARD, "up", "--data-dir", str(self.data_dir), "--port", "0", "--tick", "0.2", *self.identity,
-                *self.args]
+                *no_socket, *self.args]
         if config:
             args += ["--config", str(self.test_config() if self.identity else self.config_file)]
         with open(self.data_dir / "up.log", "a") as log:  # the child keeps its own copy of the descriptor

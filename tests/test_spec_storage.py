@@ -68,7 +68,7 @@ def test_yard_up_refuses_it_with_exit_2_and_writes_nothing(tmp_path):
     config = tmp_path / "cluster.yaml"
     config.write_text(vision("{quota_gb: -1}"))
     data = tmp_path / "d"
-    p = subprocess.run([YARD, "up", "--data-dir", str(data), "--port", "0", "--config", str(config)],
+    p = subprocess.run([YARD, "up", "--data-dir", str(data), "--port", "0", "--login-socket", "none", "--config", str(config)],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "teams.0.storage.quota_gb" in p.stderr and f"{config}:" in p.stderr, p.stderr
     assert not data.exists()

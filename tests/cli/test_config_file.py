@@ -28,7 +28,7 @@ def versions(server: YardServer) -> list[dict]:
 
 def up_refused(server: YardServer) -> subprocess.CompletedProcess:
     """`yard up` with the server's file, expected to stop at once (it does not start)."""
-    return subprocess.run([YARD, "up", "--data-dir", str(server.data_dir), "--port", "0", *server.identity,
+    return subprocess.run([YARD, "up", "--data-dir", str(server.data_dir), "--port", "0", "--login-socket", "none", *server.identity,
                            "--config", str(server.config_file)], capture_output=True, text=True, timeout=60)
 
 
