@@ -23,7 +23,7 @@ demo: venv
 demo-sim: venv
 	$(BIN)/yard sim --format synthetic --jobs 400 --cluster 8x8 --policies all --estimates user --seed 1 --out .demo-out/sim
 
-# Lint first (ruff's chosen rules, pyproject.toml), then the suite; the layering of DESIGN.md is a
+# Lint first (ruff's chosen rules, pyproject.toml), then the suite; the layering of docs/design.md is a
 # test of its own (tests/test_architecture.py).
 # --dist loadgroup: tests marked xdist_group (a module sharing one cluster) stay on one worker.
 # Three workers on this 2-core machine: most tests wait on processes they started (a loop's

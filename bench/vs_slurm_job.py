@@ -7,7 +7,7 @@ The same program runs under real Slurm and under trainyard, so both are measured
 clock and the same records: every attempt appends `start <unix time> <step>` to FILE.log when it
 begins and `end <unix time> <step> <why> ran=<steps>` when it leaves, and the newest checkpoint
 (a step count) is in FILE, written to a temporary file and renamed, so a kill never leaves half a
-checkpoint. On trainyard's notice (SIGUSR1, DESIGN.md) it saves and exits 75 ("checkpointed,
+checkpoint. On trainyard's notice (SIGUSR1, docs/design.md) it saves and exits 75 ("checkpointed,
 requeue me"); on SIGTERM (Slurm's preemption with `PreemptMode=REQUEUE`, after which Slurm
 requeues the job itself; also a cancel) it saves and exits 0. Killed without a notice (SIGKILL
 after the grace), it loses the steps since its last checkpoint: `lost steps` = steps run in all

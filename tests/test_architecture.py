@@ -1,4 +1,4 @@
-"""The house rules of DESIGN.md, checked: which part may import which, and what stays small.
+"""The house rules of docs/design.md, checked: which part may import which, and what stays small.
 
 - `sched` imports nothing of the project outside itself, and only the standard library (rule 1:
   the simulator and the control loop run the very same pure code).
@@ -180,7 +180,7 @@ def test_modules_and_files_named_in_docstrings_exist():
 
 
 # -- the plane touches what a job's owner can change through `jobfs` alone -------------------------
-# DESIGN rule 7, issue 34: a root plane that opens, stats, lists, links, makes or removes a path
+# design rule 7, issue 34: a root plane that opens, stats, lists, links, makes or removes a path
 # under a job dir, a workdir or an `--output` any other way can be made to follow a link, block on
 # a FIFO or read without end. Every such call in the plane's code must go through `trainyard.jobfs`;
 # a call on a path that is the plane's own (its data dir, the store's files, admin.token, the

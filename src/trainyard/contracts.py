@@ -1,4 +1,4 @@
-"""The contracts between the parts (DESIGN.md): constants both sides import, the job directory's
+"""The contracts between the parts (docs/design.md): constants both sides import, the job directory's
 layout, and the environment every rank of every backend starts with.
 
 - Exit code 75: "I checkpointed; requeue me" (the answer to a preemption notice).
@@ -21,7 +21,7 @@ asks for the parts it supplies:
 
     CONTRACT      RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
                   MASTER_PORT, CUDA_VISIBLE_DEVICES (this rank's GPUs; left alone when the slot's
-                  GPUs are None). What `init_process_group("env://")` and DESIGN.md's contract need.
+                  GPUs are None). What `init_process_group("env://")` and docs/design.md's contract need.
     TRAINYARD     TRAINYARD_JOB_ID, TRAINYARD_ATTEMPT, TRAINYARD_CHECKPOINT_DIR, TRAINYARD_NODE.
     TORCHELASTIC  torchrun's worker variables (torch/distributed/run.py, "Environment Variables")
                   that CONTRACT does not already hold: ROLE_RANK (= RANK: one role),

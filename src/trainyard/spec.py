@@ -525,7 +525,7 @@ class ConfigSpec(_Model):
     health: HealthSpec = Field(default_factory=HealthSpec)
     scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
     limits: LimitsSpec = Field(default_factory=LimitsSpec)  # per user and team (spec_limits.py)
-    # Who jobs run as (DESIGN rule 6; `services/owners.py`): a token's user runs as the Unix
+    # Who jobs run as (design rule 6; `services/owners.py`): a token's user runs as the Unix
     # account of the same name unless `users` maps it to another one; `run_as` is the account of
     # token users with neither (unset: they are refused at submit); root only with allow_root_jobs.
     users: dict[Annotated[str, Field(min_length=1, max_length=200)], UnixName] = Field(default_factory=dict)

@@ -1,7 +1,7 @@
 """Launch the test training job (`train_script.py`) as real processes and read what it left.
 
 Ranks are started the way trainyard's local backend starts them: one process per rank with the
-job-environment variables of DESIGN.md, so a test can signal or `kill -9` one rank and read
+job-environment variables of docs/design.md, so a test can signal or `kill -9` one rank and read
 each rank's own exit code. `torchrun()` runs the same script under plain torchrun.
 """
 

@@ -1,6 +1,6 @@
 """The backend interface: how the control loop runs processes without knowing where they run.
 
-A backend *executes decisions and reports facts* (DESIGN.md rule 2). It never decides to kill,
+A backend *executes decisions and reports facts* (docs/design.md rule 2). It never decides to kill,
 requeue or time anything out; the control loop does that and calls `signal`/`release`.
 
     inventory() -> [NodeInfo]        what can be placed on (nodes, GPUs, topology, health, state)
@@ -72,7 +72,7 @@ class RankLaunch:
 
 @dataclass(frozen=True)
 class Owner:
-    """The Unix identity an attempt's processes run as (DESIGN rule 6): the job owner's account,
+    """The Unix identity an attempt's processes run as (design rule 6): the job owner's account,
     its primary group, and the supplementary groups (the team's group among them). None on a
     `LaunchSpec` means the plane's own identity (a plane run as a plain user runs its own jobs)."""
 

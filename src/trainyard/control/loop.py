@@ -11,7 +11,7 @@ Each step is its own object with the state it keeps between passes, sharing one 
 the transitions they make (start, stop, end an attempt, requeue, finish) are the functions of
 `services/transitions.py`. The loop can be killed at any instruction: every step commits its
 decisions to the store before acting on the backend, and the next pass's reconcile makes the two
-agree again (DESIGN rule 3).
+agree again (design rule 3).
 
 It runs on its own supervised thread (control/supervise.py): `wake()` (after any change through
 the API) or a short tick. Each pass is timed (`LoopStats`: the recent passes' durations for

@@ -1,6 +1,6 @@
 """How an attempt ended, from the backend's facts about its ranks: the job's next state and reason.
 
-Pure functions, so every rule of the exit-code contract (DESIGN.md) has a test of its own:
+Pure functions, so every rule of the exit-code contract (docs/design.md) has a test of its own:
 0 everywhere → COMPLETED; 75 ("checkpointed, requeue me") → REQUEUED, also when a launcher
 (torchrun) turned its workers' 75 into its own exit 1 and the runtime's record says the attempt
 checkpointed on a notice (`runtime_checkpointed`); a stop the control plane
@@ -120,7 +120,7 @@ def runtime_checkpointed(job_dir: JobDir, attempt: int) -> int | None:
     launch`) exits 1 when its workers exit 75, so the rank's exit code cannot say "checkpointed,
     requeue me". The runtime's own record can: before it exits 75 it appends
     `{"event": "preempted", "attempt": a, "checkpoint_step": N}` to the job's metrics.jsonl, and
-    step-N/ counts once its commit marker exists (DESIGN's checkpoint contract). The record
+    step-N/ counts once its commit marker exists (docs/design.md's checkpoint contract). The record
     must be the attempt's last line, so a job that carried on after it does not count."""
     tree = jobfs.Tree(job_dir.root)  # the job writes metrics/ and checkpoints/: no link, no FIFO, 256 KiB
     last = None

@@ -1,4 +1,4 @@
-"""The plane's own files in its data dir, kept out of the jobs' reach (DESIGN rule 6).
+"""The plane's own files in its data dir, kept out of the jobs' reach (design rule 6).
 
     <data dir>/            plane 0711  jobs pass through to their job dir; nobody lists it
         jobs/              plane 0711  (`control/job_files.py`: each job dir is its owner's and team's)

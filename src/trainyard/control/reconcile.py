@@ -1,4 +1,4 @@
-"""Step 1 of a pass: match every attempt the backend reports with the store (DESIGN rule 3).
+"""Step 1 of a pass: match every attempt the backend reports with the store (design rule 3).
 
 - An attempt the store does not consider running is an orphan: killed and released (never an
   orphan process).

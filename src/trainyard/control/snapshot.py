@@ -1,6 +1,6 @@
 """From the store's rows to the engine's `Snapshot`, and the engine's placements back to rows.
 
-This is the one seam between the control plane and the pure scheduler (DESIGN rule 1): the
+This is the one seam between the control plane and the pure scheduler (design rule 1): the
 same `TrainyardPolicy.cycle()` that the simulator replays traces with decides here.
 
 Units: GPU memory is MiB on both sides (the store's `gpu_mem_mib`, the engine's `gpu_mem_mib` on

@@ -19,7 +19,7 @@ start, in the log, as a `store.unknown_work` event and in `yard up`'s output:
 - `unknown_dirs`: job directories no job of the store owns (an id beyond the store's newest, or
   a known id with another key: its earlier life), and `unknown_attempts`: an attempt's run state
   (`run/attempt-<a>/`) beyond the store's last attempt of that job. Their processes, if any run,
-  are orphans to the control loop's first pass, which kills them (DESIGN rule 3: the store is the
+  are orphans to the control loop's first pass, which kills them (design rule 3: the store is the
   truth); the directories themselves, logs, checkpoints and scripts, are left where they are for
   an admin to look at and move aside.
 

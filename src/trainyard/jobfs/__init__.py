@@ -1,4 +1,4 @@
-"""The one way the control plane touches files a job's owner can change (DESIGN rule 7).
+"""The one way the control plane touches files a job's owner can change (design rule 7).
 
 Why: the plane often runs as root, and a job's owner controls much of what lies under the job's
 directory (checkpoints/, metrics/, a Slurm attempt's run dir) and all of its working directory. A

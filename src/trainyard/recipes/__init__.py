@@ -4,7 +4,7 @@ A recipe is a YAML file (`configs/*.yaml` ships four: `llama-pretrain`, `gemma-p
 `rl`) validated into a `RecipeSpec`: model, data, parallelism strategy, batch, optimizer, steps,
 checkpoint interval, seed. `yard run RECIPE --nproc N --out DIR [--set key=value …]` trains it on
 this machine; `yard submit --recipe RECIPE` hands it to the control plane; both start ranks of
-`python -m trainyard.recipes RECIPE [--set …]`, which read the job environment (DESIGN.md).
+`python -m trainyard.recipes RECIPE [--set …]`, which read the job environment (docs/design.md).
 
 Parts, one job each:
 - `spec`: RecipeSpec, loading, `--set` overrides (no torch: the CLI validates in milliseconds);

@@ -1,7 +1,7 @@
 """One rank of a recipe: `python -m trainyard.recipes RECIPE [--set key=value …]`.
 
 The rank reads its place and directories from the job environment (RANK, WORLD_SIZE,
-MASTER_ADDR/PORT, TRAINYARD_CHECKPOINT_DIR, TRAINYARD_METRICS_DIR; DESIGN.md), so the same
+MASTER_ADDR/PORT, TRAINYARD_CHECKPOINT_DIR, TRAINYARD_METRICS_DIR; docs/design.md), so the same
 command runs under `yard run`, under the control plane (`yard submit --recipe`), under plain
 `torchrun`, or alone. Exit codes: 0 done, 75 checkpointed after a preemption notice, 2 bad recipe
 (`error: …` naming the field), 1 any other failure.

@@ -1,4 +1,4 @@
-"""trainyard.runtime: the in-job library (DESIGN.md rule 4: it stands alone, works under plain torchrun).
+"""trainyard.runtime: the in-job library (docs/design.md rule 4: it stands alone, works under plain torchrun).
 
     import trainyard.runtime as yr
 

@@ -1,4 +1,4 @@
-"""The job environment (DESIGN.md, "Contracts"), read once into a plain dataclass.
+"""The job environment (docs/design.md, "Contracts"), read once into a plain dataclass.
 
 Every backend sets the same variables for every rank; `torchrun` sets the first six; a plain
 `python train.py` sets none of them. `JobEnv.from_environ()` accepts all three: whatever is

@@ -12,7 +12,7 @@ Step reports ("progress") go out at most every `interval_s`, the newest supersed
 every other event is sent, in order, at once. Training never waits for the network: `report()`
 hands the payload to a daemon thread and returns. A failed POST prints one warning (then one per
 different error) and is otherwise ignored — the control plane also reads checkpoints and exit
-codes from disk, so a lost report costs freshness, not correctness (DESIGN.md rule 4).
+codes from disk, so a lost report costs freshness, not correctness (docs/design.md rule 4).
 Standard library only (urllib): the runtime needs no HTTP client.
 """
 

@@ -848,9 +848,11 @@ class _Cycle:
         # jobs per waiting job made the cycle of `yard bench sched` (5,000 pending, 8,000 running)
         # ten times slower.
         need = over - fl.cohort_slack(team.cohort or "", req.pool, exclude=req.team)
+        if need <= 0:  # the cohort's idle GPUs cover it: no one need give anything back
+            return
         key = (req.team, req.pool, prio)
         known = self._quota_memo.get(key)
-        if known is None or (known[2] and need > known[1][-1]):  # none yet, or cut short of `need`
+        if known is None or (known[2] and need > (known[1][-1] if known[1] else 0)):  # none yet, or cut short
             known = self._quota_memo[key] = self._takeable(req, prio, need)
         times, total, cut = known
         if not total or need > total[-1]:

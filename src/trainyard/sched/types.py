@@ -29,7 +29,7 @@ class JobClass:
     """A class of service: how urgent, how long it may wait and how it may be interrupted.
 
     `checkpoint_on_notice`: its jobs checkpoint when they get a preemption notice and exit 75
-    (trainyard's runtime does; DESIGN.md, contracts), so a preemption loses only the save and the
+    (trainyard's runtime does; docs/design.md, contracts), so a preemption loses only the save and the
     restart, not the work since the last periodic checkpoint. False for jobs that ignore the
     notice (a plain script): they lose what they did since their last checkpoint.
     """

@@ -1,4 +1,4 @@
-"""The cluster configuration as versioned data (DESIGN rule 5).
+"""The cluster configuration as versioned data (design rule 5).
 
 The configuration (nodes and their topology, teams and quotas, job classes) is kept as YAML text,
 one row per version. Applying a change validates it first and appends a version; nothing is ever

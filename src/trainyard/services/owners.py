@@ -1,4 +1,4 @@
-"""Who a job runs as: a token's user becomes a Unix account, a team a Unix group (DESIGN rule 6).
+"""Who a job runs as: a token's user becomes a Unix account, a team a Unix group (design rule 6).
 
 A token names a user (`alice`) and a team; the operating system knows accounts and groups. The
 mapping is the cluster configuration's (`spec.ConfigSpec`):

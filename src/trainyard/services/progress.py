@@ -1,6 +1,6 @@
 """Progress reports from the in-job runtime (`trainyard.runtime.progress`): step, checkpoint, metrics.
 
-Optional by design (DESIGN rule 4): the control plane also reads checkpoints and exit codes from
+Optional by design (design rule 4): the control plane also reads checkpoints and exit codes from
 disk. A report refreshes the job's `progress` and, when it names a newer checkpoint of the
 current attempt, the `last_checkpoint` the engine weighs when it chooses victims; peak memory
 among its metrics (`max_rss_mib`, `peak_gpu_mem_mib`) raises the attempt's, for `yard acct`. Reports of an

@@ -1,4 +1,4 @@
-"""The control plane's tables (SQLAlchemy 2.0 declarative). The store is the truth (DESIGN rule 3).
+"""The control plane's tables (SQLAlchemy 2.0 declarative). The store is the truth (design rule 3).
 
 What lives where:
 - `jobs`: one row per job, its request and its current state (Slurm's names, with a reason);

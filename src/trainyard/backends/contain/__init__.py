@@ -2,7 +2,7 @@
 
 Why: a rank's command may start its own sessions (torchrun's workers, `setsid`, `nohup … &`, a
 daemonized data server). Killing process groups misses those, and a preempted attempt's workers
-would train on beside the next attempt in the same checkpoint directory (DESIGN rule 3). So each
+would train on beside the next attempt in the same checkpoint directory (design rule 3). So each
 attempt gets one *cell*, like a Slurm step under proctrack/cgroup:
 
     cgroup2    the unified hierarchy (`cgroup2.py`): tracking by cgroup.procs, signals by

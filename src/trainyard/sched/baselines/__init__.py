@@ -1,4 +1,4 @@
-"""Baseline policies, the yardsticks trainyard's own policy is measured against (DESIGN rule 6).
+"""Baseline policies, the yardsticks trainyard's own policy is measured against (design rule 8).
 
 Each module models one real scheduler faithfully but simply, and says in its docstring what it
 leaves out: `fifo`, `partition` (static per-team partitions), `slurm` (multifactor priority,
