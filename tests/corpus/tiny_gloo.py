@@ -5,6 +5,7 @@ torchrun (TORCHELASTIC env) and under a plain srun task (--env: RANK/WORLD_SIZE 
 
 import argparse
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -29,6 +30,9 @@ for step in range(a.steps):
 w = model.module.weight.detach().clone()
 dist.all_reduce(w, op=dist.ReduceOp.MAX)
 same = torch.equal(w, model.module.weight.detach())
-print(f"rank {rank}/{world} steps {a.steps} in-sync {same}", flush=True)
-print(f"owner rank {rank} uid {os.getuid()}", flush=True)  # whose process the rank is
+# One write per line: the ranks share the agent's stdout, and print() writes the text and its
+# newline apart when the output is unbuffered (torchrun's), so two ranks' lines could run together.
+sys.stdout.write(f"rank {rank}/{world} steps {a.steps} in-sync {same}\n")
+sys.stdout.write(f"owner rank {rank} uid {os.getuid()}\n")  # whose process the rank is
+sys.stdout.flush()
 dist.destroy_process_group()
