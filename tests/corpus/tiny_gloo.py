@@ -35,4 +35,5 @@ same = torch.equal(w, model.module.weight.detach())
 sys.stdout.write(f"rank {rank}/{world} steps {a.steps} in-sync {same}\n")
 sys.stdout.write(f"owner rank {rank} uid {os.getuid()}\n")  # whose process the rank is
 sys.stdout.flush()
+dist.barrier()  # no rank tears gloo down while its peer still talks to it (an abort at exit otherwise)
 dist.destroy_process_group()

@@ -39,6 +39,7 @@ import pytest
 from tests.accounts import ROOT_ONLY, Accounts, accounts, python_for_accounts, shared_dir
 from tests.yard_cluster import YardCluster
 from trainyard.ports import free_port
+from tests.scenarios.host_nodes import HEAD, NODES
 
 pytestmark = [ROOT_ONLY, pytest.mark.slow]
 
@@ -48,20 +49,6 @@ DONE = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMO
 PATIENCE_S = 150.0
 
 
-def _head_node() -> str | None:
-    """This machine's short host name when it resolves (a rendezvous's head node must), else None."""
-    name = socket.gethostname().split(".")[0]
-    try:
-        socket.gethostbyname(name)
-    except OSError:
-        return None
-    return None if name == "localhost" else name
-
-
-HEAD = _head_node()
-# As tests/scenarios/test_sbatch_corpus.py: the host's name first (Slurm's node order puts it
-# first in every allocation on both backends), a second name after it that nobody resolves.
-NODES = (HEAD or "localhost", f"{HEAD or 'localhost'}-2")
 TOKEN_USER = "carl"
 
 

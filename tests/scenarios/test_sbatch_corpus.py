@@ -34,27 +34,13 @@ from tests.plane import YARD
 from tests.yard_cluster import YardCluster
 from trainyard.contracts import compress_hostlist
 from trainyard.ports import free_port
+from tests.scenarios.host_nodes import HEAD, NODES
 
 pytestmark = pytest.mark.slow
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "sbatch_corpus"
 
 
-def _head_node() -> str | None:
-    """This machine's short host name when it resolves (it names the head node on both backends,
-    as a real site's first node is a host), else None."""
-    name = socket.gethostname().split(".")[0]
-    try:
-        socket.gethostbyname(name)
-    except OSError:
-        return None
-    return None if name == "localhost" else name
-
-
-HEAD = _head_node()
-# The second node's name sorts after the head's in Slurm's node order (contracts.slurm_node_order),
-# so the head is the first node of every allocation on both backends; nobody resolves it.
-NODES = (HEAD or "localhost", f"{HEAD or 'localhost'}-2")
 CONFIG = textwrap.dedent(f"""\
     cluster:
       name: corpus

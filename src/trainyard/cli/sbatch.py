@@ -261,19 +261,7 @@ def parse_sbatch(text: str, file: str = "script") -> SbatchOptions:
                 out.env.update([recorded.record(name, "")])
                 i += 1
                 continue
-            if name in recorded.ENV:
-                if not eq:
-                    if i + 1 >= len(words):
-                        raise SbatchError(file, no, f"option {name} needs a value")
-                    val = words[i + 1]
-                    i += 1
-                i += 1
-                try:
-                    out.env.update([recorded.record(name, val)])
-                except ValueError as e:
-                    raise SbatchError(file, no, str(e)) from None
-                continue
-            takes_value = name in _FIELDS or name in IGNORED
+            takes_value = name in _FIELDS or name in IGNORED or name in recorded.ENV
             if not takes_value:
                 if name.startswith("-") and not name.startswith("--") and len(name) > 2 and ("-" + name[1]) in _FIELDS:
                     name, val, eq = "-" + name[1], name[2:], "="  # -N2 style
@@ -285,6 +273,12 @@ def parse_sbatch(text: str, file: str = "script") -> SbatchOptions:
                 val = words[i + 1]
                 i += 1
             i += 1
+            if name in recorded.ENV:
+                try:
+                    out.env.update([recorded.record(name, val)])
+                except ValueError as e:
+                    raise SbatchError(file, no, str(e)) from None
+                continue
             if name in IGNORED:
                 out.warnings.append(f"{file}:{no}: {name} is ignored by trainyard")
                 continue
