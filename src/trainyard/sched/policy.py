@@ -13,7 +13,10 @@ a policy declares them once, in its own code, with their defaults:
 - any other factory has its keyword arguments, each with a default, as its parameters
   (`Slurm(w_age=..., w_fairshare=...)`, `Tiresias(thresholds=..., starve_limit=...)`); a factory
   with none (`Fifo()`) takes no parameters;
-- a parameter whose type is a dataclass is a nested group (`ordering:` for `OrderingParams`).
+- a parameter whose type is a dataclass is a nested group (`ordering:` for `OrderingParams`);
+- a parameters dataclass may name the flat spellings it still reads in a class attribute `FLAT`
+  (old name -> (group, field), `EngineParams.FLAT`): `get_policy` moves them into their groups
+  (`nest_flat`), and `flat_aliases(name)` lists them for validators and their deprecation notes.
 `policy_params(name)` describes them (names, types, defaults) for validators and docs. Built
 without parameters, a policy is exactly its factory's default: `get_policy("trainyard")` is
 `TrainyardPolicy()`, whatever this module learns to build.
@@ -120,6 +123,9 @@ def get_policy(name: str, params: Mapping[str, Any] | None = None) -> Policy:
     declared, whole = _describe(factory)
     if not declared:
         raise ValueError(f"policy {name!r} takes no parameters; got {', '.join(map(repr, params))}")
+    aliases = _aliases(whole)
+    if aliases:
+        params = nest_flat(params, aliases)[0]
     kwargs = _build(name, declared, params, "")
     if whole is not None:
         return factory(whole(**kwargs))
@@ -136,6 +142,9 @@ def resolved_params(name: str, params: Mapping[str, Any] | None = None) -> dict[
     declared = policy_params(name)
     if params:
         get_policy(name, params)  # the same name checks, the same messages
+        aliases = flat_aliases(name)
+        if aliases:
+            params = nest_flat(params, aliases)[0]
 
     def fill(decl: tuple[Param, ...], given: Mapping[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -149,6 +158,48 @@ def resolved_params(name: str, params: Mapping[str, Any] | None = None) -> dict[
         return out
 
     return fill(declared, params or {})
+
+
+def flat_aliases(name: str) -> dict[str, tuple[str, str]]:
+    """The flat parameter names `name` still reads, each with its (group, field); {} for none.
+
+    Raises:
+        ValueError: no policy of that name.
+    """
+    return _aliases(_describe(_factory(name))[1])
+
+
+def nest_flat(params: Mapping[str, Any], aliases: Mapping[str, tuple[str, str]]) -> tuple[dict[str, Any], list[str]]:
+    """`params` with every flat name of `aliases` moved into its group, and the flat names found
+    (in the order given). A group given as something else than a mapping is left as it is (its own
+    error is the one to report).
+
+    Raises:
+        ValueError: a flat name and its nested spelling both given (the message names both).
+    """
+    out: dict[str, Any] = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in params.items()
+                           if k not in aliases}
+    found = []
+    for name, value in params.items():
+        where = aliases.get(name)
+        if where is None:
+            continue
+        found.append(name)
+        group = out.get(where[0])
+        if group is None:
+            group = out[where[0]] = {}
+        elif not isinstance(group, dict):
+            continue
+        if where[1] in group:
+            raise ValueError(f"{name!r} and {where[0] + '.' + where[1]!r} are the same parameter; give it once, "
+                             f"as {where[0] + '.' + where[1]!r}")
+        group[where[1]] = value
+    return out, found
+
+
+def _aliases(whole: type | None) -> dict[str, tuple[str, str]]:
+    table = getattr(whole, "FLAT", None) if whole is not None else None
+    return dict(table) if isinstance(table, dict) else {}
 
 
 def _factory(name: str) -> Callable[..., Policy]:

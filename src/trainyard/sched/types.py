@@ -263,15 +263,24 @@ class Start:
     placement: Placement
 
 
+class PreemptionKind(enum.StrEnum):
+    """Why a running job is stopped for another (`Preempt.reason`). A `StrEnum`: each kind is the
+    very string stored in event rows and shown by the API and `yard` ("preempted (share) to make
+    room for job 7"), so rows written before the enum read back equal to it."""
+
+    RECLAIM = "reclaim"  # quota taken back by a team owed it (step 5)
+    PRIORITY = "priority"  # a lower-priority job stopped for a higher one (step 5)
+    SHARE = "share"  # time-sharing of borrowed GPUs by attained service (step 5b)
+    LAS = "las"  # least-attained-service within a team's own quota (step 5c)
+    OVERDUE = "overdue"  # an overdue job takes its place back from its team's younger jobs (step 5d)
+    MOVE = "move"  # moved aside for a gang blocked by fragmentation (step 5e)
+    BORROW = "borrow"  # a lower-priority borrower stopped so a job may borrow within its cohort (step 5f)
+
+
 @dataclass(frozen=True, slots=True)
 class Preempt:
     job_id: JobId
-    # "reclaim" (quota taken back), "priority", "share" (time-sharing of borrowed GPUs by attained
-    # service), "las" (least-attained-service within a team's own quota), "overdue" (an overdue job
-    # takes its place back from its own team's jobs submitted after it), "move" (a gang's
-    # fragmentation) or "borrow" (a lower-priority borrower stopped so a job may borrow within
-    # its cohort)
-    reason: str
+    reason: PreemptionKind
     for_job: JobId
 
 
@@ -289,7 +298,7 @@ class PendingInfo:
 
     reason: Reason
     est_start: float | None  # None: cannot be estimated (unknown run times ahead)
-    # Which limit holds a job blocked by quota when no step can help it (`engine._Cycle._quota_reason`):
+    # Which limit holds a job blocked by quota when no step can help it (`sched/cycle/explain.py`):
     # BORROWING_LIMIT (its team's borrowing limit) or COHORT_IN_USE (the cohort's lendable GPUs are
     # held by work it may not preempt); None otherwise.
     detail: str | None = None

@@ -51,7 +51,7 @@ from trainyard.sched.placement import place
 from trainyard.sched.policy import gc_paused, register
 from trainyard.sched.quota import QuotaLedger
 from trainyard.sched.types import (
-    CycleResult, JobId, PendingInfo, PendingJob, Preempt, Reason, RunningJob, Snapshot, Start,
+    CycleResult, JobId, PendingInfo, PendingJob, Preempt, PreemptionKind, Reason, RunningJob, Snapshot, Start,
 )
 
 _RANK = itemgetter(0, 1, 2)
@@ -157,7 +157,7 @@ class Kueue:
                     ledger.add(team, pool, p.gpus)  # hold its quota too (conservative for one cycle)
                     qok.clear()
                     for v in chosen:
-                        why_p = "priority" if v.req.team == team else "reclaim"
+                        why_p = PreemptionKind.PRIORITY if v.req.team == team else PreemptionKind.RECLAIM
                         res.preemptions.append(Preempt(v.req.id, why_p, req.id))
                     if explain:
                         res.pending[req.id] = PendingInfo(Reason.PREEMPTING, now + STOP_DELAY_S)

@@ -62,6 +62,7 @@ from trainyard.sched.types import (
     PendingInfo,
     PendingJob,
     Preempt,
+    PreemptionKind,
     Reason,
     Reservation,
     RunningJob,
@@ -216,7 +217,7 @@ class Slurm:
                         rsv.masked.clip_to(state, p)
                     ends[req.pool].append((now + STOP_DELAY_S + dur, req.id, p))
                     for v in chosen:
-                        res.preemptions.append(Preempt(v.req.id, "priority", req.id))
+                        res.preemptions.append(Preempt(v.req.id, PreemptionKind.PRIORITY, req.id))
                     if explain:
                         res.pending[req.id] = PendingInfo(Reason.PREEMPTING, now + STOP_DELAY_S)
                     continue

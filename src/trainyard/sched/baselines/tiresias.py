@@ -47,7 +47,7 @@ from trainyard.sched.baselines._common import Classes, Fitter, shape_gpus, shape
 from trainyard.sched.placement import place
 from trainyard.sched.policy import gc_paused, register
 from trainyard.sched.types import (
-    CycleResult, JobId, PendingInfo, PendingJob, Preempt, Reason, RunningJob, Snapshot, Start,
+    CycleResult, JobId, PendingInfo, PendingJob, Preempt, PreemptionKind, Reason, RunningJob, Snapshot, Start,
 )
 
 _RANK = itemgetter(0, 1, 2)
@@ -161,7 +161,7 @@ class Tiresias:
                 for r in out:
                     hit = [freed_for[n] for n in r.placement.node_indices if n in freed_for]
                     if hit:
-                        res.preemptions.append(Preempt(r.req.id, "priority", hit[0]))
+                        res.preemptions.append(Preempt(r.req.id, PreemptionKind.PRIORITY, hit[0]))
                 if explain:
                     for jid in waiting:
                         res.pending[jid] = PendingInfo(Reason.PREEMPTING, None)
