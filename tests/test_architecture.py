@@ -10,6 +10,8 @@
 - backends hold no policy (rule 2): no `sched`, `services`, `control`, `store` or `api`.
 - `sim` replays the engine alone: no control plane.
 - no module of `control/` is over 300 lines (the loop is split into one module per step).
+- no module of `sched/` is over 500 lines and no class in it over 300 (the engine's cycle is split
+  into its state and steps, `sched/cycle/`, and one module per reclaim strategy, `sched/reclaim/`).
 - the plane (`control`, `services`, `api`, the plane's side of `backends`) touches what a job's
   owner can change through `jobfs` alone (rule 7); `jobfs` uses the standard library only.
 - every module, test or file a docstring names in backquotes or by path exists.
@@ -117,6 +119,38 @@ def test_the_check_catches_a_layering_break(tmp_path):
 def test_control_modules_stay_small(path):
     lines = len(path.read_text().splitlines())
     assert lines <= 300, f"{path.relative_to(ROOT)} has {lines} lines; split it by responsibility"
+
+
+SCHED_MODULE_MAX, SCHED_CLASS_MAX = 500, 300
+
+
+def oversized(path: Path, module_max: int, class_max: int) -> list[str]:
+    """The module (if over `module_max` lines) and each class in it over `class_max` lines."""
+    source = path.read_text()
+    found = []
+    lines = len(source.splitlines())
+    if lines > module_max:
+        found.append(f"{path.name} has {lines} lines (at most {module_max})")
+    for node in ast.walk(ast.parse(source, str(path))):
+        if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
+            n = node.end_lineno - node.lineno + 1
+            if n > class_max:
+                found.append(f"class {node.name} has {n} lines (at most {class_max})")
+    return found
+
+
+@pytest.mark.parametrize("path", sorted((PKG / "sched").rglob("*.py")), ids=lambda p: str(p.relative_to(PKG)))
+def test_sched_modules_and_classes_stay_small(path):
+    found = oversized(path, SCHED_MODULE_MAX, SCHED_CLASS_MAX)
+    assert found == [], f"{path.relative_to(ROOT)}: {'; '.join(found)}; split it by responsibility"
+
+
+def test_the_size_check_catches_a_large_class(tmp_path):
+    """The rule test can fail: a 301-line class and a 501-line module are reported."""
+    big = tmp_path / "big.py"
+    big.write_text("class Big:\n" + "    x = 1\n" * 300 + "\n" * 200)
+    assert oversized(big, SCHED_MODULE_MAX, SCHED_CLASS_MAX) == [
+        "big.py has 501 lines (at most 500)", "class Big has 301 lines (at most 300)"]
 
 
 # -- docstrings that name modules and files --------------------------------------------------------

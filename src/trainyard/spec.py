@@ -21,7 +21,9 @@ from pydantic_core import PydanticCustomError
 from trainyard import spec_bounds as B
 from trainyard.parsing import ConfigError, parse_duration, parse_node_range  # noqa: F401 (re-exported)
 from trainyard.sched.cluster import Node, gb_to_mib
-from trainyard.sched.policy import Param, Policy, get_policy, policy_names, policy_params, resolved_params
+from trainyard.sched.policy import (
+    Param, Policy, flat_aliases, get_policy, nest_flat, policy_names, policy_params, resolved_params,
+)
 from trainyard.sched.types import ALL_CLASSES, AdminReservation, JobClass, JobId, JobRequest, Quota, Team
 from trainyard.spec_limits import LimitsSpec
 
@@ -322,11 +324,19 @@ def _group_model(policy: str, title: str, params: tuple[Param, ...], prefix: str
 def _params_model(policy: str) -> type[BaseModel]:
     """A pydantic model of `policy`'s parameters, built from what the policy declares
     (`trainyard.sched.policy.policy_params`): the scheduler package stays free of pydantic, and a
-    parameter added to `EngineParams` is configurable and validated with no edit here."""
-    return _group_model(policy, f"{policy} parameters", policy_params(policy))
+    parameter added to `EngineParams` is configurable and validated with no edit here. The flat
+    names a policy still reads (`policy.flat_aliases`: `share_below_gpu_s` for `share.below_gpu_s`)
+    are fields too, typed as their nested twins, so that a value given the old way is checked and
+    its error names the key as written."""
+    declared = policy_params(policy)
+    groups = {p.name: {q.name: q for q in p.group or ()} for p in declared}
+    old = tuple(Param(name, groups[g][f].type, groups[g][f].default) for name, (g, f) in flat_aliases(policy).items())
+    return _group_model(policy, f"{policy} parameters", declared + old)
 
 
-def _known_params(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+def _known_params(model: type[BaseModel], loc: tuple[Any, ...], policy: str) -> list[str]:
+    if len(loc) == 1:  # the top level: the groups, not the flat names of before
+        return [p.name for p in policy_params(policy)]
     for key in loc[:-1]:
         ann = model.model_fields[key].annotation if key in model.model_fields else None
         ann = get_args(ann)[0] if get_origin(ann) is Annotated else ann
@@ -340,7 +350,10 @@ class SchedulerSpec(_Model):
     """Which scheduling policy the cluster runs, and its parameters (`trainyard.sched.policy`).
 
     `policy` is a registered name (`trainyard`, the default, or a baseline); `params` are that
-    policy's parameters by name, a nested group as a mapping (`ordering:` for `OrderingParams`).
+    policy's parameters by name, a nested group as a mapping (`ordering:` for `OrderingParams`,
+    `share:` for `ShareParams`, ...). The flat names of before the groups (`share_below_gpu_s`)
+    are still read, kept as given here and moved into their groups when the policy is built;
+    `deprecations()` says what to write instead.
     Unset parameters keep their defaults: a section that gives none, or no section at all, runs
     exactly `get_policy(policy)`, the policy every simulator report was measured with. Validated
     against what the policy declares: an unknown name, a parameter it does not take, or a value
@@ -374,20 +387,29 @@ class SchedulerSpec(_Model):
             errors: list[Any] = []
             for err in e.errors():
                 if err["type"] == "extra_forbidden":
-                    known = _known_params(model, err["loc"])
+                    known = _known_params(model, err["loc"], policy)
                     msg = (f"policy {policy!r} takes no parameters" if not model.model_fields else
                            f"policy {policy!r} has no parameter {'.'.join(map(str, err['loc']))!r}; "
                            f"known: {', '.join(known)}")
                     err = {"type": PydanticCustomError("unknown_parameter", msg),  # no context: used as is
                            "loc": err["loc"], "input": err["input"]}
                 elif err["type"] == "model_type":  # a group given as a scalar or a list
-                    known = _known_params(model, (*err["loc"], None))
+                    known = _known_params(model, (*err["loc"], None), policy)
                     err = {"type": PydanticCustomError("group_expected", f"a group of parameters: give a mapping "
                                                        f"of {', '.join(known)}"),
                            "loc": err["loc"], "input": err["input"]}
                 errors.append(err)
             raise ValidationError.from_exception_data(e.title, errors) from None
-        return parsed.model_dump(exclude_unset=True)
+        given: dict[str, Any] = parsed.model_dump(exclude_unset=True)
+        nest_flat(given, flat_aliases(policy))  # a value given both ways is an error (ValueError)
+        return given
+
+    def deprecations(self) -> list[str]:
+        """A warning per parameter given by its flat name of before issue 36 (still read): what to
+        write instead. `yard cluster apply` prints them (the API's `warnings`)."""
+        aliases = flat_aliases(self.policy)
+        return [f"scheduler.params.{name} is deprecated; write it in its group: "
+                f"{aliases[name][0]}: {{{aliases[name][1]}: ...}}" for name in self.params if name in aliases]
 
     def build(self) -> Policy:
         """A new policy object as configured. A policy holds no state between cycles, so one

@@ -108,7 +108,7 @@ def test_sim_runs_the_configured_parameters_and_says_so(tmp_path):
     meta = changed["meta"]
     assert meta["configured_policy"] == "trainyard" and meta["config"] == str(tuned)
     assert meta["params"]["trainyard"]["ordering"]["reserve_at"] == 0
-    assert meta["params"]["trainyard"]["max_reservations"] == 4 and meta["params"]["fifo"] == {}
+    assert meta["params"]["trainyard"]["backfill"]["max_reservations"] == 4 and meta["params"]["fifo"] == {}
     assert plain["meta"]["params"]["trainyard"]["ordering"]["reserve_at"] == 0.05
 
 

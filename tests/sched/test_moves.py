@@ -1,4 +1,4 @@
-"""Moves (step 5e, `engine._Cycle.try_move`): a gang blocked only by fragmentation gets a node.
+"""Moves (step 5e, `sched/reclaim/moves.py`): a gang blocked only by fragmentation gets a node.
 
 Two 8-GPU nodes, each half full of team b's single-GPU training jobs: 8 GPUs are free in the
 pool, none of them a whole node, so team a's 8-GPU job fits its quota but no node. Classes are

@@ -1,4 +1,4 @@
-"""Overdue jobs (issue 20 part 5, `engine._Cycle.try_overdue`): a large job its own team's smaller
+"""Overdue jobs (issue 20 part 5, `sched/reclaim/overdue.py`): a large job its own team's smaller
 jobs would starve gets a bounded wait.
 
 Classes are the builders' (training: priority 200, max wait 24 h, so overdue after a quarter of

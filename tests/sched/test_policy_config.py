@@ -49,14 +49,16 @@ def test_parameters_are_read_from_each_policys_own_code():
     assert list(trainyard)[0] == "ordering" and trainyard["ordering"].type is OrderingParams
     assert [p.name for p in trainyard["ordering"].group] == ["reserve_at", "aging_weight", "fairshare_weight",
                                                              "unknown_runtime_s", "las_reserve_at"]
-    assert trainyard["reclaim_after_s"].default == EngineParams().reclaim_after_s
+    assert list(trainyard) == ["ordering", "backfill", "preemption", "share", "las", "overdue", "moves"]
+    preemption = {p.name: p for p in trainyard["preemption"].group}
+    assert preemption["reclaim_after_s"].default == EngineParams().reclaim_after_s
 
 
 def test_resolved_parameters_fill_in_the_defaults():
     r = resolved_params("trainyard", {"ordering": {"aging_weight": 1.0}})
     assert r["ordering"] == {"reserve_at": 0.05, "aging_weight": 1.0, "fairshare_weight": 0.5,
                              "unknown_runtime_s": 14400.0, "las_reserve_at": 0.5}
-    assert r["max_reservations"] == 4 and r["share_below_gpu_s"] == 3200.0 and r["share_ratio"] == 8.0
+    assert r["backfill"]["max_reservations"] == 4 and r["share"]["below_gpu_s"] == 3200.0 and r["share"]["ratio"] == 8.0
     assert resolved_params("tiresias") == {"thresholds": [57600.0], "starve_limit": None}
     assert resolved_params("tiresias-3200") == {"thresholds": [3200.0], "starve_limit": 4.0}
     assert resolved_params("fifo") == {}
@@ -117,7 +119,7 @@ def test_the_section_parses_into_the_policy_with_its_parameters():
 @pytest.mark.parametrize("section,field,message", [
     ("scheduler:\n  policy: nope\n", "scheduler.policy", "unknown policy 'nope'; known: "),
     ("scheduler:\n  params:\n    max_reservatons: 2\n", "scheduler.params.max_reservatons",
-     "policy 'trainyard' has no parameter 'max_reservatons'; known: ordering, max_reservations"),
+     "policy 'trainyard' has no parameter 'max_reservatons'; known: ordering, backfill, preemption"),
     ("scheduler:\n  params:\n    ordering:\n      some_typo: 1\n", "scheduler.params.ordering.some_typo",
      "no parameter 'ordering.some_typo'; known: reserve_at, aging_weight, fairshare_weight, unknown_runtime_s, las_reserve_at"),
     ("scheduler:\n  policy: fifo\n  params:\n    reserve_at: 0.1\n", "scheduler.params.reserve_at",
@@ -153,3 +155,51 @@ def test_a_bad_section_names_the_field_and_its_line(tmp_path, section, field, me
     line = path.read_text().splitlines()[err.line - 1]
     assert (named + ":") in line or (named.isdigit() and "[" in line), (err.line, line)
     assert f"{path}:{err.line}" in str(err)
+
+
+# -- the nested groups of issue 36, and the flat names of before ---------------------------------
+
+
+def test_the_nested_and_the_flat_spelling_build_the_same_policy():
+    nested = parse_config(BASE + "scheduler:\n  params:\n    share:\n      below_gpu_s: null\n      ratio: 4\n"
+                                 "    preemption: {reclaim_after_s: 5m}\n    moves: {for_gangs: false}\n").scheduler
+    flat = parse_config(BASE + "scheduler:\n  params:\n    share_below_gpu_s: null\n    share_ratio: 4\n"
+                               "    reclaim_after_s: 5m\n    move_for_gangs: false\n").scheduler
+    want = EngineParams(share_below_gpu_s=None, share_ratio=4.0, reclaim_after_s=300.0, move_for_gangs=False)
+    assert nested.build().params == flat.build().params == want
+    assert want.share.below_gpu_s is None and want.preemption.reclaim_after_s == 300.0 and not want.moves.for_gangs
+    assert nested.resolved() == flat.resolved() and flat.resolved()["share"]["ratio"] == 4.0
+    assert nested.deprecations() == []
+    assert sorted(flat.deprecations()) == sorted([
+        "scheduler.params.share_below_gpu_s is deprecated; write it in its group: share: {below_gpu_s: ...}",
+        "scheduler.params.share_ratio is deprecated; write it in its group: share: {ratio: ...}",
+        "scheduler.params.reclaim_after_s is deprecated; write it in its group: preemption: {reclaim_after_s: ...}",
+        "scheduler.params.move_for_gangs is deprecated; write it in its group: moves: {for_gangs: ...}"])
+
+
+@pytest.mark.parametrize("section,field,message", [
+    ("scheduler:\n  params:\n    share:\n      below_gpus: 1\n", "scheduler.params.share.below_gpus",
+     "no parameter 'share.below_gpus'; known: below_gpu_s, above_gpu_s, max_lost_s, ratio, min_attempt_s"),
+    ("scheduler:\n  params:\n    sharing: {ratio: 2}\n", "scheduler.params.sharing",
+     "no parameter 'sharing'; known: ordering, backfill, preemption, share, las, overdue, moves"),
+    ("scheduler:\n  params:\n    share_ratio: lots\n", "scheduler.params.share_ratio", "valid number"),
+    ("scheduler:\n  params:\n    share_ratio: 2\n    share: {ratio: 3}\n", "scheduler.params",
+     "'share_ratio' and 'share.ratio' are the same parameter"),
+])
+def test_a_bad_key_of_either_spelling_is_named(tmp_path, section, field, message):
+    path = tmp_path / "cluster.yaml"
+    path.write_text(BASE + section)
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert e.value.field == field and message in e.value.message, (e.value.field, e.value.message)
+
+
+def test_flat_names_still_build_and_read_in_python():
+    p = EngineParams(max_preemptions_for=3, overdue_at=None, ordering=OrderingParams(reserve_at=0.2))
+    assert p.preemption.max_preemptors == 3 and p.max_preemptions_for == 3 and p.overdue_at is None
+    assert get_policy("trainyard", {"max_preemptions_for": 3, "overdue": {"at": None},
+                                    "ordering": {"reserve_at": 0.2}}).params == p
+    with pytest.raises(TypeError, match="max_preemption_for"):
+        EngineParams(max_preemption_for=3)
+    with pytest.raises(AttributeError, match="nope"):
+        _ = p.nope

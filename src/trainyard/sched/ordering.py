@@ -8,7 +8,7 @@ The key, most significant first:
    team holds with jobs of priority p or more (`headroom(team, pool, p)`), since it may take the
    rest from its own team's lower-priority jobs. The engine also counts what the team's in-quota
    jobs started ahead of it in the same cycle take: one that no longer fits goes with the
-   borrowing jobs (`engine._Cycle.in_turn`). Neither priority nor aging lifts a borrowing job
+   borrowing jobs (`sched/cycle/order.py`, `in_turn`). Neither priority nor aging lifts a borrowing job
    above a job another team is owed: a reclaimed job that came back first would take the GPUs it
    left straight back and make reclaim preempt again (ping-pong; issue 20 part 8). The victim
    budget (`budget.py`) makes sure every reclaimed job needs to borrow to restart;
@@ -130,7 +130,7 @@ def keyed_in_order(pending: Sequence[PendingJob], classes: Mapping[str, JobClass
     keyed.sort(key=itemgetter(0))
     # The tier: in quota if it fits in what its team's quota leaves beside its jobs of its
     # priority or more. Stable: within a tier, the order above. What the team's in-quota jobs
-    # ahead of it take in this cycle is the engine's to count (`engine._Cycle.in_turn`): those
+    # ahead of it take in this cycle is the engine's to count (`sched/cycle/order.py`, `in_turn`): those
     # that cannot start take nothing.
     rooms: dict[tuple[str, str, int], int] = {}
     first: list[tuple[tuple, PendingJob]] = []

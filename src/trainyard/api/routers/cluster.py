@@ -40,7 +40,8 @@ def _apply(cp: ControlPlane, by: Principal, fn) -> dict[str, Any]:  # noqa: ANN0
             raise Conflict(f"nodes {busy} run jobs and cannot leave the configuration; drain them and wait")
     cp.loop.wake()
     with cp.store.session() as s:
-        return {**_row(config.get_version(s, version)), "warnings": teams.overcommitted(spec)}
+        return {**_row(config.get_version(s, version)),
+                "warnings": teams.overcommitted(spec) + spec.scheduler.deprecations()}
 
 
 @router.post("")
