@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from typing import Iterable, Mapping
 
-from trainyard.sched.types import RunningJob
+from trainyard.sched.types import JobId, RunningJob
 
 
 class VictimBudget:
@@ -148,7 +148,7 @@ def _within(levels: list[tuple[int, float]], taken: list[tuple[int, int, int]], 
 
 
 def level_usage(running: Iterable[RunningJob], prio: Mapping[str, int],
-                skip: set | frozenset = frozenset()) -> dict[tuple[str, str], dict[int, int]]:
+                skip: set[JobId] | frozenset[JobId] = frozenset()) -> dict[tuple[str, str], dict[int, int]]:
     """GPUs held per (team, pool) and priority level, by the running jobs not in `skip` (ids)."""
     out: dict[tuple[str, str], dict[int, int]] = {}
     for r in running:

@@ -19,7 +19,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Sequence, Union
+from typing import TYPE_CHECKING, Sequence, Union
+
+if TYPE_CHECKING:
+    from trainyard.sched.cluster import Node
 
 # A parsed expression: a feature name, or (operator, operands) with operator "&" or "|".
 Expr = Union[str, tuple[str, tuple["Expr", ...]]]
@@ -134,7 +137,7 @@ class Where:
     exclude: frozenset[str] = frozenset()
     exclusive: bool = False
 
-    def allows(self, node) -> bool:  # noqa: ANN001 (a cluster.Node; not imported: no cycle)
+    def allows(self, node: Node) -> bool:  # (a cluster.Node; imported for annotations only: no cycle)
         """Whether `node` may hold any part of the job (its model, features and name)."""
         if self.gpu_model is not None and node.gpu_model != self.gpu_model:
             return False
@@ -142,13 +145,13 @@ class Where:
             return False
         return self.constraint is None or matches(parse_features(self.constraint), node.features)
 
-    def banned(self, nodes: Sequence) -> frozenset[int]:
+    def banned(self, nodes: Sequence[Node]) -> frozenset[int]:
         """Indices of the nodes the job may not use."""
         if self.gpu_model is None and not self.exclude and self.constraint is None:
             return frozenset()
         return frozenset(i for i, n in enumerate(nodes) if not self.allows(n))
 
-    def required(self, nodes: Sequence) -> list[int]:
+    def required(self, nodes: Sequence[Node]) -> list[int]:
         """Indices of the `include` nodes, in node order (a name the nodes lack is left out:
         submission refuses unknown names, and a node gone from the configuration cannot be had)."""
         return [i for i, n in enumerate(nodes) if n.name in self.include] if self.include else []

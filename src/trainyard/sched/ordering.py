@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from operator import itemgetter
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from trainyard.sched.types import JobClass, PendingJob, Team
 
@@ -67,7 +67,7 @@ def fairshare_factors(teams: Mapping[str, Team], usage: Mapping[str, float], poo
     return out
 
 
-def sort_key(pj: PendingJob, cls: JobClass, now: float, fs: float, p: OrderingParams, las: bool = False) -> tuple:
+def sort_key(pj: PendingJob, cls: JobClass, now: float, fs: float, p: OrderingParams, las: bool = False) -> tuple[Any, ...]:
     """One job's key for keys 2-5 (priority, urgency, score or wait, submit time, id). The tier
     (key 1) is not part of it: it depends on the jobs of the job's team ahead of it, so
     `keyed_in_order` assigns it walking the jobs in this key's order, and returns the jobs of
@@ -90,7 +90,7 @@ def sort_key(pj: PendingJob, cls: JobClass, now: float, fs: float, p: OrderingPa
 
 def keyed_in_order(pending: Sequence[PendingJob], classes: Mapping[str, JobClass], now: float,
                    headroom: Callable[[str, str, int], int], fairshare: Mapping[str, Mapping[str, float]],
-                   p: OrderingParams, teams: Mapping[str, Team] | None = None) -> tuple[list[tuple[tuple, PendingJob]], int]:
+                   p: OrderingParams, teams: Mapping[str, Team] | None = None) -> tuple[list[tuple[tuple[Any, ...], PendingJob]], int]:
     """Every pending job with its `sort_key`, sorted: the order a cycle considers them in, and
     how many of them, the first ones, are in quota (tier 0).
 
@@ -105,7 +105,7 @@ def keyed_in_order(pending: Sequence[PendingJob], classes: Mapping[str, JobClass
                  for name, c in classes.items()}
     reserve_at, aging, log = p.reserve_at, p.aging_weight, math.log
     las_teams = {name: t for name, t in teams.items() if t.las} if teams else {}
-    keyed = []
+    keyed: list[tuple[tuple[Any, ...], PendingJob]] = []
     append = keyed.append
     for pj in pending:
         req = pj.req
@@ -133,8 +133,8 @@ def keyed_in_order(pending: Sequence[PendingJob], classes: Mapping[str, JobClass
     # ahead of it take in this cycle is the engine's to count (`sched/cycle/order.py`, `in_turn`): those
     # that cannot start take nothing.
     rooms: dict[tuple[str, str, int], int] = {}
-    first: list[tuple[tuple, PendingJob]] = []
-    second: list[tuple[tuple, PendingJob]] = []
+    first: list[tuple[tuple[Any, ...], PendingJob]] = []
+    second: list[tuple[tuple[Any, ...], PendingJob]] = []
     into_first, into_second = first.append, second.append
     for kp in keyed:
         req = kp[1].req
@@ -151,5 +151,5 @@ def keyed_in_order(pending: Sequence[PendingJob], classes: Mapping[str, JobClass
     return first, n_first
 
 
-def is_urgent(key: tuple) -> bool:
-    return key[1] == 0
+def is_urgent(key: tuple[Any, ...]) -> bool:
+    return bool(key[1] == 0)

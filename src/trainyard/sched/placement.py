@@ -129,6 +129,7 @@ def _best_single_node(state: ClusterState, pool: str, k: int, mem: int | None,
 
 def _usable_nodes(state: ClusterState, pool: str, mem: int | None,
                   avoid: frozenset[int] = frozenset()) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]]
     if mem is None:
         out = []
         for free, nodes in enumerate(state.buckets[pool]):

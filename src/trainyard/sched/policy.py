@@ -240,7 +240,7 @@ def _describe(factory: Callable[..., Policy]) -> tuple[tuple[Param, ...], type |
             if a.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
     if not args:
         return (), None
-    hints = typing.get_type_hints(factory.__init__ if isinstance(factory, type) else factory)
+    hints = typing.get_type_hints(getattr(factory, "__init__") if isinstance(factory, type) else factory)
     if len(args) == 1:
         whole = _dataclass_in(hints.get(args[0].name))
         if whole is not None:

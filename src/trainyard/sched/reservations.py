@@ -27,7 +27,7 @@ import math
 from typing import Iterable, Mapping, Sequence
 
 from trainyard.sched.cluster import ClusterState
-from trainyard.sched.types import AdminReservation, JobClass, JobRequest, Reason
+from trainyard.sched.types import AdminReservation, JobClass, JobRequest, PendingJob, Reason
 
 NO_MASK: frozenset[int] = frozenset()
 
@@ -53,7 +53,7 @@ class Holds:
 
     @classmethod
     def of(cls, reservations: Sequence[AdminReservation], cluster: ClusterState,
-           classes: Mapping[str, JobClass], now: float, pending: Iterable) -> "Holds | None":
+           classes: Mapping[str, JobClass], now: float, pending: Iterable[PendingJob]) -> "Holds | None":
         """None when nothing is held (no live reservation, and no job asks for one)."""
         if not any(r.end > now for r in reservations) and not any(pj.req.reservation for pj in pending):
             return None

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Any
 
 from trainyard.sched.cluster import ClusterState, Node, Placement
 from trainyard.sched.placement import place
@@ -57,7 +58,7 @@ def _teams(total: int) -> dict[str, Team]:
     }
 
 
-def _running_shape(rng: random.Random, gpn: int) -> dict:
+def _running_shape(rng: random.Random, gpn: int) -> dict[str, Any]:
     u = rng.random()
     if u < 0.30:
         return {"gpus": 1, "gpu_mem_mib": rng.choice((20 * _GB, 40 * _GB))}
@@ -72,7 +73,7 @@ def _running_shape(rng: random.Random, gpn: int) -> dict:
     return {"gpus": 2 * gpn, "gpus_per_node": gpn, "min_nodes": 2, "max_nodes": 2}
 
 
-def _pending_shape(rng: random.Random, gpn: int) -> dict:
+def _pending_shape(rng: random.Random, gpn: int) -> dict[str, Any]:
     u = rng.random()
     if u < 0.10:
         return {"gpus": 1, "gpu_mem_mib": rng.choice((10 * _GB, 20 * _GB, 40 * _GB))}

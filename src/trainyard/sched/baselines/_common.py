@@ -6,7 +6,7 @@ Nothing here is a policy. Everything is pure (no clock, no I/O) and iterates in 
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from collections import defaultdict
 
@@ -44,7 +44,7 @@ class Fitter:
 
     def __init__(self, state: ClusterState):
         self.state = state
-        self._failed: dict[tuple, Reason] = {}
+        self._failed: dict[tuple[Any, ...], Reason] = {}
 
     def fit(
         self, req: JobRequest, allow: Callable[[int], bool] | None = None, elastic: bool = True
@@ -154,7 +154,7 @@ def class_of(snap: Snapshot, name: str) -> JobClass:
     return c if c is not None else JobClass(name=name, priority=0)
 
 
-class Classes(dict):
+class Classes(dict[str, JobClass]):
     """`class_of` for one cycle, memoized by class name (a cycle looks classes up per job)."""
 
     def __init__(self, snap: Snapshot):
@@ -171,10 +171,10 @@ class Classes(dict):
         if r.preempting or r.starting:
             return False
         cls = self[r.req.job_class]
-        return cls.preemptible and self.snap.now - r.start_time >= cls.min_run_s
+        return bool(cls.preemptible and self.snap.now - r.start_time >= cls.min_run_s)
 
 
-class _Prio(dict):
+class _Prio(dict[str, int]):
     __slots__ = ("classes",)
 
     def __init__(self, classes: Classes):
@@ -182,7 +182,8 @@ class _Prio(dict):
         self.classes = classes
 
     def __missing__(self, name: str) -> int:
-        p = self[name] = self.classes[name].priority
+        p: int = self.classes[name].priority
+        self[name] = p
         return p
 
 
@@ -346,7 +347,7 @@ class Outlook:
         if max_node == 0:
             return None
         k = -(-need // max_node) if n is None else n
-        per = -(-need // k) if n is None else req.gpus_per_node
+        per = -(-need // k) if n is None or req.gpus_per_node is None else req.gpus_per_node
         mem = req.gpu_mem_mib
         done: list[int] = []
         if mem is None and k > 1:

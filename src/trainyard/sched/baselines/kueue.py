@@ -35,6 +35,7 @@ preemption as it charges every policy's). `est_start` is always None (Kueue does
 from __future__ import annotations
 
 from operator import itemgetter
+from typing import Any, Iterable, Mapping
 
 from trainyard.sched.baselines._common import (
     INF,
@@ -46,12 +47,13 @@ from trainyard.sched.baselines._common import (
     shape_gpus,
     shapes,
 )
-from trainyard.sched.cluster import ClusterState
+from trainyard.sched.cluster import ClusterState, Placement
 from trainyard.sched.placement import place
 from trainyard.sched.policy import gc_paused, register
 from trainyard.sched.quota import QuotaLedger
 from trainyard.sched.types import (
-    CycleResult, JobId, PendingInfo, PendingJob, Preempt, PreemptionKind, Reason, RunningJob, Snapshot, Start,
+    CycleResult, JobId, JobRequest, PendingInfo, PendingJob, Preempt, PreemptionKind, Reason, RunningJob, Snapshot,
+    Start,
 )
 
 _RANK = itemgetter(0, 1, 2)
@@ -167,7 +169,9 @@ class Kueue:
         return res
 
     @staticmethod
-    def _preempt_for(snap, req, outlook: Outlook, preemptible, prio, cohort_of):
+    def _preempt_for(snap: Snapshot, req: JobRequest, outlook: Outlook,
+                     preemptible: Iterable[tuple[int, float, JobId, str, RunningJob]], prio: Mapping[str, int],
+                     cohort_of: Mapping[str, str | None]) -> tuple[list[RunningJob], Placement] | None:
         team, pool = req.team, req.pool
         n = shapes(req)[-1]
         need = shape_gpus(req, n)
@@ -189,7 +193,7 @@ class Kueue:
             elif cohort and cohort_of.get(rteam) == cohort:
                 others.append(r)
 
-        def check(state: ClusterState, ledger) -> object:
+        def check(state: ClusterState, ledger: Any) -> Placement | None:
             if not ledger.fits(team, pool, need):
                 return None
             if req.gpu_mem_mib is None and state.free_gpus(pool) < need:
@@ -198,7 +202,7 @@ class Kueue:
                 return None  # exactly when `place` would fail (whole GPUs), found cheaply
             return place(state, req, n)[0]
 
-        def accept(r: RunningJob, ledger) -> bool:
-            return r.req.team == team or ledger.borrowed(r.req.team, pool) > 0
+        def accept(r: RunningJob, ledger: Any) -> bool:
+            return r.req.team == team or bool(ledger.borrowed(r.req.team, pool) > 0)
 
         return outlook.claim(req, others + own, check, accept)

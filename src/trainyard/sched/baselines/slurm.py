@@ -41,6 +41,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from operator import itemgetter
+from typing import Any
 
 from trainyard.sched.baselines._common import (
     INF,
@@ -159,7 +160,7 @@ class Slurm:
                 lowest_victim[pool] = cp
         ends: dict[str, list[tuple[float, JobId, Placement]]] = defaultdict(list)  # starts and claims
         held: dict[str, _Held] = {}
-        no_preempt: set[tuple] = set()
+        no_preempt: set[tuple[Any, ...]] = set()
         cand_lists: dict[tuple[str, int], list[RunningJob]] = {}
 
         def start(job: PendingJob, p: Placement, dur: float) -> None:
