@@ -1,7 +1,7 @@
 """The simulator oracle: every report of the Philly dev windows and the Pollux workloads, kept and compared.
 
     PYTHONPATH=src .venv/bin/python bench/sim_oracle.py --out DIR [--philly FILE] [--pollux DIR]
-        [--policies trainyard] [--clusters 80x8,56x8] [--starts ...] [--workers 2]
+        [--policies trainyard] [--clusters 80x8,56x8] [--starts ...] [--workers 2] [--resume]
     .venv/bin/python bench/sim_oracle.py --compare DIR_A DIR_B
 
 Why: a refactoring of the engine must not change one decision. The figures of
@@ -83,14 +83,19 @@ def run_one(task: tuple[str, dict[str, Any], str]) -> tuple[str, dict[str, Any],
         end = (dt.date.fromisoformat(where["start"]) + dt.timedelta(days=PHILLY_DAYS)).isoformat()
         w = load_philly(where["trace"], date_from=where["start"], date_to=end, warmup_days=PHILLY_WARMUP_DAYS,
                         cluster=where["cluster"], seed=SEED)
-        name = f"philly_{where['cluster']}_{where['start']}_{policy}"
     else:
         w = load_pollux(Path(where["dir"]) / f"workload-{where['k']}.csv", las=True)
-        name = f"pollux_workload-{where['k']}_{policy}"
+    name = report_name(kind, where, policy)
     w.jobs = apply_estimates(w.jobs, ESTIMATES, SEED)
     t0 = time.perf_counter()
     out = report(simulate(w, get_policy(policy)))
     return name, out, time.perf_counter() - t0
+
+
+def report_name(kind: str, where: dict[str, Any], policy: str) -> str:
+    if kind == "philly":
+        return f"philly_{where['cluster']}_{where['start']}_{policy}"
+    return f"pollux_workload-{where['k']}_{policy}"
 
 
 def tasks(philly: Path, pollux: Path, policies: list[str], clusters: list[str],
@@ -146,6 +151,7 @@ def main() -> None:
     ap.add_argument("--no-philly", action="store_true")
     ap.add_argument("--no-pollux", action="store_true")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--resume", action="store_true", help="skip the runs whose report is already in --out")
     a = ap.parse_args()
     if a.compare:
         sys.exit(compare(*a.compare))
@@ -163,6 +169,8 @@ def main() -> None:
     if a.no_pollux:
         todo = [t for t in todo if t[0] != "pollux"]
     a.out.mkdir(parents=True, exist_ok=True)
+    if a.resume:
+        todo = [t for t in todo if not (a.out / f"{report_name(*t)}.json").exists()]
     print(f"trainyard from {Path(trainyard.__file__).parent}; {len(todo)} runs on {a.workers} workers",
           file=sys.stderr)
     t0 = time.perf_counter()
