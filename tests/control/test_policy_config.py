@@ -69,5 +69,11 @@ def test_the_configured_policy_runs_and_an_applied_version_changes_it_without_a_
         # reserve_at 0: every job is urgent at once, and urgent jobs go oldest first (FIFO order)
         assert p.admin.post("/api/v1/cluster/config", json={"text": tuned}).status_code == 200
         assert first_to_start(p) == "big"
+        # The flat names of before the groups are still read, and `yard cluster apply` warns of each.
+        flat = ONE_NODE + "scheduler:\n  params:\n    reclaim_after_s: 2m\n"
+        r = p.admin.post("/api/v1/cluster/config", json={"text": flat})
+        assert r.status_code == 200, r.text
+        assert ("scheduler.params.reclaim_after_s is deprecated; write it in its group: "
+                "preemption: {reclaim_after_s: ...}") in r.json()["warnings"]
     finally:
         p.stop()
