@@ -136,8 +136,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--json", action="store_true", help="one JSON line")
     ap.add_argument("--share-below", type=float, default=None, metavar="GPU_S",
-                    help="trainyard's share_below_gpu_s (time-sharing of borrowed GPUs; default: the engine's); "
-                         "short for --params '{\"share_below_gpu_s\": GPU_S}'")
+                    help="trainyard's share.below_gpu_s (time-sharing of borrowed GPUs; default: the engine's); "
+                         "short for --params '{\"share\": {\"below_gpu_s\": GPU_S}}'")
     ap.add_argument("--params", type=json.loads, default=None, metavar="JSON",
                     help='trainyard\'s parameters, as the scheduler: section takes them (e.g. \'{"ordering": {"reserve_at": 0.25}}\')')
     ap.add_argument("--reuse", type=Path, default=None, metavar="DIR",
@@ -152,7 +152,7 @@ def main() -> None:
     clusters = [c.strip() for c in a.clusters.split(",") if c.strip()]
     params = dict(a.params or {})
     if a.share_below is not None:
-        params["share_below_gpu_s"] = a.share_below
+        params["share"] = {**params.get("share", {}), "below_gpu_s": a.share_below}
     shared = {"trace": a.trace, "days": a.days, "warmup_days": a.warmup_days,
               "estimates": a.estimates, "seed": a.seed, "params": params}
     results: dict[str, dict[str, dict[str, dict[str, Any]]]] = {c: {s: {} for s in starts} for c in clusters}

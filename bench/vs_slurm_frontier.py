@@ -33,6 +33,7 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT / "bench")]
 import vs_slurm  # noqa: E402
 import vs_slurm_sim  # noqa: E402
 from trainyard.sched.engine import EngineParams, TrainyardPolicy  # noqa: E402
+from trainyard.sched.engine_params import PreemptionParams  # noqa: E402
 from trainyard.sched.policy import get_policy  # noqa: E402
 from trainyard.sim.simulator import simulate  # noqa: E402
 from trainyard.sim.workload import Workload  # noqa: E402
@@ -49,7 +50,7 @@ class Variant:
 
 VARIANTS = (
     Variant("trainyard", lambda: TrainyardPolicy(EngineParams()), True),
-    Variant("trainyard, reclaim after 240 s", lambda: TrainyardPolicy(EngineParams(reclaim_after_s=240.0, reclaim_share=1e9)), True),
+    Variant("trainyard, reclaim after 240 s", lambda: TrainyardPolicy(EngineParams(preemption=PreemptionParams(reclaim_after_s=240.0, reclaim_share=1e9))), True),
     Variant("kueue (model)", lambda: get_policy("kueue"), True),
     Variant("trainyard, no quota", lambda: TrainyardPolicy(EngineParams()), False, no_quota=True),
     Variant("trainyard, no quota, 10 min max wait", lambda: TrainyardPolicy(EngineParams()), False, 600.0, True),
