@@ -49,6 +49,8 @@ def _prepare(trace, fmt, date_from, date_to, warmup_days, cluster, policies, est
         spec = load_config(config)
         _use_classes(w, spec, config)
         configured = spec.scheduler
+        for note in configured.deprecations():  # the flat parameter names of before the groups
+            typer.echo(f"warning: {note}", err=True)
         if configured.policy in runs:
             runs[configured.policy] = configured.params
         else:
