@@ -250,10 +250,10 @@ def task_envs(batch: dict, nodes: Sequence[str], counts: Sequence[int], environ:
         for local in range(c):
             if per_task:  # each task its own GPUs (and their device files), as --gpu-bind=per_task
                 mine = gpu_split(gpus, local, c, per_task, n)
-                slots.append(contracts.RankSlot(n, tuple(mine)))
+                slots.append(contracts.RankPlacement(len(slots), n, tuple(map(int, mine))))
                 devices_of.append([devs[gpus.index(g)] for g in mine if gpus.index(g) < len(devs)])
             else:
-                slots.append(contracts.RankSlot(n, tuple(gpus)))
+                slots.append(contracts.RankPlacement(len(slots), n, tuple(map(int, gpus))))
                 devices_of.append(devs)
     gang = contracts.Gang(tuple(slots))
     info = dict(batch.get("info") or {})
