@@ -242,7 +242,7 @@ def task_envs(batch: dict, nodes: Sequence[str], counts: Sequence[int], environ:
     job_nodes = list(dict.fromkeys(s["node"] for s in batch["slots"]))
     node_gpus = batch.get("node_gpus") or {}
     per_task = opts.get("gpus_per_task")
-    slots = []
+    slots: list = []  # contracts.RankPlacement, rank by rank (contracts is loaded by path)
     devices_of: list[list[str] | None] = []
     for n, c in zip(nodes, counts):
         gpus = list(node_gpus.get(n) or ())
