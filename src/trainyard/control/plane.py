@@ -69,7 +69,7 @@ class PlaneParts:
     loop_store: Store
     configs: ConfigCache
     backend: Backend
-    admin_token: str
+    admin_token: str | None  # None: made on an earlier start
     audit: list[store_audit.Finding]
     policy_change: tuple[int, bool] | None
     notes: list[str]

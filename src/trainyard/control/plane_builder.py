@@ -129,8 +129,8 @@ def _store_configuration(s: Session, settings: PlaneSettings, kind: registry.Bac
                          options: Mapping[str, Any], data_dir: Path) -> tuple[int, bool] | None:
     """Step 4: a version for what was given or discovered; returns `config.set_policy`'s answer."""
     # --run-as/--allow-root-jobs go into the text given (or made) here, one version for all.
-    ident = {k: v for k, v in (("allow_root_jobs", settings.allow_root_jobs), ("run_as", settings.run_as))
-             if v is not None}
+    ident: dict[str, object] = {k: v for k, v in (("allow_root_jobs", settings.allow_root_jobs),
+                                                  ("run_as", settings.run_as)) if v is not None}
     flags = "yard up " + " ".join(f"--run-as {v}" if k == "run_as" else "--allow-root-jobs"
                                   for k, v in ident.items() if v)
     have = s.scalars(select(ConfigVersionRow.version)).first() is not None
@@ -148,7 +148,7 @@ def _store_configuration(s: Session, settings: PlaneSettings, kind: registry.Bac
         text, why = config.with_identity(text, "default configuration of this machine", ident, flags)
         config.apply(s, text, YARD_UP, why)
     elif ident:
-        config.set_identity(s, YARD_UP, flags, **ident)
+        config.set_identity(s, YARD_UP, flags, run_as=settings.run_as, allow_root_jobs=settings.allow_root_jobs)
     if settings.policy is None:
         return None
     return config.set_policy(s, settings.policy, YARD_UP, f"yard up --policy {settings.policy}")

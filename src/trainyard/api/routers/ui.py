@@ -135,7 +135,7 @@ async def login(request: Request, cp: Plane = Depends(plane)) -> Response:
 def _login_form(body: bytes) -> tuple[str, str]:
     """(the token pasted, where to go next) from the login form's body."""
     form = parse_qs(body.decode("utf-8", "replace"), max_num_fields=10)
-    return (form.get("token") or [""])[0].strip(), _safe_next((form.get("next") or [None])[0])
+    return (form.get("token") or [""])[0].strip(), _safe_next((form.get("next") or [""])[0])
 
 
 async def _refused(cp: Plane, token: str, target: str) -> Response | None:
