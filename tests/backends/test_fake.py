@@ -220,7 +220,7 @@ def test_a_forgotten_cluster_no_longer_follows_its_clock(tmp_path, clock):
 
 
 def test_the_real_control_loop_drives_the_fake_backend_it_got_by_name(tmp_path):
-    """`ControlPlane(backend_kind="fake")`: the loop launches, polls and classifies scripted ranks
+    """`PlaneSettings(backend_kind="fake")`: the loop launches, polls and classifies scripted ranks
     (real clock here; the loop's own tests put both on a FakeClock)."""
     from tests.plane import Plane
 

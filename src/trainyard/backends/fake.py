@@ -656,4 +656,4 @@ def _discover_nodes(data_dir: Path, options: Mapping[str, object]) -> list[NodeI
 
 registry.register(registry.BackendKind(
     "fake", "scripted ranks on a clock, no processes (tests of the control loop)", _create, _discover_nodes,
-    options=frozenset({"nodes", "gpus_per_node"})))
+    options=frozenset({"nodes", "gpus_per_node"}), node_options=frozenset({"nodes"})))

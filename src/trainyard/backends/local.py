@@ -841,7 +841,8 @@ def _discover_nodes(data_dir: Path, options: Mapping[str, object]) -> list[NodeI
 
 registry.register(registry.BackendKind(
     "local", "processes on this machine, which may play several nodes", _create, _discover_nodes,
-    options=frozenset({"nodes", "gpus_per_node", "containment", "private_tmp", "job_python"})))
+    options=frozenset({"nodes", "gpus_per_node", "containment", "private_tmp", "job_python"}),
+    node_options=frozenset({"nodes"})))
 
 
 def _nvml_gpus() -> list[tuple[str, int]]:
