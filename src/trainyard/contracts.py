@@ -279,7 +279,7 @@ def compress_hostlist(names: Iterable[str]) -> str:
     (n9,n10 -> n[9-10], n09,n10 -> n[09-10], but n01,n1 -> n[01,1]); nothing is sorted or merged
     across other prefixes (n1,m1,n2 stays as it is); a name without a trailing number stays whole.
     """
-    groups: list[tuple[str, list[list]]] = []  # (prefix, [[first digits, last number], ...]) or (name, [])
+    groups: list[tuple[str, list[tuple[str, int]]]] = []  # (prefix, [(first digits, last number), ...]) or (name, [])
     for name in names:
         m = _NUMBERED.match(name)
         if m is None:
@@ -291,11 +291,11 @@ def compress_hostlist(names: Iterable[str]) -> str:
             first, last = runs[-1]
             n = int(digits)
             if n == last + 1 and f"{n:0{len(first)}d}" == digits:
-                runs[-1][1] = n
+                runs[-1] = (first, n)
             else:
-                runs.append([digits, n])
+                runs.append((digits, n))
         else:
-            groups.append((prefix, [[digits, int(digits)]]))
+            groups.append((prefix, [(digits, int(digits))]))
     out = []
     for prefix, runs in groups:
         if not runs:
@@ -326,7 +326,9 @@ def expand_hostlist(expr: str) -> list[str]:
 
 
 def _split_top(expr: str) -> list[str]:
-    items, depth, cur = [], 0, []
+    items: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in expr:
         if ch == "[":
             depth += 1

@@ -45,8 +45,8 @@ def parse_duration(value: Any) -> float | None:
     # Slurm's forms: MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS
     m = re.fullmatch(r"(\d+):(\d{1,2})(?::(\d{1,2}))?", s)
     if m:
-        a, b, c = (int(x) if x else None for x in m.groups())
-        return float(a * 60 + b if c is None else a * 3600 + b * 60 + c)
+        a, b, c = m.groups()
+        return float(int(a) * 60 + int(b) if c is None else int(a) * 3600 + int(b) * 60 + int(c))
     m = re.fullmatch(r"(\d+)-(\d+)(?::(\d{1,2}))?(?::(\d{1,2}))?", s)
     if m:
         d, h, mi, se = (int(x) if x else 0 for x in m.groups())
@@ -126,10 +126,10 @@ def parse_begin(value: str, now: float) -> float:
             raise ValueError(f"unknown unit {m.group(2)!r} in {value!r}; units are seconds, minutes, hours, days, weeks")
         return now + int(m.group(1)) * _BEGIN_UNITS[m.group(2)]
     here = dt.datetime.fromtimestamp(now).astimezone()
-    hm = _NAMED.get(s)
     m = re.fullmatch(r"(\d{1,2}):(\d{2})(?::(\d{2}))?", s)
-    if hm or m:
-        h, mi, se = (*hm, 0) if hm else (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
+    hms = (int(m[1]), int(m[2]), int(m[3] or 0)) if m else (*_NAMED[s], 0) if s in _NAMED else None
+    if hms:
+        h, mi, se = hms
         try:
             at = here.replace(hour=h, minute=mi, second=se, microsecond=0)
         except ValueError:

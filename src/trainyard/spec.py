@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from types import UnionType
+from types import GenericAlias, UnionType
 from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
 
 import yaml
@@ -289,7 +289,7 @@ def _param_type(policy: str, path: str, p: Param) -> Any:
         (inner,) = [a for a in args if a is not type(None)]
         return Optional[leaf(inner)]
     if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
-        return tuple[leaf(args[0]), ...]  # type: ignore[valid-type]
+        return GenericAlias(tuple, (leaf(args[0]), ...))  # tuple[leaf, ...], built at run time
     return leaf(p.type)
 
 
@@ -378,14 +378,15 @@ class SchedulerSpec(_Model):
                     msg = (f"policy {policy!r} takes no parameters" if not model.model_fields else
                            f"policy {policy!r} has no parameter {'.'.join(map(str, err['loc']))!r}; "
                            f"known: {', '.join(known)}")
-                    err = {"type": PydanticCustomError("unknown_parameter", msg),  # no context: used as is
-                           "loc": err["loc"], "input": err["input"]}
+                    errors.append({"type": PydanticCustomError("unknown_parameter", msg),  # no context: used as is
+                                   "loc": err["loc"], "input": err["input"]})
                 elif err["type"] == "model_type":  # a group given as a scalar or a list
                     known = _known_params(model, (*err["loc"], None))
-                    err = {"type": PydanticCustomError("group_expected", f"a group of parameters: give a mapping "
-                                                       f"of {', '.join(known)}"),
-                           "loc": err["loc"], "input": err["input"]}
-                errors.append(err)
+                    errors.append({"type": PydanticCustomError("group_expected", f"a group of parameters: give a "
+                                                               f"mapping of {', '.join(known)}"),
+                                   "loc": err["loc"], "input": err["input"]})
+                else:
+                    errors.append(err)
             raise ValidationError.from_exception_data(e.title, errors) from None
         return parsed.model_dump(exclude_unset=True)
 

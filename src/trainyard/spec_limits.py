@@ -67,15 +67,20 @@ def parse_size(value: Any) -> Any:
     return value
 
 
-def _bounded(name: str, size: bool = False) -> Any:
-    lo = 1 if name == "max_array_size" else 0
-    tp = Annotated[int | None, Field(strict=not size, ge=lo, le=CEILINGS[name])]
-    return Annotated[tp, BeforeValidator(parse_size)] if size else tp
+def _bounds(name: str, size: bool = False) -> Any:
+    """A field's bounds: at most its ceiling, and an array at least one task. A size is first read
+    by `parse_size`, so it is not held to a strict int."""
+    return Field(strict=not size, ge=1 if name == "max_array_size" else 0, le=CEILINGS[name])
 
 
-_Jobs, _GrpJobs, _ArraySize, _EnvVars = (_bounded(n) for n in ("max_submit_jobs", "grp_submit_jobs",
-                                                                   "max_array_size", "max_env_vars"))
-_ScriptSize, _CommandSize, _EnvSize = (_bounded(n, size=True) for n in SIZE_FIELDS)
+# One alias per field, written out so that a type checker reads each as `int | None`.
+_Jobs = Annotated[int | None, _bounds("max_submit_jobs")]
+_GrpJobs = Annotated[int | None, _bounds("grp_submit_jobs")]
+_ArraySize = Annotated[int | None, _bounds("max_array_size")]
+_EnvVars = Annotated[int | None, _bounds("max_env_vars")]
+_ScriptSize = Annotated[int | None, _bounds("max_script_size", size=True), BeforeValidator(parse_size)]
+_CommandSize = Annotated[int | None, _bounds("max_command_size", size=True), BeforeValidator(parse_size)]
+_EnvSize = Annotated[int | None, _bounds("max_env_size", size=True), BeforeValidator(parse_size)]
 
 
 class LimitSet(BaseModel):

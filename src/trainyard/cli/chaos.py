@@ -154,6 +154,7 @@ def chaos(
         typer.echo(f"revived node {node}: it passes its health check again")
         return
 
+    assert job is not None  # _NEEDS_JOB: every scenario but revive-node, checked above
     j = _running(c, job)
     attempt = int(j["attempt"])
 

@@ -281,10 +281,10 @@ def submit(
     envs = {**job_env(exported, os.environ), **body.pop("env", {}), **recorded_env}
     if not exported.everything:  # as sbatch: the job (and its srun) sees what --export said
         envs["SLURM_EXPORT_ENV"] = export if export is not None else str(raw_export)
-    for e in env:
-        k, eq, v = e.partition("=")
+    for pair in env:
+        k, eq, v = pair.partition("=")
         if not eq or not k:
-            fail(f"--env: expected KEY=VALUE, got {e!r}")
+            fail(f"--env: expected KEY=VALUE, got {pair!r}")
         envs[k] = v
     if envs:
         body["env"] = envs

@@ -110,7 +110,7 @@ def as_owner(owner: Account | None, fn: Callable[..., T], *args: Any, timeout_s:
 
 def _read_until(fd: int, deadline: float) -> bytes | None:
     """Everything from `fd` until EOF, or None when `deadline` passes first."""
-    chunks = []
+    chunks: list[bytes] = []
     while True:
         left = deadline - time.monotonic()
         if left <= 0:

@@ -137,12 +137,12 @@ def name_for(dest: Path, *, name: str | None = None, run_dir: Path | None = None
     dest = Path(dest).resolve()
     reg = registry_dir(data).resolve()
     recs = _records(reg)
-    for n, (_, rec) in recs.items():
+    for known, (_, rec) in recs.items():
         if rec is not None and rec.get("path") == str(dest):
-            if name is not None and name != n:
-                raise RecipeError(f"{dest} is registered as {n!r} already; export it under that name (or "
+            if name is not None and name != known:
+                raise RecipeError(f"{dest} is registered as {known!r} already; export it under that name (or "
                                   "remove its record)", "--name")
-            return n
+            return known
     if name is not None:
         check_name(name)
         taken = recs.get(name)
