@@ -166,8 +166,9 @@ class JobDir:
 
     root: Path
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "root", Path(self.root))
+    def __init__(self, root: str | Path) -> None:
+        # A path or its text (a launch spec carries text across processes): held as a Path.
+        object.__setattr__(self, "root", Path(root))
 
     @classmethod
     def of(cls, data_dir: str | Path, job_id: int, key: str | None = None) -> JobDir:

@@ -251,7 +251,7 @@ class FakeCluster:
         with cls._by_dir_lock:
             c = cls._by_dir.pop(str(Path(data_dir).resolve()), None)
         unsubscribe = getattr(c.clock, "unsubscribe", None) if c is not None else None
-        if unsubscribe is not None:
+        if c is not None and unsubscribe is not None:
             unsubscribe(c.tick)
 
     def pid(self) -> int:

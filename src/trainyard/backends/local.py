@@ -578,8 +578,8 @@ class LocalBackend:
         except contain.ContainmentError as e:
             contain_ops.remove(cell)
             raise BackendError(f"job {spec.job_id} attempt {spec.attempt}: {e}") from e
-        for r in needs.ranks:
-            cell["ranks"][str(r.rank)]["tmp"] = tmp[r.node]
+        for rn in needs.ranks:
+            cell["ranks"][str(rn.rank)]["tmp"] = tmp[rn.node]
         return cell
 
     def _rank_devices(self, r: RankPlacement) -> list[Device]:
@@ -598,7 +598,7 @@ class LocalBackend:
         if spec.batch:  # the script once, on the first node, with the allocation's environment
             first = _first_node(spec)
             on_first = [r for r in ranks if r.node == first]
-            devices = {r.node: [] for r in ranks}
+            devices: dict[str, list[str]] = {r.node: [] for r in ranks}
             for r in ranks:
                 devices[r.node] += [d.path for d in self._rank_devices(r)]
             local_batch.prepare(att.run_dir, spec, gang, self._master_addr, port, devices, socket.gethostname(),
@@ -829,14 +829,14 @@ def detect_local_nodes(nodes: int = 1, gpus_per_node: int | None = None) -> list
     return out
 
 
-def _create(data_dir: Path, nodes: list[NodeInfo], options: Mapping[str, object]) -> LocalBackend:
-    return LocalBackend(data_dir, nodes, containment=options.get("containment"),  # type: ignore[arg-type]
-                        private_tmp_mode=options.get("private_tmp"),  # type: ignore[arg-type]
-                        job_python=options.get("job_python"))  # type: ignore[arg-type]
+def _create(data_dir: Path, nodes: list[NodeInfo], options: registry.Options) -> LocalBackend:
+    return LocalBackend(data_dir, nodes, containment=options.get("containment"),
+                        private_tmp_mode=options.get("private_tmp"),
+                        job_python=options.get("job_python"))
 
 
-def _discover_nodes(data_dir: Path, options: Mapping[str, object]) -> list[NodeInfo]:
-    return detect_local_nodes(int(options.get("nodes") or 1), options.get("gpus_per_node"))  # type: ignore[arg-type]
+def _discover_nodes(data_dir: Path, options: registry.Options) -> list[NodeInfo]:
+    return detect_local_nodes(int(options.get("nodes") or 1), options.get("gpus_per_node"))
 
 
 registry.register(registry.BackendKind(

@@ -349,15 +349,15 @@ class SlurmBackend:
             command = [self._bin["runuser"], "-u", spec.owner.user, "--", *command]
         try:
             # from the job's directory: Slurm makes sbatch's own the job's SLURM_SUBMIT_DIR
-            r = subprocess.run(command, env=self._env, capture_output=True, text=True, timeout=30,
-                               stdin=subprocess.DEVNULL, cwd=spec.workdir or None)
+            sub = subprocess.run(command, env=self._env, capture_output=True, text=True, timeout=30,
+                                 stdin=subprocess.DEVNULL, cwd=spec.workdir or None)
         except (OSError, subprocess.TimeoutExpired) as e:
             _remove_run_dir(run_dir)
             raise BackendError(f"{where}: sbatch failed: {e}") from e
-        if r.returncode != 0 or not r.stdout.strip().split(";")[0].isdigit():
+        if sub.returncode != 0 or not sub.stdout.strip().split(";")[0].isdigit():
             _remove_run_dir(run_dir)
-            raise BackendError(f"{where}: Slurm refused the job: {r.stderr.strip()[:500]}")
-        slurm_id = int(r.stdout.strip().split(";")[0])
+            raise BackendError(f"{where}: Slurm refused the job: {sub.stderr.strip()[:500]}")
+        slurm_id = int(sub.stdout.strip().split(";")[0])
         # A batch attempt reports one rank, the script, on the first node (as the local backend).
         ranks = {0: order[0]} if spec.batch else {r_.rank: r_.node for r_ in spec.ranks}
         att = _Attempt(spec.job_id, spec.attempt, run_dir, len(ranks), slurm_id, nodes=ranks,

@@ -136,14 +136,14 @@ def launch(ctx: LoopContext, spec: LaunchSpec, now: float) -> None:
             link_outputs(error, spec, name, jd, array, user=user, option="--error", target=jd.rank_err)
         ctx.backend.launch(spec)
     except (BackendError, OSError, Forbidden) as e:
-        e = e.message if isinstance(e, Forbidden) else e
+        cause = e.message if isinstance(e, Forbidden) else e
         with ctx.lock, ctx.store.session.begin() as s:
             j = s.get(JobRow, spec.job_id)
             if j is not None and j.attempt == spec.attempt and j.state == JobState.RUNNING:
-                why = f"UserError: cannot launch: {e}"  # no such program, workdir gone, …
+                why = f"UserError: cannot launch: {cause}"  # no such program, workdir gone, …
                 transitions.end_attempt(s, j, AttemptOutcome.FAILED, why, now, cause="user_error")
                 transitions.finish(j, JobState.FAILED, why, now)
-                record(s, "backend", "job.failed", f"launch failed: {e}", job_id=j.id, at=now)
+                record(s, "backend", "job.failed", f"launch failed: {cause}", job_id=j.id, at=now)
 
 
 def _hold_foreign(ctx: LoopContext, spec: LaunchSpec, why: str, now: float) -> None:

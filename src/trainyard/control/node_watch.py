@@ -78,7 +78,7 @@ class NodeWatch:
         # An operator's drain outlives a failure (as Slurm's DRAIN does): the node stays `drain`,
         # its jobs still move, and it comes back only when a person resumes it.
         drained = row is not None and row.state == "drain" and row.updated_by != HEALTH
-        if (not info.healthy or failing) and drained and HEALTH_MARK not in (row.reason or ""):
+        if (not info.healthy or failing) and drained and row is not None and HEALTH_MARK not in (row.reason or ""):
             row.reason = f"{row.reason or 'drained'}; {state} {HEALTH_MARK}"[:200]
             record(s, HEALTH, "node.down", f"node {name} is {state}; it stays drained and its jobs move elsewhere",
                    node=name, at=now, data={"state": info.state, "drained": True, "check": check})

@@ -41,7 +41,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from sqlalchemy import select
 
@@ -117,7 +117,7 @@ class Notifier:
                 continue
             self._q.put_nowait(item)
 
-    def start(self, running: list[dict[str, Any]] = ()) -> None:
+    def start(self, running: Sequence[dict[str, Any]] = ()) -> None:
         """Start the thread; `running`: begin notes of the attempts running now (their clocks)."""
         for p in running:
             self._clock_start(p, late=False)

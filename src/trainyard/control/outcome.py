@@ -227,7 +227,7 @@ def classify(st: AttemptState, stop_kind: StopKind | str | None, job_dir: JobDir
         return Outcome(JobState.FAILED, AttemptOutcome.FAILED,
                        f"UserError: permission denied (exit 126 on rank {bad.rank}): {denied}", 126, None, "user_error")
     if bad.exit_code in (126, 127) or (not made_progress and bad.signal != _signal.SIGKILL):
-        what = {126: "command not executable", 127: "command not found"}.get(bad.exit_code, "failed before reporting its first step")
+        what = {126: "command not executable", 127: "command not found"}.get(bad.exit_code or 0, "failed before reporting its first step")
         how = f"exit {bad.exit_code}" if bad.signal is None else f"signal {_signame(bad.signal)}"
         return Outcome(JobState.FAILED, AttemptOutcome.FAILED,
                        f"UserError: {what} ({how} on rank {bad.rank})",

@@ -57,10 +57,10 @@ class Reconciler:
         with ctx.lock, ctx.store.session.begin() as s:
             active = {j.id: j for j in s.scalars(select(JobRow).where(JobRow.state.in_(ACTIVE_STATES)))}
             cfg = ctx.configs.current(s)
-            for (jid, att), st in reported.items():
+            for (jid, att), seen in reported.items():
                 j = active.get(jid)
                 if j is None or j.attempt != att:
-                    self._kill_orphan(s, jid, att, st, now)
+                    self._kill_orphan(s, jid, att, seen, now)
                     ended.append((jid, att))
             for j in active.values():
                 st = reported.get((j.id, j.attempt))
@@ -173,7 +173,7 @@ class Reconciler:
                      "lost_gpu_s": lost})
         if retry:
             record(s, "scheduler", "job.retry", reason, job_id=j.id, at=now,
-                   data={"retry": j.retries, "max_retries": max_retries, "backoff_s": j.retry_after - now})
+                   data={"retry": j.retries, "max_retries": max_retries, "backoff_s": None if j.retry_after is None else j.retry_after - now})
 
     @staticmethod
     def _uses_runtime(s: Session, j: JobRow, jd: JobDir) -> bool:

@@ -137,7 +137,7 @@ class PendingCache:
         self._lists = tuple(columns.index(c) for c in LIST_COLUMNS)
         self._last: dict[tuple, PendingJob] = {}
 
-    def __call__(self, rows: Iterable[Sequence[Any]]) -> list[PendingJob]:
+    def __call__(self, rows: Iterable[Any]) -> list[PendingJob]:  # plain SQL rows (schedule._waiting_rows)
         last, new, out, key_of, lists = self._last, {}, [], self._key, self._lists
         for j in rows:
             key = (key_of(j), *(tuple(j[i]) if j[i] else () for i in lists))
@@ -150,7 +150,7 @@ class PendingCache:
         return out
 
 
-def build_snapshot(cfg: ConfigVersion, idx: NodeIndex, running_rows: Sequence[JobRow], pending_rows: Sequence[JobRow],
+def build_snapshot(cfg: ConfigVersion, idx: NodeIndex, running_rows: Sequence[JobRow], pending_rows: Sequence[Any],
                    usage: dict[str, float], now: float, cache: PendingCache, explain: bool = True,
                    stopped_for: dict[int, int] | None = None,
                    launching: frozenset[tuple[int, int]] = frozenset()) -> Snapshot:

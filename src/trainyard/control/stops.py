@@ -78,7 +78,7 @@ class Stops:
                         continue
                     transitions.request_stop(s, j, StopKind.TIMEOUT, now, actor="scheduler", event="job.timeout",
                                              message=f"time limit {min(limits):.0f}s reached; stopping")
-                kind = StopKind(j.stop_kind)
+                kind = StopKind(j.stop_kind or "")  # (set: before, or by request_stop above)
                 stage = next_stage(kind, j.stop_stage, now - (j.stop_since or now), grace.get(j.job_class, 60.0),
                                    ctx.params.kill_wait_s)
                 if stage <= j.stop_stage:

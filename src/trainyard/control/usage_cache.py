@@ -49,7 +49,7 @@ class DecayedUsage:
         ended = s.execute(select(a.id, j.team, a.gpus, a.started_at, a.ended_at).join(j, j.id == a.job_id)
                           .where(a.ended_at > since)).all()
         for aid, team, gpus, start, end in ended:
-            if aid in self.recent or end > now:
+            if aid in self.recent or end is None or end > now:  # (None: never, ended_at > since)
                 continue  # counted already; or ended "after now" (a clock step): counted when now passes it
             self.recent[aid] = end
             self._add(self.finished, team, gpus, start, end)

@@ -21,11 +21,16 @@ OWNER_TIMEOUT_S = 10.0
 
 
 class Account(Protocol):
-    """Who a job runs as (`backends.base.Owner` is one)."""
+    """Who a job runs as (`backends.base.Owner` is one). Read only, so that a frozen dataclass fits."""
 
-    uid: int
-    gid: int
-    groups: tuple[int, ...]
+    @property
+    def uid(self) -> int: ...
+
+    @property
+    def gid(self) -> int: ...
+
+    @property
+    def groups(self) -> tuple[int, ...]: ...
 
 
 # -- the owner's side ------------------------------------------------------------------------------

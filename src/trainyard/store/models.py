@@ -19,14 +19,15 @@ without conversion. Schema changes go through Alembic (`store/migrations`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, false
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Table, Text, false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
 class Base(DeclarativeBase):
-    pass
+    if TYPE_CHECKING:  # each model here maps one Table (DeclarativeBase allows any FromClause)
+        __table__: ClassVar[Table]
 
 
 def engine(request_field: str | None = "") -> dict[str, Any]:
