@@ -84,6 +84,7 @@ def as_owner(owner: Account | None, fn: Callable[..., T], *args: Any, timeout_s:
         finally:
             os._exit(0)
     os.close(w)
+    body: bytes | None = None  # (bound before the read: a read that raises still ends the child)
     try:
         body = _read_until(r, time.monotonic() + timeout_s)
     finally:
