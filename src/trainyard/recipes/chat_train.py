@@ -221,7 +221,7 @@ class PromptRL(_OnUserData):
                               f"{limit} positions ({self.source.directory / 'config.json'}: max_position_embeddings)",
                               "rl.max_new_tokens")
         tok = self.tokenizer().tok
-        self.end_ids = torch.tensor(_end_ids(self.hf, tok), dtype=torch.long, device=self.device)
+        self.end_ids = torch.tensor(_end_ids(self.source, tok), dtype=torch.long, device=self.device)
         self.vocab = min(len(tok), int(self.source.config.get("vocab_size") or len(tok)))
         return data
 

@@ -159,7 +159,7 @@ class Trainer:
             if self.main:
                 weights_from = ("this run's checkpoint" if resuming else
                                 f"{self.init_info['checkpoint']}" if self.init_info is not None else
-                                str(self.hf.directory) if self.hf is not None else "?")  # (one of the three)
+                                str(self.hf.directory) if self.hf is not None else "?")  # (sharded_start: one of them)
                 print(f"trainyard.recipes: FSDP2 start on the meta device: each rank holds and reads only its shard "
                       f"(weights from {weights_from})", file=sys.stderr, flush=True)
         else:
