@@ -92,9 +92,10 @@ def capacity(
         return m
 
     ans = find_min_nodes(evaluate, target_s, lo=lo, start=start, max_nodes=max_nodes, tolerance=tolerance)
-    probes: list[dict[str, Any]] = [{"nodes": p.nodes, "gpus": p.nodes * gpus_per_node, "ok": p.ok,
-               **{k: p.metrics.get(k) for k in ("p99_wait_s", "avg_wait_s", "avg_jct_s", "utilization")}}
-              for p in ans.sorted_probes()]
+    probes: list[dict[str, Any]] = [
+        {"nodes": p.nodes, "gpus": p.nodes * gpus_per_node, "ok": p.ok,
+         **{k: p.metrics.get(k) for k in ("p99_wait_s", "avg_wait_s", "avg_jct_s", "utilization")}}
+        for p in ans.sorted_probes()]
     if as_json:
         typer.echo(json.dumps({"nodes": ans.nodes, "gpus": ans.nodes * gpus_per_node if ans.nodes else None,
                                "gpus_per_node": gpus_per_node, "policy": name, "target_p99_wait_s": target_s,

@@ -69,13 +69,13 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
-from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse
 from torch.distributed.checkpoint.state_dict import (
     get_model_state_dict,
     get_state_dict,
     set_model_state_dict,
     set_state_dict,
 )
+from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse
 
 from trainyard.contracts import CHECKPOINT_MARKER, committed_steps
 from trainyard.runtime import rng
