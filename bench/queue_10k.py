@@ -70,7 +70,7 @@ default_class: training
 
 def seed(data_dir: Path, n: int) -> dict[str, Any]:
     """Store `n` jobs through `services.jobs.submit` (one transaction); returns the state counts."""
-    from trainyard.control.plane import ControlPlane
+    from trainyard.control.lifecycle.plane import ControlPlane
     from trainyard.services import jobs
     from trainyard.services.auth import Principal
     from trainyard.store.models import AttemptRow

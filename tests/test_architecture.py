@@ -132,7 +132,7 @@ def _path_exists(ref: str) -> bool:
 
 
 def _dotted_exists(ref: str) -> bool:
-    """`services.jobs.submit`, `trainyard.control.loop`, `sched/engine.py`'s `TrainyardPolicy.cycle`…:
+    """`services.jobs.submit`, `trainyard.control.loop.orchestrator`, `sched/engine.py`'s `TrainyardPolicy.cycle`…:
     the longest prefix that is a module, then attributes of it."""
     parts = ref.rstrip(".").split(".")
     if parts[-1] in ("py", "md", "yaml", "sh"):  # a file name written with dots (`contracts.py`)
@@ -188,9 +188,10 @@ def test_modules_and_files_named_in_docstrings_exist():
 
 PLANE_SIDE = (sorted((PKG / "control").rglob("*.py")) + sorted((PKG / "services").rglob("*.py"))
               + sorted((PKG / "api").rglob("*.py"))
-              + [PKG / "backends" / f"{m}.py" for m in ("local", "slurm", "local_batch", "exit_watch", "slurm_env")])
+              + [PKG / "backends" / f"{m}.py" for m in ("local/backend", "slurm/backend", "local/batch", "rundir/exit_watch",
+                                                        "slurm/env")])
 # Whole modules whose one job is the plane's own files (their docstrings say why).
-PLANE_OWN_MODULES = {"control/plane_files.py"}
+PLANE_OWN_MODULES = {"control/lifecycle/plane_files.py"}
 OWN_MARK = "# plane's own"
 FS_OS = {"open", "symlink", "link", "makedirs", "mkdir", "chown", "lchown", "chmod", "listdir", "scandir", "walk",
          "stat", "lstat", "unlink", "remove", "rmdir", "rename", "replace", "access", "mkfifo", "truncate",

@@ -10,7 +10,7 @@ layout, and the environment every rank of every backend starts with.
   batch script and run state live.
 - The job environment: `rank_env` (below), built here once for every backend.
 
-Standard library only, and importable by file path: `backends/slurm_task.py` runs on Slurm nodes
+Standard library only, and importable by file path: `backends/slurm/task.py` runs on Slurm nodes
 under `python -I -S` (no site-packages, no trainyard package) and loads this file with
 `importlib.util.spec_from_file_location`, so nothing here may import the rest of trainyard.
 
@@ -46,9 +46,9 @@ Under a real Slurm (`EnvPart.NOT_SLURM`) the SLURM part is Slurm's own — `srun
 MPI inside the job read those variables, so they must describe the real allocation — and the
 backend's task wrapper derives the gang from them (`Gang.block`) and adds the other three parts.
 The backend then lays the result over the job's own environment (`LaunchSpec.env`): the contract
-wins over anything the user set. A batch script on the local backend (`backends/local_batch.py`)
+wins over anything the user set. A batch script on the local backend (`backends/local/batch.py`)
 gets the SLURM and TRAINYARD parts of rank 0 with the whole allocation's counts and no per-task
-variable, as Slurm's batch step; its `srun` (`backends/local_srun.py`) gives each task all four
+variable, as Slurm's batch step; its `srun` (`backends/local/srun.py`) gives each task all four
 parts for the step, plus SLURM_STEP_*.
 
 Where our emulation differs from Slurm, and why:

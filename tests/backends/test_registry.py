@@ -11,8 +11,8 @@ import yaml
 from tests.plane import YARD
 from trainyard.backends import registry
 from trainyard.backends.base import BackendError, NodeInfo
-from trainyard.backends.local import LocalBackend
-from trainyard.control.plane import ControlPlane
+from trainyard.backends.local.backend import LocalBackend
+from trainyard.control.lifecycle.plane import ControlPlane
 
 
 class Recorder:

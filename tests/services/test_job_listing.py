@@ -3,7 +3,7 @@
 import pytest
 
 from tests.plane import TEST_IDENTITY, TWO_TEAMS, with_test_users
-from trainyard.control.plane import ControlPlane
+from trainyard.control.lifecycle.plane import ControlPlane
 from trainyard.services import jobs
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Forbidden, ServiceError

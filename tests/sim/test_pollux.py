@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from trainyard.cli.main import app
 from trainyard.sim.pollux import ALLOCATION_S, load_pollux
 from trainyard.sim.pollux_runtimes import RUN_S
-from trainyard.spec import ConfigError
+from trainyard.spec.models import ConfigError
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared/traces/pollux-sia-workloads/pollux_workloads"
 HEADER = "name,time,application,num_replicas,batch_size\n"

@@ -9,7 +9,7 @@ from fastapi import Depends, Header, Path, Request
 from starlette.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
-from trainyard.control.plane import ControlPlane
+from trainyard.control.lifecycle.plane import ControlPlane
 from trainyard.services.auth import Principal, authenticate, cached_principal
 from trainyard.services.errors import Forbidden, ServiceError
 

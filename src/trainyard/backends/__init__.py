@@ -17,7 +17,7 @@ from trainyard.backends.base import (
     RankLaunch,
     RankState,
 )
-from trainyard.backends.local import LocalBackend, detect_local_nodes
+from trainyard.backends.local.backend import LocalBackend, detect_local_nodes
 
 __all__ = [
     "AttemptState",

@@ -2,7 +2,7 @@
 
 Each backend module registers a `BackendKind` when imported; `get(name)` imports the built-in
 ones on first use, so a lookup costs nothing until a backend is asked for. The control plane
-(`control/plane.py`) then does, for the kind `yard up --backend NAME` named:
+(`control/lifecycle/plane.py`) then does, for the kind `yard up --backend NAME` named:
 
     kind.check(options)                    before anything is stored: can it run here at all?
     kind.discover(data_dir, options)       only when no configuration is stored yet: the nodes
@@ -32,7 +32,7 @@ from trainyard.backends.base import Backend, NodeInfo
 Options = Mapping[str, Any]
 
 # name -> the module that registers it (imported on the first lookup)
-_BUILTIN = {"local": "trainyard.backends.local", "slurm": "trainyard.backends.slurm", "fake": "trainyard.backends.fake"}
+_BUILTIN = {"local": "trainyard.backends.local.backend", "slurm": "trainyard.backends.slurm.backend", "fake": "trainyard.backends.fake"}
 _KINDS: dict[str, BackendKind] = {}
 
 

@@ -12,7 +12,7 @@ What is exported:
   its running attempts hold), `trainyard_team_gpus_borrowed{team,pool}` (held beyond nominal),
   `trainyard_team_quota_nominal_gpus{team,pool}`, `trainyard_team_quota_borrowing_limit_gpus`
   and `trainyard_team_quota_lending_limit_gpus` (only where a limit is set: none means unlimited);
-- disk per team (control/storage.py): `trainyard_team_storage_bytes{team}`,
+- disk per team (control/lifecycle/storage.py): `trainyard_team_storage_bytes{team}`,
   `trainyard_team_storage_quota_bytes{team}` (where set), `trainyard_team_storage_over_quota{team}`,
   `trainyard_storage_free_bytes{path}` and `trainyard_storage_reserve_bytes{path}` (the data dir's
   file system, and `jobs/`'s when it is another);
@@ -65,7 +65,7 @@ from trainyard.services.nodes import list_nodes
 from trainyard.store.models import AttemptRow, JobRow, UsageCarryRow
 
 if TYPE_CHECKING:
-    from trainyard.control.plane import ControlPlane
+    from trainyard.control.lifecycle.plane import ControlPlane
 
 RECOVERY_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
 WAIT_BUCKETS = (1.0, 10.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 12 * 3600.0, 86400.0, 3 * 86400.0)
@@ -322,7 +322,7 @@ class PlaneCollector(Collector):
 
 
 def _storage(cp: ControlPlane, spec: Any) -> Iterator[Metric]:
-    """Disk per team, as the storage meter last measured it (control/storage.py), and the reserve."""
+    """Disk per team, as the storage meter last measured it (control/lifecycle/storage.py), and the reserve."""
     storage = getattr(cp, "storage", None)
     if storage is None:
         return
@@ -366,7 +366,7 @@ def _plane_itself(cp: ControlPlane) -> Iterator[Metric]:
     yield CounterMetricFamily("trainyard_loop_slow_passes", "Control-loop passes over their time budget.",
                               value=st.slow_passes)
     restarts = CounterMetricFamily("trainyard_thread_restarts", "Supervised background threads restarted after "
-                                   "dying (control/supervise.py).", labels=["thread"])
+                                   "dying (control/lifecycle/supervise.py).", labels=["thread"])
     alive = GaugeMetricFamily("trainyard_thread_alive", "1 while a supervised background thread runs.",
                               labels=["thread"])
     for th in cp.threads:
@@ -375,7 +375,7 @@ def _plane_itself(cp: ControlPlane) -> Iterator[Metric]:
     yield restarts
     yield alive
     notifier = getattr(cp, "notifier", None)
-    if notifier is not None:  # --mail-type's webhook (control/notify.py)
+    if notifier is not None:  # --mail-type's webhook (control/lifecycle/notify.py)
         sent = CounterMetricFamily("trainyard_notifications", "Webhook notifications (--mail-type) by result: sent, "
                                    "failed (every try), retried (tries after the first), dropped (queue full).",
                                    labels=["result"])

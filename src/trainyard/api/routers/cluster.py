@@ -8,12 +8,12 @@ from fastapi import APIRouter, Body, Depends, Query
 from sqlalchemy.orm import Session
 
 from trainyard.api.deps import MAX_ID, plane, principal, reader, session, storable_input
-from trainyard.control.plane import ControlPlane
+from trainyard.control.lifecycle.plane import ControlPlane
 from trainyard.services import config, teams
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Conflict, Forbidden
 from trainyard.services.nodes import gpus_in_use
-from trainyard.spec import parse_config
+from trainyard.spec.models import parse_config
 
 router = APIRouter(prefix="/api/v1/cluster/config", tags=["cluster"], dependencies=[Depends(storable_input)])
 

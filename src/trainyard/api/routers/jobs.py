@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from trainyard import jobfs
 from trainyard.api.deps import JobId, plane, principal, session, storable_input
 from trainyard.services.ranks import ranks_for
-from trainyard.control.plane import ControlPlane
+from trainyard.control.lifecycle.plane import ControlPlane
 from trainyard.services import events, jobs, progress
 from trainyard.services.auth import Principal
 from trainyard.services.errors import ServiceError
@@ -65,7 +65,7 @@ def list_jobs(state: str | None = Query(None, description="comma-separated state
 def get_job(job_id: JobId, by: Principal = Depends(principal), cp: ControlPlane = Depends(plane),
             s: Session = Depends(session)) -> dict[str, Any]:
     """The job, its attempts, (to who may manage it, as its workdir) its directory, and the bytes
-    its directory held when last measured (`disk`: control/storage.py)."""
+    its directory held when last measured (`disk`: control/lifecycle/storage.py)."""
     row = jobs.get(s, job_id, by)
     jd = jobs.job_dir(cp.data_dir, row)
     return {**jobs.job_dict(row, by), "attempts": jobs.attempts(s, job_id),

@@ -7,7 +7,7 @@
     POST /api/v1/logout                revoke the token this request carries
 
 The codes and their rules: services/login_codes.py. On the plane's host the socket is the way
-(control/login_socket.py): the kernel says who calls, no code needed.
+(control/lifecycle/login_socket.py): the kernel says who calls, no code needed.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from fastapi import APIRouter, Body, Depends, Header, Request
 
 from trainyard.api.deps import plane, principal, storable_input
-from trainyard.control.plane import ControlPlane
+from trainyard.control.lifecycle.plane import ControlPlane
 from trainyard.services import auth, login, tokens
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Unauthorized

@@ -10,7 +10,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy.orm import Session
 
 from trainyard.api.deps import MAX_ID, plane, principal, reader, session, storable_input
-from trainyard.control.plane import ControlPlane
+from trainyard.control.lifecycle.plane import ControlPlane
 from trainyard.services import events
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Forbidden
@@ -35,7 +35,7 @@ def list_events(job: int | None = Query(None, ge=0, le=MAX_ID), since: int = Que
 
 @router.get("/healthz", responses={503: {"description": "a check failed: the body says which"}})
 def healthz(cp: ControlPlane = Depends(plane)) -> JSONResponse:
-    """Is the plane doing its job (control/liveness.py): the loop's last pass recent, the store
+    """Is the plane doing its job (control/lifecycle/liveness.py): the loop's last pass recent, the store
     writable, free disk above the floor, every background thread alive. 200 when all pass, else
     503 with the same body. Needs no token (load balancers and watchdogs call it)."""
     rep = cp.liveness.report()

@@ -1,5 +1,5 @@
 """/api/v1/storage: the disk job dirs take, per team, against the quotas and the reserve
-(control/storage.py measures; services/storage.py words it)."""
+(control/lifecycle/storage.py measures; services/storage.py words it)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Query
 from sqlalchemy.orm import Session
 
 from trainyard.api.deps import plane, reader, session
-from trainyard.control.plane import ControlPlane
+from trainyard.control.lifecycle.plane import ControlPlane
 from trainyard.services.auth import Principal
 
 router = APIRouter(prefix="/api/v1/storage", tags=["storage"])

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends
 from sqlalchemy.orm import Session
 
 from trainyard.api.deps import plane, principal, reader, session, storable_input
-from trainyard.control.plane import ControlPlane
+from trainyard.control.lifecycle.plane import ControlPlane
 from trainyard.services import teams
 from trainyard.services.auth import Principal
 

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Body, Depends, Path, Query
 from sqlalchemy.orm import Session
 
 from trainyard.api.deps import MAX_ID, plane, principal, session, storable_input
-from trainyard.control.plane import ControlPlane
+from trainyard.control.lifecycle.plane import ControlPlane
 from trainyard.services import auth, tokens
 from trainyard.services.auth import Principal
 from trainyard.services.errors import ServiceError

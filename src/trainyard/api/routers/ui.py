@@ -32,7 +32,7 @@ from starlette.concurrency import run_in_threadpool
 
 from trainyard.api import pages
 from trainyard.api.deps import MAX_ID, authenticate_token, cluster_reader, plane, session
-from trainyard.control.plane import ControlPlane
+from trainyard.control.lifecycle.plane import ControlPlane
 from trainyard.services import auth, dashboard, dashboard_history, events, usage_history, usage_report
 from trainyard.services.accounting import Window
 from trainyard.services.auth import Principal
