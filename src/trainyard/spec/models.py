@@ -752,4 +752,4 @@ def load_jobs(path: str | Path) -> list[JobSpec]:
     return [validate(JobSpec, item, str(path), node, prefix + (i,)) for i, item in enumerate(data)]
 
 
-EXAMPLE_CONFIG = Path(__file__).parent / "examples" / "cluster.yaml"
+EXAMPLE_CONFIG = Path(__file__).parents[1] / "examples" / "cluster.yaml"

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from trainyard.backends import LocalBackend, job_tools
+from trainyard.backends import LocalBackend
+from trainyard.backends.rundir import job_tools
 from trainyard.backends.base import Owner
 from trainyard.contracts import JobInfo
 
@@ -116,7 +117,7 @@ def test_a_non_root_owners_batch_job_runs_its_tools_though_the_planes_python_is_
             assert "node0\n" in out and f"3 {who}" in out
             run = data / "jobs" / "3" / "run" / "attempt-1"
             if run.exists():  # the tools are root's, the owner may read and not change them
-                st = (run / "tools" / "trainyard" / "backends" / "local/srun.py").stat()
+                st = (run / "tools" / "trainyard" / "backends" / "local" / "srun.py").stat()
                 assert st.st_uid == 0 and stat.S_IMODE(st.st_mode) == 0o644
             if blocked is not None:  # the plane's own interpreter is out of the owner's reach here
                 r = subprocess.run(["runuser", "-u", who, "--", plane_py, "-c", "1"], capture_output=True)

@@ -419,7 +419,7 @@ def main(argv: list[str]) -> int:
         print(VERSION)
         return 0
     if not argv:
-        print("usage: local_srun.py <run-dir> [options] CMD...", file=sys.stderr)
+        print("usage: local/srun.py <run-dir> [options] CMD...", file=sys.stderr)
         return 1
     return run_step(argv[0], argv[1:])
 

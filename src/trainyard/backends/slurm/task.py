@@ -163,7 +163,7 @@ def main(argv: list[str]) -> int:
     if apart:
         argv = argv[1:]
     if len(argv) < 4 or argv[2] != "--":
-        print("usage: slurm_task.py [--batch] [--stderr-apart] <run-dir> <job-dir> -- <command...>", file=sys.stderr)
+        print("usage: slurm/task.py [--batch] [--stderr-apart] <run-dir> <job-dir> -- <command...>", file=sys.stderr)
         return 2
     run_dir, job_dir, command = argv[0], argv[1], argv[3:]
     try:
