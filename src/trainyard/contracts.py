@@ -90,6 +90,10 @@ from pathlib import Path
 
 REQUEUE_EXIT = 75
 NOTICE_SIGNAL = signal.SIGUSR1
+# A command that could not run, as a shell says it (and Slurm reports it): not executable (or the
+# owner's identity, cgroup, workdir or /tmp could not be taken) and not found. Told as `UserError`.
+CANNOT_EXECUTE_EXIT = 126
+NOT_FOUND_EXIT = 127
 CHECKPOINT_MARKER = "COMMITTED"
 METRICS_FILE = "metrics.jsonl"
 EXPORTS_DIR = "exports"  # in a job dir: the owner's directory for a recipe's exports
@@ -132,7 +136,7 @@ WATCHDOG_EXIT = 86
 
 # The signals the runtime treats as "checkpoint at the next step boundary, then exit 75": the
 # notice, and the SIGTERM that follows it after the grace period (some launchers only send SIGTERM).
-PREEMPT_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+PREEMPT_SIGNALS = (NOTICE_SIGNAL, signal.SIGTERM)
 
 
 # -- the job directory ---------------------------------------------------------------------------

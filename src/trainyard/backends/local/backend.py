@@ -93,12 +93,13 @@ from trainyard.backends import contain
 from trainyard.backends.local import batch
 from trainyard.backends.rundir import job_tools
 from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankLaunch, RankState
+from trainyard.backends.launch_check import check_launch
 from trainyard.backends.contain import ops as contain_ops
 from trainyard.backends.contain import private_tmp
 from trainyard.backends.contain.devices import Device, gpu_devices
 from trainyard.backends.rundir.exit_watch import ExitWatch
 from trainyard.backends.local.login_env import account_env, login_env
-from trainyard.contracts import EnvPart, Gang, JobDir, RankSlot, rank_env
+from trainyard.contracts import NOTICE_SIGNAL, EnvPart, Gang, JobDir, RankSlot, rank_env
 from trainyard.ports import free_port
 
 RUNNER = Path(__file__).parents[1] / "rundir" / "rank_runner.py"
@@ -268,7 +269,7 @@ class LocalBackend:
             if att is None:
                 return
             recs = [rec for r in range(att.world_size) if (rec := jobfs.read_record(att.run_dir / f"rank-{r}.json"))]
-            if att.cell is not None and sig == _signal.SIGUSR1:
+            if att.cell is not None and sig == NOTICE_SIGNAL:
                 plans = (jobfs.read_record(att.run_dir / "attempt.json") or {}).get("contain") or {}
                 ranks = []
                 for r in range(att.world_size):
@@ -529,22 +530,7 @@ class LocalBackend:
 
     def _validate(self, spec: LaunchSpec) -> None:
         where = f"job {spec.job_id} attempt {spec.attempt}"
-        if not spec.command:
-            raise BackendError(f"{where}: empty command")
-        if sorted(r.rank for r in spec.ranks) != list(range(len(spec.ranks))) or not spec.ranks:
-            raise BackendError(f"{where}: ranks must be 0..n-1, got {[r.rank for r in spec.ranks]}")
-        for r in spec.ranks:
-            node = self._nodes.get(r.node)
-            if node is None:
-                raise BackendError(f"{where}: rank {r.rank} placed on unknown node {r.node!r}")
-            bad = [g for g in r.gpus if not 0 <= g < node.gpus]
-            if bad:
-                raise BackendError(f"{where}: rank {r.rank}: {r.node} has no GPU {bad} (it has {node.gpus})")
-        for name in sorted({r.node for r in spec.ranks}):
-            if (state := self._node_state(name)) != "up":
-                raise BackendError(f"{where}: placed on {name}, which is {state}")
-        if (spec.job_id, spec.attempt) in self._attempts:
-            raise BackendError(f"{where}: already launched (release it first)")
+        check_launch(spec, where, self._nodes, self._node_state, (spec.job_id, spec.attempt) in self._attempts)
         if (problem := jobfs.cannot_enter(spec.owner, spec.workdir)) is not None:  # asked as the owner
             raise BackendError(f"{where}: {problem}")
 

@@ -398,7 +398,8 @@ def run_step(run_dir: str, argv: Sequence[str], environ: dict[str, str] | None =
         _signal_groups(procs, signal.SIGKILL)
         for p in procs:
             p.wait()
-        return 127 if isinstance(e, FileNotFoundError) else 126
+        contracts = by_path.load("contracts")
+        return contracts.NOT_FOUND_EXIT if isinstance(e, FileNotFoundError) else contracts.CANNOT_EXECUTE_EXIT
     killed_at: float | None = None
     while [p.poll() for p in procs].count(None):  # every task polled on each pass (not any(): it stops early)
         failed = any(p.returncode is not None and p.returncode not in (0, REQUEUE_EXIT) for p in procs)

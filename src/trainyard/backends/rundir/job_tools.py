@@ -39,6 +39,7 @@ from pathlib import Path
 
 from trainyard import jobfs
 from trainyard.backends.base import BackendError
+from trainyard.contracts import CANNOT_EXECUTE_EXIT
 
 PKG = Path(__file__).resolve().parents[2]  # plane's own: the package's directory
 # The files an attempt's tools are made of, by their path under the package.
@@ -132,7 +133,7 @@ def shim(run_dir: Path, name: str, python: str) -> str:
             f"if [ ! -x {exe} ]; then\n"
             f"  echo \"{name}: error: trainyard's in-job tools run with job_python {python}, which $(id -un) cannot "
             f"execute (permission denied or missing): the cluster's admin sets job_python\" >&2\n"
-            f"  exit 126\nfi\n"
+            f"  exit {CANNOT_EXECUTE_EXIT}\nfi\n"
             f"exec {exe} -I -S {shlex.quote(str(tool))} {shlex.quote(str(run_dir))} \"$@\"\n")
 
 

@@ -72,6 +72,10 @@ import time
 import warnings  # noqa: F401  os.execvpe imports it; after setuid the owner may not read the stdlib
 
 # Signals the runner itself must survive (the group gets them, the command acts on them).
+# contracts.NOT_FOUND_EXIT and CANNOT_EXECUTE_EXIT, by name: this file runs by path with -I -S and loads
+# nothing (tests/backends/rundir/test_rank_runner_contracts.py keeps them equal).
+NOT_FOUND_EXIT = 127
+CANNOT_EXECUTE_EXIT = 126
 SURVIVE = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 # Python ignores SIGPIPE/SIGXFSZ at start-up; an ignored disposition survives exec, so reset it.
 RESET_IN_CHILD = SURVIVE + (signal.SIGPIPE, signal.SIGXFSZ)
@@ -273,7 +277,7 @@ def _exec_child(command: list[str], owner: dict | None, plan: dict, err_w: int) 
         try:
             os.write(err_w, f"{stage}:{what}".encode()[:4000])
         finally:
-            os._exit(127 if stage == "notfound" else 126)
+            os._exit(NOT_FOUND_EXIT if stage == "notfound" else CANNOT_EXECUTE_EXIT)
 
 
 def _spawn(command: list[str], owner: dict | None, plan: dict) -> tuple[int, str | None, int]:
@@ -297,18 +301,18 @@ def _spawn(command: list[str], owner: dict | None, plan: dict) -> tuple[int, str
     os.waitpid(pid, 0)
     stage, _, what = b"".join(chunks).decode(errors="replace").partition(":")
     if stage == "notfound":
-        return pid, f"cannot execute {command[0]!r}: {what}", 127
+        return pid, f"cannot execute {command[0]!r}: {what}", NOT_FOUND_EXIT
     if stage == "join":
-        return pid, f"cannot enter the rank's cgroup: {what}", 126
+        return pid, f"cannot enter the rank's cgroup: {what}", CANNOT_EXECUTE_EXIT
     if stage == "chdir":
         who = (owner or {}).get("user", "the plane's account")
-        return pid, f"cannot enter the working directory {plan.get('workdir')!r} as {who}: {what}", 126
+        return pid, f"cannot enter the working directory {plan.get('workdir')!r} as {who}: {what}", CANNOT_EXECUTE_EXIT
     if stage == "tmp":
-        return pid, f"cannot enter the rank's private /tmp: {what}", 126
+        return pid, f"cannot enter the rank's private /tmp: {what}", CANNOT_EXECUTE_EXIT
     if stage == "identity":
         user = (owner or {}).get("user")
-        return pid, f"cannot run as {user} (uid {(owner or {}).get('uid')}): {what}", 126
-    return pid, f"cannot execute {command[0]!r}: {what}", 126
+        return pid, f"cannot run as {user} (uid {(owner or {}).get('uid')}): {what}", CANNOT_EXECUTE_EXIT
+    return pid, f"cannot execute {command[0]!r}: {what}", CANNOT_EXECUTE_EXIT
 
 
 # -- after the command ---------------------------------------------------------------------------
@@ -517,10 +521,10 @@ def main(argv: list[str], forward: tuple[signal.Signals, ...] = ()) -> int:
         if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
             msg = f"cannot become a child subreaper: {os.strerror(ctypes.get_errno())}"
             print(f"trainyard: {msg}", file=sys.stderr, flush=True)
-            _write_json(exit_path, {"exit_code": 126, "signal": None, "error": msg})
+            _write_json(exit_path, {"exit_code": CANNOT_EXECUTE_EXIT, "signal": None, "error": msg})
             _write_json(state_path, {"pid": os.getpid(), "start_time": _start_time(os.getpid()),
                                      "pgid": os.getpgrp(), "child_pid": None, "error": msg})
-            return 126
+            return CANNOT_EXECUTE_EXIT
 
     me = os.getpid()
     state: dict = {"pid": me, "start_time": _start_time(me), "pgid": os.getpgrp()}

@@ -64,7 +64,7 @@ from trainyard.backends.rundir import job_tools
 from trainyard.backends.slurm import env as slurm_env
 from trainyard.backends.rundir.exit_watch import ExitWatch
 from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState
-from trainyard.contracts import JobDir
+from trainyard.contracts import NOTICE_SIGNAL, JobDir
 
 TASK = "backends/slurm/task.py"  # the rank wrapper, run from the attempt's copy (job_tools.copy_files)
 UNHEALTHY_FLAGS = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "POWER", "REBOOT", "MAINT", "UNKNOWN")
@@ -75,7 +75,7 @@ ACTIVE_JOB_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPEND
                      "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT", "STAGE_OUT",
                      "SIGNALING")
 # Signals a batch attempt gets in its steps' tasks only (Slurm's --signal without B:): preemption notices.
-NOTICE_SIGNALS = (_signal.SIGUSR1, _signal.SIGUSR2)
+NOTICE_SIGNALS = (NOTICE_SIGNAL, _signal.SIGUSR2)  # the preemption notice, and --signal's usual
 
 
 @dataclass

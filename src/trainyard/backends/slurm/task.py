@@ -202,7 +202,7 @@ def main(argv: list[str]) -> int:
     # step's notice with `scancel --batch` (--signal=B:) reaches this process alone: passed on to
     # the script, the shell that traps it (no step gets notices otherwise, and --full reaches the
     # script itself, so nothing arrives twice).
-    notices = (signal.SIGUSR1, signal.SIGUSR2) if batch else ()
+    notices = (contracts.NOTICE_SIGNAL, signal.SIGUSR2) if batch else ()
     return rank_runner.main([run_dir, rank, "--", *command], forward=notices)
 
 

@@ -20,6 +20,7 @@ import signal
 
 from sqlalchemy import select
 
+from trainyard.contracts import NOTICE_SIGNAL
 from trainyard.control.loop.context import LoopContext
 from trainyard.services import transitions
 from trainyard.spec.signals import SignalSpec, parse_signal
@@ -27,7 +28,7 @@ from trainyard.services.events import record
 from trainyard.states import ACTIVE_STATES, JobState, StopKind, StopStage
 from trainyard.store.models import JobRow
 
-SIGNAL_OF = {StopStage.NOTICE: signal.SIGUSR1, StopStage.TERM: signal.SIGTERM, StopStage.KILL: signal.SIGKILL}
+SIGNAL_OF = {StopStage.NOTICE: NOTICE_SIGNAL, StopStage.TERM: signal.SIGTERM, StopStage.KILL: signal.SIGKILL}
 SHOWN_REASON = {StopKind.PREEMPT: "Preempting", StopKind.REQUEUE: "Requeueing"}
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from trainyard import jobfs
 from trainyard.backends.base import AttemptState, RankState
-from trainyard.contracts import REQUEUE_EXIT, WATCHDOG_EXIT, JobDir
+from trainyard.contracts import CANNOT_EXECUTE_EXIT, NOT_FOUND_EXIT, REQUEUE_EXIT, WATCHDOG_EXIT, JobDir
 from trainyard.states import AttemptOutcome, JobState, StopKind
 
 OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "torch.OutOfMemoryError", "Killed process")
@@ -216,18 +216,19 @@ def classify(st: AttemptState, stop_kind: StopKind | str | None, job_dir: JobDir
         return Outcome(JobState.FAILED, AttemptOutcome.FAILED,
                        f"RequeueExit: exit {bad.exit_code} on rank {bad.rank} (the class's requeue_exit)",
                        bad.exit_code, None, "requeue_exit")
-    if plain and bad.exit_code not in (126, 127):  # told as Slurm tells it: no guess about steps, no retry
+    if plain and bad.exit_code not in (CANNOT_EXECUTE_EXIT, NOT_FOUND_EXIT):  # told as Slurm tells it: no guess about steps, no retry
         if bad.signal is not None:
             return Outcome(JobState.FAILED, AttemptOutcome.FAILED,
                            f"Signal {_signame(bad.signal)} on rank {bad.rank}{_whose(bad, sent, first)}", None,
                            bad.signal, "signal")
         return Outcome(JobState.FAILED, AttemptOutcome.FAILED, f"NonZeroExitCode {bad.exit_code} on rank {bad.rank}",
                        bad.exit_code, None, "exit_code")
-    if bad.exit_code == 126 and (denied := _denied_line(job_dir, bad.rank)) is not None:
+    if bad.exit_code == CANNOT_EXECUTE_EXIT and (denied := _denied_line(job_dir, bad.rank)) is not None:
         return Outcome(JobState.FAILED, AttemptOutcome.FAILED,
-                       f"UserError: permission denied (exit 126 on rank {bad.rank}): {denied}", 126, None, "user_error")
-    if bad.exit_code in (126, 127) or (not made_progress and bad.signal != _signal.SIGKILL):
-        what = {126: "command not executable", 127: "command not found"}.get(bad.exit_code, "failed before reporting its first step")
+                       f"UserError: permission denied (exit {CANNOT_EXECUTE_EXIT} on rank {bad.rank}): {denied}",
+                       CANNOT_EXECUTE_EXIT, None, "user_error")
+    if bad.exit_code in (CANNOT_EXECUTE_EXIT, NOT_FOUND_EXIT) or (not made_progress and bad.signal != _signal.SIGKILL):
+        what = {CANNOT_EXECUTE_EXIT: "command not executable", NOT_FOUND_EXIT: "command not found"}.get(bad.exit_code, "failed before reporting its first step")
         how = f"exit {bad.exit_code}" if bad.signal is None else f"signal {_signame(bad.signal)}"
         return Outcome(JobState.FAILED, AttemptOutcome.FAILED,
                        f"UserError: {what} ({how} on rank {bad.rank})",
