@@ -27,6 +27,7 @@ from sqlalchemy import or_, select
 from trainyard.control.loop import dependencies
 from trainyard.control.loop.schedule import PENDING_COLUMNS
 from trainyard.control.lifecycle.plane import ControlPlane
+from trainyard.control.lifecycle.plane_builder import PlaneSettings, build_plane
 from trainyard.services import jobs
 from trainyard.services.auth import Principal
 from trainyard.states import PENDING_STATES
@@ -82,7 +83,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        cp = ControlPlane(Path(tmp) / "yard", config_text=CONFIG, **IDENTITY)
+        cp = build_plane(PlaneSettings(Path(tmp) / "yard", config_text=CONFIG, **IDENTITY))
         try:
             wd = str(cp.data_dir)
             with cp.store.session.begin() as s:

@@ -25,7 +25,7 @@ from fastapi.testclient import TestClient
 from trainyard.api.app import create_app
 from trainyard.contracts import JobDir
 from trainyard.control.loop.orchestrator import LoopParams
-from trainyard.control.lifecycle.plane import ControlPlane
+from trainyard.control.lifecycle.plane_builder import PlaneSettings, build_plane
 from trainyard.services import auth
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -75,10 +75,10 @@ class Plane:
         text = config.read_text() if config is not None else None
         if text is not None and kw.get("run_as", TEST_ACCOUNT) == TEST_ACCOUNT:
             text = with_test_users(text)
-        self.cp = ControlPlane(data_dir, db_url=db_url, config_text=text,
-                               loop_params=LoopParams(tick_s=tick_s, kill_wait_s=kill_wait_s, retry_backoff_s=0.5,
-                                                      hung_after_s=1.0),
-                               **{**TEST_IDENTITY, **kw})
+        self.cp = build_plane(PlaneSettings(data_dir, db_url=db_url, config_text=text,
+                                            loop_params=LoopParams(tick_s=tick_s, kill_wait_s=kill_wait_s,
+                                                                   retry_backoff_s=0.5, hung_after_s=1.0),
+                                            **{**TEST_IDENTITY, **kw}))
         self.app = create_app(self.cp)
         self.http = TestClient(self.app)
         self.admin_token = (self.cp.data_dir / "admin.token").read_text().strip()

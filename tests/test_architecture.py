@@ -7,7 +7,11 @@
   option parsers of `spec` (`spec.parsing`, …) only the standard library (the rank wrappers load
   `contracts` by path with `python -I -S`; the CLI reads `states` and parses options cheaply).
 - `api` → `services` → `store`: the store imports no part above it, services no api, control or
-  CLI, the API no store (it goes through services) and no CLI.
+  CLI, the API no store (it goes through services), no CLI and no control (the plane reaches it as
+  `services.plane_facade.Plane`).
+- no part imports another part's private module (`_name`).
+- a router function (api/routers/) is at most 15 lines from its `def` to its end and holds no
+  lock: the lock, the transaction and the loop's wake are a service's (`services/units.py`).
 - backends hold no policy (rule 2): no `sched`, `services`, `control`, `store` or `api`.
 - `sim` and `plan` replay the engine alone: no control plane; `demo` is a job (runtime, models).
 - every part has a rule (`test_every_part_has_a_rule`); sub-packages have theirs where it matters:
@@ -58,23 +62,23 @@ FORBIDDEN: dict[str, set[str]] = {
     **{f"spec.{m}": set(PARTS) for m in ("parsing", "io_patterns", "mail_types", "signals")},
     "store": set(PARTS) - {"store", "states"},
     "services": {"api", "control", "cli", "demo", "recipes", "runtime"},
-    "api": {"store", "cli", "demo"},
+    "api": {"store", "cli", "demo", "control"},
     "backends": {"sched", "services", "control", "store", "api", "cli", "sim", "plan", "recipes", "runtime", "demo"},
     # the shared run-dir layer serves both real backends and knows neither; neither knows the other
-    "backends.rundir": {"backends.local", "backends.slurm", "backends.fake"},
-    "backends.contain": {"backends.local", "backends.slurm", "backends.rundir", "backends.fake"},
-    "backends.local": {"backends.slurm", "backends.fake"},
-    "backends.slurm": {"backends.local", "backends.fake", "backends.contain"},
+    "backends.rundir": {"backends.local.backend", "backends.slurm.backend", "backends.fake"},
+    "backends.contain": {"backends.local.backend", "backends.slurm.backend", "backends.rundir", "backends.fake"},
+    "backends.local.backend": {"backends.slurm.backend", "backends.fake"},
+    "backends.slurm.backend": {"backends.local.backend", "backends.fake", "backends.contain"},
     "sim": CONTROL_PLANE | {"runtime", "recipes"},
     "plan": CONTROL_PLANE | {"runtime", "recipes"},
     "demo": CONTROL_PLANE - {"demo"} | {"sched", "sim", "plan"},  # `make demo`'s job: the runtime and the models
     "control": {"api", "cli", "demo"},
     # the rules and the job files are the loop's tools, not its drivers; a report only reads
     "control.rules": {"control.lifecycle", "control.reports", "control.jobfiles", "control.health"},
-    "control.jobfiles": {"control.loop", "control.lifecycle", "control.reports", "control.health"},
+    "control.jobfiles": {"control.loop.orchestrator", "control.lifecycle", "control.reports", "control.health"},
     "control.reports": {"control.lifecycle", "control.health", "control.jobfiles"},
-    "control.loop": {"control.reports"},
-    "control.health": {"control.loop", "control.rules", "control.jobfiles", "control.reports"},
+    "control.loop.orchestrator": {"control.reports"},
+    "control.health": {"control.loop.orchestrator", "control.rules", "control.jobfiles", "control.reports"},
     "cli": set(),  # the top: `yard` may start any part (`yard up`, `yard sim`, `yard plan`, `make demo`)
 }
 
@@ -176,10 +180,98 @@ def test_the_check_catches_a_sub_package_break(tmp_path):
     for d in ("", "backends", "backends/rundir", "backends/local"):
         (fake / d).mkdir(exist_ok=True)
         (fake / d / "__init__.py").write_text("")
-    (fake / "backends" / "rundir" / "bad.py").write_text("from trainyard.backends.local import backend\n")
+    (fake / "backends" / "rundir" / "bad.py").write_text("from trainyard.backends.local.backend import backend\n")
     (fake / "backends" / "local" / "fine.py").write_text("from trainyard.backends.rundir import bad\n")
     found = layering_violations(fake)
-    assert len(found) == 1 and "backends.rundir imports trainyard.backends.local" in found[0], found
+    assert len(found) == 1 and "backends.rundir imports trainyard.backends.local.backend" in found[0], found
+
+
+def _private_module(names: list[str], pkg: Path) -> bool:
+    """Whether `trainyard.a._b…` (as names, `trainyard` left out) is in a module or package whose
+    name starts with one underscore (a private name such as `_DIR` of a public module is not)."""
+    for i, n in enumerate(names):
+        if n.startswith("_") and not n.startswith("__"):
+            p = pkg.joinpath(*names[:i + 1])
+            return p.with_suffix(".py").exists() or p.is_dir()
+    return False
+
+
+def private_imports(pkg: Path = PKG) -> list[str]:
+    """Every import of another part's private module (`from trainyard.backends import _files`,
+    `import trainyard.backends._files`), as `file:line: why`."""
+    found = []
+    for path in sorted(pkg.rglob("*.py")):
+        part = path.relative_to(pkg).parts[0].removesuffix(".py")
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            mods: list[list[str]] = []
+            if isinstance(node, ast.Import):
+                mods = [a.name.split(".")[1:] for a in node.names if a.name.startswith("trainyard.")]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("trainyard.") \
+                    and not node.level:
+                base = node.module.split(".")[1:]
+                mods = [base + [a.name] for a in node.names]
+            for names in mods:
+                if names and names[0] != part and _private_module(names, pkg):
+                    found.append(f"{path.relative_to(pkg.parent)}:{node.lineno}: {part} imports the private "
+                                 f"trainyard.{'.'.join(names)}")
+    return found
+
+
+def test_no_part_imports_another_parts_private_module():
+    assert private_imports() == []
+
+
+ROUTER_MAX_LINES = 15
+
+
+def router_violations(routers: Path = PKG / "api" / "routers") -> list[str]:
+    """Every function in the routers longer than ROUTER_MAX_LINES (from `def` to its end, its
+    decorators not counted) or touching a lock (`with cp.lock`, `.lock` anywhere)."""
+    found = []
+    for path in sorted(routers.glob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            where = f"{path.name}:{fn.lineno}: {fn.name}"
+            lines = fn.end_lineno - fn.lineno + 1
+            if lines > ROUTER_MAX_LINES:
+                found.append(f"{where} has {lines} lines (at most {ROUTER_MAX_LINES}: move the work to a service)")
+            if any(isinstance(n, ast.Attribute) and n.attr in ("lock", "_lock") for n in ast.walk(fn)) \
+                    or any(isinstance(n, (ast.With, ast.AsyncWith)) and "lock" in ast.unparse(n.items[0].context_expr)
+                           for n in ast.walk(fn)):
+                found.append(f"{where} holds a lock (the plane's transaction is a service's: services/units.py)")
+    return found
+
+
+def test_routers_are_short_and_hold_no_lock():
+    assert router_violations() == []
+
+
+def test_the_router_and_private_checks_catch_a_break(tmp_path):
+    """The rule tests can fail: a long route that takes the plane's lock, and an API module that
+    imports another part's private module, are reported; a short route is not."""
+    routers = tmp_path / "routers"
+    routers.mkdir()
+    long_body = "".join(f"    x{i} = {i}\n" for i in range(14))
+    (routers / "bad.py").write_text("@router.post('')\n"
+                                    "def submit(cp):\n    with cp.lock, cp.store.session.begin() as s:\n"
+                                    "        pass\n" + long_body)
+    (routers / "fine.py").write_text("@router.get('')\n@other\ndef read(cp):\n" + long_body[:-len('    x13 = 13\n')])
+    found = router_violations(routers)
+    assert len(found) == 2 and "bad.py:2: submit has 17 lines" in found[0] and "holds a lock" in found[1], found
+    fake = tmp_path / "trainyard"
+    for d in (fake / "api", fake / "backends"):
+        d.mkdir(parents=True)
+        (d / "__init__.py").write_text("")
+    (fake / "backends" / "_files.py").write_text("")
+    (fake / "backends" / "local.py").write_text("from trainyard.backends import _files\n")
+    (fake / "api" / "app.py").write_text("from trainyard.backends import _files\nimport trainyard.backends._files\n"
+                                         "from trainyard.backends import local\n")
+    found = private_imports(fake)
+    assert found == ["trainyard/api/app.py:1: api imports the private trainyard.backends._files",
+                     "trainyard/api/app.py:2: api imports the private trainyard.backends._files"], found
 
 
 @pytest.mark.parametrize("path", sorted((PKG / "control").rglob("*.py")), ids=lambda p: p.name)

@@ -20,8 +20,9 @@ The job environment
 asks for the parts it supplies:
 
     CONTRACT      RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
-                  MASTER_PORT, CUDA_VISIBLE_DEVICES (this rank's GPUs; left alone when the slot's
-                  GPUs are None). What `init_process_group("env://")` and docs/design.md's contract need.
+                  MASTER_PORT, CUDA_VISIBLE_DEVICES (this rank's GPUs; left alone when the
+                  launcher binds them: `Gang.gpus_known` False). What
+                  `init_process_group("env://")` and docs/design.md's contract need.
     TRAINYARD     TRAINYARD_JOB_ID, TRAINYARD_ATTEMPT, TRAINYARD_CHECKPOINT_DIR, TRAINYARD_NODE.
     TORCHELASTIC  torchrun's worker variables (torch/distributed/run.py, "Environment Variables")
                   that CONTRACT does not already hold: ROLE_RANK (= RANK: one role),
@@ -458,26 +459,55 @@ class JobInfo:
 
 
 @dataclass(frozen=True)
-class RankSlot:
-    """Where one rank runs: its node, and the GPU ids it sees (CUDA_VISIBLE_DEVICES, as the node
-    numbers its devices; () for none, None to leave the variable as the launcher set it)."""
+class RankPlacement:
+    """Where one rank runs: the engine's decision for it, the one value carried from the schedule
+    step (`control.loop.snapshot.NodeIndex.ranks`) through `LaunchSpec.ranks` to the rank's environment.
 
+    `gpus` are the node's GPU indices the rank is given, as the node numbers its devices
+    (CUDA_VISIBLE_DEVICES; () for none). The engine's indices are the node's own; a backend that
+    emulates several nodes on one machine shifts them to the machine's numbering before it builds
+    the `Gang` (`backends/local/backend.py`). The stored form of a placement is per node, not per rank
+    (`jobs.placement` rows); `ranks_of` is the one rule that turns a node's GPUs into ranks.
+    """
+
+    rank: int
     node: str
-    gpus: tuple[str, ...] | None = ()
+    gpus: tuple[int, ...] = ()
+
+
+def ranks_of(parts: Iterable[tuple[str, Sequence[int]]], tasks_per_node: int | None) -> list[RankPlacement]:
+    """The ranks of a placement given node by node, as (node, its GPU indices), in node order:
+    one rank per GPU, or `tasks_per_node` ranks sharing each node's GPUs evenly, numbered in order.
+
+    The control loop launches these, the API reports a job's world size from them and the fault
+    handling maps a failed rank back to its node with them, so the rule lives in one place."""
+    out: list[RankPlacement] = []
+    for node, gpus in parts:
+        k = tasks_per_node or len(gpus)
+        per = max(1, len(gpus) // k)
+        for t in range(k):
+            out.append(RankPlacement(len(out), node, tuple(gpus[t * per:(t + 1) * per])))
+    return out
 
 
 @dataclass(frozen=True)
 class Gang:
-    """Every rank of one attempt, in rank order. Node order is the order in which ranks first use
-    the nodes: node i is GROUP_RANK i and SLURM_NODEID i."""
+    """Every rank of one attempt, in rank order (`slots[r].rank == r`). Node order is the order in
+    which ranks first use the nodes: node i is GROUP_RANK i and SLURM_NODEID i.
 
-    slots: tuple[RankSlot, ...]
+    `gpus_known` False: the launcher binds each task's GPUs (a Slurm step: `Gang.block`), so
+    CUDA_VISIBLE_DEVICES and the SLURM GPU variables are left as it set them."""
+
+    slots: tuple[RankPlacement, ...]
+    gpus_known: bool = True
     nodes: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
         if not self.slots:
             raise ValueError("a gang has at least one rank")
         object.__setattr__(self, "slots", tuple(self.slots))
+        if any(s.rank != r for r, s in enumerate(self.slots)):
+            raise ValueError(f"a gang's ranks are 0..n-1 in order, got {[s.rank for s in self.slots]}")
         object.__setattr__(self, "nodes", tuple(dict.fromkeys(s.node for s in self.slots)))
 
     @classmethod
@@ -489,7 +519,8 @@ class Gang:
         """
         if len(nodes) != len(tasks_per_node) or any(n < 1 for n in tasks_per_node):
             raise ValueError(f"nodes {list(nodes)} and tasks per node {list(tasks_per_node)} do not match")
-        return cls(tuple(RankSlot(node, None) for node, n in zip(nodes, tasks_per_node) for _ in range(n)))
+        on = [node for node, n in zip(nodes, tasks_per_node) for _ in range(n)]
+        return cls(tuple(RankPlacement(r, node) for r, node in enumerate(on)), gpus_known=False)
 
     @property
     def world_size(self) -> int:
@@ -507,8 +538,11 @@ class Gang:
         return [sum(1 for s in self.slots if s.node == n) for n in self.nodes]
 
     def node_gpus(self, node: str) -> list[str]:
-        """The job's GPU ids on `node` (each rank's there, in first-use order)."""
-        return list(dict.fromkeys(g for s in self.slots if s.node == node for g in (s.gpus or ())))
+        """The job's GPU ids on `node` (each rank's there, in first-use order), as the environment
+        writes them; none when the launcher binds them (`gpus_known` False)."""
+        if not self.gpus_known:
+            return []
+        return list(dict.fromkeys(str(g) for s in self.slots if s.node == node for g in s.gpus))
 
 
 def rank_env(gang: Gang, rank: int, *, job_id: int, attempt: int, checkpoint_dir: str, master_addr: str,
@@ -531,8 +565,8 @@ def rank_env(gang: Gang, rank: int, *, job_id: int, attempt: int, checkpoint_dir
     if EnvPart.CONTRACT in parts:
         env.update(RANK=str(rank), LOCAL_RANK=str(local), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(local_world),
                    GROUP_RANK=str(node_id), MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
-        if slot.gpus is not None:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(slot.gpus)
+        if gang.gpus_known:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, slot.gpus))
     if EnvPart.TRAINYARD in parts:
         env.update(TRAINYARD_JOB_ID=str(job_id), TRAINYARD_ATTEMPT=str(attempt),
                    TRAINYARD_CHECKPOINT_DIR=checkpoint_dir, TRAINYARD_NODE=slot.node)

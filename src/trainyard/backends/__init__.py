@@ -14,7 +14,6 @@ from trainyard.backends.base import (
     Limits,
     NodeInfo,
     Owner,
-    RankLaunch,
     RankState,
 )
 from trainyard.backends.local.backend import LocalBackend, detect_local_nodes
@@ -28,7 +27,6 @@ __all__ = [
     "LocalBackend",
     "NodeInfo",
     "Owner",
-    "RankLaunch",
     "RankState",
     "detect_local_nodes",
 ]

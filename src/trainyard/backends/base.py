@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from collections.abc import Callable
 from typing import Protocol
 
-from trainyard.contracts import JobInfo
+from trainyard.contracts import JobInfo, RankPlacement
 
 
 @dataclass(frozen=True)
@@ -59,15 +59,6 @@ class NodeInfo:
     state: str = "up"  # why it is unhealthy, when the backend knows: "up", "hung", "dead", ...
     block: str = ""  # topology domains, where the backend knows them (Slurm: node features)
     rack: str = ""
-
-
-@dataclass(frozen=True)
-class RankLaunch:
-    """Where one rank runs: a node and the node-local GPU indices it is given."""
-
-    rank: int
-    node: str
-    gpus: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -116,7 +107,7 @@ class LaunchSpec:
     command: list[str]  # argv of every rank
     workdir: str  # cwd of the ranks
     job_dir: str  # DATA_DIR/jobs/<id>; logs go to <job_dir>/logs/rank-<r>.log
-    ranks: list[RankLaunch]
+    ranks: list[RankPlacement]  # where each rank runs, as the schedule step decided (`contracts.RankPlacement`)
     env: dict[str, str]  # user env + TRAINYARD_API, TRAINYARD_TOKEN ...; contract vars go on top
     checkpoint_dir: str  # value of TRAINYARD_CHECKPOINT_DIR
     job: JobInfo = JobInfo()  # name, team, pool, class...: what the environment's Slurm part says

@@ -61,7 +61,7 @@ Example::
     clock = FakeClock()
     be = FakeBackend(tmp_path, [NodeInfo("node0", 4, "emulated", 16384)], clock=clock)
     be.launch(LaunchSpec(1, 1, ["yard-fake", "usr1=5", "step=1", "ckpt=4"], str(tmp_path),
-                         str(tmp_path / "jobs/1"), [RankLaunch(0, "node0", (0,))], {},
+                         str(tmp_path / "jobs/1"), [RankPlacement(0, "node0", (0,))], {},
                          str(tmp_path / "jobs/1/checkpoints")))
     clock.advance(10)                      # 10 steps, checkpoints at 4 and 8
     be.signal(1, 1, signal.SIGUSR1)
@@ -93,7 +93,6 @@ from trainyard.contracts import (
     EnvPart,
     Gang,
     JobDir,
-    RankSlot,
     newest_checkpoint,
     rank_env,
 )
@@ -431,7 +430,7 @@ class FakeBackend:
             except OSError as e:
                 raise BackendError(f"{where}: cannot create {e.filename}: {e.strerror}") from e
             ranks = sorted(spec.ranks, key=lambda r: r.rank)
-            gang = Gang(tuple(RankSlot(r.node, tuple(map(str, r.gpus))) for r in ranks))
+            gang = Gang(tuple(ranks))
             port = 20000 + (spec.job_id * 7 + spec.attempt) % 40000  # no socket: any stable number
             resumed = newest_checkpoint(spec.checkpoint_dir)
             stamp = datetime.fromtimestamp(now, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -643,4 +642,4 @@ def _discover_nodes(data_dir: Path, options: Mapping[str, object]) -> list[NodeI
 
 registry.register(registry.BackendKind(
     "fake", "scripted ranks on a clock, no processes (tests of the control loop)", _create, _discover_nodes,
-    options=frozenset({"nodes", "gpus_per_node"})))
+    options=frozenset({"nodes", "gpus_per_node"}), node_options=frozenset({"nodes"})))

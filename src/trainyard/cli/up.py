@@ -82,7 +82,7 @@ def up(
 
     from trainyard.cli.serve import GRACEFUL_S, KEEP_ALIVE_S, GracefulServer
     from trainyard.control.loop.orchestrator import LoopParams
-    from trainyard.control.lifecycle.plane import ControlPlane
+    from trainyard.control.lifecycle.plane_builder import PlaneSettings, build_plane
     from trainyard.defaults import default_data_dir
     from trainyard.spec.models import ConfigError, load_config
 
@@ -133,13 +133,14 @@ def up(
     from trainyard.services.errors import ServiceError
 
     try:
-        cp = ControlPlane(data_dir or default_data_dir(), db_url=db, config_text=text, nodes=nodes,
-                          gpus_per_node=gpus_per_node, loop_params=LoopParams(tick_s=tick), api_url=url,
-                          backend_kind=backend, slurm_partition=partition, policy=policy, run_as=run_as,
-                          allow_root_jobs=True if allow_root_jobs else None,
-                          jobs_dir=jobs_dir.expanduser().absolute() if jobs_dir is not None else None,
-                          config_name=str(config) if config is not None else "the file", config_wins=config_wins,
-                          job_python=str(job_python) if job_python is not None else None)
+        cp = build_plane(PlaneSettings(
+            data_dir or default_data_dir(), db_url=db, config_text=text, loop_params=LoopParams(tick_s=tick),
+            api_url=url, backend_kind=backend, policy=policy, run_as=run_as,
+            backend_options={"nodes": nodes, "gpus_per_node": gpus_per_node, "partition": partition,
+                             "job_python": str(job_python) if job_python is not None else None},
+            allow_root_jobs=True if allow_root_jobs else None,
+            jobs_dir=jobs_dir.expanduser().absolute() if jobs_dir is not None else None,
+            config_name=str(config) if config is not None else "the file", config_wins=config_wins))
     except JobToolsError as e:  # job owners could not run srun/scontrol in their batch scripts
         fail(str(e))
     except JobsDirError as e:

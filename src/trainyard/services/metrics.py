@@ -65,7 +65,7 @@ from trainyard.services.nodes import list_nodes
 from trainyard.store.models import AttemptRow, JobRow, UsageCarryRow
 
 if TYPE_CHECKING:
-    from trainyard.control.lifecycle.plane import ControlPlane
+    from trainyard.services.plane_facade import Plane
 
 RECOVERY_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
 WAIT_BUCKETS = (1.0, 10.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 12 * 3600.0, 86400.0, 3 * 86400.0)
@@ -222,7 +222,7 @@ class PlaneCollector(Collector):
     """A prometheus_client collector reading the control plane's store and configuration, found
     at each scrape through `plane_of()` (some tests build the app without a plane)."""
 
-    def __init__(self, plane_of: Callable[[], ControlPlane]) -> None:
+    def __init__(self, plane_of: Callable[[], Plane]) -> None:
         self.plane_of = plane_of
 
     def collect(self) -> Iterator[Metric]:
@@ -321,12 +321,9 @@ class PlaneCollector(Collector):
         yield age
 
 
-def _storage(cp: ControlPlane, spec: Any) -> Iterator[Metric]:
+def _storage(cp: Plane, spec: Any) -> Iterator[Metric]:
     """Disk per team, as the storage meter last measured it (control/lifecycle/storage.py), and the reserve."""
-    storage = getattr(cp, "storage", None)
-    if storage is None:
-        return
-    rep = storage.report(spec)
+    rep = cp.storage_report(spec)
     used = GaugeMetricFamily("trainyard_team_storage_bytes", "Bytes a team's job dirs hold (allocated blocks, as last "
                              "measured; dirs no job owns under team=\"\").", labels=["team"])
     quota = GaugeMetricFamily("trainyard_team_storage_quota_bytes", "A team's storage quota (only where one is set).",
@@ -349,10 +346,11 @@ def _storage(cp: ControlPlane, spec: Any) -> Iterator[Metric]:
     yield from (used, quota, over, free, reserve)
 
 
-def _plane_itself(cp: ControlPlane) -> Iterator[Metric]:
+def _plane_itself(cp: Any) -> Iterator[Metric]:
     """The plane's own state, from this process (it restarts with it): loop passes, supervised
     threads, the data disk. (API refusals under overload: `trainyard_api_refused_total`, by the
-    app's own collector.)"""
+    app's own collector.) `cp` is the `ControlPlane` behind the `Plane`: its loop's stats, its
+    threads and its notifier are its own, not what services ask of it."""
     st = cp.loop.stats
     xs = sorted(st.recent_pass_s)
     passes = SummaryMetricFamily("trainyard_loop_pass_seconds", "Control-loop pass time: quantiles over the recent "

@@ -1,6 +1,6 @@
 """Loader for the Pollux (OSDI'21) simulator workloads as a `Workload` (`yard sim --format pollux`).
 
-A workload file (`workload-N.csv`, shared/traces/pollux-sia-workloads/pollux_workloads) has the
+A workload file (`workload-N.csv`, $TRAINYARD_TRACES/pollux-sia-workloads/pollux_workloads) has the
 columns `name,time,application,num_replicas,batch_size`: 160 jobs submitted over 8 hours, each an
 application trained with the replica count and total batch size Tiresias ran it with in Pollux's
 evaluation ("+TunedJobs"). The world is Pollux's, so that the published figures are the yardstick

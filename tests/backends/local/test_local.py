@@ -16,7 +16,7 @@ import pytest
 from trainyard.backends import BackendError, LocalBackend, NodeInfo, detect_local_nodes
 from trainyard.backends.rundir.procfs import read_stat
 from trainyard.backends.local.backend import _nvml_gpus
-from trainyard.contracts import Gang, JobInfo, RankSlot, rank_env
+from trainyard.contracts import Gang, JobInfo, RankPlacement, rank_env
 
 from tests.backends.helpers import (
     NODES,
@@ -99,7 +99,7 @@ def test_a_two_node_gang_sees_the_whole_job_environment_built_by_contracts(backe
     backend.launch(spec)
     wait_done(backend, 4, attempt=2)
     es = envs(job_dir, 4)
-    gang = Gang(tuple(RankSlot(n, tuple(map(str, g))) for _, n, g in ranks))
+    gang = Gang(tuple(RankPlacement(r, n, g) for r, n, g in ranks))
     for r, e in enumerate(es):
         want = rank_env(gang, r, job_id=4, attempt=2, checkpoint_dir=spec.checkpoint_dir, master_addr="127.0.0.1",
                         master_port=int(es[0]["MASTER_PORT"]), workdir=spec.workdir, info=info)

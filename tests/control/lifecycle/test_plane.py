@@ -31,7 +31,7 @@ def test_without_a_config_one_node_of_emulated_gpus_and_a_default_team(tmp_path)
 
 
 def test_emulated_two_node_cluster_and_a_restart_keeps_the_token(tmp_path):
-    p = Plane(tmp_path / "d", config=None, start=False, nodes=2, gpus_per_node=4)
+    p = Plane(tmp_path / "d", config=None, start=False, backend_options={"nodes": 2, "gpus_per_node": 4})
     token = p.admin_token
     assert [n["gpus"] for n in p.admin.get("/api/v1/nodes").json()["nodes"]] == [4, 4]
     p.cp.stop()

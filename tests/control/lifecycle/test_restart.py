@@ -129,12 +129,12 @@ def test_kill_9_then_restart_loses_no_job_duplicates_none_and_orphans_none(serve
 
 def test_a_start_committed_but_never_launched_goes_back_to_the_queue(server, tmp_path):
     """The plane dies between committing a start and launching it: the job is requeued, not lost."""
-    from trainyard.control.lifecycle.plane import ControlPlane
+    from trainyard.control.lifecycle.plane_builder import PlaneSettings, build_plane
     from trainyard.services.jobs import JobSubmit, submit
     from trainyard.services.auth import Principal
     from trainyard.store.models import AttemptRow
 
-    cp = ControlPlane(server.data_dir, config_text=with_test_users(TWO_TEAMS.read_text()), **TEST_IDENTITY)
+    cp = build_plane(PlaneSettings(server.data_dir, config_text=with_test_users(TWO_TEAMS.read_text()), **TEST_IDENTITY))
     with cp.store.session.begin() as s:
         cfg = cp.configs.current(s)
         row = submit(s, JobSubmit(command=[sys.executable, "-c", "pass"], team="vision", workdir=str(tmp_path)),

@@ -72,6 +72,24 @@ def test_a_placement_is_stored_in_slurms_node_order() -> None:
     assert rows == [{"node": "node-0", "gpus": [2, 3], "mem_mib": 200}, {"node": "node-2", "gpus": [0, 1], "mem_mib": 100}]
 
 
+def test_the_ranks_launched_are_the_ranks_the_stored_rows_read_back() -> None:
+    """The schedule step launches the engine's placement as `RankPlacement`s straight away and
+    stores it as rows; reconcile and the API read the rows back into ranks later: both are the
+    same ranks, in the same (Slurm's) node order, for every tasks-per-node."""
+    from trainyard.contracts import RankPlacement
+    from trainyard.control.loop.snapshot import NodeIndex
+    from trainyard.sched.cluster import Node, Placement
+    from trainyard.services.ranks import ranks_for
+
+    nodes = (Node("node-0", 4), Node("node-1", 4), Node("node-2", 4))
+    idx = NodeIndex(nodes, {n.name: i for i, n in enumerate(nodes)})
+    p = Placement(((2, (0, 1)), (0, (2, 3))), (100, 200))
+    assert idx.ranks(p, None) == [RankPlacement(0, "node-0", (2,)), RankPlacement(1, "node-0", (3,)),
+                                  RankPlacement(2, "node-2", (0,)), RankPlacement(3, "node-2", (1,))]
+    for per_node in (None, 1, 2, 3):
+        assert idx.ranks(p, per_node) == ranks_for(idx.to_rows(p), per_node), per_node
+
+
 def test_slurms_node_order_is_by_name_with_numbers_by_value() -> None:
     from trainyard.contracts import slurm_node_order
 

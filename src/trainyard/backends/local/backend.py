@@ -92,14 +92,14 @@ from trainyard.backends import registry
 from trainyard.backends import contain
 from trainyard.backends.local import batch
 from trainyard.backends.rundir import job_tools
-from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankLaunch, RankState
+from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState
 from trainyard.backends.launch_check import check_launch
 from trainyard.backends.contain import ops as contain_ops
 from trainyard.backends.contain import private_tmp
 from trainyard.backends.contain.devices import Device, gpu_devices
 from trainyard.backends.rundir.exit_watch import ExitWatch
 from trainyard.backends.local.login_env import account_env, login_env
-from trainyard.contracts import NOTICE_SIGNAL, EnvPart, Gang, JobDir, RankSlot, rank_env
+from trainyard.contracts import NOTICE_SIGNAL, EnvPart, Gang, JobDir, RankPlacement, rank_env
 from trainyard.ports import free_port
 
 RUNNER = Path(__file__).parents[1] / "rundir" / "rank_runner.py"
@@ -569,7 +569,7 @@ class LocalBackend:
             cell["ranks"][str(r.rank)]["tmp"] = tmp[r.node]
         return cell
 
-    def _rank_devices(self, r: RankLaunch) -> list[Device]:
+    def _rank_devices(self, r: RankPlacement) -> list[Device]:
         devs = self._devices.get(r.node) or []
         return [devs[g] for g in r.gpus if g < len(devs)]
 
@@ -577,8 +577,8 @@ class LocalBackend:
         port = free_port(self._master_addr)  # rank 0 binds it moments later (the usual torchrun race)
         ranks = sorted(spec.ranks, key=lambda r: r.rank)
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        gang = Gang(tuple(RankSlot(r.node, tuple(str(self._offsets.get(r.node, 0) + g) for g in r.gpus))
-                          for r in ranks))
+        # this machine's numbering of the emulated nodes' GPUs (node1's GPU 0 is the machine's 4, say)
+        gang = Gang(tuple(replace(r, gpus=tuple(self._offsets.get(r.node, 0) + g for g in r.gpus)) for r in ranks))
         info = spec.job if spec.job.submit_host else replace(spec.job, submit_host=socket.gethostname())
         # An allow-list, never the plane's own environment (backends/local/login_env.py): its secrets stay its own.
         inherited = login_env(*((spec.owner.uid, spec.owner.user) if spec.owner is not None else ()))
@@ -595,7 +595,7 @@ class LocalBackend:
                    **batch.batch_env(gang, replace(spec, job=info), att.run_dir, self._master_addr, port, path)}
             gpus_of_first = tuple(g for r in on_first for g in r.gpus)
             devices_of_first = [d.path for r in on_first for d in self._rank_devices(r)]
-            starts = [(RankLaunch(0, first, gpus_of_first), env, devices_of_first)]
+            starts = [(RankPlacement(0, first, gpus_of_first), env, devices_of_first)]
         else:
             starts = []
             for rl in ranks:
@@ -828,7 +828,8 @@ def _discover_nodes(data_dir: Path, options: Mapping[str, object]) -> list[NodeI
 
 registry.register(registry.BackendKind(
     "local", "processes on this machine, which may play several nodes", _create, _discover_nodes,
-    options=frozenset({"nodes", "gpus_per_node", "containment", "private_tmp", "job_python"})))
+    options=frozenset({"nodes", "gpus_per_node", "containment", "private_tmp", "job_python"}),
+    node_options=frozenset({"nodes"})))
 
 
 def _nvml_gpus() -> list[tuple[str, int]]:

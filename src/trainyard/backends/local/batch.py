@@ -85,7 +85,7 @@ def prepare(run_dir: Path, spec: LaunchSpec, gang: Gang, master_addr: str, maste
     jobfs.write_record(run_dir / BATCH_FILE, {
         "job_id": spec.job_id, "attempt": spec.attempt, "checkpoint_dir": spec.checkpoint_dir,
         "workdir": spec.workdir, "job_dir": spec.job_dir, "master_addr": master_addr, "master_port": master_port,
-        "info": info, "slots": [{"node": s.node, "gpus": list(s.gpus or ())} for s in gang.slots],
+        "info": info, "slots": [{"node": s.node, "gpus": [str(g) for g in s.gpus]} for s in gang.slots],
         "node_gpus": {n: gang.node_gpus(n) for n in gang.nodes}, "devices": devices,
         "stderr_apart": spec.stderr_apart, **_who(spec), "nodelist": compress_hostlist(gang.nodes),
         "time_limit_s": spec.time_limit_s, "start_epoch": time.time(), "mem_mib": spec.limits.mem_mib,

@@ -18,7 +18,7 @@ import os
 import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-if __package__:  # imported as trainyard.backends.local.X (tests, the control plane)
+if __package__:  # imported as trainyard.backends.local.backend.X (tests, the control plane)
     from trainyard.backends.local import jobview
     from trainyard.backends.rundir import by_path
 else:  # run as a file with -I -S: by path, from this directory and the run-dir layer beside it

@@ -21,7 +21,7 @@ import re
 import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-if __package__:  # imported as trainyard.backends.local.X (tests, the control plane)
+if __package__:  # imported as trainyard.backends.local.backend.X (tests, the control plane)
     from trainyard.backends.local import jobview
 else:  # run as a file with -I -S: by path, from this directory and the run-dir layer beside it
     sys.path[:0] = [_HERE, os.path.join(os.path.dirname(_HERE), "rundir")]

@@ -65,7 +65,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-if __package__:  # imported as trainyard.backends.local.X (tests, the control plane)
+if __package__:  # imported as trainyard.backends.local.backend.X (tests, the control plane)
     from trainyard.backends.rundir import by_path
 else:  # run as a file with -I -S: by path, from this directory and the run-dir layer beside it
     sys.path[:0] = [os.path.join(os.path.dirname(_HERE), "rundir")]
@@ -242,7 +242,7 @@ def task_envs(batch: dict, nodes: Sequence[str], counts: Sequence[int], environ:
     job_nodes = list(dict.fromkeys(s["node"] for s in batch["slots"]))
     node_gpus = batch.get("node_gpus") or {}
     per_task = opts.get("gpus_per_task")
-    slots = []
+    slots: list = []  # contracts.RankPlacement, rank by rank (contracts is loaded by path)
     devices_of: list[list[str] | None] = []
     for n, c in zip(nodes, counts):
         gpus = list(node_gpus.get(n) or ())
@@ -250,10 +250,10 @@ def task_envs(batch: dict, nodes: Sequence[str], counts: Sequence[int], environ:
         for local in range(c):
             if per_task:  # each task its own GPUs (and their device files), as --gpu-bind=per_task
                 mine = gpu_split(gpus, local, c, per_task, n)
-                slots.append(contracts.RankSlot(n, tuple(mine)))
+                slots.append(contracts.RankPlacement(len(slots), n, tuple(map(int, mine))))
                 devices_of.append([devs[gpus.index(g)] for g in mine if gpus.index(g) < len(devs)])
             else:
-                slots.append(contracts.RankSlot(n, tuple(gpus)))
+                slots.append(contracts.RankPlacement(len(slots), n, tuple(map(int, gpus))))
                 devices_of.append(devs)
     gang = contracts.Gang(tuple(slots))
     info = dict(batch.get("info") or {})

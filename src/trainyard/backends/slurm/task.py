@@ -83,12 +83,13 @@ def task_env(environ: dict[str, str]) -> dict[str, str]:
     mine = tuple(visible[local * per:(local + 1) * per]) if per and len(visible) >= per * (local + 1) else None
     if environ.get("SLURMD_NODENAME", layout.slots[rank].node) != layout.slots[rank].node:
         raise ValueError(f"rank {rank} runs on {environ['SLURMD_NODENAME']}, node {node_id} of {nodes} in Slurm's list")
-    slots = [contracts.RankSlot(s.node, mine if r == rank else None) for r, s in enumerate(layout.slots)]
     env = contracts.rank_env(
-        contracts.Gang(tuple(slots)), rank, job_id=int(environ["TRAINYARD_JOB_ID"]),
+        layout, rank, job_id=int(environ["TRAINYARD_JOB_ID"]),
         attempt=int(environ["TRAINYARD_ATTEMPT"]), checkpoint_dir=environ["TRAINYARD_CHECKPOINT_DIR"],
         master_addr=environ["MASTER_ADDR"], master_port=int(environ["MASTER_PORT"]),
         parts=contracts.EnvPart.NOT_SLURM)
+    if mine is not None:  # Slurm bound the node's GPUs; this rank's own share of them, as Slurm names them
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(mine)
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     return env
 

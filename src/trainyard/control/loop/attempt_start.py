@@ -15,7 +15,7 @@ import os
 import socket
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from sqlalchemy.orm import Session
 
@@ -29,22 +29,27 @@ from trainyard.services.errors import Forbidden
 from trainyard.services.jobs import LAUNCH_FAILED_HELD
 from trainyard.services.output_paths import relative_to_workdir
 from trainyard.services.events import record
-from trainyard.services.ranks import ranks_for
 from trainyard.spec import io_patterns
 from trainyard.states import AttemptOutcome, JobState
 from trainyard.store import identity
 from trainyard.store.models import JobRow
+
+if TYPE_CHECKING:
+    from trainyard.control.loop.snapshot import NodeIndex
+    from trainyard.sched.cluster import Placement
 
 log = logging.getLogger("trainyard.loop")
 # SLURM_SUBMIT_HOST: jobs reach the plane over HTTP, so the host they were submitted to is the plane's.
 SUBMIT_HOST = socket.gethostname()
 
 
-def start(ctx: LoopContext, s: Session, j: JobRow, placement: list[dict[str, Any]], cluster: str,
+def start(ctx: LoopContext, s: Session, j: JobRow, idx: NodeIndex, placement: Placement, cluster: str,
           now: float) -> LaunchSpec:
-    """Commit-side half of a start: the job is RUNNING on `placement`; returns what to launch.
-    `cluster`: the configuration's cluster name (SLURM_CLUSTER_NAME)."""
-    transitions.start_attempt(s, j, placement, now)
+    """Commit-side half of a start: the job is RUNNING on the engine's `placement` (its rows
+    stored, `idx.to_rows`); returns what to launch, its ranks from the same decision
+    (`idx.ranks`). `cluster`: the configuration's cluster name (SLURM_CLUSTER_NAME)."""
+    rows = idx.to_rows(placement)
+    transitions.start_attempt(s, j, rows, now)
     jd = ctx.job_dir(j)
     env = dict(j.env)
     if ctx.api_url:
@@ -53,9 +58,9 @@ def start(ctx: LoopContext, s: Session, j: JobRow, placement: list[dict[str, Any
                                                by=auth.SYSTEM, job_id=j.id)
     command = list(j.command) if j.command else ["/bin/bash", str(jd.script)]
     j.pids_max = pids_limit(ctx, s, j)
-    info = job_info(j, placement, cluster)
+    info = job_info(j, rows, cluster)
     return LaunchSpec(job_id=j.id, attempt=j.attempt, command=command, workdir=j.workdir, job_dir=str(jd.root),
-                      ranks=ranks_for(placement, j.tasks_per_node), env=env,
+                      ranks=idx.ranks(placement, j.tasks_per_node), env=env,
                       checkpoint_dir=str(jd.checkpoints), job=info,
                       limits=Limits(j.mem_mib, j.mem_per_gpu_mib, j.cpus_per_task, j.pids_max), batch=not j.command,
                       stderr_apart=stderr_apart(j.output, j.error),

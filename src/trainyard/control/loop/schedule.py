@@ -115,7 +115,7 @@ class Scheduler:
                 seen = by_id.get(st.job_id)
                 if j is None or j.state not in PENDING_STATES or j.held or seen is None or j.attempt != seen.attempt:
                     continue
-                launches.append(attempt_start.start(ctx, s, j, idx.to_rows(st.placement), cfg.spec.cluster.name, now))
+                launches.append(attempt_start.start(ctx, s, j, idx, st.placement, cfg.spec.cluster.name, now))
             texts = {k: reason_text(v) for k, v in result.pending.items() if k in by_id}
             updates = [{"jid": k, "r": texts[k], "e": v.est_start}
                        for k, v in result.pending.items()

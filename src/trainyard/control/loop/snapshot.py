@@ -16,7 +16,7 @@ from operator import itemgetter
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from trainyard.contracts import slurm_node_order
+from trainyard.contracts import RankPlacement, ranks_of, slurm_node_order
 from trainyard.sched.cluster import ClusterState, Node, Placement
 from trainyard.sched.constraints import where_of
 from trainyard.sched.types import JobRequest, PendingJob, RunningJob, Snapshot
@@ -44,13 +44,22 @@ class NodeIndex:
                               features=n.features))
         return cls(tuple(nodes), {n.name: i for i, n in enumerate(nodes)})
 
-    def to_rows(self, p: Placement) -> list[dict[str, Any]]:
-        """The placement's parts in Slurm's node order (`contracts.slurm_node_order`: by name,
-        numbers by value), whatever order the engine chose them in: the first node (where a batch
-        script runs, and `scontrol show hostnames | head -n 1` finds the rendezvous host) and the
-        ranks' block layout are then the ones Slurm gives the same allocation."""
+    def _named(self, p: Placement) -> list[tuple[str, tuple[int, ...], int]]:
+        """The placement's parts as (node name, GPU indices, MiB per GPU) in Slurm's node order
+        (`contracts.slurm_node_order`: by name, numbers by value), whatever order the engine chose
+        them in: the first node (where a batch script runs, and `scontrol show hostnames | head -n 1`
+        finds the rendezvous host) and the ranks' block layout are then the ones Slurm gives the
+        same allocation."""
         parts = sorted(zip(p.nodes, p.mem_mib), key=lambda part: slurm_node_order(self.nodes[part[0][0]].name))
-        return [{"node": self.nodes[i].name, "gpus": list(g), "mem_mib": m} for (i, g), m in parts]
+        return [(self.nodes[i].name, g, m) for (i, g), m in parts]
+
+    def to_rows(self, p: Placement) -> list[dict[str, Any]]:
+        """The placement as the store keeps it (`jobs.placement`, `attempts.placement`): one row per node."""
+        return [{"node": name, "gpus": list(g), "mem_mib": m} for name, g, m in self._named(p)]
+
+    def ranks(self, p: Placement, tasks_per_node: int | None) -> list[RankPlacement]:
+        """The placement's ranks, by the rule the stored rows are read back with (`contracts.ranks_of`)."""
+        return ranks_of(((name, g) for name, g, _ in self._named(p)), tasks_per_node)
 
     def from_rows(self, rows: Sequence[dict[str, Any]]) -> Placement | None:
         try:
