@@ -128,7 +128,7 @@ def in_process(url: str | None, data_dir: Path, n: int, reps: int) -> dict[str, 
     from sqlalchemy import func, or_, select
 
     from trainyard.api.app import create_app
-    from trainyard.control.plane_builder import PlaneSettings, build_plane
+    from trainyard.control.lifecycle.plane_builder import PlaneSettings, build_plane
     from trainyard.store.models import AttemptRow, JobRow
 
     now = time.time()

@@ -70,7 +70,7 @@ default_class: training
 
 def seed(data_dir: Path, n: int) -> dict[str, Any]:
     """Store `n` jobs through `services.jobs.submit` (one transaction); returns the state counts."""
-    from trainyard.control.plane_builder import PlaneSettings, build_plane
+    from trainyard.control.lifecycle.plane_builder import PlaneSettings, build_plane
     from trainyard.services import jobs
     from trainyard.services.auth import Principal
     from trainyard.store.models import AttemptRow

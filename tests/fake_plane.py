@@ -25,9 +25,9 @@ from trainyard.api.app import create_app
 from trainyard.backends.base import NodeInfo
 from trainyard.backends.fake import FakeBackend, FakeCluster
 from trainyard.clock import FakeClock
-from trainyard.control.loop import LoopParams
-from trainyard.control.plane_builder import PlaneSettings, build_plane
-from trainyard.spec import parse_config
+from trainyard.control.loop.orchestrator import LoopParams
+from trainyard.control.lifecycle.plane_builder import PlaneSettings, build_plane
+from trainyard.spec.models import parse_config
 
 
 def fake(*args: str) -> list[str]:

@@ -221,7 +221,7 @@ def test_job_dir_layout(tmp_path: Path):
 
 
 def test_contracts_load_by_path_with_the_standard_library_only():
-    """As slurm_task.py loads it on a Slurm node: `python -I -S`, by file path, nothing of trainyard."""
+    """As slurm/task.py loads it on a Slurm node: `python -I -S`, by file path, nothing of trainyard."""
     code = (
         "import importlib.util, sys\n"
         f"spec = importlib.util.spec_from_file_location('c', {str(Path(contracts.__file__))!r})\n"

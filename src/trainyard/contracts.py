@@ -10,7 +10,7 @@ layout, and the environment every rank of every backend starts with.
   batch script and run state live.
 - The job environment: `rank_env` (below), built here once for every backend.
 
-Standard library only, and importable by file path: `backends/slurm_task.py` runs on Slurm nodes
+Standard library only, and importable by file path: `backends/slurm/task.py` runs on Slurm nodes
 under `python -I -S` (no site-packages, no trainyard package) and loads this file with
 `importlib.util.spec_from_file_location`, so nothing here may import the rest of trainyard.
 
@@ -47,9 +47,9 @@ Under a real Slurm (`EnvPart.NOT_SLURM`) the SLURM part is Slurm's own — `srun
 MPI inside the job read those variables, so they must describe the real allocation — and the
 backend's task wrapper derives the gang from them (`Gang.block`) and adds the other three parts.
 The backend then lays the result over the job's own environment (`LaunchSpec.env`): the contract
-wins over anything the user set. A batch script on the local backend (`backends/local_batch.py`)
+wins over anything the user set. A batch script on the local backend (`backends/local/batch.py`)
 gets the SLURM and TRAINYARD parts of rank 0 with the whole allocation's counts and no per-task
-variable, as Slurm's batch step; its `srun` (`backends/local_srun.py`) gives each task all four
+variable, as Slurm's batch step; its `srun` (`backends/local/srun.py`) gives each task all four
 parts for the step, plus SLURM_STEP_*.
 
 Where our emulation differs from Slurm, and why:
@@ -91,6 +91,10 @@ from pathlib import Path
 
 REQUEUE_EXIT = 75
 NOTICE_SIGNAL = signal.SIGUSR1
+# A command that could not run, as a shell says it (and Slurm reports it): not executable (or the
+# owner's identity, cgroup, workdir or /tmp could not be taken) and not found. Told as `UserError`.
+CANNOT_EXECUTE_EXIT = 126
+NOT_FOUND_EXIT = 127
 CHECKPOINT_MARKER = "COMMITTED"
 METRICS_FILE = "metrics.jsonl"
 EXPORTS_DIR = "exports"  # in a job dir: the owner's directory for a recipe's exports
@@ -133,7 +137,7 @@ WATCHDOG_EXIT = 86
 
 # The signals the runtime treats as "checkpoint at the next step boundary, then exit 75": the
 # notice, and the SIGTERM that follows it after the grace period (some launchers only send SIGTERM).
-PREEMPT_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+PREEMPT_SIGNALS = (NOTICE_SIGNAL, signal.SIGTERM)
 
 
 # -- the job directory ---------------------------------------------------------------------------
@@ -460,12 +464,12 @@ class JobInfo:
 @dataclass(frozen=True)
 class RankPlacement:
     """Where one rank runs: the engine's decision for it, the one value carried from the schedule
-    step (`control.snapshot.NodeIndex.ranks`) through `LaunchSpec.ranks` to the rank's environment.
+    step (`control.loop.snapshot.NodeIndex.ranks`) through `LaunchSpec.ranks` to the rank's environment.
 
     `gpus` are the node's GPU indices the rank is given, as the node numbers its devices
     (CUDA_VISIBLE_DEVICES; () for none). The engine's indices are the node's own; a backend that
     emulates several nodes on one machine shifts them to the machine's numbering before it builds
-    the `Gang` (`backends/local.py`). The stored form of a placement is per node, not per rank
+    the `Gang` (`backends/local/backend.py`). The stored form of a placement is per node, not per rank
     (`jobs.placement` rows); `ranks_of` is the one rule that turns a node's GPUs into ranks.
     """
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from trainyard.backends import AttemptState, LaunchSpec, LocalBackend, NodeInfo
 from trainyard.contracts import RankPlacement
-from trainyard.backends._procfs import read_stat
+from trainyard.backends.rundir.procfs import read_stat
 
 NODES = [NodeInfo("node0", 4, "emulated", 16384), NodeInfo("node1", 4, "emulated", 16384)]
 MARK = "TRAINYARD_TEST_MARK"  # set in every test job's env, so leftovers can be found by environ

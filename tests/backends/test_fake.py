@@ -17,8 +17,8 @@ from trainyard.contracts import RankPlacement
 from trainyard.backends.fake import FakeBackend, FakeCluster, Program, SentSignal, parse_program
 from trainyard.clock import FakeClock
 from trainyard.contracts import JobDir, newest_checkpoint
-from trainyard.control.lost_work import last_steps
-from trainyard.control.outcome import OOM_MARKERS
+from trainyard.control.rules.lost_work import last_steps
+from trainyard.control.rules.outcome import OOM_MARKERS
 
 T0 = 1_700_000_000.0
 

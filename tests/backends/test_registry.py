@@ -11,9 +11,9 @@ import yaml
 from tests.plane import YARD
 from trainyard.backends import registry
 from trainyard.backends.base import BackendError, NodeInfo
-from trainyard.backends.local import LocalBackend
-from trainyard.control.plane import ControlPlane
-from trainyard.control.plane_builder import PlaneSettings, build_plane
+from trainyard.backends.local.backend import LocalBackend
+from trainyard.control.lifecycle.plane import ControlPlane
+from trainyard.control.lifecycle.plane_builder import PlaneSettings, build_plane
 
 
 class Recorder:

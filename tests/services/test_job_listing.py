@@ -3,7 +3,7 @@
 import pytest
 
 from tests.plane import TEST_IDENTITY, TWO_TEAMS, with_test_users
-from trainyard.control.plane_builder import PlaneSettings, build_plane
+from trainyard.control.lifecycle.plane_builder import PlaneSettings, build_plane
 from trainyard.services import jobs
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Forbidden, ServiceError

@@ -11,7 +11,7 @@ from trainyard.cli.main import app
 from trainyard.sim.local_traces import MISSING, POLLUX_WORKLOADS, local_trace
 from trainyard.sim.pollux import ALLOCATION_S, load_pollux
 from trainyard.sim.pollux_runtimes import RUN_S
-from trainyard.spec import ConfigError
+from trainyard.spec.models import ConfigError
 
 SHARED = local_trace(POLLUX_WORKLOADS)
 HEADER = "name,time,application,num_replicas,batch_size\n"

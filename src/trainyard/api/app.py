@@ -25,7 +25,7 @@ from trainyard.services.errors import ServiceError
 from trainyard.services.login_codes import LoginCodes
 from trainyard.services.metrics import PlaneCollector
 from trainyard.services.plane_facade import API_THREADS, REQUESTS_PER_THREAD, Plane
-from trainyard.spec import ConfigError
+from trainyard.spec.models import ConfigError
 
 
 # Log streams in flight at once before the API answers 503 (api/admission.py); ordinary requests
@@ -73,7 +73,7 @@ def create_app(cp: Plane) -> FastAPI:
     app.state.metrics = CollectorRegistry(auto_describe=False)  # what GET /metrics exposes
     app.state.metrics.register(PlaneCollector(lambda: cp))
     app.state.login_codes = LoginCodes()  # `yard login --code` (services/login_codes.py)
-    app.state.login_socket = None  # its path, when `yard up` listens on one (control/login_socket.py)
+    app.state.login_socket = None  # its path, when `yard up` listens on one (control/lifecycle/login_socket.py)
 
     @app.exception_handler(ServiceError)
     async def _service_error(_: Request, e: ServiceError) -> JSONResponse:

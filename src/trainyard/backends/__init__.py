@@ -16,7 +16,7 @@ from trainyard.backends.base import (
     Owner,
     RankState,
 )
-from trainyard.backends.local import LocalBackend, detect_local_nodes
+from trainyard.backends.local.backend import LocalBackend, detect_local_nodes
 
 __all__ = [
     "AttemptState",

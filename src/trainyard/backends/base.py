@@ -6,7 +6,7 @@ requeue or time anything out; the control loop does that and calls `signal`/`rel
     inventory() -> [NodeInfo]        what can be placed on (nodes, GPUs, topology, health, state)
     launch(LaunchSpec)               start every rank of one attempt, or none (BackendError)
     launch_waits                     whether launch() waits on another system (the loop then
-                                     launches off its thread: control/launches.py)
+                                     launches off its thread: control/loop/launch_threads.py)
     signal(job, attempt, sig)        deliver `sig` to every rank's process group; gone is fine
     poll() -> [AttemptState]         every attempt it knows, also those re-found after a restart
     check_node(name) -> (ok, why)    health check before a drained node returns to service
@@ -166,7 +166,7 @@ class Backend(Protocol):
     name: str
     # True when `launch` waits on another system for seconds (Slurm: slurmctld schedules the batch
     # job, then its ranks start): the control loop launches on threads of its own, so that the
-    # pass (notices, end records) does not wait with it (control/launches.py). The backend must
+    # pass (notices, end records) does not wait with it (control/loop/launch_threads.py). The backend must
     # then answer poll/signal/release while a launch is under way.
     launch_waits: bool
 

@@ -86,6 +86,7 @@ from pathlib import Path
 
 from trainyard.backends import registry
 from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState
+from trainyard.backends.launch_check import check_launch
 from trainyard.contracts import (
     CHECKPOINT_MARKER,
     REQUEUE_EXIT,
@@ -592,22 +593,7 @@ class FakeBackend:
         return [(a, rk) for _, a in sorted(self.cluster.attempts.items()) for rk in a.ranks if rk.node == node]
 
     def _validate(self, spec: LaunchSpec, where: str) -> None:
-        if not spec.command:
-            raise BackendError(f"{where}: empty command")
-        if not spec.ranks or sorted(r.rank for r in spec.ranks) != list(range(len(spec.ranks))):
-            raise BackendError(f"{where}: ranks must be 0..n-1, got {[r.rank for r in spec.ranks]}")
-        for r in spec.ranks:
-            node = self._nodes.get(r.node)
-            if node is None:
-                raise BackendError(f"{where}: rank {r.rank} placed on unknown node {r.node!r}")
-            bad = [g for g in r.gpus if not 0 <= g < node.gpus]
-            if bad:
-                raise BackendError(f"{where}: rank {r.rank}: {r.node} has no GPU {bad} (it has {node.gpus})")
-        for name in sorted({r.node for r in spec.ranks}):
-            if (state := self._state(name)) != "up":
-                raise BackendError(f"{where}: placed on {name}, which is {state}")
-        if (spec.job_id, spec.attempt) in self.cluster.attempts:
-            raise BackendError(f"{where}: already launched (release it first)")
+        check_launch(spec, where, self._nodes, self._state, (spec.job_id, spec.attempt) in self.cluster.attempts)
         if not Path(spec.workdir).is_dir():
             raise BackendError(f"{where}: workdir {spec.workdir!r} is not a directory")
 

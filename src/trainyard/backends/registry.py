@@ -2,7 +2,7 @@
 
 Each backend module registers a `BackendKind` when imported; `get(name)` imports the built-in
 ones on first use, so a lookup costs nothing until a backend is asked for. The control plane
-(`control/plane_builder.py`) then does, for the kind `yard up --backend NAME` named:
+(`control/lifecycle/plane_builder.py`) then does, for the kind `yard up --backend NAME` named:
 
     kind.check(options)                    before anything is stored: can it run here at all?
     kind.discover(data_dir, options)       only when no configuration is stored yet: the nodes
@@ -16,7 +16,7 @@ ones on first use, so a lookup costs nothing until a backend is asked for. The c
 backends' emulated cluster), `partition` (Slurm's), `job_python` (a kind that runs the in-job
 tools), `containment` and `private_tmp` (the local one's cells). A kind declares which it takes,
 so `yard up` refuses the others naming the flag, and the plane's builder
-(`control/plane_builder.py`) hands it only those (`BackendKind.take`). Everything else goes through the `Backend` protocol
+(`control/lifecycle/plane_builder.py`) hands it only those (`BackendKind.take`). Everything else goes through the `Backend` protocol
 (`backends/base.py`); a new backend (Kubernetes, Ray) adds a module that registers a kind, one
 line in `_BUILTIN`, and a fixture in the conformance suite (tests/backends/conformance.py).
 """
@@ -34,7 +34,7 @@ from trainyard.backends.base import Backend, NodeInfo
 Options = Mapping[str, Any]
 
 # name -> the module that registers it (imported on the first lookup)
-_BUILTIN = {"local": "trainyard.backends.local", "slurm": "trainyard.backends.slurm", "fake": "trainyard.backends.fake"}
+_BUILTIN = {"local": "trainyard.backends.local.backend", "slurm": "trainyard.backends.slurm.backend", "fake": "trainyard.backends.fake"}
 _KINDS: dict[str, BackendKind] = {}
 
 

@@ -20,7 +20,7 @@ import typer
 from trainyard.cli.acct import when
 from trainyard.cli.client import Client
 from trainyard.cli.common import fail
-from trainyard.parsing import parse_time
+from trainyard.spec.parsing import parse_time
 
 PAGE = 5000
 

@@ -44,7 +44,7 @@ def _prepare(trace, fmt, date_from, date_to, warmup_days, cluster, policies, est
     runs: dict[str, dict] = {n: {} for n in names}  # policy -> the parameters it runs with (none: defaults)
     configured = None
     if config is not None:
-        from trainyard.spec import load_config
+        from trainyard.spec.models import load_config
 
         spec = load_config(config)
         _use_classes(w, spec, config)

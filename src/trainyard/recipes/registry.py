@@ -21,7 +21,7 @@ directory updates its record and keeps its name. A new record is created with li
 fails if the name exists, so two exports racing for one name both get one of their own.
 
 Why per user, as Hugging Face's cache is (`~/.cache/huggingface`): the control plane's data dir is
-the plane's own (0711, the jobs pass through it, `control/plane_files.py`), and a job runs as its
+the plane's own (0711, the jobs pass through it, `control/lifecycle/plane_files.py`), and a job runs as its
 owner with the owner's HOME, so a recipe's export records itself in the owner's `~/.trainyard`,
 never in the plane's files. A record is written only into a `models/` directory owned by the
 user writing it (and made 0700 when created here); otherwise the export still succeeds and says

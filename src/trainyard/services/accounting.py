@@ -13,7 +13,7 @@ dashboard):
   running one: to now). `truncate` (sacct's `--truncate`) counts only the part inside the window,
   as `yard report` does; without it a job's whole attempts count, as sacct reports them.
 - lost GPU-hours: the work thrown away when an attempt ended (`attempts.lost_gpu_s`, measured by
-  `control/lost_work.py` from the runtime's step records: training time since the last
+  `control/rules/lost_work.py` from the runtime's step records: training time since the last
   checkpoint), by the attempt's cause. With `truncate`, only attempts that ended in the window.
 - useful GPU-hours (goodput): allocated minus lost.
 - wait: an attempt waits from the job's eligible time (Slurm's EligibleTime; its submission when
@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import ColumnElement, and_, case, func, or_, select
 from sqlalchemy.orm import Session, aliased
 
-from trainyard.parsing import parse_time
+from trainyard.spec.parsing import parse_time
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Forbidden, ServiceError
 from trainyard.states import ALL_STATES, PENDING_STATES, STATE_CODES
@@ -59,7 +59,7 @@ class Window:
 
 
 def read_time(value: str | float | None, now: float, field: str) -> float | None:
-    """A time from the API or the CLI (`parsing.parse_time`); a bad one is a 400 naming `field`."""
+    """A time from the API or the CLI (`spec.parsing.parse_time`); a bad one is a 400 naming `field`."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
     try:

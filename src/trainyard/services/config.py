@@ -5,7 +5,7 @@ one row per version. Applying a change validates it first and appends a version;
 edited in place, so `history`, `diff` and `rollback` (which applies an old text as a new version)
 are exact. The newest version is the one in force; `ConfigCache` parses it once per version.
 
-The scheduling policy is part of it (the `scheduler:` section, `trainyard.spec.SchedulerSpec`),
+The scheduling policy is part of it (the `scheduler:` section, `trainyard.spec.models.SchedulerSpec`),
 so a change of policy or of a parameter is applied, listed, diffed and rolled back like any other
 change, and the control loop runs `ConfigVersion.policy` of the version in force on every pass.
 `yard up --policy NAME` is `set_policy`: a new version with `scheduler.policy` changed, never a
@@ -33,7 +33,7 @@ from trainyard.services.events import record
 from trainyard.sched.cluster import Node
 from trainyard.sched.policy import Policy
 from trainyard.sched.types import AdminReservation, JobClass, Team
-from trainyard.spec import EXAMPLE_CONFIG, ConfigError, ConfigSpec, parse_config
+from trainyard.spec.models import EXAMPLE_CONFIG, ConfigError, ConfigSpec, parse_config
 from trainyard.store.models import ConfigVersionRow
 
 

@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 from trainyard.services.errors import ServiceError
 from trainyard.store.models import ConfigVersionRow
 
-PLANE = "yard-up"  # the author of what `yard up` itself stores (control/plane.py's principal)
+PLANE = "yard-up"  # the author of what `yard up` itself stores (control/lifecycle/plane.py's principal)
 FROM_FILE = "configuration given to yard up"  # the message of a version stored from --config (config.given_text)
 DIFF_LINES = 60  # of the diff shown in the refusal (the rest is counted)
 

@@ -20,23 +20,24 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Stric
 from sqlalchemy import Select, insert, select
 from sqlalchemy.orm import Session, make_transient_to_detached
 
-from trainyard import io_patterns, jobfs, mail_types
+from trainyard import jobfs
+from trainyard.spec import io_patterns, mail_types
 from trainyard.backends.base import Owner
 from trainyard.contracts import JobDir
-from trainyard.parsing import parse_begin, parse_mem_mib
+from trainyard.spec.parsing import parse_begin, parse_mem_mib
 from trainyard.services import arrays, dependencies, limits, notices, output_paths, owners, placement_ask, reservations, transitions
 from trainyard.services.auth import Principal
 from trainyard.services.config import ConfigVersion
 from trainyard.services.errors import Conflict, Forbidden, NotFound, ServiceError
 from trainyard.services.events import record
-from trainyard.signal_spec import parse_signal
-from trainyard.spec import parse_duration, parse_node_range
+from trainyard.spec.signals import parse_signal
+from trainyard.spec.models import parse_duration, parse_node_range
 from trainyard.states import ACTIVE_STATES, ALL_STATES, PENDING_STATES, STATE_CODES, TERMINAL_STATES, JobState, StopKind
 from trainyard.store.models import REQUEST_FIELDS, AttemptRow, JobRow
 
 LATEST_BEGIN = 4_102_444_800.0  # 2100-01-01
 # The reason of a job whose launch was refused and that waits held for an admin (Slurm's words for
-# it): its directory was not its own (`control/job_dirs.py`). Like JobHeldAdmin, only an operator
+# it): its directory was not its own (`control/jobfiles/claim.py`). Like JobHeldAdmin, only an operator
 # or admin releases it.
 LAUNCH_FAILED_HELD = "launch failed requeued held"
 ADMIN_HOLDS = ("JobHeldAdmin", LAUNCH_FAILED_HELD)
@@ -70,7 +71,7 @@ class JobSubmit(BaseModel):
     `--cpus-per-task` (sizes as Slurm writes them: `16G`, `500M`, a bare number of MB; 0 = no limit),
     enforced by the backend (the local one through the attempt's cgroup).
     `dependency`, `begin` and `array` are sbatch's `--dependency`, `--begin` and `--array`
-    (`services/dependencies.py`, `parsing.parse_begin`, `services/arrays.py`); an array's response
+    (`services/dependencies.py`, `spec.parsing.parse_begin`, `services/arrays.py`); an array's response
     is its first task, whose id is the array's.
     """
 
@@ -511,7 +512,7 @@ def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_d
     record(s, by.user, "job.submitted", f"{what}, task {spec.indices[0]} of array {jid} ({sub.array})",
            job_id=jid, at=now, data=data)
     for index in spec.indices[1:]:
-        # (the batch script is kept once, with the first task: `control/launch.py` reads it there)
+        # (the batch script is kept once, with the first task: `control/loop/attempt_start.py` reads it there)
         task = {**values, "array_job_id": jid, "array_task_id": index, "dir_key": JobDir.new_key(), "script": None,
                 "env": {**sub.env, **arrays.task_env(jid, index, spec)}}
         tid = s.execute(_INSERT_JOB, {k: v for k, v in task.items() if v is not None}).inserted_primary_key[0]

@@ -12,7 +12,7 @@ What is exported:
   its running attempts hold), `trainyard_team_gpus_borrowed{team,pool}` (held beyond nominal),
   `trainyard_team_quota_nominal_gpus{team,pool}`, `trainyard_team_quota_borrowing_limit_gpus`
   and `trainyard_team_quota_lending_limit_gpus` (only where a limit is set: none means unlimited);
-- disk per team (control/storage.py): `trainyard_team_storage_bytes{team}`,
+- disk per team (control/lifecycle/storage.py): `trainyard_team_storage_bytes{team}`,
   `trainyard_team_storage_quota_bytes{team}` (where set), `trainyard_team_storage_over_quota{team}`,
   `trainyard_storage_free_bytes{path}` and `trainyard_storage_reserve_bytes{path}` (the data dir's
   file system, and `jobs/`'s when it is another);
@@ -322,7 +322,7 @@ class PlaneCollector(Collector):
 
 
 def _storage(cp: Plane, spec: Any) -> Iterator[Metric]:
-    """Disk per team, as the storage meter last measured it (control/storage.py), and the reserve."""
+    """Disk per team, as the storage meter last measured it (control/lifecycle/storage.py), and the reserve."""
     rep = cp.storage_report(spec)
     used = GaugeMetricFamily("trainyard_team_storage_bytes", "Bytes a team's job dirs hold (allocated blocks, as last "
                              "measured; dirs no job owns under team=\"\").", labels=["team"])
@@ -364,7 +364,7 @@ def _plane_itself(cp: Any) -> Iterator[Metric]:
     yield CounterMetricFamily("trainyard_loop_slow_passes", "Control-loop passes over their time budget.",
                               value=st.slow_passes)
     restarts = CounterMetricFamily("trainyard_thread_restarts", "Supervised background threads restarted after "
-                                   "dying (control/supervise.py).", labels=["thread"])
+                                   "dying (control/lifecycle/supervise.py).", labels=["thread"])
     alive = GaugeMetricFamily("trainyard_thread_alive", "1 while a supervised background thread runs.",
                               labels=["thread"])
     for th in cp.threads:
@@ -373,7 +373,7 @@ def _plane_itself(cp: Any) -> Iterator[Metric]:
     yield restarts
     yield alive
     notifier = getattr(cp, "notifier", None)
-    if notifier is not None:  # --mail-type's webhook (control/notify.py)
+    if notifier is not None:  # --mail-type's webhook (control/lifecycle/notify.py)
         sent = CounterMetricFamily("trainyard_notifications", "Webhook notifications (--mail-type) by result: sent, "
                                    "failed (every try), retried (tries after the first), dropped (queue full).",
                                    labels=["result"])

@@ -3,7 +3,7 @@ handed on only once that transaction commits.
 
 The job's transitions (`services/transitions.py`) call `note(j, kind, now)`; the note waits in
 the session (`Session.info`) and `attach`'s listener gives it to the plane's notifier
-(`control/notify.py`) after the commit, in commit order, or drops it with a rollback. So a
+(`control/lifecycle/notify.py`) after the commit, in commit order, or drops it with a rollback. So a
 webhook never hears of a start that was rolled back, and the loop never waits for a receiver:
 the listener only puts the notes on a queue. Kinds noted (the notifier decides, from the job's
 mail types, what is sent):

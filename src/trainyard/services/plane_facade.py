@@ -1,6 +1,6 @@
 """The control plane as the API and its services see it: a `Protocol`, so neither imports `control/`.
 
-`control/plane.py`'s `ControlPlane` is the one implementation; the API receives it from `yard up`
+`control/lifecycle/plane.py`'s `ControlPlane` is the one implementation; the API receives it from `yard up`
 (or a test) and hands it to services (`services/units.py`), which take its lock, run its
 transaction and wake its loop. What only the plane knows (the storage meter's figures, its own
 health, the engine's order) comes through a method here, in plain values or services' models, so
@@ -11,9 +11,9 @@ that a router never reaches into the plane's parts.
     transaction()                     the plane's lock held, one committed store transaction
     wake()                            the control loop looks again now, not at its next tick
     containment                       how jobs are contained (`yard nodes`' column)
-    job_disk(name), storage_report()  the storage meter's last figures (`control/storage.py`)
-    shutting_down, health(), ready()  the self-checks of /healthz and /readyz (`control/liveness.py`)
-    share(), priority()               `yard share` and `yard prio` (`control/priority.py`)
+    job_disk(name), storage_report()  the storage meter's last figures (`control/lifecycle/storage.py`)
+    shutting_down, health(), ready()  the self-checks of /healthz and /readyz (`control/lifecycle/liveness.py`)
+    share(), priority()               `yard share` and `yard prio` (`control/reports/priority.py`)
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 
 from trainyard.services.config import ConfigCache, ConfigVersion
 from trainyard.services.priority_report import PriorityReport, ShareReport
-from trainyard.spec import ConfigSpec
+from trainyard.spec.models import ConfigSpec
 from trainyard.store.db import Store
 
 API_THREADS = 16  # the API's worker threads: more only contend for the interpreter on a few cores

@@ -1,5 +1,5 @@
 """The shapes of `yard share` (sshare) and `yard prio` (sprio): what `GET /api/v1/share` and
-`GET /api/v1/priority` answer. `control/priority.py` computes them from the schedule step's inputs;
+`GET /api/v1/priority` answer. `control/reports/priority.py` computes them from the schedule step's inputs;
 they live here so the API names its response models without importing `control/`."""
 
 from __future__ import annotations

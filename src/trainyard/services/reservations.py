@@ -1,6 +1,6 @@
 """Admin reservations: nodes held for some users and teams over a time window (Slurm's
 `scontrol create reservation`), kept in the versioned cluster configuration (`reservations:`,
-`spec.ReservationSpec`), so every create and delete is a configuration version (who, when, diff,
+`spec.models.ReservationSpec`), so every create and delete is a configuration version (who, when, diff,
 rollback) and the control loop sees it on its next pass.
 
 - `create` (admin): nodes in Slurm's hostlist form, a start (UNIX seconds, or `parse_begin`'s
@@ -32,13 +32,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from trainyard.contracts import compress_hostlist, expand_hostlist
-from trainyard.parsing import parse_begin, parse_duration
+from trainyard.spec.parsing import parse_begin, parse_duration
 from trainyard.services import config
 from trainyard.services.auth import Principal
 from trainyard.services.config_edit import INDENTS, _changed_lines
 from trainyard.services.errors import Conflict, Forbidden, NotFound, ServiceError
-from trainyard.spec import ReservationSpec
-from trainyard.spec_bounds import MAX_NODES
+from trainyard.spec.models import ReservationSpec
+from trainyard.spec.bounds import MAX_NODES
 from trainyard.store.models import TokenRow
 
 

@@ -1,6 +1,6 @@
 """Retention: finished jobs are kept for the configured time (`retention:` in the cluster config,
-`spec.RetentionSpec`), then purged in bounded batches (the control plane's retention thread,
-control/retention.py, runs them without holding the write lock for long).
+`spec.models.RetentionSpec`), then purged in bounded batches (the control plane's retention thread,
+control/lifecycle/retention.py, runs them without holding the write lock for long).
 
 Two horizons, both off by default (kept for ever, as slurmdbd's PurgeJobAfter):
 - `job_dirs`: a finished job's directory (logs, checkpoints, metrics) is removed; its rows stay,
@@ -27,7 +27,7 @@ from trainyard.contracts import JobDir
 from trainyard.services.audit import AUDIT_KINDS
 from trainyard.services.events import record
 from trainyard.services.metrics import carry_key, counted
-from trainyard.spec import RetentionSpec
+from trainyard.spec.models import RetentionSpec
 from trainyard.states import TERMINAL_STATES
 from trainyard.store.models import AttemptRow, EventRow, JobRow, UsageCarryRow
 

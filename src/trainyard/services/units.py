@@ -19,7 +19,7 @@ from trainyard.services.auth import Principal
 from trainyard.services.errors import Conflict, Forbidden, ServiceError
 from trainyard.services.login_codes import Issue
 from trainyard.services.plane_facade import Plane
-from trainyard.spec import parse_config
+from trainyard.spec.models import parse_config
 from trainyard.states import ACTIVE_STATES, PENDING_STATES
 from trainyard.store.models import ConfigVersionRow, JobRow
 

@@ -35,7 +35,7 @@ from trainyard.sched.types import ALL_CLASSES, JobRequest, Quota, Team
 from trainyard.sim.philly import make_nodes, parse_cluster_shape
 from trainyard.sim.pollux_runtimes import RUN_S
 from trainyard.sim.workload import SimJob, Workload
-from trainyard.spec import EXAMPLE_CONFIG, ConfigError, load_config
+from trainyard.spec.models import EXAMPLE_CONFIG, ConfigError, load_config
 
 REQUIRED = ("name", "time", "application", "num_replicas", "batch_size")
 DEFAULT_CLUSTER = "16x4"

@@ -2,7 +2,7 @@
 audit trail (issue 18).
 
 Times (`starttime`, `endtime`, `start`, `end`, `since`, `until`) are UNIX seconds or text the
-server reads in its own time zone (`parsing.parse_time`: now-7days, 2026-11-01T08:00, today…);
+server reads in its own time zone (`spec.parsing.parse_time`: now-7days, 2026-11-01T08:00, today…);
 the CLI converts in the user's time zone and sends seconds. A bad time, an unknown state or an
 end before the start is a 400 naming the parameter; lists (`user`, `team`, `state`…) are
 comma-separated. Pages are keyset pages: pass `next_after` back as `after`.

@@ -34,7 +34,7 @@ def list_jobs(q: JobsQuery = Depends(), by: Principal = Depends(principal),
 def get_job(job_id: JobId, by: Principal = Depends(principal), cp: Plane = Depends(plane),
             s: Session = Depends(session)) -> dict[str, Any]:
     """The job, its attempts, (to who may manage it, as its workdir) its directory, and the bytes
-    its directory held when last measured (`disk`: control/storage.py)."""
+    its directory held when last measured (`disk`: control/lifecycle/storage.py)."""
     return units.job_view(cp, s, job_id, by)
 
 

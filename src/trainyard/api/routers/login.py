@@ -7,7 +7,7 @@
     POST /api/v1/logout                revoke the token this request carries
 
 The codes and their rules: services/login_codes.py. On the plane's host the socket is the way
-(control/login_socket.py): the kernel says who calls, no code needed.
+(control/lifecycle/login_socket.py): the kernel says who calls, no code needed.
 """
 
 from __future__ import annotations

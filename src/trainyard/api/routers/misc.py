@@ -35,7 +35,7 @@ def list_events(job: int | None = Query(None, ge=0, le=MAX_ID), since: int = Que
 
 @router.get("/healthz", responses={503: {"description": "a check failed: the body says which"}})
 def healthz(cp: Plane = Depends(plane)) -> JSONResponse:
-    """Is the plane doing its job (control/liveness.py): the loop's last pass recent, the store
+    """Is the plane doing its job (control/lifecycle/liveness.py): the loop's last pass recent, the store
     writable, free disk above the floor, every background thread alive. 200 when all pass, else
     503 with the same body. Needs no token (load balancers and watchdogs call it)."""
     ok, body = cp.health()

@@ -1,5 +1,5 @@
 """/api/v1/storage: the disk job dirs take, per team, against the quotas and the reserve
-(control/storage.py measures; services/storage.py words it)."""
+(control/lifecycle/storage.py measures; services/storage.py words it)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainyard.spec import CheckSpec
+from trainyard.spec.models import CheckSpec
 from trainyard.store.url import SECRET_VARS
 
 OK, WARN, CRITICAL = "ok", "warn", "critical"
