@@ -99,6 +99,27 @@ CHECKPOINT_MARKER = "COMMITTED"
 METRICS_FILE = "metrics.jsonl"
 EXPORTS_DIR = "exports"  # in a job dir: the owner's directory for a recipe's exports
 OWNER_FILE = ".trainyard-job"  # in a job dir: the store, job id and key that made it (JSON)
+
+
+class JobVar:
+    """The names of trainyard's own variables in a job's environment (the TRAINYARD part of
+    `rank_env`, and the ones the plane or a backend adds beside it), written here once so the
+    side that sets one and the side that reads it use the same name."""
+
+    JOB_ID = "TRAINYARD_JOB_ID"
+    ATTEMPT = "TRAINYARD_ATTEMPT"
+    CHECKPOINT_DIR = "TRAINYARD_CHECKPOINT_DIR"
+    NODE = "TRAINYARD_NODE"
+    METRICS_DIR = "TRAINYARD_METRICS_DIR"  # where the runtime writes metrics (else beside checkpoints)
+    WATCHDOG_S = "TRAINYARD_WATCHDOG_S"  # the job's watchdog timeout (exit 86)
+    API = "TRAINYARD_API"  # the plane's URL, for the runtime's progress reports
+    TOKEN = "TRAINYARD_TOKEN"  # the job's own token (role `job`) for those reports
+    GPUS_PER_RANK = "TRAINYARD_GPUS_PER_RANK"  # Slurm backend: each rank's share of the node's GPUs
+    GPU_DEVICES = "TRAINYARD_GPU_DEVICES"  # local backend: the device files the containment allows
+    ARRAY_JOB_ID = "TRAINYARD_ARRAY_JOB_ID"
+    ARRAY_TASK_ID = "TRAINYARD_ARRAY_TASK_ID"
+
+
 _KEY = re.compile(r"[0-9a-f]{1,32}")
 _STEP = re.compile(r"step-(\d+)$")
 
@@ -571,8 +592,8 @@ def rank_env(gang: Gang, rank: int, *, job_id: int, attempt: int, checkpoint_dir
         if gang.gpus_known:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, slot.gpus))
     if EnvPart.TRAINYARD in parts:
-        env.update(TRAINYARD_JOB_ID=str(job_id), TRAINYARD_ATTEMPT=str(attempt),
-                   TRAINYARD_CHECKPOINT_DIR=checkpoint_dir, TRAINYARD_NODE=slot.node)
+        env.update({JobVar.JOB_ID: str(job_id), JobVar.ATTEMPT: str(attempt),
+                    JobVar.CHECKPOINT_DIR: checkpoint_dir, JobVar.NODE: slot.node})
     if EnvPart.TORCHELASTIC in parts:
         env.update(ROLE_RANK=str(rank), ROLE_WORLD_SIZE=str(world), TORCHELASTIC_RUN_ID=str(job_id),
                    TORCHELASTIC_RESTART_COUNT=str(max(0, attempt - 1)))

@@ -99,7 +99,7 @@ from trainyard.backends.contain import private_tmp
 from trainyard.backends.contain.devices import Device, gpu_devices
 from trainyard.backends.rundir.exit_watch import ExitWatch
 from trainyard.backends.local.login_env import account_env, login_env
-from trainyard.contracts import NOTICE_SIGNAL, EnvPart, Gang, JobDir, RankPlacement, rank_env
+from trainyard.contracts import NOTICE_SIGNAL, EnvPart, Gang, JobDir, JobVar, RankPlacement, rank_env
 from trainyard.ports import free_port
 
 RUNNER = Path(__file__).parents[1] / "rundir" / "rank_runner.py"
@@ -320,7 +320,7 @@ class LocalBackend:
         state = self._node_state(name)
         if state != "up":
             return False, f"{name} is {state}"
-        env = {**login_env(), "TRAINYARD_NODE": name}  # nothing of the plane's own environment
+        env = {**login_env(), JobVar.NODE: name}  # nothing of the plane's own environment
         try:
             done = subprocess.run(
                 ["true"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -878,7 +878,7 @@ def _limits_env(spec: LaunchSpec, devices: list[str]) -> dict[str, str]:
     if spec.limits.mem_per_gpu_mib is not None:
         out["SLURM_MEM_PER_GPU"] = str(spec.limits.mem_per_gpu_mib)
     if devices:
-        out["TRAINYARD_GPU_DEVICES"] = ",".join(devices)
+        out[JobVar.GPU_DEVICES] = ",".join(devices)
     return out
 
 

@@ -277,7 +277,7 @@ def task_envs(batch: dict, nodes: Sequence[str], counts: Sequence[int], environ:
                                       workdir=batch.get("workdir", ""), info=job, parts=contracts.EnvPart.ALL))
         env.update(step)
         if devices_of[r]:
-            env["TRAINYARD_GPU_DEVICES"] = ",".join(devices_of[r] or ())
+            env[contracts.JobVar.GPU_DEVICES] = ",".join(devices_of[r] or ())
         out.append(env)
     return out
 

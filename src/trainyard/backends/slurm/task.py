@@ -78,14 +78,14 @@ def task_env(environ: dict[str, str]) -> dict[str, str]:
     if (layout.node_index(rank), layout.peers(rank).index(rank)) != (node_id, local):
         raise ValueError(f"rank {rank} is task {local} of node {node_id} in Slurm, not a block layout "
                          f"of {counts} over {nodes}")
-    per = int(environ.get("TRAINYARD_GPUS_PER_RANK", "0") or 0)
+    per = int(environ.get(contracts.JobVar.GPUS_PER_RANK, "0") or 0)
     visible = [g for g in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g]
     mine = tuple(visible[local * per:(local + 1) * per]) if per and len(visible) >= per * (local + 1) else None
     if environ.get("SLURMD_NODENAME", layout.slots[rank].node) != layout.slots[rank].node:
         raise ValueError(f"rank {rank} runs on {environ['SLURMD_NODENAME']}, node {node_id} of {nodes} in Slurm's list")
     env = contracts.rank_env(
-        layout, rank, job_id=int(environ["TRAINYARD_JOB_ID"]),
-        attempt=int(environ["TRAINYARD_ATTEMPT"]), checkpoint_dir=environ["TRAINYARD_CHECKPOINT_DIR"],
+        layout, rank, job_id=int(environ[contracts.JobVar.JOB_ID]),
+        attempt=int(environ[contracts.JobVar.ATTEMPT]), checkpoint_dir=environ[contracts.JobVar.CHECKPOINT_DIR],
         master_addr=environ["MASTER_ADDR"], master_port=int(environ["MASTER_PORT"]),
         parts=contracts.EnvPart.NOT_SLURM)
     if mine is not None:  # Slurm bound the node's GPUs; this rank's own share of them, as Slurm names them
@@ -98,7 +98,7 @@ def task_env(environ: dict[str, str]) -> dict[str, str]:
 # Slurm bound to the task, and the rendezvous the batch script chose.
 TASK_OWN_PREFIXES = ("SLURM_", "SLURMD_")
 TASK_OWN = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT",
-            "TRAINYARD_GPUS_PER_RANK")
+            contracts.JobVar.GPUS_PER_RANK)
 
 
 def read_job_env(run_dir: str) -> dict[str, str]:
@@ -150,8 +150,8 @@ def batch_env(environ: dict[str, str], job: dict[str, str]) -> dict[str, str]:
     """
     env = with_job_env(environ, job)
     env["PATH"] = batch_path(job.get("PATH", ""), environ.get("PATH", ""))
-    env.pop("TRAINYARD_GPUS_PER_RANK", None)
-    env["TRAINYARD_NODE"] = environ["SLURMD_NODENAME"]
+    env.pop(contracts.JobVar.GPUS_PER_RANK, None)
+    env[contracts.JobVar.NODE] = environ["SLURMD_NODENAME"]
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     return env
 
@@ -197,7 +197,7 @@ def main(argv: list[str]) -> int:
     if apart:
         print(header, file=sys.stderr, flush=True)
     with open(os.path.join(run_dir, f"rank-{rank}.node"), "w") as f:
-        f.write(env["TRAINYARD_NODE"])
+        f.write(env[contracts.JobVar.NODE])
     # Slurm signals the task's process group (`scancel --signal`): the runner survives them and
     # the command, in the same group, gets them. The group must stay Slurm's to be tracked. A batch
     # step's notice with `scancel --batch` (--signal=B:) reaches this process alone: passed on to

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from trainyard import jobfs
 from trainyard.backends.base import BackendError, Constraints, LaunchSpec, Limits
-from trainyard.contracts import JobDir, JobInfo
+from trainyard.contracts import JobDir, JobInfo, JobVar
 from trainyard.control.jobfiles import claim, ownership
 from trainyard.control.loop.context import LoopContext
 from trainyard.services import auth, owners, transitions
@@ -53,8 +53,8 @@ def start(ctx: LoopContext, s: Session, j: JobRow, idx: NodeIndex, placement: Pl
     jd = ctx.job_dir(j)
     env = dict(j.env)
     if ctx.api_url:
-        env["TRAINYARD_API"] = ctx.api_url
-    env["TRAINYARD_TOKEN"] = auth.create_token(s, user=f"job-{j.id}", role="job", team=j.team,
+        env[JobVar.API] = ctx.api_url
+    env[JobVar.TOKEN] = auth.create_token(s, user=f"job-{j.id}", role="job", team=j.team,
                                                by=auth.SYSTEM, job_id=j.id)
     command = list(j.command) if j.command else ["/bin/bash", str(jd.script)]
     j.pids_max = pids_limit(ctx, s, j)
