@@ -36,7 +36,8 @@ DIFF_LINES = 60  # of the diff shown in the refusal (the rest is counted)
 def _same(a: str, b: str) -> bool:
     """The same configuration, comments and layout aside."""
     try:
-        return yaml.safe_load(a) == yaml.safe_load(b)
+        same: bool = yaml.safe_load(a) == yaml.safe_load(b)  # yaml is untyped: plain Python values
+        return same
     except yaml.YAMLError:
         return False
 

@@ -48,7 +48,7 @@ import socket
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client.core import (
     CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric, SummaryMetricFamily,
@@ -96,6 +96,7 @@ CARRIED = tuple(COUNTERS) + tuple(HISTOGRAMS)
 
 Labels = tuple[tuple[str, str], ...]
 Samples = dict[tuple[str, Labels], float]  # (sample name, sorted labels) → value
+_Seconds = TypeVar("_Seconds", bound=float | None)  # a histogram's SQL value (NULL where a time is unknown)
 
 
 def histogram_buckets(values: list[float], bounds: tuple[float, ...]) -> list[tuple[str, float]]:
@@ -120,7 +121,7 @@ def _add(out: Samples, name: str, labels: Labels, value: float) -> None:
 
 
 def _histogram(out: Samples, name: str, bounds: tuple[float, ...], q: Any, label_names: tuple[str, ...],
-               value: ColumnElement, s: Session) -> None:
+               value: ColumnElement[_Seconds], s: Session) -> None:
     """Bucket counts, count and sum of `value` per label set, added up in SQL (no row per attempt)."""
     v = case((value < 0, 0.0), else_=value)
     cols = [func.sum(case((v <= b, 1), else_=0)) for b in bounds]
@@ -285,15 +286,15 @@ class PlaneCollector(Collector):
             held[(team, pool)] = int(g)
         quotas = {(t.name, p): q for t in cfg.spec.teams for p, q in t.quotas.items()}
         for key in sorted(set(held) | set(quotas)):
-            used, q = held.get(key, 0), quotas.get(key)
+            used, quota = held.get(key, 0), quotas.get(key)
             alloc.add_metric(list(key), used)
-            borrowed.add_metric(list(key), max(0, used - (q.nominal if q else 0)))
-            if q is not None:
-                nominal.add_metric(list(key), q.nominal)
-                if q.borrowing_limit is not None:
-                    borrow_limit.add_metric(list(key), q.borrowing_limit)
-                if q.lending_limit is not None:
-                    lend_limit.add_metric(list(key), q.lending_limit)
+            borrowed.add_metric(list(key), max(0, used - (quota.nominal if quota else 0)))
+            if quota is not None:
+                nominal.add_metric(list(key), quota.nominal)
+                if quota.borrowing_limit is not None:
+                    borrow_limit.add_metric(list(key), quota.borrowing_limit)
+                if quota.lending_limit is not None:
+                    lend_limit.add_metric(list(key), quota.lending_limit)
         yield from (alloc, borrowed, nominal, borrow_limit, lend_limit)
 
     def _queue(self, s: Session) -> Iterator[Metric]:
@@ -306,16 +307,17 @@ class PlaneCollector(Collector):
 
     def _jobs(self, s: Session) -> Iterator[Metric]:
         states = GaugeMetricFamily("trainyard_jobs", "Jobs by state.", labels=["team", "state"])
-        q = select(JobRow.team, JobRow.state, func.count()).group_by(JobRow.team, JobRow.state)
-        for team, state, n in s.execute(q):
+        by_state = select(JobRow.team, JobRow.state, func.count()).group_by(JobRow.team, JobRow.state)
+        for team, state, n in s.execute(by_state):
             states.add_metric([team, state], n)
         yield states
         age = GaugeMetricFamily("trainyard_job_checkpoint_age_seconds",
                                 "Running jobs: time since the last checkpoint (or since the start, without one).",
                                 labels=["job_id", "team"])
         now = time.time()
-        q = select(JobRow.id, JobRow.team, JobRow.start_time, JobRow.last_checkpoint).where(JobRow.state == "RUNNING")
-        for jid, team, start, ckpt in s.execute(q):
+        running = (select(JobRow.id, JobRow.team, JobRow.start_time, JobRow.last_checkpoint)
+                   .where(JobRow.state == "RUNNING"))
+        for jid, team, start, ckpt in s.execute(running):
             since = max(x for x in (start, ckpt) if x is not None) if (start or ckpt) else now
             age.add_metric([str(jid), team], max(0.0, now - since))
         yield age

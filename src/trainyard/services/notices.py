@@ -48,7 +48,7 @@ def note(j: JobRow, kind: str, now: float, s: Session | None = None) -> None:
     s.info.setdefault(KEY, []).append(payload(j, kind, now))
 
 
-def attach(factory: sessionmaker, sink: Callable[[list[dict[str, Any]]], None]) -> Callable[[], None]:
+def attach(factory: sessionmaker[Session], sink: Callable[[list[dict[str, Any]]], None]) -> Callable[[], None]:
     """Hand the notes of every session `factory` makes to `sink` after each commit (it must not
     block); returns the function that detaches the listeners."""
     def after_commit(session: Session) -> None:

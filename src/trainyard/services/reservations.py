@@ -24,7 +24,7 @@ import io
 import re
 import time
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
@@ -202,7 +202,7 @@ def check_job(cfg: config.ConfigVersion, name: str | None, user: str, team: str,
         raise _bad(f"reservation {name!r} holds no node of pool {pool!r} (its pools: {sorted(pools)})", "pool")
 
 
-def _edit(text: str, change) -> str:  # noqa: ANN001
+def _edit(text: str, change: Callable[[list[Any]], None]) -> str:
     """`text` with `change` applied to its `reservations:` list (made when missing), comments kept
     through ruamel's round trip (as `config_edit.edit_team`); a fresh dump if that fails."""
     want = yaml.safe_load(text)
@@ -216,10 +216,11 @@ def _edit(text: str, change) -> str:  # noqa: ANN001
         edited = None
     if edited is not None and yaml.safe_load(edited) == want:
         return edited
-    return yaml.safe_dump(want, sort_keys=False)
+    dumped: str = yaml.safe_dump(want, sort_keys=False)  # yaml is untyped: a str when no stream is given
+    return dumped
 
 
-def _round_trip(text: str, change) -> str:  # noqa: ANN001
+def _round_trip(text: str, change: Callable[[list[Any]], None]) -> str:
     from ruamel.yaml import YAML
 
     outs = []

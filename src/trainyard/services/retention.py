@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import CursorResult, Delete, delete, select
 from sqlalchemy.orm import Session
 
 from trainyard import jobfs
@@ -41,6 +41,14 @@ class Purged:
     events: int = 0
     dirs: list[Path] = field(default_factory=list)
     last_id: int = 0  # the highest job id looked at (the next batch's cursor for directories)
+
+
+def _deleted(s: Session, stmt: Delete) -> int:
+    """Run a DELETE; the rows it removed. (`Session.execute` is typed as returning a Result: a
+    DELETE's is a CursorResult, which counts them.)"""
+    result = s.execute(stmt)
+    assert isinstance(result, CursorResult)
+    return result.rowcount
 
 
 def purge_jobs(s: Session, data_dir: Path, spec: RetentionSpec, now: float) -> Purged:
@@ -65,9 +73,9 @@ def purge_jobs(s: Session, data_dir: Path, spec: RetentionSpec, now: float) -> P
         else:
             row.value += value
     s.flush()
-    out.attempts = s.execute(delete(AttemptRow).where(AttemptRow.job_id.in_(ids))).rowcount
-    out.events = s.execute(delete(EventRow).where(EventRow.job_id.in_(ids), EventRow.kind.not_in(AUDIT_KINDS))).rowcount
-    out.jobs = s.execute(delete(JobRow).where(JobRow.id.in_(ids))).rowcount
+    out.attempts = _deleted(s, delete(AttemptRow).where(AttemptRow.job_id.in_(ids)))
+    out.events = _deleted(s, delete(EventRow).where(EventRow.job_id.in_(ids), EventRow.kind.not_in(AUDIT_KINDS)))
+    out.jobs = _deleted(s, delete(JobRow).where(JobRow.id.in_(ids)))
     out.dirs = _existing(data_dir, rows)
     out.last_id = ids[-1]
     record(s, "retention", "retention.purged",
