@@ -23,14 +23,15 @@ demo: venv
 demo-sim: venv
 	$(BIN)/yard sim --format synthetic --jobs 400 --cluster 8x8 --policies all --estimates user --seed 1 --out .demo-out/sim
 
-# Lint first (ruff's chosen rules, pyproject.toml), then the suite; the layering of docs/design.md is a
-# test of its own (tests/test_architecture.py).
+# Lint first (ruff's chosen rules, then mypy: both configured in pyproject.toml), then the suite; the
+# layering of docs/design.md is a test of its own (tests/test_architecture.py).
 # --dist loadgroup: tests marked xdist_group (a module sharing one cluster) stay on one worker.
 # Three workers on this 2-core machine: most tests wait on processes they started (a loop's
 # tick, a rank's checkpoint, slurmctld), so a third worker fills the cores they leave idle
 # (the suite: 17 min 12 s with -n 3 against 22 min 10 s with -n 2, on the same machine).
 lint: venv
 	$(BIN)/ruff check src tests bench scripts
+	$(BIN)/mypy
 
 # The suite starts thousands of Python processes (yard commands, planes, jobs): compiled once here,
 # their modules load from __pycache__ even where PYTHONDONTWRITEBYTECODE keeps each process from

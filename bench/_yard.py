@@ -137,7 +137,7 @@ class YardServer:
         if self.proc is not None:
             out["server_exit"] = self.proc.returncode
             self._log.close()
-        from trainyard.backends.local import LocalBackend
+        from trainyard.backends.local.backend import LocalBackend
 
         be = LocalBackend(self.data_dir, [])
         left = [(a.job_id, a.attempt) for a in be.poll()]

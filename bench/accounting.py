@@ -128,11 +128,11 @@ def in_process(url: str | None, data_dir: Path, n: int, reps: int) -> dict[str, 
     from sqlalchemy import func, or_, select
 
     from trainyard.api.app import create_app
-    from trainyard.control.plane import ControlPlane
+    from trainyard.control.lifecycle.plane_builder import PlaneSettings, build_plane
     from trainyard.store.models import AttemptRow, JobRow
 
     now = time.time()
-    cp = ControlPlane(data_dir, db_url=url, config_text=CONFIG)
+    cp = build_plane(PlaneSettings(data_dir, db_url=url, config_text=CONFIG))
     try:
         t0 = time.perf_counter()
         attempts = seed(cp.store, n, now)

@@ -4,7 +4,7 @@
 
 A `ControlPlane` on a fresh temporary data dir (SQLite; the loop is not started) stores `--jobs`
 pending jobs without a dependency, as the API would. Timed, `--reps` times each, interleaved,
-median: the loop's dependency step (`control.dependencies.settle`, in its own transaction,
+median: the loop's dependency step (`control.loop.dependencies.settle`, in its own transaction,
 as the loop runs it), and as the baseline the read of the waiting jobs that the loop's schedule
 step makes on every pass anyway (`PENDING_COLUMNS` of the pending, not held, not waiting rows).
 Then `--waiting` jobs that wait on a dependency no job will meet soon (`afterok` on a pending job)
@@ -24,9 +24,10 @@ from pathlib import Path
 from _yard import IDENTITY
 from sqlalchemy import or_, select
 
-from trainyard.control import dependencies
-from trainyard.control.schedule import PENDING_COLUMNS
-from trainyard.control.plane import ControlPlane
+from trainyard.control.loop import dependencies
+from trainyard.control.loop.schedule import PENDING_COLUMNS
+from trainyard.control.lifecycle.plane import ControlPlane
+from trainyard.control.lifecycle.plane_builder import PlaneSettings, build_plane
 from trainyard.services import jobs
 from trainyard.services.auth import Principal
 from trainyard.states import PENDING_STATES
@@ -82,7 +83,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        cp = ControlPlane(Path(tmp) / "yard", config_text=CONFIG, **IDENTITY)
+        cp = build_plane(PlaneSettings(Path(tmp) / "yard", config_text=CONFIG, **IDENTITY))
         try:
             wd = str(cp.data_dir)
             with cp.store.session.begin() as s:

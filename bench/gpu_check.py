@@ -326,7 +326,7 @@ def stage_env(a: argparse.Namespace) -> Result:
 def stage_nvml(a: argparse.Namespace) -> Result:
     from trainyard.control.health.checks import OK
     from trainyard.control.health.nvml import check, session
-    from trainyard.spec import CheckSpec
+    from trainyard.spec.models import CheckSpec
 
     t = time.monotonic()
     status, message = check(CheckSpec(name="nvml", kind="nvml"))

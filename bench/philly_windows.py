@@ -40,11 +40,12 @@ from typing import Any
 
 from trainyard.sched.policy import get_policy, policy_names
 from trainyard.sim.estimates import apply_estimates
+from trainyard.sim.local_traces import PHILLY_JOBS, local_trace
 from trainyard.sim.philly import load_philly
 from trainyard.sim.result import metrics
 from trainyard.sim.simulator import simulate
 
-DEFAULT_TRACE = Path(__file__).resolve().parents[1].parent / "shared/traces/philly/philly_jobs_adaptdl_until_2017-10-28.csv"
+DEFAULT_TRACE = local_trace(PHILLY_JOBS)  # $TRAINYARD_TRACES (trainyard.sim.local_traces), or --trace
 DEFAULT_STARTS = ("2017-09-18", "2017-09-22", "2017-09-26", "2017-09-28", "2017-10-02", "2017-10-06", "2017-10-10",
                   "2017-10-13", "2017-10-17", "2017-10-20")
 OURS = "trainyard"
@@ -124,7 +125,8 @@ def verdict(by_policy: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--trace", default=str(DEFAULT_TRACE))
+    ap.add_argument("--trace", default=DEFAULT_TRACE, required=DEFAULT_TRACE is None,
+                    help="the Philly job log (default: under $TRAINYARD_TRACES)")
     ap.add_argument("--starts", default=",".join(DEFAULT_STARTS), help="comma-separated first days (YYYY-MM-DD)")
     ap.add_argument("--days", type=int, default=9, help="days loaded per window, warm-up included")
     ap.add_argument("--warmup-days", type=float, default=2.0)

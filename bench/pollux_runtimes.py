@@ -5,7 +5,7 @@
 ADAPTDL_CHECKOUT is petuum/adaptdl at branch osdi21-artifact (its simulator/traces/<app>/:
 validation-<batch>.csv with progress, iterations and gradient statistics per epoch; placements.csv
 and scalability.csv with measured step and sync times). WORKLOAD_DIR defaults to
-../shared/traces/pollux-sia-workloads/pollux_workloads. Needs pandas and scipy (not trainyard's
+$TRAINYARD_TRACES/pollux-sia-workloads/pollux_workloads. Needs pandas and scipy (not trainyard's
 dependencies: this is a one-off derivation, its output is committed).
 
 The model, as Pollux's paper and simulator describe it: a job trains its application's epochs at

@@ -24,11 +24,12 @@ from typing import Any
 
 from trainyard.sched.policy import get_policy
 from trainyard.sim.estimates import apply_estimates
+from trainyard.sim.local_traces import POLLUX, local_trace
 from trainyard.sim.pollux import load_pollux
 from trainyard.sim.result import metrics
 from trainyard.sim.simulator import simulate
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared/traces/pollux-sia-workloads"
+SHARED = local_trace(POLLUX) or Path(POLLUX)  # $TRAINYARD_TRACES (trainyard.sim.local_traces), or --dir
 PUBLISHED = {"pollux": 2751.0, "tiresias": 4038.0, "optimus": 5682.0}  # mean JCT, s, load 1.0
 
 

@@ -70,13 +70,13 @@ default_class: training
 
 def seed(data_dir: Path, n: int) -> dict[str, Any]:
     """Store `n` jobs through `services.jobs.submit` (one transaction); returns the state counts."""
-    from trainyard.control.plane import ControlPlane
+    from trainyard.control.lifecycle.plane_builder import PlaneSettings, build_plane
     from trainyard.services import jobs
     from trainyard.services.auth import Principal
     from trainyard.store.models import AttemptRow
 
     rng = random.Random(0)
-    cp = ControlPlane(data_dir, config_text=CONFIG, **IDENTITY)
+    cp = build_plane(PlaneSettings(data_dir, config_text=CONFIG, **IDENTITY))
     counts: dict[str, int] = {}
     now = time.time()
     try:

@@ -14,20 +14,21 @@ import json
 import resource
 import time
 from dataclasses import replace
-from pathlib import Path
 
 from trainyard.sched.policy import get_policy
 from trainyard.sim.estimates import apply_estimates
+from trainyard.sim.local_traces import PHILLY_JOBS, local_trace
 from trainyard.sim.philly import load_philly
 from trainyard.sim.result import metrics
 from trainyard.sim.simulator import simulate
 
-DEFAULT_TRACE = Path(__file__).resolve().parents[1].parent / "shared/traces/philly/philly_jobs_adaptdl_until_2017-10-28.csv"
+DEFAULT_TRACE = local_trace(PHILLY_JOBS)  # $TRAINYARD_TRACES (trainyard.sim.local_traces), or --trace
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--trace", default=str(DEFAULT_TRACE))
+    ap.add_argument("--trace", default=DEFAULT_TRACE, required=DEFAULT_TRACE is None,
+                    help="the Philly job log (default: under $TRAINYARD_TRACES)")
     ap.add_argument("--cluster", default="352x8")
     ap.add_argument("--policy", default="trainyard")
     ap.add_argument("--estimates", default="user")

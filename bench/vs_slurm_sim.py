@@ -33,10 +33,10 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT / "bench")]
 
 import vs_slurm  # noqa: E402
 from _yard import percentile  # noqa: E402
-from trainyard.parsing import parse_duration  # noqa: E402
+from trainyard.spec.parsing import parse_duration  # noqa: E402
 from trainyard.sched.engine import EngineParams, TrainyardPolicy  # noqa: E402
 from trainyard.sched.types import JobRequest  # noqa: E402
-from trainyard.spec import load_config  # noqa: E402
+from trainyard.spec.models import load_config  # noqa: E402
 from trainyard.sim.result import SimResult  # noqa: E402
 from trainyard.sim.simulator import SimParams, simulate  # noqa: E402
 from trainyard.sim.workload import SimJob, Workload  # noqa: E402

@@ -25,9 +25,9 @@ from trainyard.api.app import create_app
 from trainyard.backends.base import NodeInfo
 from trainyard.backends.fake import FakeBackend, FakeCluster
 from trainyard.clock import FakeClock
-from trainyard.control.loop import LoopParams
-from trainyard.control.plane import ControlPlane
-from trainyard.spec import parse_config
+from trainyard.control.loop.orchestrator import LoopParams
+from trainyard.control.lifecycle.plane_builder import PlaneSettings, build_plane
+from trainyard.spec.models import parse_config
 
 
 def fake(*args: str) -> list[str]:
@@ -51,8 +51,8 @@ class FakePlane(Plane):
         nodes = [NodeInfo(n.name, n.gpus, n.gpu_model, n.gpu_mem_mib) for n in parse_config(text).cluster.expand()]
         data_dir.mkdir(parents=True, exist_ok=True)
         self.backend = FakeBackend(data_dir, nodes, clock=self.clock)
-        self.cp = ControlPlane(data_dir, config_text=text, backend=self.backend, clock=self.clock,
-                               loop_params=params or LoopParams(), **TEST_IDENTITY)
+        self.cp = build_plane(PlaneSettings(data_dir, config_text=text, backend=self.backend, clock=self.clock,
+                                            loop_params=params or LoopParams(), **TEST_IDENTITY))
         self.app = create_app(self.cp)
         self.http = TestClient(self.app)
         self.admin_token = (self.cp.data_dir / "admin.token").read_text().strip()

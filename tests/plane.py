@@ -2,7 +2,7 @@
 
 `Plane` runs everything in this process (FastAPI's TestClient over the real app, the real loop
 thread, real rank processes); tests that kill the control plane start `yard up` as a process
-instead (`tests/control/test_restart.py`).
+instead (`tests/control/lifecycle/test_restart.py`).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from fastapi.testclient import TestClient
 
 from trainyard.api.app import create_app
 from trainyard.contracts import JobDir
-from trainyard.control.loop import LoopParams
-from trainyard.control.plane import ControlPlane
+from trainyard.control.loop.orchestrator import LoopParams
+from trainyard.control.lifecycle.plane_builder import PlaneSettings, build_plane
 from trainyard.services import auth
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -35,7 +35,7 @@ PY = sys.executable
 # Tests that are not about identity run their jobs as the account that runs the tests (root in
 # CI), and say so in the configuration they store: run_as (token users like "alice" have no
 # account here) and, for root, allow_root_jobs. The identity tests (tests/control/test_owners.py,
-# tests/backends/test_slurm_owners.py) start their planes without these and with real accounts.
+# tests/backends/slurm/test_slurm_owners.py) start their planes without these and with real accounts.
 TEST_ACCOUNT = pwd.getpwuid(os.geteuid()).pw_name
 TEST_IDENTITY: dict[str, Any] = {"run_as": TEST_ACCOUNT, "allow_root_jobs": True if os.geteuid() == 0 else None}
 # The token users the tests name. A host may have Unix accounts of these names (a login node with
@@ -75,10 +75,10 @@ class Plane:
         text = config.read_text() if config is not None else None
         if text is not None and kw.get("run_as", TEST_ACCOUNT) == TEST_ACCOUNT:
             text = with_test_users(text)
-        self.cp = ControlPlane(data_dir, db_url=db_url, config_text=text,
-                               loop_params=LoopParams(tick_s=tick_s, kill_wait_s=kill_wait_s, retry_backoff_s=0.5,
-                                                      hung_after_s=1.0),
-                               **{**TEST_IDENTITY, **kw})
+        self.cp = build_plane(PlaneSettings(data_dir, db_url=db_url, config_text=text,
+                                            loop_params=LoopParams(tick_s=tick_s, kill_wait_s=kill_wait_s,
+                                                                   retry_backoff_s=0.5, hung_after_s=1.0),
+                                            **{**TEST_IDENTITY, **kw}))
         self.app = create_app(self.cp)
         self.http = TestClient(self.app)
         self.admin_token = (self.cp.data_dir / "admin.token").read_text().strip()

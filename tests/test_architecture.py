@@ -3,12 +3,20 @@
 - `sched` imports nothing of the project outside itself, and only the standard library (rule 1:
   the simulator and the control loop run the very same pure code).
 - `runtime` and `recipes` import nothing of the control plane (rule 4: they work under plain
-  `torchrun`); `contracts`, `states`, `ports`, `defaults`, `parsing` and `jobfs` only the standard library
-  (the rank wrappers load `contracts` by path with `python -I -S`; the CLI reads `states` cheaply).
+  `torchrun`); `contracts`, `states`, `ports`, `defaults`, `clock`, `disk`, `figures`, `jobfs` and the
+  option parsers of `spec` (`spec.parsing`, …) only the standard library (the rank wrappers load
+  `contracts` by path with `python -I -S`; the CLI reads `states` and parses options cheaply).
 - `api` → `services` → `store`: the store imports no part above it, services no api, control or
-  CLI, the API no store (it goes through services) and no CLI.
+  CLI, the API no store (it goes through services), no CLI and no control (the plane reaches it as
+  `services.plane_facade.Plane`).
+- no part imports another part's private module (`_name`).
+- a router function (api/routers/) is at most 15 lines from its `def` to its end and holds no
+  lock: the lock, the transaction and the loop's wake are a service's (`services/units.py`).
 - backends hold no policy (rule 2): no `sched`, `services`, `control`, `store` or `api`.
-- `sim` replays the engine alone: no control plane.
+- `sim` and `plan` replay the engine alone: no control plane; `demo` is a job (runtime, models).
+- every part has a rule (`test_every_part_has_a_rule`); sub-packages have theirs where it matters:
+  the run-dir layer (`backends/rundir/`) imports neither the local nor the Slurm backend, which
+  import neither each other; `control/rules/` and `control/jobfiles/` do not drive the plane.
 - no module of `control/` is over 300 lines (the loop is split into one module per step).
 - no module of `sched/` is over 500 lines and no class in it over 300 (the engine's cycle is split
   into its state and steps, `sched/cycle/`, and one module per reclaim strategy, `sched/reclaim/`).
@@ -34,26 +42,46 @@ PKG = ROOT / "src" / "trainyard"
 PARTS = sorted({p.name for p in PKG.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
                | {p.stem for p in PKG.glob("*.py") if p.stem != "__init__"})
 CONTROL_PLANE = {"api", "cli", "control", "services", "store", "backends", "demo"}
-STDLIB_ONLY = {"sched", "contracts", "states", "ports", "defaults", "parsing", "jobfs"}
+# whole parts, and modules or sub-packages by dotted name (`spec.parsing`), that use the standard library only
+STDLIB_ONLY = {"sched", "contracts", "states", "ports", "defaults", "jobfs", "clock", "disk", "figures",
+               "spec.parsing", "spec.io_patterns", "spec.mail_types", "spec.signals"}
 
-# part → the project's parts it may not import
+# part (or sub-package, by dotted name) → the project's parts and sub-packages it may not import
 FORBIDDEN: dict[str, set[str]] = {
     "sched": set(PARTS) - {"sched"},
-    "runtime": CONTROL_PLANE | {"sched", "sim", "recipes", "plan"},
-    "recipes": CONTROL_PLANE | {"sched", "sim", "plan"},
+    "runtime": CONTROL_PLANE | {"sched", "sim", "recipes", "plan", "spec"},
+    "recipes": CONTROL_PLANE | {"sched", "sim", "plan", "spec"},
     "contracts": set(PARTS) - {"contracts"},
     "states": set(PARTS) - {"states"},
     "ports": set(PARTS) - {"ports"},
     "defaults": set(PARTS) - {"defaults"},
-    "parsing": set(PARTS) - {"parsing"},
+    "clock": set(PARTS) - {"clock"},
+    "disk": set(PARTS) - {"disk"},
+    "figures": set(PARTS) - {"figures"},
     "jobfs": set(PARTS) - {"jobfs"},
+    "spec": CONTROL_PLANE | {"runtime", "recipes", "sim", "plan", "jobfs"},
+    # what the CLI parses with, without pydantic or YAML: none of the models
+    **{f"spec.{m}": set(PARTS) for m in ("parsing", "io_patterns", "mail_types", "signals")},
     "store": set(PARTS) - {"store", "states"},
     "services": {"api", "control", "cli", "demo", "recipes", "runtime"},
-    "api": {"store", "cli", "demo"},
-    "backends": {"sched", "services", "control", "store", "api", "cli", "sim", "plan"},
+    "api": {"store", "cli", "demo", "control"},
+    "backends": {"sched", "services", "control", "store", "api", "cli", "sim", "plan", "recipes", "runtime", "demo"},
+    # the shared run-dir layer serves both real backends and knows neither; neither knows the other
+    "backends.rundir": {"backends.local.backend", "backends.slurm.backend", "backends.fake"},
+    "backends.contain": {"backends.local.backend", "backends.slurm.backend", "backends.rundir", "backends.fake"},
+    "backends.local.backend": {"backends.slurm.backend", "backends.fake"},
+    "backends.slurm.backend": {"backends.local.backend", "backends.fake", "backends.contain"},
     "sim": CONTROL_PLANE | {"runtime", "recipes"},
-    "spec": CONTROL_PLANE | {"runtime", "recipes", "sim"},
+    "plan": CONTROL_PLANE | {"runtime", "recipes"},
+    "demo": CONTROL_PLANE - {"demo"} | {"sched", "sim", "plan"},  # `make demo`'s job: the runtime and the models
     "control": {"api", "cli", "demo"},
+    # the rules and the job files are the loop's tools, not its drivers; a report only reads
+    "control.rules": {"control.lifecycle", "control.reports", "control.jobfiles", "control.health"},
+    "control.jobfiles": {"control.loop.orchestrator", "control.lifecycle", "control.reports", "control.health"},
+    "control.reports": {"control.lifecycle", "control.health", "control.jobfiles"},
+    "control.loop.orchestrator": {"control.reports"},
+    "control.health": {"control.loop.orchestrator", "control.rules", "control.jobfiles", "control.reports"},
+    "cli": set(),  # the top: `yard` may start any part (`yard up`, `yard sim`, `yard plan`, `make demo`)
 }
 
 
@@ -77,23 +105,55 @@ def _imports(path: Path, pkg: Path) -> list[tuple[int, str]]:
                 out.append((node.lineno, ".".join(base + ([node.module] if node.module else []))))
             elif node.module:
                 out.append((node.lineno, node.module))
+            if node.module and not node.level and node.module.startswith("trainyard"):
+                out += [(node.lineno, f"{node.module}.{a.name}") for a in node.names]  # maybe a module
     return out
+
+
+def _owners(path: Path, pkg: Path) -> list[str]:
+    """The dotted names a file belongs to, widest first: `backends`, `backends.rundir`, `backends.rundir.by_path`."""
+    names = list(path.relative_to(pkg).with_suffix("").parts)
+    if names[-1] == "__init__":
+        names.pop()
+    return [".".join(names[:i]) for i in range(1, len(names) + 1)]
+
+
+def _within(mod: str, name: str) -> bool:
+    return mod == name or mod.startswith(name + ".")
 
 
 def layering_violations(pkg: Path = PKG) -> list[str]:
     """Every import that breaks `FORBIDDEN` or `STDLIB_ONLY`, as `file:line: why`."""
     found = []
     for path in sorted(pkg.rglob("*.py")):
-        part = path.relative_to(pkg).parts[0].removesuffix(".py")
-        banned = FORBIDDEN.get(part, set())
+        owners = _owners(path, pkg)
+        banned = {(owner, b) for owner in owners for b in FORBIDDEN.get(owner, set())}
+        stdlib_only = next((o for o in owners if o in STDLIB_ONLY), None)
         for line, mod in _imports(path, pkg):
             where = f"{path.relative_to(pkg.parent)}:{line}"
             names = mod.split(".")
-            if names[0] == "trainyard" and len(names) > 1 and names[1] in banned:
-                found.append(f"{where}: {part} imports trainyard.{names[1]}")
-            elif part in STDLIB_ONLY and names[0] not in sys.stdlib_module_names and names[0] != "trainyard":
-                found.append(f"{where}: {part} must use the standard library only, imports {mod}")
+            inner = ".".join(names[1:])
+            if names[0] == "trainyard" and inner:
+                hit = next(((o, b) for o, b in sorted(banned) if _within(inner, b) and not _within(inner, o)), None)
+                if hit and f"{where}: {hit[0]} imports trainyard.{hit[1]}" not in found:
+                    found.append(f"{where}: {hit[0]} imports trainyard.{hit[1]}")
+            elif stdlib_only and names[0] not in sys.stdlib_module_names and names[0] != "trainyard":
+                found.append(f"{where}: {stdlib_only} must use the standard library only, imports {mod}")
     return found
+
+
+def test_every_part_has_a_rule():
+    """A new part (a package or a root module) says what it may not import."""
+    assert sorted(set(PARTS) - set(FORBIDDEN)) == []
+    assert all(k.split(".")[0] in PARTS for k in FORBIDDEN), sorted(k for k in FORBIDDEN if k.split(".")[0] not in PARTS)
+
+
+def test_named_sub_packages_exist():
+    """A rule on a sub-package that was moved or renamed would check nothing."""
+    for name in sorted({k for k in FORBIDDEN if "." in k} | {b for v in FORBIDDEN.values() for b in v if "." in b}
+                       | {k for k in STDLIB_ONLY if "." in k}):
+        rel = PKG / name.replace(".", "/")
+        assert rel.with_suffix(".py").exists() or (rel / "__init__.py").exists(), name
 
 
 def test_the_layering_of_design_md_holds():
@@ -113,6 +173,107 @@ def test_the_check_catches_a_layering_break(tmp_path):
     found = layering_violations(fake)
     assert len(found) == 2, found
     assert "sched imports trainyard.store" in found[0] and "standard library only" in found[1]
+
+
+def test_the_check_catches_a_sub_package_break(tmp_path):
+    """A rule on a sub-package holds: the run-dir layer importing the local backend is reported,
+    the local backend importing the run-dir layer is not."""
+    fake = tmp_path / "trainyard"
+    for d in ("", "backends", "backends/rundir", "backends/local"):
+        (fake / d).mkdir(exist_ok=True)
+        (fake / d / "__init__.py").write_text("")
+    (fake / "backends" / "rundir" / "bad.py").write_text("from trainyard.backends.local.backend import backend\n")
+    (fake / "backends" / "local" / "fine.py").write_text("from trainyard.backends.rundir import bad\n")
+    found = layering_violations(fake)
+    assert len(found) == 1 and "backends.rundir imports trainyard.backends.local.backend" in found[0], found
+
+
+def _private_module(names: list[str], pkg: Path) -> bool:
+    """Whether `trainyard.a._b…` (as names, `trainyard` left out) is in a module or package whose
+    name starts with one underscore (a private name such as `_DIR` of a public module is not)."""
+    for i, n in enumerate(names):
+        if n.startswith("_") and not n.startswith("__"):
+            p = pkg.joinpath(*names[:i + 1])
+            return p.with_suffix(".py").exists() or p.is_dir()
+    return False
+
+
+def private_imports(pkg: Path = PKG) -> list[str]:
+    """Every import of another part's private module (`from trainyard.backends import _files`,
+    `import trainyard.backends._files`), as `file:line: why`."""
+    found = []
+    for path in sorted(pkg.rglob("*.py")):
+        part = path.relative_to(pkg).parts[0].removesuffix(".py")
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            mods: list[list[str]] = []
+            if isinstance(node, ast.Import):
+                mods = [a.name.split(".")[1:] for a in node.names if a.name.startswith("trainyard.")]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("trainyard.") \
+                    and not node.level:
+                base = node.module.split(".")[1:]
+                mods = [base + [a.name] for a in node.names]
+            for names in mods:
+                if names and names[0] != part and _private_module(names, pkg):
+                    found.append(f"{path.relative_to(pkg.parent)}:{node.lineno}: {part} imports the private "
+                                 f"trainyard.{'.'.join(names)}")
+    return found
+
+
+def test_no_part_imports_another_parts_private_module():
+    assert private_imports() == []
+
+
+ROUTER_MAX_LINES = 15
+
+
+def router_violations(routers: Path = PKG / "api" / "routers") -> list[str]:
+    """Every function in the routers longer than ROUTER_MAX_LINES (from `def` to its end, its
+    decorators not counted) or touching a lock (`with cp.lock`, `.lock` anywhere)."""
+    found = []
+    for path in sorted(routers.glob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            where = f"{path.name}:{fn.lineno}: {fn.name}"
+            lines = fn.end_lineno - fn.lineno + 1
+            if lines > ROUTER_MAX_LINES:
+                found.append(f"{where} has {lines} lines (at most {ROUTER_MAX_LINES}: move the work to a service)")
+            if any(isinstance(n, ast.Attribute) and n.attr in ("lock", "_lock") for n in ast.walk(fn)) \
+                    or any(isinstance(n, (ast.With, ast.AsyncWith)) and "lock" in ast.unparse(n.items[0].context_expr)
+                           for n in ast.walk(fn)):
+                found.append(f"{where} holds a lock (the plane's transaction is a service's: services/units.py)")
+    return found
+
+
+def test_routers_are_short_and_hold_no_lock():
+    assert router_violations() == []
+
+
+def test_the_router_and_private_checks_catch_a_break(tmp_path):
+    """The rule tests can fail: a long route that takes the plane's lock, and an API module that
+    imports another part's private module, are reported; a short route is not."""
+    routers = tmp_path / "routers"
+    routers.mkdir()
+    long_body = "".join(f"    x{i} = {i}\n" for i in range(14))
+    (routers / "bad.py").write_text("@router.post('')\n"
+                                    "def submit(cp):\n    with cp.lock, cp.store.session.begin() as s:\n"
+                                    "        pass\n" + long_body)
+    (routers / "fine.py").write_text("@router.get('')\n@other\ndef read(cp):\n" + long_body[:-len('    x13 = 13\n')])
+    found = router_violations(routers)
+    assert len(found) == 2 and "bad.py:2: submit has 17 lines" in found[0] and "holds a lock" in found[1], found
+    fake = tmp_path / "trainyard"
+    for d in (fake / "api", fake / "backends"):
+        d.mkdir(parents=True)
+        (d / "__init__.py").write_text("")
+    (fake / "backends" / "_files.py").write_text("")
+    (fake / "backends" / "local.py").write_text("from trainyard.backends import _files\n")
+    (fake / "api" / "app.py").write_text("from trainyard.backends import _files\nimport trainyard.backends._files\n"
+                                         "from trainyard.backends import local\n")
+    found = private_imports(fake)
+    assert found == ["trainyard/api/app.py:1: api imports the private trainyard.backends._files",
+                     "trainyard/api/app.py:2: api imports the private trainyard.backends._files"], found
 
 
 @pytest.mark.parametrize("path", sorted((PKG / "control").rglob("*.py")), ids=lambda p: p.name)
@@ -166,7 +327,7 @@ def _path_exists(ref: str) -> bool:
 
 
 def _dotted_exists(ref: str) -> bool:
-    """`services.jobs.submit`, `trainyard.control.loop`, `sched/engine.py`'s `TrainyardPolicy.cycle`…:
+    """`services.jobs.submit`, `trainyard.control.loop.orchestrator`, `sched/engine.py`'s `TrainyardPolicy.cycle`…:
     the longest prefix that is a module, then attributes of it."""
     parts = ref.rstrip(".").split(".")
     if parts[-1] in ("py", "md", "yaml", "sh"):  # a file name written with dots (`contracts.py`)
@@ -222,9 +383,10 @@ def test_modules_and_files_named_in_docstrings_exist():
 
 PLANE_SIDE = (sorted((PKG / "control").rglob("*.py")) + sorted((PKG / "services").rglob("*.py"))
               + sorted((PKG / "api").rglob("*.py"))
-              + [PKG / "backends" / f"{m}.py" for m in ("local", "slurm", "local_batch", "exit_watch", "slurm_env")])
+              + [PKG / "backends" / f"{m}.py" for m in ("local/backend", "slurm/backend", "local/batch", "rundir/exit_watch",
+                                                        "slurm/env")])
 # Whole modules whose one job is the plane's own files (their docstrings say why).
-PLANE_OWN_MODULES = {"control/plane_files.py"}
+PLANE_OWN_MODULES = {"control/lifecycle/plane_files.py"}
 OWN_MARK = "# plane's own"
 FS_OS = {"open", "symlink", "link", "makedirs", "mkdir", "chown", "lchown", "chmod", "listdir", "scandir", "walk",
          "stat", "lstat", "unlink", "remove", "rmdir", "rename", "replace", "access", "mkfifo", "truncate",

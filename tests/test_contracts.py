@@ -21,7 +21,7 @@ from trainyard.contracts import (
     Gang,
     JobDir,
     JobInfo,
-    RankSlot,
+    RankPlacement,
     array_env,
     compress_hostlist,
     expand_hostlist,
@@ -30,8 +30,8 @@ from trainyard.contracts import (
     rank_env,
 )
 
-TWO_BY_TWO = Gang((RankSlot("node0", ("0",)), RankSlot("node0", ("1",)), RankSlot("node1", ("2",)),
-                   RankSlot("node1", ("3",))))
+TWO_BY_TWO = Gang((RankPlacement(0, "node0", (0,)), RankPlacement(1, "node0", (1,)), RankPlacement(2, "node1", (2,)),
+                   RankPlacement(3, "node1", (3,))))
 INFO = JobInfo(name="pretrain", team="vision", pool="a100", job_class="training", cluster="lab",
                submit_host="login1", tasks_per_node=2)
 
@@ -74,7 +74,7 @@ def test_every_rank_of_a_gang_agrees_on_the_shared_values_and_numbers_itself():
 
 
 def test_a_one_rank_job_leaves_unasked_and_unknown_slurm_values_unset():
-    e = env_of(Gang((RankSlot("gpu-07", ("5",)),)), 0, info=JobInfo())
+    e = env_of(Gang((RankPlacement(0, "gpu-07", (5,)),)), 0, info=JobInfo())
     assert (e["RANK"], e["WORLD_SIZE"], e["LOCAL_WORLD_SIZE"], e["GROUP_RANK"]) == ("0", "1", "1", "0")
     assert (e["SLURM_JOB_NODELIST"], e["SLURM_TASKS_PER_NODE"], e["SLURM_NNODES"]) == ("gpu-07", "1", "1")
     assert e["CUDA_VISIBLE_DEVICES"] == "5" and e["SLURM_GPUS_ON_NODE"] == "1"
@@ -84,13 +84,14 @@ def test_a_one_rank_job_leaves_unasked_and_unknown_slurm_values_unset():
                   "SLURM_JOB_ACCOUNT", "SLURM_JOB_PARTITION", "SLURM_JOB_QOS", "SLURM_CLUSTER_NAME",
                   "SLURM_SUBMIT_HOST"):
         assert unset not in e, unset
-    assert env_of(Gang((RankSlot("n1"),)), 0, info=JobInfo(cpus_per_task=4))["SLURM_CPUS_PER_TASK"] == "4"
+    assert env_of(Gang((RankPlacement(0, "n1"),)), 0, info=JobInfo(cpus_per_task=4))["SLURM_CPUS_PER_TASK"] == "4"
 
 
-def test_gpus_none_or_empty():
-    no_gpu = env_of(Gang((RankSlot("n1", ()),)), 0)
+def test_gpus_none_or_left_to_the_launcher():
+    no_gpu = env_of(Gang((RankPlacement(0, "n1", ()),)), 0)
     assert no_gpu["CUDA_VISIBLE_DEVICES"] == "" and "SLURM_GPUS_ON_NODE" not in no_gpu and "SLURM_JOB_GPUS" not in no_gpu
-    assert "CUDA_VISIBLE_DEVICES" not in env_of(Gang((RankSlot("n1", None),)), 0)  # left to the launcher
+    bound = env_of(Gang((RankPlacement(0, "n1", (0,)),), gpus_known=False), 0)  # left to the launcher (Slurm)
+    assert "CUDA_VISIBLE_DEVICES" not in bound and "SLURM_JOB_GPUS" not in bound
 
 
 def test_parts_are_disjoint_and_together_are_everything():
@@ -105,7 +106,7 @@ def test_parts_are_disjoint_and_together_are_everything():
 
 
 def test_node_order_follows_first_use_and_tasks_per_node_line_up():
-    g = Gang((RankSlot("b"), RankSlot("a"), RankSlot("b"), RankSlot("c")))
+    g = Gang(tuple(RankPlacement(r, n) for r, n in enumerate("babc")))
     e = [env_of(g, r) for r in range(4)]
     assert e[0]["SLURM_JOB_NODELIST"] == "b,a,c" and e[0]["SLURM_TASKS_PER_NODE"] == "2,1(x2)"
     assert [x["SLURM_NODEID"] for x in e] == ["0", "1", "0", "2"]
@@ -115,13 +116,16 @@ def test_node_order_follows_first_use_and_tasks_per_node_line_up():
 
 def test_block_layout_and_bad_ranks():
     g = Gang.block(["n1", "n2"], [3, 1])
-    assert [s.node for s in g.slots] == ["n1", "n1", "n1", "n2"] and all(s.gpus is None for s in g.slots)
+    assert [s.node for s in g.slots] == ["n1", "n1", "n1", "n2"] and not g.gpus_known
+    assert [s.rank for s in g.slots] == [0, 1, 2, 3]
     with pytest.raises(ValueError, match="do not match"):
         Gang.block(["n1"], [1, 2])
     with pytest.raises(ValueError, match="not in a gang of 4"):
         env_of(TWO_BY_TWO, 4)
     with pytest.raises(ValueError, match="at least one rank"):
         Gang(())
+    with pytest.raises(ValueError, match="0..n-1 in order"):
+        Gang((RankPlacement(1, "n1"), RankPlacement(0, "n1")))
 
 
 # -- hostlists ---------------------------------------------------------------------------------------
@@ -217,7 +221,7 @@ def test_job_dir_layout(tmp_path: Path):
 
 
 def test_contracts_load_by_path_with_the_standard_library_only():
-    """As slurm_task.py loads it on a Slurm node: `python -I -S`, by file path, nothing of trainyard."""
+    """As slurm/task.py loads it on a Slurm node: `python -I -S`, by file path, nothing of trainyard."""
     code = (
         "import importlib.util, sys\n"
         f"spec = importlib.util.spec_from_file_location('c', {str(Path(contracts.__file__))!r})\n"

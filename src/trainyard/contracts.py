@@ -10,7 +10,7 @@ layout, and the environment every rank of every backend starts with.
   batch script and run state live.
 - The job environment: `rank_env` (below), built here once for every backend.
 
-Standard library only, and importable by file path: `backends/slurm_task.py` runs on Slurm nodes
+Standard library only, and importable by file path: `backends/slurm/task.py` runs on Slurm nodes
 under `python -I -S` (no site-packages, no trainyard package) and loads this file with
 `importlib.util.spec_from_file_location`, so nothing here may import the rest of trainyard.
 
@@ -20,8 +20,9 @@ The job environment
 asks for the parts it supplies:
 
     CONTRACT      RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
-                  MASTER_PORT, CUDA_VISIBLE_DEVICES (this rank's GPUs; left alone when the slot's
-                  GPUs are None). What `init_process_group("env://")` and docs/design.md's contract need.
+                  MASTER_PORT, CUDA_VISIBLE_DEVICES (this rank's GPUs; left alone when the
+                  launcher binds them: `Gang.gpus_known` False). What
+                  `init_process_group("env://")` and docs/design.md's contract need.
     TRAINYARD     TRAINYARD_JOB_ID, TRAINYARD_ATTEMPT, TRAINYARD_CHECKPOINT_DIR, TRAINYARD_NODE.
     TORCHELASTIC  torchrun's worker variables (torch/distributed/run.py, "Environment Variables")
                   that CONTRACT does not already hold: ROLE_RANK (= RANK: one role),
@@ -46,9 +47,9 @@ Under a real Slurm (`EnvPart.NOT_SLURM`) the SLURM part is Slurm's own — `srun
 MPI inside the job read those variables, so they must describe the real allocation — and the
 backend's task wrapper derives the gang from them (`Gang.block`) and adds the other three parts.
 The backend then lays the result over the job's own environment (`LaunchSpec.env`): the contract
-wins over anything the user set. A batch script on the local backend (`backends/local_batch.py`)
+wins over anything the user set. A batch script on the local backend (`backends/local/batch.py`)
 gets the SLURM and TRAINYARD parts of rank 0 with the whole allocation's counts and no per-task
-variable, as Slurm's batch step; its `srun` (`backends/local_srun.py`) gives each task all four
+variable, as Slurm's batch step; its `srun` (`backends/local/srun.py`) gives each task all four
 parts for the step, plus SLURM_STEP_*.
 
 Where our emulation differs from Slurm, and why:
@@ -90,10 +91,35 @@ from pathlib import Path
 
 REQUEUE_EXIT = 75
 NOTICE_SIGNAL = signal.SIGUSR1
+# A command that could not run, as a shell says it (and Slurm reports it): not executable (or the
+# owner's identity, cgroup, workdir or /tmp could not be taken) and not found. Told as `UserError`.
+CANNOT_EXECUTE_EXIT = 126
+NOT_FOUND_EXIT = 127
 CHECKPOINT_MARKER = "COMMITTED"
 METRICS_FILE = "metrics.jsonl"
 EXPORTS_DIR = "exports"  # in a job dir: the owner's directory for a recipe's exports
 OWNER_FILE = ".trainyard-job"  # in a job dir: the store, job id and key that made it (JSON)
+
+
+class JobVar:
+    """The names of trainyard's own variables in a job's environment (the TRAINYARD part of
+    `rank_env`, and the ones the plane or a backend adds beside it), written here once so the
+    side that sets one and the side that reads it use the same name."""
+
+    JOB_ID = "TRAINYARD_JOB_ID"
+    ATTEMPT = "TRAINYARD_ATTEMPT"
+    CHECKPOINT_DIR = "TRAINYARD_CHECKPOINT_DIR"
+    NODE = "TRAINYARD_NODE"
+    METRICS_DIR = "TRAINYARD_METRICS_DIR"  # where the runtime writes metrics (else beside checkpoints)
+    WATCHDOG_S = "TRAINYARD_WATCHDOG_S"  # the job's watchdog timeout (exit 86)
+    API = "TRAINYARD_API"  # the plane's URL, for the runtime's progress reports
+    TOKEN = "TRAINYARD_TOKEN"  # the job's own token (role `job`) for those reports
+    GPUS_PER_RANK = "TRAINYARD_GPUS_PER_RANK"  # Slurm backend: each rank's share of the node's GPUs
+    GPU_DEVICES = "TRAINYARD_GPU_DEVICES"  # local backend: the device files the containment allows
+    ARRAY_JOB_ID = "TRAINYARD_ARRAY_JOB_ID"
+    ARRAY_TASK_ID = "TRAINYARD_ARRAY_TASK_ID"
+
+
 _KEY = re.compile(r"[0-9a-f]{1,32}")
 _STEP = re.compile(r"step-(\d+)$")
 
@@ -132,7 +158,7 @@ WATCHDOG_EXIT = 86
 
 # The signals the runtime treats as "checkpoint at the next step boundary, then exit 75": the
 # notice, and the SIGTERM that follows it after the grace period (some launchers only send SIGTERM).
-PREEMPT_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+PREEMPT_SIGNALS = (NOTICE_SIGNAL, signal.SIGTERM)
 
 
 # -- the job directory ---------------------------------------------------------------------------
@@ -165,8 +191,9 @@ class JobDir:
 
     root: Path
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "root", Path(self.root))
+    def __init__(self, root: str | Path) -> None:
+        # A path or its text (a launch spec carries text across processes): held as a Path.
+        object.__setattr__(self, "root", Path(root))
 
     @classmethod
     def of(cls, data_dir: str | Path, job_id: int, key: str | None = None) -> JobDir:
@@ -278,7 +305,7 @@ def compress_hostlist(names: Iterable[str]) -> str:
     (n9,n10 -> n[9-10], n09,n10 -> n[09-10], but n01,n1 -> n[01,1]); nothing is sorted or merged
     across other prefixes (n1,m1,n2 stays as it is); a name without a trailing number stays whole.
     """
-    groups: list[tuple[str, list[list]]] = []  # (prefix, [[first digits, last number], ...]) or (name, [])
+    groups: list[tuple[str, list[tuple[str, int]]]] = []  # (prefix, [(first digits, last number), ...]) or (name, [])
     for name in names:
         m = _NUMBERED.match(name)
         if m is None:
@@ -290,11 +317,11 @@ def compress_hostlist(names: Iterable[str]) -> str:
             first, last = runs[-1]
             n = int(digits)
             if n == last + 1 and f"{n:0{len(first)}d}" == digits:
-                runs[-1][1] = n
+                runs[-1] = (first, n)
             else:
-                runs.append([digits, n])
+                runs.append((digits, n))
         else:
-            groups.append((prefix, [[digits, int(digits)]]))
+            groups.append((prefix, [(digits, int(digits))]))
     out = []
     for prefix, runs in groups:
         if not runs:
@@ -325,7 +352,9 @@ def expand_hostlist(expr: str) -> list[str]:
 
 
 def _split_top(expr: str) -> list[str]:
-    items, depth, cur = [], 0, []
+    items: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in expr:
         if ch == "[":
             depth += 1
@@ -454,26 +483,55 @@ class JobInfo:
 
 
 @dataclass(frozen=True)
-class RankSlot:
-    """Where one rank runs: its node, and the GPU ids it sees (CUDA_VISIBLE_DEVICES, as the node
-    numbers its devices; () for none, None to leave the variable as the launcher set it)."""
+class RankPlacement:
+    """Where one rank runs: the engine's decision for it, the one value carried from the schedule
+    step (`control.loop.snapshot.NodeIndex.ranks`) through `LaunchSpec.ranks` to the rank's environment.
 
+    `gpus` are the node's GPU indices the rank is given, as the node numbers its devices
+    (CUDA_VISIBLE_DEVICES; () for none). The engine's indices are the node's own; a backend that
+    emulates several nodes on one machine shifts them to the machine's numbering before it builds
+    the `Gang` (`backends/local/backend.py`). The stored form of a placement is per node, not per rank
+    (`jobs.placement` rows); `ranks_of` is the one rule that turns a node's GPUs into ranks.
+    """
+
+    rank: int
     node: str
-    gpus: tuple[str, ...] | None = ()
+    gpus: tuple[int, ...] = ()
+
+
+def ranks_of(parts: Iterable[tuple[str, Sequence[int]]], tasks_per_node: int | None) -> list[RankPlacement]:
+    """The ranks of a placement given node by node, as (node, its GPU indices), in node order:
+    one rank per GPU, or `tasks_per_node` ranks sharing each node's GPUs evenly, numbered in order.
+
+    The control loop launches these, the API reports a job's world size from them and the fault
+    handling maps a failed rank back to its node with them, so the rule lives in one place."""
+    out: list[RankPlacement] = []
+    for node, gpus in parts:
+        k = tasks_per_node or len(gpus)
+        per = max(1, len(gpus) // k)
+        for t in range(k):
+            out.append(RankPlacement(len(out), node, tuple(gpus[t * per:(t + 1) * per])))
+    return out
 
 
 @dataclass(frozen=True)
 class Gang:
-    """Every rank of one attempt, in rank order. Node order is the order in which ranks first use
-    the nodes: node i is GROUP_RANK i and SLURM_NODEID i."""
+    """Every rank of one attempt, in rank order (`slots[r].rank == r`). Node order is the order in
+    which ranks first use the nodes: node i is GROUP_RANK i and SLURM_NODEID i.
 
-    slots: tuple[RankSlot, ...]
+    `gpus_known` False: the launcher binds each task's GPUs (a Slurm step: `Gang.block`), so
+    CUDA_VISIBLE_DEVICES and the SLURM GPU variables are left as it set them."""
+
+    slots: tuple[RankPlacement, ...]
+    gpus_known: bool = True
     nodes: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
         if not self.slots:
             raise ValueError("a gang has at least one rank")
         object.__setattr__(self, "slots", tuple(self.slots))
+        if any(s.rank != r for r, s in enumerate(self.slots)):
+            raise ValueError(f"a gang's ranks are 0..n-1 in order, got {[s.rank for s in self.slots]}")
         object.__setattr__(self, "nodes", tuple(dict.fromkeys(s.node for s in self.slots)))
 
     @classmethod
@@ -485,7 +543,8 @@ class Gang:
         """
         if len(nodes) != len(tasks_per_node) or any(n < 1 for n in tasks_per_node):
             raise ValueError(f"nodes {list(nodes)} and tasks per node {list(tasks_per_node)} do not match")
-        return cls(tuple(RankSlot(node, None) for node, n in zip(nodes, tasks_per_node) for _ in range(n)))
+        on = [node for node, n in zip(nodes, tasks_per_node) for _ in range(n)]
+        return cls(tuple(RankPlacement(r, node) for r, node in enumerate(on)), gpus_known=False)
 
     @property
     def world_size(self) -> int:
@@ -503,8 +562,11 @@ class Gang:
         return [sum(1 for s in self.slots if s.node == n) for n in self.nodes]
 
     def node_gpus(self, node: str) -> list[str]:
-        """The job's GPU ids on `node` (each rank's there, in first-use order)."""
-        return list(dict.fromkeys(g for s in self.slots if s.node == node for g in (s.gpus or ())))
+        """The job's GPU ids on `node` (each rank's there, in first-use order), as the environment
+        writes them; none when the launcher binds them (`gpus_known` False)."""
+        if not self.gpus_known:
+            return []
+        return list(dict.fromkeys(str(g) for s in self.slots if s.node == node for g in s.gpus))
 
 
 def rank_env(gang: Gang, rank: int, *, job_id: int, attempt: int, checkpoint_dir: str, master_addr: str,
@@ -527,11 +589,11 @@ def rank_env(gang: Gang, rank: int, *, job_id: int, attempt: int, checkpoint_dir
     if EnvPart.CONTRACT in parts:
         env.update(RANK=str(rank), LOCAL_RANK=str(local), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(local_world),
                    GROUP_RANK=str(node_id), MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
-        if slot.gpus is not None:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(slot.gpus)
+        if gang.gpus_known:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, slot.gpus))
     if EnvPart.TRAINYARD in parts:
-        env.update(TRAINYARD_JOB_ID=str(job_id), TRAINYARD_ATTEMPT=str(attempt),
-                   TRAINYARD_CHECKPOINT_DIR=checkpoint_dir, TRAINYARD_NODE=slot.node)
+        env.update({JobVar.JOB_ID: str(job_id), JobVar.ATTEMPT: str(attempt),
+                    JobVar.CHECKPOINT_DIR: checkpoint_dir, JobVar.NODE: slot.node})
     if EnvPart.TORCHELASTIC in parts:
         env.update(ROLE_RANK=str(rank), ROLE_WORLD_SIZE=str(world), TORCHELASTIC_RUN_ID=str(job_id),
                    TORCHELASTIC_RESTART_COUNT=str(max(0, attempt - 1)))

@@ -1,5 +1,5 @@
 """Free space on a file system: one definition for the health checks, the metrics and the storage
-reserve (`control/storage.py`)."""
+reserve (`control/lifecycle/storage.py`)."""
 
 from __future__ import annotations
 

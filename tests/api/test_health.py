@@ -14,7 +14,7 @@ from sqlalchemy import select
 
 from tests.mounts import fill, tmpfs
 from tests.plane import Plane, wait_until
-from trainyard.control import supervise
+from trainyard.control.lifecycle import supervise
 from trainyard.store.models import EventRow
 
 

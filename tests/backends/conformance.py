@@ -32,7 +32,8 @@ from pathlib import Path
 import pytest
 
 from tests.backends.helpers import MARK, marked_processes
-from trainyard.backends.base import AttemptState, Backend, BackendError, LaunchSpec, RankLaunch
+from trainyard.backends.base import AttemptState, Backend, BackendError, LaunchSpec
+from trainyard.contracts import RankPlacement
 from trainyard.backends.fake import FakeBackend, FakeCluster
 from trainyard.clock import FakeClock
 from trainyard.contracts import JobDir, JobInfo, expand_hostlist
@@ -97,7 +98,7 @@ class Harness:
              attempt: int = 1) -> LaunchSpec:
         jd = JobDir.of(self.data_dir, job_id)
         return LaunchSpec(job_id=job_id, attempt=attempt, command=command, workdir=str(self.data_dir),
-                          job_dir=str(jd.root), ranks=[RankLaunch(r, n, g) for r, n, g in (ranks or self.gang())],
+                          job_dir=str(jd.root), ranks=[RankPlacement(r, n, g) for r, n, g in (ranks or self.gang())],
                           env={MARK: str(self.data_dir), "CONFORMANCE_OUT": str(self.out)},
                           checkpoint_dir=str(jd.checkpoints), job=JobInfo(name=f"conformance-{job_id}", team="vision"))
 

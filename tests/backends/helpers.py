@@ -7,8 +7,9 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from trainyard.backends import AttemptState, LaunchSpec, LocalBackend, NodeInfo, RankLaunch
-from trainyard.backends._procfs import read_stat
+from trainyard.backends import AttemptState, LaunchSpec, LocalBackend, NodeInfo
+from trainyard.contracts import RankPlacement
+from trainyard.backends.rundir.procfs import read_stat
 
 NODES = [NodeInfo("node0", 4, "emulated", 16384), NodeInfo("node1", 4, "emulated", 16384)]
 MARK = "TRAINYARD_TEST_MARK"  # set in every test job's env, so leftovers can be found by environ
@@ -30,7 +31,7 @@ def make_spec(
         command=command,
         workdir=str(workdir or data_dir),
         job_dir=str(job_dir),
-        ranks=[RankLaunch(r, n, g) for r, n, g in ranks],
+        ranks=[RankPlacement(r, n, g) for r, n, g in ranks],
         env={MARK: str(data_dir), **(env or {})},
         checkpoint_dir=str(job_dir / "ckpt"),
     )

@@ -11,7 +11,7 @@ import pytest
 from tests.backends.conformance import Conformance, ProcessHarness
 from tests.backends.helpers import NODES
 from trainyard.backends.base import Backend
-from trainyard.backends.local import LocalBackend
+from trainyard.backends.local.backend import LocalBackend
 
 
 class LocalHarness(ProcessHarness):

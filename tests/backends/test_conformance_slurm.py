@@ -16,7 +16,7 @@ import pytest
 from tests.backends.conformance import Conformance, ProcessHarness
 from tests.slurm_cluster import SlurmCluster, slurm_available
 from trainyard.backends.base import Backend
-from trainyard.backends.slurm import SlurmBackend
+from trainyard.backends.slurm.backend import SlurmBackend
 from trainyard.contracts import JobDir
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.xdist_group("slurm-conformance")]

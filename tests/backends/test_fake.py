@@ -12,12 +12,13 @@ import pytest
 
 from tests.backends.helpers import NODES
 from trainyard.backends import registry
-from trainyard.backends.base import BackendError, LaunchSpec, RankLaunch
+from trainyard.backends.base import BackendError, LaunchSpec
+from trainyard.contracts import RankPlacement
 from trainyard.backends.fake import FakeBackend, FakeCluster, Program, SentSignal, parse_program
 from trainyard.clock import FakeClock
 from trainyard.contracts import JobDir, newest_checkpoint
-from trainyard.control.lost_work import last_steps
-from trainyard.control.outcome import OOM_MARKERS
+from trainyard.control.rules.lost_work import last_steps
+from trainyard.control.rules.outcome import OOM_MARKERS
 
 T0 = 1_700_000_000.0
 
@@ -37,7 +38,7 @@ def fake(tmp_path: Path, clock: FakeClock):
 def spec(data_dir: Path, job_id: int, *tokens: str, ranks=((0, "node0", (0,)),), attempt: int = 1) -> LaunchSpec:  # noqa: ANN001
     jd = JobDir.of(data_dir, job_id)
     return LaunchSpec(job_id, attempt, ["yard-fake", *tokens], str(data_dir), str(jd.root),
-                      [RankLaunch(r, n, g) for r, n, g in ranks], {}, str(jd.checkpoints))
+                      [RankPlacement(r, n, g) for r, n, g in ranks], {}, str(jd.checkpoints))
 
 
 def rank(be: FakeBackend, job_id: int, r: int = 0, attempt: int = 1):  # noqa: ANN201
@@ -164,9 +165,9 @@ def test_per_rank_programs_and_the_programs_hook(fake, clock, tmp_path):
     be = FakeBackend(tmp_path / "other", NODES, clock=clock, programs={"train.py": Program(run_s=5, exit_code=4)})
     (tmp_path / "other").mkdir()
     be.launch(LaunchSpec(1, 1, ["train.py", "--lr", "3e-4"], str(tmp_path), str(tmp_path / "other/jobs/1"),
-                         [RankLaunch(0, "node0", (0,))], {}, str(tmp_path / "other/ck")))
+                         [RankPlacement(0, "node0", (0,))], {}, str(tmp_path / "other/ck")))
     be.launch(LaunchSpec(2, 1, ["true"], str(tmp_path), str(tmp_path / "other/jobs/2"),
-                         [RankLaunch(0, "node0", (0,))], {}, str(tmp_path / "other/ck2")))
+                         [RankPlacement(0, "node0", (0,))], {}, str(tmp_path / "other/ck2")))
     clock.advance(5)
     assert [a.ranks[0].exit_code for a in be.poll()] == [4, 0]  # the hook's; `true`: the default program
     FakeCluster.forget(tmp_path / "other")
@@ -219,7 +220,7 @@ def test_a_forgotten_cluster_no_longer_follows_its_clock(tmp_path, clock):
 
 
 def test_the_real_control_loop_drives_the_fake_backend_it_got_by_name(tmp_path):
-    """`ControlPlane(backend_kind="fake")`: the loop launches, polls and classifies scripted ranks
+    """`PlaneSettings(backend_kind="fake")`: the loop launches, polls and classifies scripted ranks
     (real clock here; the loop's own tests put both on a FakeClock)."""
     from tests.plane import Plane
 

@@ -11,8 +11,9 @@ import yaml
 from tests.plane import YARD
 from trainyard.backends import registry
 from trainyard.backends.base import BackendError, NodeInfo
-from trainyard.backends.local import LocalBackend
-from trainyard.control.plane import ControlPlane
+from trainyard.backends.local.backend import LocalBackend
+from trainyard.control.lifecycle.plane import ControlPlane
+from trainyard.control.lifecycle.plane_builder import PlaneSettings, build_plane
 
 
 class Recorder:
@@ -60,7 +61,7 @@ def test_built_in_backends_are_known_by_name_and_an_unknown_one_is_refused_listi
 
 
 def test_the_plane_discovers_nodes_once_and_creates_the_backend_on_the_configured_ones(tmp_path, recorder):
-    doc = close(ControlPlane(tmp_path, backend_kind="recorder", slurm_partition="gpu"))
+    doc = close(build_plane(PlaneSettings(tmp_path, backend_kind="recorder", backend_options={"partition": "gpu"})))
     assert recorder.checked == [{"partition": "gpu"}] and recorder.discovered == [{"partition": "gpu"}]
     stored = doc["cluster"]["nodes"]
     assert stored[0] == {"name": "r0", "gpus": 2, "gpu_model": "x100", "gpu_mem_gb": 40.0, "block": "b1", "rack": "r7"}
@@ -71,7 +72,7 @@ def test_the_plane_discovers_nodes_once_and_creates_the_backend_on_the_configure
 
     # A configuration stored later is what the backend gets, whatever discovery would say.
     doc["cluster"]["nodes"][0]["gpu_mem_gb"] = 80
-    close(ControlPlane(tmp_path, backend_kind="recorder", config_text=yaml.safe_dump(doc)))
+    close(build_plane(PlaneSettings(tmp_path, backend_kind="recorder", config_text=yaml.safe_dump(doc))))
     assert recorder.discovered == [{"partition": "gpu"}]  # not again: a configuration is stored
     assert [n.gpu_mem_mib for n in recorder.created[1][0]] == [81920, 40960]
 
@@ -84,10 +85,10 @@ def test_a_backend_that_cannot_run_here_fails_before_anything_is_stored(tmp_path
                                            check=refuse))
     try:
         with pytest.raises(BackendError, match="no cluster here"):
-            ControlPlane(tmp_path, backend_kind="refusing")
+            build_plane(PlaneSettings(tmp_path, backend_kind="refusing"))
     finally:
         registry._KINDS.pop("refusing", None)
-    cp = ControlPlane(tmp_path)  # nothing was stored: the first real start makes the default configuration
+    cp = build_plane(PlaneSettings(tmp_path))  # nothing was stored: the first real start makes the default configuration
     with cp.store.session() as s:
         assert cp.configs.current(s).version == 1
     close(cp)

@@ -127,7 +127,7 @@ def test_the_nvml_and_planner_stages_judge_what_they_read(tmp_path, monkeypatch)
     import argparse
 
     import trainyard.control.health.nvml as nvml
-    from tests.control.test_health_nvml import FakeNvml
+    from tests.control.health.test_health_nvml import FakeNvml
 
     g = load_module()
     monkeypatch.setattr(nvml, "_session", nvml.NvmlSession(FakeNvml([{"ecc": 0, "temp": 41}])))

@@ -91,7 +91,7 @@ def test_plan_and_bench_bad_arguments(trace):
 
 
 def test_bad_config_names_file_line_and_field(tmp_path):
-    from trainyard.spec import EXAMPLE_CONFIG
+    from trainyard.spec.models import EXAMPLE_CONFIG
 
     cfg = tmp_path / "cluster.yaml"
     cfg.write_text(EXAMPLE_CONFIG.read_text().replace("    max_wait: 24h\n", "    max_wait: tomorrow\n"))
@@ -105,7 +105,7 @@ def test_bad_config_names_file_line_and_field(tmp_path):
 
 
 def test_config_without_a_class_the_workload_uses(tmp_path):
-    from trainyard.spec import EXAMPLE_CONFIG
+    from trainyard.spec.models import EXAMPLE_CONFIG
 
     cfg = tmp_path / "cluster.yaml"
     text = EXAMPLE_CONFIG.read_text()

@@ -1,6 +1,6 @@
 """`--mail-type`/`--mail-user` against a real `yard up` (local backend) and a real HTTP receiver:
 the cluster configuration's `notify:` webhook gets one JSON POST per event the job asked for, in
-order, and a slow or failing receiver never holds the control loop up (control/notify.py)."""
+order, and a slow or failing receiver never holds the control loop up (control/lifecycle/notify.py)."""
 
 from __future__ import annotations
 

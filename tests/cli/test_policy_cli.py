@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from tests.plane import TWO_TEAMS, YARD, YardServer
 from trainyard.cli.main import app
 from trainyard.sched.policy import policy_names
-from trainyard.spec import EXAMPLE_CONFIG
+from trainyard.spec.models import EXAMPLE_CONFIG
 
 
 def test_yard_up_with_an_unknown_policy_exits_2_naming_the_option_and_the_known_ones(tmp_path):

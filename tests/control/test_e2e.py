@@ -3,7 +3,7 @@
 What real processes do here: the environment each rank sees, exit codes and signals as the
 processes produce them, a cancel that reaches the ranks' children, a job token used from inside a
 job, `--output` links. The loop's decisions themselves (retries, stops, preemption, reasons) are
-tested on the fake backend with a fake clock (tests/control/test_loop_logic.py)."""
+tested on the fake backend with a fake clock (tests/control/loop/test_loop_logic.py)."""
 
 from __future__ import annotations
 

@@ -48,3 +48,32 @@ def test_as_owner_works_with_the_owners_rights_and_times_out(tmp_path):
         with pytest.raises(TimeoutError):
             jobfs.as_owner(alice, lambda p: open(p).read(), str(work / "fifo"), timeout_s=0.5)
         assert time.monotonic() - t < 5
+
+
+@ROOT_ONLY
+def test_a_read_that_fails_still_ends_and_reaps_the_child(monkeypatch):
+    """The parent's read raising (not a timeout) must not leave the child running: it is killed
+    and reaped, and the read's own error is what the caller sees (it was an UnboundLocalError
+    once, and the child lived on)."""
+    from trainyard.jobfs import owner as owner_mod
+
+    forked: list[int] = []
+    real_fork = os.fork
+
+    def fork() -> int:
+        pid = real_fork()
+        if pid:
+            forked.append(pid)
+        return pid
+
+    def read_fails(fd: int, deadline: float) -> bytes | None:
+        raise OSError(5, "the pipe broke")
+
+    monkeypatch.setattr(owner_mod.os, "fork", fork)
+    monkeypatch.setattr(owner_mod, "_read_until", read_fails)
+    nobody = Owner("nobody", 65534, 65534, (65534,))
+    with pytest.raises(OSError, match="the pipe broke"):
+        jobfs.as_owner(nobody, time.sleep, 30)
+    assert len(forked) == 1
+    with pytest.raises(ChildProcessError):  # already reaped by as_owner
+        os.waitpid(forked[0], os.WNOHANG)

@@ -30,7 +30,7 @@ def test_watchdog_hung_rank_ends_every_rank(tmp_path):
     # hung rank's watchdog exits 86. Its peer exits 86 too when its own watchdog fires first, or
     # fails on the connection the hung rank's exit closed (exit 1) when that comes first: a race
     # on a loaded machine. The control plane blames the watchdog's exit either way
-    # (tests/control/test_outcome.py), so the job is recorded as hung, not crashed.
+    # (tests/control/rules/test_outcome.py), so the job is recorded as hung, not crashed.
     out = tmp_path / "job"
     r = Ranks(out, 2, ["--steps", "10", "--hang-at", "4", "--hang-rank", "1", "--watchdog", "2"])
     codes = r.wait(timeout=90)

@@ -10,7 +10,7 @@ has a test:
   (`trainyard_gpu_seconds_total` / 3600) = what the attempts' start and end times and GPUs give;
 - the lost GPU-hours (per team and per cause) of `yard acct` = `yard report`'s = Prometheus's
   `trainyard_lost_gpu_seconds_total` = the attempts' `lost_gpu_s` (the loop's lost-work
-  accounting, control/lost_work.py);
+  accounting, control/rules/lost_work.py);
 - the waits of `yard acct --attempts` = the sum of Prometheus's wait histogram per team and class;
 - `yard report`'s jobs by outcome and its OOM rate match the jobs' states.
 """

@@ -1,5 +1,5 @@
 """Policy as configuration: policies built by name from parameters (`sched/policy.py`), and the
-cluster configuration's `scheduler:` section that validates them (`spec.SchedulerSpec`).
+cluster configuration's `scheduler:` section that validates them (`spec.models.SchedulerSpec`).
 
 The default must stay exactly today's policy (every simulator figure was measured with it), and
 every mistake an operator can make in the section must name the field and its line.
@@ -15,7 +15,7 @@ from trainyard.sched.baselines import Fifo, Slurm, Tiresias
 from trainyard.sched.engine import EngineParams, TrainyardPolicy
 from trainyard.sched.ordering import OrderingParams
 from trainyard.sched.policy import get_policy, policy_names, policy_params, resolved_params
-from trainyard.spec import EXAMPLE_CONFIG, ConfigError, load_config, parse_config
+from trainyard.spec.models import EXAMPLE_CONFIG, ConfigError, load_config, parse_config
 
 BASE = EXAMPLE_CONFIG.read_text()
 BASE = BASE[:BASE.index("# Which scheduling policy runs")]  # the example less its scheduler section
@@ -78,7 +78,7 @@ def test_names_are_checked_where_policies_are_built(name, params, message):
         assert sorted(str(e.value).split("known: ")[1].split(", ")) == sorted(policy_names())
 
 
-# -- spec.py: the scheduler: section ---------------------------------------------------------------
+# -- spec/models.py: the scheduler: section ---------------------------------------------------------------
 
 
 def test_without_the_section_the_cluster_runs_todays_policy():

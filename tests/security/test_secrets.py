@@ -2,7 +2,7 @@
 command line.
 
 - A job of a real account on a root plane prints its whole environment (`/usr/bin/env`): none of
-  the plane's variables is there but the allow-list (backends/login_env.py), whatever the plane
+  the plane's variables is there but the allow-list (backends/local/login_env.py), whatever the plane
   holds (PGPASSWORD, YARD_DB_URL, DATABASE_URL, AWS_SECRET_ACCESS_KEY, …); what the submitter
   exported is. The Slurm backend's `job-env.json` likewise (`slurm_env.job_env`, written for real).
 - An operator's check command gets the plane's environment less its credentials.
@@ -28,12 +28,12 @@ import pytest
 
 from tests.accounts import ROOT_ONLY, Accounts, accounts, shared_dir
 from tests.plane import TWO_TEAMS, YARD, YARD_UP_IDENTITY, Plane, YardServer, job_dir
-from trainyard.backends import slurm_env
-from trainyard.backends.base import LaunchSpec, Owner, RankLaunch
-from trainyard.backends.login_env import DEFAULT_PATH, PASSED_ON
-from trainyard.contracts import Gang, RankSlot, rank_env
+from trainyard.backends.slurm import env as slurm_env
+from trainyard.backends.base import LaunchSpec, Owner
+from trainyard.backends.local.login_env import DEFAULT_PATH, PASSED_ON
+from trainyard.contracts import Gang, RankPlacement, rank_env
 from trainyard.control.health.checks import run_check
-from trainyard.spec import CheckSpec
+from trainyard.spec.models import CheckSpec
 
 PG_DSN = os.environ.get("TRAINYARD_TEST_PG", "host=127.0.0.1 port=5432 user=postgres dbname=test")
 TOKEN = uuid.uuid4().hex[:10]
@@ -46,7 +46,7 @@ PLANE_SECRETS = {
 }
 LOGIN = {"PATH", "HOME", "USER", "LOGNAME", "SHELL"}
 # Names trainyard sets for every rank itself (whatever the plane's environment has under them).
-SET_BY_TRAINYARD = set(rank_env(Gang((RankSlot("n", ("0",)),)), 0, job_id=1, attempt=1, checkpoint_dir="c",
+SET_BY_TRAINYARD = set(rank_env(Gang((RankPlacement(0, "n", (0,)),)), 0, job_id=1, attempt=1, checkpoint_dir="c",
                                 master_addr="a", master_port=1)) | {"CUDA_DEVICE_ORDER", "TMPDIR"}
 
 
@@ -112,7 +112,7 @@ def test_the_slurm_backends_job_env_file_holds_the_jobs_variables_only(tmp_path,
     for k, v in PLANE_SECRETS.items():
         monkeypatch.setenv(k, v)
     spec = LaunchSpec(job_id=7, attempt=2, command=["true"], workdir=str(tmp_path), job_dir=str(tmp_path / "j"),
-                      ranks=[RankLaunch(0, "n1", (0,))], env={"MY_VAR": "mine", "TRAINYARD_TOKEN": "ty_job"},
+                      ranks=[RankPlacement(0, "n1", (0,))], env={"MY_VAR": "mine", "TRAINYARD_TOKEN": "ty_job"},
                       checkpoint_dir=str(tmp_path / "ck"),
                       owner=Owner("nobody", os.geteuid(), os.getegid()))
     want = {"MY_VAR": "mine", "TRAINYARD_TOKEN": "ty_job", "TRAINYARD_JOB_ID": "7", "TRAINYARD_ATTEMPT": "2",

@@ -3,7 +3,7 @@
 import pytest
 
 from tests.plane import TEST_IDENTITY, TWO_TEAMS, with_test_users
-from trainyard.control.plane import ControlPlane
+from trainyard.control.lifecycle.plane_builder import PlaneSettings, build_plane
 from trainyard.services import jobs
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Forbidden, ServiceError
@@ -14,7 +14,7 @@ ADMIN = Principal("admin", "admin")
 
 @pytest.fixture
 def cp(tmp_path):
-    cp = ControlPlane(tmp_path / "yard", config_text=with_test_users(TWO_TEAMS.read_text()), **TEST_IDENTITY)
+    cp = build_plane(PlaneSettings(tmp_path / "yard", config_text=with_test_users(TWO_TEAMS.read_text()), **TEST_IDENTITY))
     with cp.store.session.begin() as s:
         cfg = cp.configs.current(s)
         wd = str(cp.data_dir)

@@ -14,7 +14,7 @@ from trainyard.services.auth import Principal
 from trainyard.services.errors import Conflict, Forbidden, NotFound, ServiceError
 from trainyard.services.login import login_identity
 from trainyard.services.login_codes import LoginCodes, TooMany, normalize
-from trainyard.spec import ConfigSpec, parse_config
+from trainyard.spec.models import ConfigSpec, parse_config
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Retention (services/retention.py, control/retention.py): finished jobs past the configured time
+"""Retention (services/retention.py, control/lifecycle/retention.py): finished jobs past the configured time
 are purged in bounded batches with their attempts and events, audit events are kept, the
 Prometheus counters do not move, and a directory-only horizon leaves the accounting whole."""
 

@@ -3,7 +3,7 @@
 import pytest
 
 from trainyard.sim.philly import largest_remainder, load_philly, parse_cluster_shape
-from trainyard.spec import ConfigError
+from trainyard.spec.models import ConfigError
 
 HEADER = "timestamp,duration,num_gpus,gpu_time,cluster\n"
 ROWS = [

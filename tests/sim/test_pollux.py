@@ -8,11 +8,12 @@ import pytest
 from typer.testing import CliRunner
 
 from trainyard.cli.main import app
+from trainyard.sim.local_traces import MISSING, POLLUX_WORKLOADS, local_trace
 from trainyard.sim.pollux import ALLOCATION_S, load_pollux
 from trainyard.sim.pollux_runtimes import RUN_S
-from trainyard.spec import ConfigError
+from trainyard.spec.models import ConfigError
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared/traces/pollux-sia-workloads/pollux_workloads"
+SHARED = local_trace(POLLUX_WORKLOADS)
 HEADER = "name,time,application,num_replicas,batch_size\n"
 
 
@@ -39,7 +40,7 @@ def test_the_cluster_and_las_can_be_changed(tmp_path):
     assert w.total_gpus == 32 and not w.teams["pollux"].las
 
 
-@pytest.mark.skipif(not SHARED.is_dir(), reason="the shared traces are not on this machine")
+@pytest.mark.skipif(SHARED is None, reason=MISSING)
 def test_every_published_workload_loads():
     for k in range(1, 9):
         w = load_pollux(SHARED / f"workload-{k}.csv")

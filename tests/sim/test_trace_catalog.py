@@ -1,7 +1,7 @@
 """Fetching public traces (`sim/trace_catalog.py`): a real HTTP server on loopback plays the source.
 
 The mirror holds the files at their source paths. Pollux's files there are the real ones (from
-../shared/traces, byte for byte the pinned commit's), so the catalog's checksums are checked
+$TRAINYARD_TRACES, byte for byte the pinned commit's), so the catalog's checksums are checked
 against real data; the Philly file is only served wrong (its full source is not on this machine).
 """
 
@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from trainyard.sim import trace_catalog as tc
+from trainyard.sim.local_traces import MISSING, POLLUX, local_trace
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared/traces/pollux-sia-workloads"
-needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/traces is not on this machine")
+SHARED = local_trace(POLLUX) or Path("/nonexistent")
+needs_shared = pytest.mark.skipif(local_trace(POLLUX) is None, reason=MISSING)
 
 
 @pytest.fixture
@@ -122,7 +123,7 @@ def test_philly_fetches_its_table_from_its_own_source_and_stops_at_a_bad_file(mi
     root, url = mirror
     shared_table = SHARED.parent / "philly" / "philly_vc_nodes_heliosartifact.csv"
     if not shared_table.is_file():
-        pytest.skip("../shared/traces is not on this machine")
+        pytest.skip(MISSING)
     table = root / "framework/QSSF Service/data/philly_vc.csv"
     table.parent.mkdir(parents=True)
     shutil.copyfile(shared_table, table)

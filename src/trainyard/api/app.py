@@ -20,28 +20,28 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from trainyard.api.admission import Admission, Counts
 from trainyard.api.routers import accounting, cluster, jobs, misc, nodes, reservations, storage, teams, tokens, ui
 from trainyard.api.routers import login as login_routes
-from trainyard.control.plane import API_THREADS, REQUESTS_PER_THREAD, ControlPlane
 from trainyard.disk import free_bytes
 from trainyard.services.errors import ServiceError
 from trainyard.services.login_codes import LoginCodes
 from trainyard.services.metrics import PlaneCollector
-from trainyard.spec import ConfigError
+from trainyard.services.plane_facade import API_THREADS, REQUESTS_PER_THREAD, Plane
+from trainyard.spec.models import ConfigError
 
 
 # Log streams in flight at once before the API answers 503 (api/admission.py); ordinary requests
-# are bounded by the plane (ControlPlane.api_max_requests), which sizes its store pool for them.
+# are bounded by the plane (Plane.api_max_requests), which sizes its store pool for them.
 MAX_STREAMS = 256
 
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     # The worker threads that run the (synchronous) handlers: as many as the plane sized its
-    # store pool for (ControlPlane.api_threads), instead of AnyIO's default of 40.
+    # store pool for (Plane.api_threads), instead of AnyIO's default of 40.
     anyio.to_thread.current_default_thread_limiter().total_tokens = app.state.plane.api_threads
     yield
 
 
-def _disk_full(cp: ControlPlane | None) -> JSONResponse:
+def _disk_full(cp: Plane | None) -> JSONResponse:
     where = cp.data_dir if cp is not None else "the data dir"
     try:
         free = f"{free_bytes(where) / 2**20:.0f} MiB free"
@@ -51,7 +51,7 @@ def _disk_full(cp: ControlPlane | None) -> JSONResponse:
                         status_code=507)
 
 
-def _store_trouble(cp: ControlPlane | None, message: str, e: Exception) -> JSONResponse:
+def _store_trouble(cp: Plane | None, message: str, e: Exception) -> JSONResponse:
     """A store that cannot write: 507 when its disk is full, 503 with Retry-After when its one
     write lock is held too long; anything else is a server error as before."""
     low = message.lower()
@@ -63,7 +63,7 @@ def _store_trouble(cp: ControlPlane | None, message: str, e: Exception) -> JSONR
     raise e
 
 
-def create_app(cp: ControlPlane) -> FastAPI:
+def create_app(cp: Plane) -> FastAPI:
     app = FastAPI(title="trainyard", version="0.1.0", lifespan=_lifespan,
                   description="Self-hosted manager for GPU training clusters shared by several teams.")
     most = cp.api_max_requests if cp is not None else REQUESTS_PER_THREAD * API_THREADS  # None: the spec only
@@ -73,7 +73,7 @@ def create_app(cp: ControlPlane) -> FastAPI:
     app.state.metrics = CollectorRegistry(auto_describe=False)  # what GET /metrics exposes
     app.state.metrics.register(PlaneCollector(lambda: cp))
     app.state.login_codes = LoginCodes()  # `yard login --code` (services/login_codes.py)
-    app.state.login_socket = None  # its path, when `yard up` listens on one (control/login_socket.py)
+    app.state.login_socket = None  # its path, when `yard up` listens on one (control/lifecycle/login_socket.py)
 
     @app.exception_handler(ServiceError)
     async def _service_error(_: Request, e: ServiceError) -> JSONResponse:

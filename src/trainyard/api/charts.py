@@ -152,18 +152,20 @@ def line_chart(title: str, series: list[Series], *, width: int = 640, height: in
     for s in series:
         pts = list(s.points)
         run: list[str] = []
-        for i, (x, y) in enumerate(pts + [(0.0, None)]):  # the sentinel closes the last run
+        last = (0.0, 0.0)  # the run's newest point
+        for x, y in pts + [(0.0, None)]:  # the sentinel closes the last run
             if y is None:
                 if len(run) > 1:
                     c.lines.append((s.css, " ".join(run), s.name))
                 elif run:  # a lone point between gaps: a dot, or it would not show
-                    x_, y_ = pts[i - 1]
+                    x_, y_ = last
                     c.dots.append((s.css, px(x_), py(y_), f"{s.name}: {y_fmt(y_)} at {x_fmt(x_)}"))
                 run = []
             elif s.dots:
                 c.dots.append((s.css, px(x), py(y), f"{s.name}: {y_fmt(y)} at {x_fmt(x)}"))
             else:
                 run.append(f"{px(x)},{py(y)}")
+                last = (x, y)
     ticks = nice_ticks(x0, x1, 6) if x_tick_values is None else [t for t in x_tick_values if x0 <= t <= x1]
     c.x_ticks = [(px(t), x_fmt(t)) for t in ticks]
     c.y_ticks = [(py(t), y_fmt(t)) for t in y_ticks(lo, hi, 4) if lo <= t <= hi]

@@ -1,4 +1,5 @@
-"""What every route needs: the control plane, a session, the caller (from the bearer token)."""
+"""What every route needs: the control plane (as `services.plane_facade.Plane`), a session, the caller
+(from the bearer token)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from fastapi import Depends, Header, Path, Request
 from starlette.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
-from trainyard.control.plane import ControlPlane
 from trainyard.services.auth import Principal, authenticate, cached_principal
 from trainyard.services.errors import Forbidden, ServiceError
+from trainyard.services.plane_facade import Plane
 
 # The largest id the store compares with: INTEGER columns are 32-bit on PostgreSQL (64-bit on
 # SQLite); a larger job id, event id or config version in a request raised an overflow (500)
@@ -20,12 +21,12 @@ MAX_ID = 2**31 - 1
 JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="a job id")]
 
 
-async def plane(request: Request) -> ControlPlane:
+async def plane(request: Request) -> Plane:
     # async: a plain attribute read needs no trip through the thread pool
     return request.app.state.plane
 
 
-async def session(cp: ControlPlane = Depends(plane)) -> AsyncIterator[Session]:
+async def session(cp: Plane = Depends(plane)) -> AsyncIterator[Session]:
     """A session for the route. async: opening one touches no database (the connection is taken
     at its first query, on the route's worker thread), and a sync generator would cost two
     thread-pool hops per request, to open and to close it."""
@@ -37,7 +38,7 @@ async def session(cp: ControlPlane = Depends(plane)) -> AsyncIterator[Session]:
 
 
 async def principal(authorization: str | None = Header(None, description="Bearer <token>"),
-                    cp: ControlPlane = Depends(plane)) -> Principal:
+                    cp: Plane = Depends(plane)) -> Principal:
     """The caller. async, and apart from the route's session: a token checked recently is answered
     from the process's cache without a thread-pool hop (each hop costs more than the check, and a
     sync dependency on the session costs two more, to open and to close it); an unknown one is
@@ -52,7 +53,7 @@ async def principal(authorization: str | None = Header(None, description="Bearer
     return await run_in_threadpool(authenticate_token, cp, token)
 
 
-def authenticate_token(cp: ControlPlane, token: str | None) -> Principal:
+def authenticate_token(cp: Plane, token: str | None) -> Principal:
     """The caller of `token`, looked up in the store (blocking: call it on a worker thread)."""
     with cp.store.session() as s:
         return authenticate(s, token)

@@ -93,7 +93,7 @@ def history_charts(h: History, now: float) -> list[charts.Chart]:
     xs = [c - now for c in h.centers]
     span = h.end - h.start
     ticks = [-span + i * span / 6 for i in range(7)]
-    opts = dict(width=400, height=180, x_range=(-span, 0.0), x_fmt=charts.fmt_ago, x_tick_values=ticks)
+    opts: dict[str, Any] = dict(width=400, height=180, x_range=(-span, 0.0), x_fmt=charts.fmt_ago, x_tick_values=ticks)
     pct = [100.0 * a / h.capacity if h.capacity else 0.0 for a in h.allocated]
     return [
         charts.line_chart(f"GPUs allocated (% of {h.capacity})", [charts.Series("allocated", list(zip(xs, pct)))],
@@ -112,7 +112,7 @@ def usage_charts(h: UsageHistory, rep: dict[str, Any]) -> list[charts.Chart]:
     wait percentiles per class, lost GPU-hours by cause. The numbers ride along as data-* attributes."""
     xs = [c - h.end for c in h.centers]
     span = h.end - h.start
-    opts = dict(width=560, height=220, x_range=(-span, 0.0), x_fmt=charts.fmt_ago,
+    opts: dict[str, Any] = dict(width=560, height=220, x_range=(-span, 0.0), x_fmt=charts.fmt_ago,
                 x_tick_values=[-span + i * span / 6 for i in range(7)])
     series = []
     for i, (team, values) in enumerate(sorted(h.team_gpu_hours.items())):

@@ -14,10 +14,9 @@ from trainyard.backends.base import (
     Limits,
     NodeInfo,
     Owner,
-    RankLaunch,
     RankState,
 )
-from trainyard.backends.local import LocalBackend, detect_local_nodes
+from trainyard.backends.local.backend import LocalBackend, detect_local_nodes
 
 __all__ = [
     "AttemptState",
@@ -28,7 +27,6 @@ __all__ = [
     "LocalBackend",
     "NodeInfo",
     "Owner",
-    "RankLaunch",
     "RankState",
     "detect_local_nodes",
 ]

@@ -6,7 +6,7 @@ requeue or time anything out; the control loop does that and calls `signal`/`rel
     inventory() -> [NodeInfo]        what can be placed on (nodes, GPUs, topology, health, state)
     launch(LaunchSpec)               start every rank of one attempt, or none (BackendError)
     launch_waits                     whether launch() waits on another system (the loop then
-                                     launches off its thread: control/launches.py)
+                                     launches off its thread: control/loop/launch_threads.py)
     signal(job, attempt, sig)        deliver `sig` to every rank's process group; gone is fine
     poll() -> [AttemptState]         every attempt it knows, also those re-found after a restart
     check_node(name) -> (ok, why)    health check before a drained node returns to service
@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from collections.abc import Callable
 from typing import Protocol
 
-from trainyard.contracts import JobInfo
+from trainyard.contracts import JobInfo, RankPlacement
 
 
 @dataclass(frozen=True)
@@ -59,15 +59,6 @@ class NodeInfo:
     state: str = "up"  # why it is unhealthy, when the backend knows: "up", "hung", "dead", ...
     block: str = ""  # topology domains, where the backend knows them (Slurm: node features)
     rack: str = ""
-
-
-@dataclass(frozen=True)
-class RankLaunch:
-    """Where one rank runs: a node and the node-local GPU indices it is given."""
-
-    rank: int
-    node: str
-    gpus: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -116,7 +107,7 @@ class LaunchSpec:
     command: list[str]  # argv of every rank
     workdir: str  # cwd of the ranks
     job_dir: str  # DATA_DIR/jobs/<id>; logs go to <job_dir>/logs/rank-<r>.log
-    ranks: list[RankLaunch]
+    ranks: list[RankPlacement]  # where each rank runs, as the schedule step decided (`contracts.RankPlacement`)
     env: dict[str, str]  # user env + TRAINYARD_API, TRAINYARD_TOKEN ...; contract vars go on top
     checkpoint_dir: str  # value of TRAINYARD_CHECKPOINT_DIR
     job: JobInfo = JobInfo()  # name, team, pool, class...: what the environment's Slurm part says
@@ -175,7 +166,7 @@ class Backend(Protocol):
     name: str
     # True when `launch` waits on another system for seconds (Slurm: slurmctld schedules the batch
     # job, then its ranks start): the control loop launches on threads of its own, so that the
-    # pass (notices, end records) does not wait with it (control/launches.py). The backend must
+    # pass (notices, end records) does not wait with it (control/loop/launch_threads.py). The backend must
     # then answer poll/signal/release while a launch is under way.
     launch_waits: bool
 

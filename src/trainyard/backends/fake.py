@@ -61,7 +61,7 @@ Example::
     clock = FakeClock()
     be = FakeBackend(tmp_path, [NodeInfo("node0", 4, "emulated", 16384)], clock=clock)
     be.launch(LaunchSpec(1, 1, ["yard-fake", "usr1=5", "step=1", "ckpt=4"], str(tmp_path),
-                         str(tmp_path / "jobs/1"), [RankLaunch(0, "node0", (0,))], {},
+                         str(tmp_path / "jobs/1"), [RankPlacement(0, "node0", (0,))], {},
                          str(tmp_path / "jobs/1/checkpoints")))
     clock.advance(10)                      # 10 steps, checkpoints at 4 and 8
     be.signal(1, 1, signal.SIGUSR1)
@@ -86,13 +86,13 @@ from pathlib import Path
 
 from trainyard.backends import registry
 from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState
+from trainyard.backends.launch_check import check_launch
 from trainyard.contracts import (
     CHECKPOINT_MARKER,
     REQUEUE_EXIT,
     EnvPart,
     Gang,
     JobDir,
-    RankSlot,
     newest_checkpoint,
     rank_env,
 )
@@ -252,7 +252,7 @@ class FakeCluster:
         with cls._by_dir_lock:
             c = cls._by_dir.pop(str(Path(data_dir).resolve()), None)
         unsubscribe = getattr(c.clock, "unsubscribe", None) if c is not None else None
-        if unsubscribe is not None:
+        if c is not None and unsubscribe is not None:
             unsubscribe(c.tick)
 
     def pid(self) -> int:
@@ -430,7 +430,7 @@ class FakeBackend:
             except OSError as e:
                 raise BackendError(f"{where}: cannot create {e.filename}: {e.strerror}") from e
             ranks = sorted(spec.ranks, key=lambda r: r.rank)
-            gang = Gang(tuple(RankSlot(r.node, tuple(map(str, r.gpus))) for r in ranks))
+            gang = Gang(tuple(ranks))
             port = 20000 + (spec.job_id * 7 + spec.attempt) % 40000  # no socket: any stable number
             resumed = newest_checkpoint(spec.checkpoint_dir)
             stamp = datetime.fromtimestamp(now, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -593,22 +593,7 @@ class FakeBackend:
         return [(a, rk) for _, a in sorted(self.cluster.attempts.items()) for rk in a.ranks if rk.node == node]
 
     def _validate(self, spec: LaunchSpec, where: str) -> None:
-        if not spec.command:
-            raise BackendError(f"{where}: empty command")
-        if not spec.ranks or sorted(r.rank for r in spec.ranks) != list(range(len(spec.ranks))):
-            raise BackendError(f"{where}: ranks must be 0..n-1, got {[r.rank for r in spec.ranks]}")
-        for r in spec.ranks:
-            node = self._nodes.get(r.node)
-            if node is None:
-                raise BackendError(f"{where}: rank {r.rank} placed on unknown node {r.node!r}")
-            bad = [g for g in r.gpus if not 0 <= g < node.gpus]
-            if bad:
-                raise BackendError(f"{where}: rank {r.rank}: {r.node} has no GPU {bad} (it has {node.gpus})")
-        for name in sorted({r.node for r in spec.ranks}):
-            if (state := self._state(name)) != "up":
-                raise BackendError(f"{where}: placed on {name}, which is {state}")
-        if (spec.job_id, spec.attempt) in self.cluster.attempts:
-            raise BackendError(f"{where}: already launched (release it first)")
+        check_launch(spec, where, self._nodes, self._state, (spec.job_id, spec.attempt) in self.cluster.attempts)
         if not Path(spec.workdir).is_dir():
             raise BackendError(f"{where}: workdir {spec.workdir!r} is not a directory")
 
@@ -657,4 +642,4 @@ def _discover_nodes(data_dir: Path, options: Mapping[str, object]) -> list[NodeI
 
 registry.register(registry.BackendKind(
     "fake", "scripted ranks on a clock, no processes (tests of the control loop)", _create, _discover_nodes,
-    options=frozenset({"nodes", "gpus_per_node"})))
+    options=frozenset({"nodes", "gpus_per_node"}), node_options=frozenset({"nodes"})))

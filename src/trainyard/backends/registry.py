@@ -2,7 +2,7 @@
 
 Each backend module registers a `BackendKind` when imported; `get(name)` imports the built-in
 ones on first use, so a lookup costs nothing until a backend is asked for. The control plane
-(`control/plane.py`) then does, for the kind `yard up --backend NAME` named:
+(`control/lifecycle/plane_builder.py`) then does, for the kind `yard up --backend NAME` named:
 
     kind.check(options)                    before anything is stored: can it run here at all?
     kind.discover(data_dir, options)       only when no configuration is stored yet: the nodes
@@ -13,8 +13,10 @@ ones on first use, so a lookup costs nothing until a backend is asked for. The c
                                            can find out itself)
 
 `options` are the backend's own settings, by name: `nodes` and `gpus_per_node` (the local and fake
-backends' emulated cluster), `partition` (Slurm's). A kind declares which it takes, so `yard up`
-refuses the others naming the flag. Everything else goes through the `Backend` protocol
+backends' emulated cluster), `partition` (Slurm's), `job_python` (a kind that runs the in-job
+tools), `containment` and `private_tmp` (the local one's cells). A kind declares which it takes,
+so `yard up` refuses the others naming the flag, and the plane's builder
+(`control/lifecycle/plane_builder.py`) hands it only those (`BackendKind.take`). Everything else goes through the `Backend` protocol
 (`backends/base.py`); a new backend (Kubernetes, Ray) adds a module that registers a kind, one
 line in `_BUILTIN`, and a fixture in the conformance suite (tests/backends/conformance.py).
 """
@@ -32,7 +34,7 @@ from trainyard.backends.base import Backend, NodeInfo
 Options = Mapping[str, Any]
 
 # name -> the module that registers it (imported on the first lookup)
-_BUILTIN = {"local": "trainyard.backends.local", "slurm": "trainyard.backends.slurm", "fake": "trainyard.backends.fake"}
+_BUILTIN = {"local": "trainyard.backends.local.backend", "slurm": "trainyard.backends.slurm.backend", "fake": "trainyard.backends.fake"}
 _KINDS: dict[str, BackendKind] = {}
 
 
@@ -51,6 +53,8 @@ class BackendKind:
         discover: (data dir, options) -> nodes for a default configuration.
         options: the option names it takes.
         check: raises `BackendError` saying why it cannot run here (e.g. Slurm's commands missing).
+        node_options: the options that describe the nodes themselves: given, a start discovers
+            them anew over a stored configuration (`yard up --nodes 2`).
     """
 
     name: str
@@ -59,6 +63,12 @@ class BackendKind:
     discover: Callable[[Path, Options], list[NodeInfo]]
     options: frozenset[str] = field(default_factory=frozenset)
     check: Callable[[Options], None] = _no_check
+    node_options: frozenset[str] = field(default_factory=frozenset)
+
+    def take(self, given: Options) -> dict[str, Any]:
+        """The options of `given` this kind takes and that have a value; the rest are another
+        kind's (`yard up` refuses those first, naming the flag)."""
+        return {k: v for k, v in given.items() if v is not None and k in self.options}
 
 
 def register(kind: BackendKind) -> None:

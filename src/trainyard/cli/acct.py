@@ -9,7 +9,7 @@ print as the pages arrive: the first comes after one small page, however long th
 `--parsable2` separates with '|' (`--parsable` also ends each line with one), `--json` writes
 one JSON document (`{"start", "end", "jobs" | "attempts"}`), also as the pages arrive.
 
-Times (`-S`, `-E`) are read in your time zone (`parsing.parse_time`: now-7days, today, 08:00,
+Times (`-S`, `-E`) are read in your time zone (`spec.parsing.parse_time`: now-7days, today, 08:00,
 2026-11-01T08:00, 11/01, 1101 …); the default window is today, 00:00 to now, as sacct's. A time
 that cannot be read, an end before the start or an unknown `--format` field is an error naming
 the option (exit 2) before anything is asked of the server.
@@ -27,7 +27,7 @@ import typer
 
 from trainyard.cli.client import Client
 from trainyard.cli.common import fail
-from trainyard.parsing import parse_time
+from trainyard.spec.parsing import parse_time
 
 FIRST_PAGE = 200  # small, so that the first line prints at once
 PAGE = 5000

@@ -20,7 +20,7 @@ import typer
 from trainyard.cli.acct import when
 from trainyard.cli.client import Client
 from trainyard.cli.common import fail
-from trainyard.parsing import parse_time
+from trainyard.spec.parsing import parse_time
 
 PAGE = 5000
 
@@ -49,10 +49,10 @@ def audit(
     c, after, out = Client(), 0, sys.stdout
     while True:
         page = c.get("/api/v1/audit", params={**params, "after": after, "limit": PAGE})
-        for e in page["events"]:
-            out.write(json.dumps({"id": e["id"], "time": e["time"], "iso": when(e["time"]), "actor": e["actor"],
-                                  "kind": e["kind"], "job_id": e["job_id"], "node": e["node"],
-                                  "message": e["message"], "data": e["data"]}) + "\n")
+        for ev in page["events"]:
+            out.write(json.dumps({"id": ev["id"], "time": ev["time"], "iso": when(ev["time"]), "actor": ev["actor"],
+                                  "kind": ev["kind"], "job_id": ev["job_id"], "node": ev["node"],
+                                  "message": ev["message"], "data": ev["data"]}) + "\n")
         out.flush()
         if page["next_after"] is None:
             return

@@ -56,7 +56,7 @@ def _client(data_dir: Path) -> Client:
 
 def _backend(c: Client, data_dir: Path):  # noqa: ANN202
     from trainyard.backends.base import NodeInfo
-    from trainyard.backends.local import LocalBackend
+    from trainyard.backends.local.backend import LocalBackend
 
     body = c.get("/api/v1/nodes")
     rows = body["nodes"] if isinstance(body, dict) else body
@@ -154,6 +154,7 @@ def chaos(
         typer.echo(f"revived node {node}: it passes its health check again")
         return
 
+    assert job is not None  # _NEEDS_JOB: every scenario but revive-node, checked above
     j = _running(c, job)
     attempt = int(j["attempt"])
 

@@ -86,8 +86,8 @@ def error_message(r: Response) -> str:
         loc = [str(x) for x in d.get("loc", []) if x not in ("body", "query", "path")]
         field = ".".join(loc)
         return f"{'field ' + repr(field) + ': ' if field else ''}{d.get('msg', '')}"
-    field = body.get("field") if isinstance(body, dict) else None
-    return f"{'field ' + repr(field) + ': ' if field else ''}{detail}"
+    named = body.get("field") if isinstance(body, dict) else None
+    return f"{'field ' + repr(named) + ': ' if named else ''}{detail}"
 
 
 BUSY_RETRY_S = 30.0

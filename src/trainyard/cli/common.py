@@ -14,7 +14,7 @@ from typing import NoReturn
 
 import typer
 
-from trainyard.parsing import ConfigError, parse_duration
+from trainyard.spec.parsing import ConfigError, parse_duration
 
 FORMATS = ("philly", "synthetic", "pollux")
 # The cluster each format runs on when --cluster is not given (Pollux: its simulator's 16 x 4).

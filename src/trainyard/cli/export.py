@@ -14,13 +14,13 @@ calls `torchrun` from an activated virtualenv finds it on PATH. Forms (Slurm's):
 
 With NONE or a list (no ALL), `yard submit` sets SLURM_EXPORT_ENV to the option's value, as sbatch
 does. Whatever the form, the backends lay what was exported over a login-like base (a default PATH,
-the account's HOME/USER/LOGNAME/SHELL: backends/login_env.py), never over the plane's own
+the account's HOME/USER/LOGNAME/SHELL: backends/local/login_env.py), never over the plane's own
 environment: with ALL the submitter's PATH is the job's, with NONE the default one.
 
 What of the shell is never sent, whatever the form (`shell_env`):
 - `YARD_*` and `TRAINYARD_*`: the CLI's own settings, YARD_TOKEN among them (a job must not carry its
   submitter's token; it gets a job-scoped one), and the plane's, which the plane sets itself and
-  which win over anything in the job's env (control/launch.py, contracts.rank_env).
+  which win over anything in the job's env (control/loop/attempt_start.py, contracts.rank_env).
 - `SLURM_*`/`SLURMD_*`: those of a shell inside some other allocation describe that allocation; the
   job's own are set by the backend.
 - `PWD`, `OLDPWD`, `SHLVL`, `_`: the shell's bookkeeping; the job has its own working directory.

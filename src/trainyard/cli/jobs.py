@@ -20,13 +20,13 @@ from trainyard.cli.export import ExportError, job_env, parse_export
 from trainyard.cli.render import clock, duration, gpu_indices, nodelist, print_json, table
 from trainyard.cli.safe_text import clean
 from trainyard.cli.strict import AFTER_DASHDASH
-from trainyard import io_patterns
+from trainyard.spec import io_patterns
 from trainyard.cli.sbatch import SbatchError, gpu_spec, open_mode, parse_sbatch, slurm_time
-from trainyard.mail_types import check_mail_user, parse_mail_type
+from trainyard.spec.mail_types import check_mail_user, parse_mail_type
 from trainyard.contracts import expand_hostlist
 from trainyard.sched.constraints import ConstraintError, parse_features
-from trainyard.parsing import parse_begin, parse_mem_mib
-from trainyard.signal_spec import parse_signal
+from trainyard.spec.parsing import parse_begin, parse_mem_mib
+from trainyard.spec.signals import parse_signal
 from trainyard.states import TERMINAL_STATES
 
 JSON = typer.Option(False, "--json", help="print JSON instead of a table")
@@ -281,10 +281,10 @@ def submit(
     envs = {**job_env(exported, os.environ), **body.pop("env", {}), **recorded_env}
     if not exported.everything:  # as sbatch: the job (and its srun) sees what --export said
         envs["SLURM_EXPORT_ENV"] = export if export is not None else str(raw_export)
-    for e in env:
-        k, eq, v = e.partition("=")
+    for pair in env:
+        k, eq, v = pair.partition("=")
         if not eq or not k:
-            fail(f"--env: expected KEY=VALUE, got {e!r}")
+            fail(f"--env: expected KEY=VALUE, got {pair!r}")
         envs[k] = v
     if envs:
         body["env"] = envs

@@ -8,7 +8,7 @@
     yard whoami                 # who the plane takes you for: user, role, team
 
 The token is kept in `cli/token_file.py`'s file (0600, one per plane URL) and used by every
-command when `YARD_TOKEN` is not set. The plane's side: control/login_socket.py (the socket that
+command when `YARD_TOKEN` is not set. The plane's side: control/lifecycle/login_socket.py (the socket that
 asks the kernel who calls), services/login.py (account → user, team, role),
 services/login_codes.py (the codes).
 """

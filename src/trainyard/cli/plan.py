@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -92,9 +92,10 @@ def capacity(
         return m
 
     ans = find_min_nodes(evaluate, target_s, lo=lo, start=start, max_nodes=max_nodes, tolerance=tolerance)
-    probes = [{"nodes": p.nodes, "gpus": p.nodes * gpus_per_node, "ok": p.ok,
-               **{k: p.metrics.get(k) for k in ("p99_wait_s", "avg_wait_s", "avg_jct_s", "utilization")}}
-              for p in ans.sorted_probes()]
+    probes: list[dict[str, Any]] = [
+        {"nodes": p.nodes, "gpus": p.nodes * gpus_per_node, "ok": p.ok,
+         **{k: p.metrics.get(k) for k in ("p99_wait_s", "avg_wait_s", "avg_jct_s", "utilization")}}
+        for p in ans.sorted_probes()]
     if as_json:
         typer.echo(json.dumps({"nodes": ans.nodes, "gpus": ans.nodes * gpus_per_node if ans.nodes else None,
                                "gpus_per_node": gpus_per_node, "policy": name, "target_p99_wait_s": target_s,
@@ -167,7 +168,7 @@ def _gib(x: float) -> str:
 def _memory_notes(model, setup, gpus_per_node) -> list[str]:
     from trainyard.plan.memory import ModelArch
 
-    notes = []
+    notes: list[str] = []
     if isinstance(model, ModelArch):
         notes.extend(model.notes)
         approx = []
@@ -260,7 +261,7 @@ def memory(
     model, setup, capacity = run_guarded(_memory_prepare, model_name, config, params, strategy, precision, tp, pp,
                                          seq, micro_batch, recompute, sequence_parallel, gpu_mem, gpus_per_node,
                                          margin, gpus, attention, activations, grad_accumulation)
-    from rich.console import Console
+    from rich.console import Console, JustifyMethod
     from rich.markup import escape
     from rich.table import Table
 
@@ -326,7 +327,9 @@ def memory(
              "each": ", each pipeline stage"}[bd.stage]
     n_gpus = f"{bd.gpus} GPU{'s' if bd.gpus > 1 else ''}"
     table = Table(title=f"per GPU at {n_gpus} (dp {bd.dp} x tp {setup.tp} x pp {setup.pp}{where})")
-    for c, j in (("", "left"), ("bytes", "right"), ("GB", "right"), ("GiB", "right"), ("how", "left")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (("", "left"), ("bytes", "right"), ("GB", "right"),
+                                                      ("GiB", "right"), ("how", "left"))
+    for c, j in columns:
         table.add_column(c, justify=j)
     z = setup.zero_stage
     shard = f"{bd.shard_params:,.0f} params"
@@ -340,7 +343,7 @@ def memory(
             ("model state", bd.model_state, "")]
     for name, value, how in rows:
         table.add_row(name, f"{value:,.0f}", _gb(value), _gib(value), how)
-    if bd.activations is None:
+    if bd.activations is None or per_layer is None:  # (both: no architecture)
         table.add_row("activations", "-", "-", "-", "not computed (no architecture)")
     else:
         layers = bd.layers_in_flight

@@ -125,16 +125,17 @@ class Layout:
         return render(cols, sized, width, header=header)
 
     def _printf(self, values: list[list[str]], header: bool) -> list[str]:
-        assert self.literals is not None
+        literals = self.literals
+        assert literals is not None
 
         def line(cells: list[str]) -> str:
             out = []
-            for lit, (_, size, right), v in zip(self.literals, self.fields, cells):
+            for lit, (_, size, right), v in zip(literals, self.fields, cells):
                 if size is not None:
                     v = v[:size]
                     v = v.rjust(size) if right else v.ljust(size)
                 out += [lit, v]
-            return ("".join(out) + self.literals[-1]).rstrip()
+            return ("".join(out) + literals[-1]).rstrip()
 
         rows = [line([f.header for f, _, _ in self.fields])] if header else []
         return rows + [line(r) for r in values]

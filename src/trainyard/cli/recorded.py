@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-from trainyard.parsing import parse_mem_mib
+from trainyard.spec.parsing import parse_mem_mib
 
 _HINTS = ("compute_bound", "memory_bound", "multithread", "nomultithread")
 _DIST = re.compile(r"(\*|block|cyclic|arbitrary|plane=\d+)(:(\*|block|cyclic|fcyclic)){0,2}(,(pack|nopack))?",

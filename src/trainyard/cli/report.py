@@ -25,7 +25,7 @@ import typer
 from trainyard.cli.acct import hms, when
 from trainyard.cli.client import Client
 from trainyard.cli.common import fail
-from trainyard.parsing import parse_time
+from trainyard.spec.parsing import parse_time
 
 SECTIONS = ("summary", "cluster", "pools", "teams", "users", "waits", "lost", "outcomes")
 

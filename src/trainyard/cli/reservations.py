@@ -22,7 +22,7 @@ from trainyard.cli.common import fail
 from trainyard.cli.render import print_json, table
 from trainyard.cli.safe_text import clean
 from trainyard.contracts import expand_hostlist
-from trainyard.parsing import parse_begin, parse_duration
+from trainyard.spec.parsing import parse_begin, parse_duration
 
 JSON = typer.Option(False, "--json", help="print JSON instead of a table")
 

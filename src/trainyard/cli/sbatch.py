@@ -4,12 +4,12 @@ As in Slurm, directives are read from the top of the script until the first line
 neither blank nor a comment; options on the command line win over the script's. Supported:
 `-N/--nodes`, `--gres=gpu[:type]:N`, `--gpus-per-node`, `-G/--gpus`, `-t/--time`, `-J/--job-name`,
 `-q/--qos` (→ class), `-A/--account` (→ team), `-o/--output` and `-e/--error` (stdout and stderr
-apart, Slurm's filename patterns: io_patterns.py), `--open-mode=append|truncate` (whether a new
+apart, Slurm's filename patterns: spec/io_patterns.py), `--open-mode=append|truncate` (whether a new
 attempt keeps the earlier attempts' output), `-p/--partition` (→ pool),
 `--ntasks-per-node`, `--mem`, `--mem-per-gpu`, `-c/--cpus-per-task`, `-D/--chdir`, `-H/--hold`,
 `-d/--dependency`, `-b/--begin`, `-a/--array`, `--export` (cli/export.py), `--signal`
-(signal_spec.py), `--mail-type`/`--mail-user` (the cluster's webhook: mail_types.py,
-control/notify.py), `--reservation` (an admin reservation,
+(spec/signals.py), `--mail-type`/`--mail-user` (the cluster's webhook: spec/mail_types.py,
+control/lifecycle/notify.py), `--reservation` (an admin reservation,
 `cli/reservations.py`: checked at submission, honoured by the engine), `--requeue` (every job's default); placement (services/placement_ask.py):
 `-C/--constraint` (features: `&`, `|`, parentheses), the GPU model of `--gpus`/`--gpus-per-node`/
 `--gres=gpu:TYPE:N`, `-w/--nodelist` and `-x/--exclude` (hostlists), `--exclusive` (whole nodes),
@@ -28,15 +28,15 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from trainyard import io_patterns
+from trainyard.spec import io_patterns
 from trainyard.cli.export import parse_export
-from trainyard.mail_types import check_mail_user, parse_mail_type
+from trainyard.spec.mail_types import check_mail_user, parse_mail_type
 from trainyard.cli import prefixes, recorded
 from trainyard.cli.refused import REFUSED, refusal
 from trainyard.contracts import expand_hostlist
 from trainyard.sched.constraints import parse_features
-from trainyard.parsing import parse_begin, parse_duration, parse_mem_mib, parse_node_range
-from trainyard.signal_spec import parse_signal
+from trainyard.spec.parsing import parse_begin, parse_duration, parse_mem_mib, parse_node_range
+from trainyard.spec.signals import parse_signal
 
 
 class SbatchError(ValueError):

@@ -1,5 +1,5 @@
 """`yard share` (sshare) and `yard prio` (sprio): fair share per team, and why a waiting job sits
-where it does in the engine's order (control/priority.py says what each column means)."""
+where it does in the engine's order (control/reports/priority.py says what each column means)."""
 
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ def _prepare(trace, fmt, date_from, date_to, warmup_days, cluster, policies, est
     runs: dict[str, dict] = {n: {} for n in names}  # policy -> the parameters it runs with (none: defaults)
     configured = None
     if config is not None:
-        from trainyard.spec import load_config
+        from trainyard.spec.models import load_config
 
         spec = load_config(config)
         _use_classes(w, spec, config)
@@ -105,7 +105,7 @@ def sim(
                                             policies, estimates, seed, jobs, teams, node_mtbf, config)
     names = list(runs)
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
     from trainyard.sched.policy import get_policy, resolved_params
     from trainyard.sim.report import format_table, write_report
@@ -119,8 +119,11 @@ def sim(
         tasks = {n: bar.add_task(n, total=1.0) for n in names}
         for n in names:
             task = tasks[n]
-            results[n] = simulate(w, get_policy(n, runs[n]), params,
-                                  progress=lambda f, task=task: bar.update(task, completed=min(1.0, max(0.0, f))))
+
+            def progress(f: float, task: TaskID = task) -> None:
+                bar.update(task, completed=min(1.0, max(0.0, f)))
+
+            results[n] = simulate(w, get_policy(n, runs[n]), params, progress=progress)
             bar.update(task, completed=1.0)
     # Outside a terminal (make demo in CI, a pipe) Rich assumes 80 columns and cuts the table.
     Console(width=None if sys.stdout.isatty() else 160).print(format_table(results, title=w.name))

@@ -1,5 +1,5 @@
 """`yard storage`: the disk job dirs take, per team, against the quotas and the reserve (as `lfs
-quota` or `du` per project would say it; the plane measures, control/storage.py).
+quota` or `du` per project would say it; the plane measures, control/lifecycle/storage.py).
 
     yard storage            per team: used, quota, use%, job dirs; the file systems and their reserve
     yard storage -j 10      and the ten biggest job dirs

@@ -81,10 +81,10 @@ def up(
     import uvicorn
 
     from trainyard.cli.serve import GRACEFUL_S, KEEP_ALIVE_S, GracefulServer
-    from trainyard.control.loop import LoopParams
-    from trainyard.control.plane import ControlPlane
+    from trainyard.control.loop.orchestrator import LoopParams
+    from trainyard.control.lifecycle.plane_builder import PlaneSettings, build_plane
     from trainyard.defaults import default_data_dir
-    from trainyard.spec import ConfigError, load_config
+    from trainyard.spec.models import ConfigError, load_config
 
     if job_python is not None and not job_python.is_absolute():
         fail(f"--job-python: {job_python} is not an absolute path (jobs run it from their own working directory)")
@@ -128,18 +128,19 @@ def up(
     port = sock.getsockname()[1]
     url = f"http://{host if ':' not in host else '[' + host + ']'}:{port}"
     from trainyard.backends.base import BackendError
-    from trainyard.backends.job_tools import JobToolsError
-    from trainyard.control.plane_files import JobsDirError, jobs_dir_note
+    from trainyard.backends.rundir.job_tools import JobToolsError
+    from trainyard.control.lifecycle.plane_files import JobsDirError, jobs_dir_note
     from trainyard.services.errors import ServiceError
 
     try:
-        cp = ControlPlane(data_dir or default_data_dir(), db_url=db, config_text=text, nodes=nodes,
-                          gpus_per_node=gpus_per_node, loop_params=LoopParams(tick_s=tick), api_url=url,
-                          backend_kind=backend, slurm_partition=partition, policy=policy, run_as=run_as,
-                          allow_root_jobs=True if allow_root_jobs else None,
-                          jobs_dir=jobs_dir.expanduser().absolute() if jobs_dir is not None else None,
-                          config_name=str(config) if config is not None else "the file", config_wins=config_wins,
-                          job_python=str(job_python) if job_python is not None else None)
+        cp = build_plane(PlaneSettings(
+            data_dir or default_data_dir(), db_url=db, config_text=text, loop_params=LoopParams(tick_s=tick),
+            api_url=url, backend_kind=backend, policy=policy, run_as=run_as,
+            backend_options={"nodes": nodes, "gpus_per_node": gpus_per_node, "partition": partition,
+                             "job_python": str(job_python) if job_python is not None else None},
+            allow_root_jobs=True if allow_root_jobs else None,
+            jobs_dir=jobs_dir.expanduser().absolute() if jobs_dir is not None else None,
+            config_name=str(config) if config is not None else "the file", config_wins=config_wins))
     except JobToolsError as e:  # job owners could not run srun/scontrol in their batch scripts
         fail(str(e))
     except JobsDirError as e:
@@ -148,7 +149,7 @@ def up(
         fail(f"--backend {backend}: {e}")
     except ServiceError as e:  # the configuration names an account or group this machine lacks, a stale file, …
         fail(f"{config}: {e.message}" if config is not None else e.message)
-    for finding in cp.audit:  # work on disk the store does not know (control/store_audit.py)
+    for finding in cp.audit:  # work on disk the store does not know (control/lifecycle/store_audit.py)
         typer.echo(f"warning: {finding.message}", err=True)
     with cp.store.session() as s:
         cfg = cp.configs.current(s)
@@ -158,12 +159,12 @@ def up(
         typer.echo(f"--policy {policy}: scheduler.params were for another policy and are not carried over "
                    f"(they stay in {where})", err=True)
     from trainyard.api.app import create_app as _app
-    from trainyard.control import login_socket as ls
+    from trainyard.control.lifecycle import login_socket as ls
 
     app = _app(cp)
     sock_path = ls.default_path(port) if login_socket is None and os.geteuid() == 0 else \
         None if login_socket in (None, "none") else Path(login_socket).absolute()
-    try:  # the kernel says who calls (control/login_socket.py)
+    try:  # the kernel says who calls (control/lifecycle/login_socket.py)
         login_server = None if sock_path is None else \
             ls.LoginSocket(sock_path, ls.plane_answer(cp)).start(create_dir=sock_path.parent == ls.RUN_DIR)
     except (ls.LoginSocketError, OSError) as e:

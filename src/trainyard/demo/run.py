@@ -30,7 +30,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from trainyard.spec import EXAMPLE_CONFIG
+from trainyard.spec.models import EXAMPLE_CONFIG
 
 DEMO_CONFIG = EXAMPLE_CONFIG.with_name("demo.yaml")
 WORK = [sys.executable, "-m", "trainyard.demo.work"]

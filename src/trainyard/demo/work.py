@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from trainyard.contracts import CHECKPOINT_MARKER, NOTICE_SIGNAL, REQUEUE_EXIT, newest_checkpoint
+from trainyard.contracts import CHECKPOINT_MARKER, NOTICE_SIGNAL, REQUEUE_EXIT, JobVar, newest_checkpoint
 from trainyard.runtime.env import JobEnv
 from trainyard.runtime.metrics import peak_memory
 from trainyard.runtime.progress import ProgressReporter
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ckpt-every", type=int, default=5)
     a = ap.parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))
-    ckdir = Path(os.environ.get("TRAINYARD_CHECKPOINT_DIR", "checkpoints"))
+    ckdir = Path(os.environ.get(JobVar.CHECKPOINT_DIR, "checkpoints"))
     noticed = False
 
     def on_notice(*_: object) -> None:

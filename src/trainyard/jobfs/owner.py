@@ -21,11 +21,16 @@ OWNER_TIMEOUT_S = 10.0
 
 
 class Account(Protocol):
-    """Who a job runs as (`backends.base.Owner` is one)."""
+    """Who a job runs as (`backends.base.Owner` is one). Read only, so that a frozen dataclass fits."""
 
-    uid: int
-    gid: int
-    groups: tuple[int, ...]
+    @property
+    def uid(self) -> int: ...
+
+    @property
+    def gid(self) -> int: ...
+
+    @property
+    def groups(self) -> tuple[int, ...]: ...
 
 
 # -- the owner's side ------------------------------------------------------------------------------
@@ -79,6 +84,7 @@ def as_owner(owner: Account | None, fn: Callable[..., T], *args: Any, timeout_s:
         finally:
             os._exit(0)
     os.close(w)
+    body: bytes | None = None  # (bound before the read: a read that raises still ends the child)
     try:
         body = _read_until(r, time.monotonic() + timeout_s)
     finally:
@@ -110,7 +116,7 @@ def as_owner(owner: Account | None, fn: Callable[..., T], *args: Any, timeout_s:
 
 def _read_until(fd: int, deadline: float) -> bytes | None:
     """Everything from `fd` until EOF, or None when `deadline` passes first."""
-    chunks = []
+    chunks: list[bytes] = []
     while True:
         left = deadline - time.monotonic()
         if left <= 0:

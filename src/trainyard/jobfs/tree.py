@@ -144,7 +144,7 @@ class Tree:
         directory a job filled costs the plane one `getdents` per few hundred names."""
         try:
             with self.dir_fd(path) as fd, os.scandir(fd) as it:
-                out = []
+                out: list[tuple[str, int]] = []
                 for e in it:
                     if len(out) >= limit:
                         break

@@ -275,19 +275,23 @@ def load_hf_config(path: str | Path) -> ModelArch:
             raise bad(key, f"must be an integer >= {minimum}", value)
         return value
 
-    def get(ours: str, required: bool = True) -> int | None:
+    def found(ours: str) -> int | None:
         for key in _ALIASES[ours]:
             if data.get(key) is not None:
                 return integer(key, data[key])
-        if required:
-            raise ArchError(f"{p}: missing field {_ALIASES[ours][0]!r}")
         return None
+
+    def get(ours: str) -> int:
+        value = found(ours)
+        if value is None:
+            raise ArchError(f"{p}: missing field {_ALIASES[ours][0]!r}")
+        return value
 
     for key in _MOE_FIELDS:
         if isinstance(data.get(key), int) and not isinstance(data[key], bool) and data[key] > 1:
             raise ArchError(f"{p}: field {key!r}: mixture-of-experts models are not supported")
     hidden, layers, heads, vocab = get("hidden"), get("layers"), get("heads"), get("vocab")
-    ffn = get("ffn", required=mtype not in ("gpt2", "gpt_bigcode"))
+    ffn = found("ffn") if mtype in ("gpt2", "gpt_bigcode") else get("ffn")
     if ffn is None:  # GPT-2: n_inner null means 4 * n_embd
         ffn = 4 * hidden
     kv = data.get("num_key_value_heads")
@@ -600,7 +604,7 @@ def _stages(model: Model, setup: TrainSetup) -> list[tuple[str, float, float | N
     if isinstance(model, ParamCount):
         return [("all" if setup.pp == 1 else "each", model.params / (setup.tp * setup.pp), None, 0.0)]
     per_layer = _per_layer(model, setup)
-    out = []
+    out: list[tuple[str, float, float | None, float]] = []
     for stage, shard, layers, first, last in _stage_params(model, setup):
         in_flight = setup.pp if first else 1
         if setup.activation_model == "paper":

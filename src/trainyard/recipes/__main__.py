@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import signal
 
+from trainyard.contracts import PREEMPT_SIGNALS  # standard library only: the handlers go in before torch loads
+
 _notices: list[int] = []
 
 
@@ -22,7 +24,7 @@ def _early_notice(signum: int, frame: object) -> None:
     _notices.append(signum)
 
 
-for _sig in (signal.SIGUSR1, signal.SIGTERM):
+for _sig in PREEMPT_SIGNALS:
     signal.signal(_sig, _early_notice)
 
 import argparse  # noqa: E402

@@ -318,6 +318,7 @@ def build_cache(kind: str, spec: DataSpec, tokenizer: hf_checkpoint.HFTokenizer,
         return meta_path
     created = not d.exists()
     d.mkdir(parents=True, exist_ok=True)
+    assert spec.path is not None  # callers: the recipes on the user's data (data.path)
     files = data_files(spec.path)
     templated = has_chat_template(tokenizer.info)
     if kind == "sft":

@@ -44,7 +44,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from trainyard.recipes import chat_data, rewards
+from trainyard.recipes import chat_data, hf_checkpoint, rewards
 from trainyard.recipes.spec import RecipeError
 from trainyard.recipes.strategies import no_sync, unwrap
 from trainyard.recipes.train import Trainer, k3_kl
@@ -65,8 +65,20 @@ class _OnUserData(Trainer):
                               "model.from")
         self.on_rank0(lambda: None if self._cache_ready() else chat_data.check(self.spec, self.hf))
 
+    @property
+    def source(self) -> hf_checkpoint.CheckpointInfo:
+        """`model.from`'s checkpoint: these recipes have one (`preflight` refuses a run without)."""
+        assert self.hf is not None
+        return self.hf
+
+    def tokenizer(self) -> hf_checkpoint.HFTokenizer:
+        """The checkpoint's tokenizer: these recipes have no other."""
+        tok = super().tokenizer()
+        assert isinstance(tok, hf_checkpoint.HFTokenizer)
+        return tok
+
     def _cache_ready(self) -> bool:
-        key, _ = chat_data.cache_key(self.kind, self.spec.data, self.hf.tokenizer_fingerprint())
+        key, _ = chat_data.cache_key(self.kind, self.spec.data, self.source.tokenizer_fingerprint())
         return (self.ckpt_dir / chat_data.CACHE_DIR / f"{key}.json").is_file()
 
     def cache(self) -> str:
@@ -203,14 +215,14 @@ class PromptRL(_OnUserData):
         data = chat_data.Prompts(self.cache(), d.seq_len, d.val_fraction)
         self.eval_recs = data.eval_ids[: d.eval_samples]
         self.new_tokens = rl.max_new_tokens or DEFAULT_NEW_TOKENS
-        longest, limit = data.longest(), self.hf.max_positions
+        longest, limit = data.longest(), self.source.max_positions
         if limit is not None and longest + self.new_tokens > limit:
             raise RecipeError(f"{self.new_tokens} new tokens after the longest prompt's {longest} exceed the model's "
-                              f"{limit} positions ({self.hf.directory / 'config.json'}: max_position_embeddings)",
+                              f"{limit} positions ({self.source.directory / 'config.json'}: max_position_embeddings)",
                               "rl.max_new_tokens")
         tok = self.tokenizer().tok
-        self.end_ids = torch.tensor(_end_ids(self.hf, tok), dtype=torch.long, device=self.device)
-        self.vocab = min(len(tok), int(self.hf.config.get("vocab_size") or len(tok)))
+        self.end_ids = torch.tensor(_end_ids(self.source, tok), dtype=torch.long, device=self.device)
+        self.vocab = min(len(tok), int(self.source.config.get("vocab_size") or len(tok)))
         return data
 
     def build_reference(self, model: torch.nn.Module) -> torch.nn.Module | None:
@@ -235,6 +247,7 @@ class PromptRL(_OnUserData):
         out = []
         for row, r in enumerate(recs):
             text = tok.decode(resp[row][mask[row] & ~ends[row]].tolist(), skip_special_tokens=True)
+            assert isinstance(text, str)  # (one sequence of ids decodes to one string)
             prompt, answer = self.data.record(r)
             out.append(self.reward(prompt, text, answer))
         return torch.tensor(out, dtype=torch.float32)

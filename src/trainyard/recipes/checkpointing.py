@@ -69,7 +69,7 @@ def _checkpointed(forward: Callable[..., Any], mode: str) -> Callable[..., Any]:
     def run(*args: Any, **kwargs: Any) -> Any:
         if not torch.is_grad_enabled():  # evaluation, generation: nothing to save
             return forward(*args, **kwargs)
-        extra = {"context_fn": _selective_context} if mode == "selective" else {}
+        extra: dict[str, Any] = {"context_fn": _selective_context} if mode == "selective" else {}
         return checkpoint(forward, *args, use_reentrant=False, preserve_rng_state=True, **extra, **kwargs)
 
     return run

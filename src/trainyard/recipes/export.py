@@ -46,7 +46,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from trainyard.contracts import CHECKPOINT_MARKER, EXPORTS_DIR, JobDir, committed_steps
+from trainyard.contracts import CHECKPOINT_MARKER, EXPORTS_DIR, JobDir, JobVar, committed_steps
 from trainyard.recipes.checkpoints import resolve_init, saved_recipe
 from trainyard.recipes.registry import LINEAGE
 from trainyard.recipes.spec import RecipeError, RecipeSpec
@@ -228,7 +228,7 @@ def export_run(run: str | Path, to: str | Path, *, field: str = "--to", metrics_
             "format": "trainyard-export-v1",
             "run": str(run_dir),
             "run_id": run_dir.name,
-            "job_id": os.environ.get("TRAINYARD_JOB_ID") if via == "recipe" else None,
+            "job_id": os.environ.get(JobVar.JOB_ID) if via == "recipe" else None,
             "recipe": spec.name,
             "kind": spec.kind,
             "step": found["step"],
@@ -273,7 +273,7 @@ def recipe_target(spec: RecipeSpec, checkpoint_dir: str | Path) -> Path | None:
         return None
     p = Path(spec.export).expanduser()
     run_dir = Path(checkpoint_dir).expanduser().resolve().parent
-    base = run_dir / EXPORTS_DIR if os.environ.get("TRAINYARD_JOB_ID") and (run_dir / EXPORTS_DIR).is_dir() \
+    base = run_dir / EXPORTS_DIR if os.environ.get(JobVar.JOB_ID) and (run_dir / EXPORTS_DIR).is_dir() \
         else run_dir
     return (p if p.is_absolute() else base / p).resolve()
 

@@ -23,9 +23,12 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainyard.recipes.spec import RecipeError
+
+if TYPE_CHECKING:  # transformers loads only where a model is built
+    from transformers import PreTrainedModel
 
 FIELD = "model.from"
 CONFIG = "config.json"
@@ -127,7 +130,7 @@ def _quiet_transformers() -> None:
     hf_logging.disable_progress_bar()
 
 
-def model_class(model_type: str) -> type:
+def model_class(model_type: str) -> type[PreTrainedModel]:
     import transformers
 
     return getattr(transformers, SUPPORTED[model_type])
@@ -152,7 +155,8 @@ def build_model(directory: str | Path, *, load_weights: bool = True) -> Any:
     else:
         cfg = AutoConfig.from_pretrained(str(info.directory), local_files_only=True)
         cfg._attn_implementation = "sdpa"
-        model = cls(cfg).to(torch.float32)
+        # (transformers' `@wraps(Module.to)` types the bound method as the unbound one)
+        model = cls(cfg).to(torch.float32)  # type: ignore[arg-type]
     model.config.use_cache = False
     return model
 

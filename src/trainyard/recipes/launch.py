@@ -39,11 +39,11 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from trainyard.contracts import REQUEUE_EXIT, JobDir
+from trainyard.contracts import NOTICE_SIGNAL, PREEMPT_SIGNALS, REQUEUE_EXIT, JobDir
 from trainyard.ports import free_port
 
 RUN_FILE = "run.json"
-HANDLED = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
+HANDLED = (*PREEMPT_SIGNALS, signal.SIGINT)
 
 
 def _child_setup() -> None:  # runs in the child between fork and exec
@@ -140,7 +140,7 @@ class Launcher:
             else:
                 self._note("interrupt: the ranks checkpoint at the next step and stop (exit 75); "
                            "interrupt again to kill them")
-                sig = signal.SIGUSR1
+                sig = NOTICE_SIGNAL
         self._forward(sig)
 
     def _note(self, msg: str) -> None:

@@ -10,14 +10,19 @@ rank, so all ranks start from the same model (FSDP2 relies on it; DDP would broa
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import torch
 
 from trainyard.recipes.data import BOS, EOS, PAD
 from trainyard.recipes.spec import ModelSpec
 
+if TYPE_CHECKING:  # transformers loads only where a model is built
+    from transformers import PreTrainedModel
+
 
 def model_config(spec: ModelSpec):  # noqa: ANN201 - a transformers PretrainedConfig
-    common = dict(
+    common: dict[str, Any] = dict(
         vocab_size=spec.vocab_size,
         hidden_size=spec.hidden_size,
         intermediate_size=spec.intermediate_size,
@@ -46,7 +51,7 @@ def model_config(spec: ModelSpec):  # noqa: ANN201 - a transformers PretrainedCo
     return GemmaConfig(tie_word_embeddings=True if spec.tie_embeddings is None else spec.tie_embeddings, **common)
 
 
-def build_model(spec: ModelSpec, *, load_weights: bool = True) -> torch.nn.Module:
+def build_model(spec: ModelSpec, *, load_weights: bool = True) -> PreTrainedModel:
     """A randomly initialized causal LM (float32, CPU; the caller moves it), or with `model.from`
     the Hugging Face checkpoint's model with its weights (`load_weights=False`: its architecture
     only, for a caller that loads a trainyard checkpoint over it)."""
@@ -55,18 +60,22 @@ def build_model(spec: ModelSpec, *, load_weights: bool = True) -> torch.nn.Modul
 
         return build_hf(spec.from_, load_weights=load_weights)
     cfg = model_config(spec)
-    if spec.arch == "llama":
-        from transformers import LlamaForCausalLM as cls
-    else:
-        from transformers import GemmaForCausalLM as cls
     # sdpa: the fused attention; on CPU and under deterministic algorithms it is deterministic.
     cfg._attn_implementation = "sdpa"
-    return cls(cfg)
+    if spec.arch == "llama":
+        from transformers import LlamaForCausalLM
+
+        return LlamaForCausalLM(cfg)
+    from transformers import GemmaForCausalLM
+
+    return GemmaForCausalLM(cfg)
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The transformer blocks (the units FSDP2 shards one by one)."""
-    return list(model.model.layers)
+    layers = model.get_submodule("model.layers")
+    assert isinstance(layers, torch.nn.ModuleList)
+    return list(layers)
 
 
 def count_parameters(model: torch.nn.Module) -> int:

@@ -21,7 +21,7 @@ directory updates its record and keeps its name. A new record is created with li
 fails if the name exists, so two exports racing for one name both get one of their own.
 
 Why per user, as Hugging Face's cache is (`~/.cache/huggingface`): the control plane's data dir is
-the plane's own (0711, the jobs pass through it, `control/plane_files.py`), and a job runs as its
+the plane's own (0711, the jobs pass through it, `control/lifecycle/plane_files.py`), and a job runs as its
 owner with the owner's HOME, so a recipe's export records itself in the owner's `~/.trainyard`,
 never in the plane's files. A record is written only into a `models/` directory owned by the
 user writing it (and made 0700 when created here); otherwise the export still succeeds and says
@@ -137,12 +137,12 @@ def name_for(dest: Path, *, name: str | None = None, run_dir: Path | None = None
     dest = Path(dest).resolve()
     reg = registry_dir(data).resolve()
     recs = _records(reg)
-    for n, (_, rec) in recs.items():
+    for known, (_, rec) in recs.items():
         if rec is not None and rec.get("path") == str(dest):
-            if name is not None and name != n:
-                raise RecipeError(f"{dest} is registered as {n!r} already; export it under that name (or "
+            if name is not None and name != known:
+                raise RecipeError(f"{dest} is registered as {known!r} already; export it under that name (or "
                                   "remove its record)", "--name")
-            return n
+            return known
     if name is not None:
         check_name(name)
         taken = recs.get(name)

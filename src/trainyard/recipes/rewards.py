@@ -51,7 +51,7 @@ def regex(pattern: str) -> Reward:
     fixed = None if templated else re.compile(pattern)
 
     def reward(prompt: Any, completion: str, answer: str) -> float:
-        rx = re.compile(pattern.replace("{answer}", re.escape(answer.strip()))) if templated else fixed
+        rx = fixed if fixed is not None else re.compile(pattern.replace("{answer}", re.escape(answer.strip())))
         m = rx.search(completion)
         if m is None:
             return 0.0

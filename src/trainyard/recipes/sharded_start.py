@@ -29,13 +29,16 @@ import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 
 from trainyard.recipes.hf_checkpoint import WEIGHTS_INDEX, inspect
 from trainyard.recipes.spec import ModelSpec, RecipeError
+
+if TYPE_CHECKING:  # transformers loads only where a model is built
+    from transformers import PreTrainedModel
 
 
 @contextlib.contextmanager
@@ -148,7 +151,7 @@ def load_dcp_shards(model: torch.nn.Module, step_dir: str | Path) -> None:
 
 
 def build_sharded(spec: ModelSpec, device: torch.device, *, load_checkpoint: bool,
-                  shard: Any) -> torch.nn.Module:
+                  shard: Any) -> PreTrainedModel:
     """The model of `spec` sharded by `shard(model)` (FSDP2), its shards on `device`.
 
     `load_checkpoint`: fill them from the safetensors of `model.from`; else they are left uninitialized

@@ -94,6 +94,13 @@ class ModelSpec(_Section):
         return self
 
 
+Task = Literal["add", "sub", "reverse"]  # the generated tasks (`data.tasks`)
+
+
+def _first_task() -> list[Task]:
+    return ["add"]
+
+
 class DataSpec(_Section):
     """Offline data. `python-stdlib`: the source text of this Python's standard library, as bytes,
     cut into windows of `seq_len` + 1 tokens (pretraining). `tasks`: generated prompt/response
@@ -122,7 +129,7 @@ class DataSpec(_Section):
     max_bytes: int = Field(8_000_000, ge=1024)
     include_tests: bool = False  # the stdlib's test/ packages (mostly test code) too
     # tasks
-    tasks: list[Literal["add", "sub", "reverse"]] = Field(default_factory=lambda: ["add"], min_length=1)
+    tasks: list[Task] = Field(default_factory=_first_task, min_length=1)
     max_operand: int = Field(99, ge=1, le=10**9)
     word_len: int = Field(6, ge=1, le=64)  # the longest word of `reverse`
     num_samples: int = Field(50_000, ge=1, le=100_000_000)

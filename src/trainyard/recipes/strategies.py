@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -56,7 +57,7 @@ def shard_fsdp2(model: torch.nn.Module, device: torch.device, *, bf16: bool = Fa
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
-    kwargs = {"mesh": mesh}
+    kwargs: dict[str, Any] = {"mesh": mesh}
     if bf16:
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for layer in decoder_layers(model):
@@ -76,16 +77,18 @@ def no_sync(model: torch.nn.Module, sync: bool) -> Iterator[None]:
     if sync:
         yield
         return
-    if hasattr(model, "no_sync"):  # DDP
-        with model.no_sync():
+    ddp_no_sync = getattr(model, "no_sync", None)  # DDP
+    if ddp_no_sync is not None:
+        with ddp_no_sync():
             yield
         return
-    if hasattr(model, "set_requires_gradient_sync"):  # FSDP2
-        model.set_requires_gradient_sync(False)
+    set_sync = getattr(model, "set_requires_gradient_sync", None)  # FSDP2
+    if set_sync is not None:
+        set_sync(False)
         try:
             yield
         finally:
-            model.set_requires_gradient_sync(True)
+            set_sync(True)
         return
     yield
 

@@ -38,7 +38,7 @@ import time
 import warnings
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TextIO
 
 import torch
 import torch.distributed as dist
@@ -74,7 +74,8 @@ def lr_lambda(spec: RecipeSpec):  # noqa: ANN201
 
 def build_optimizer(model: torch.nn.Module, spec: RecipeSpec) -> torch.optim.Optimizer:
     """AdamW; no weight decay on vectors (norms, biases), as is usual for transformers."""
-    decay, rest = [], []
+    decay: list[torch.nn.Parameter] = []
+    rest: list[torch.nn.Parameter] = []
     for p in model.parameters():
         if p.requires_grad:
             (decay if p.dim() >= 2 else rest).append(p)
@@ -83,7 +84,7 @@ def build_optimizer(model: torch.nn.Module, spec: RecipeSpec) -> torch.optim.Opt
     impl = o.implementation
     if impl == "auto":  # fused kernels on CUDA; on CPUs foreach (a few ops per step, not per parameter)
         impl = "fused" if any(p.is_cuda for p in decay + rest) else "foreach"
-    return torch.optim.AdamW(groups, lr=o.lr, betas=tuple(o.betas), eps=o.eps, foreach=impl == "foreach",
+    return torch.optim.AdamW(groups, lr=o.lr, betas=o.betas, eps=o.eps, foreach=impl == "foreach",
                              fused=True if impl == "fused" else None)
 
 
@@ -156,10 +157,11 @@ class Trainer:
                 self.model_spec, self.device, load_checkpoint=not resuming and self.init_info is None,
                 shard=lambda m: shard_fsdp2(self.prepare(m), self.device, bf16=self.bf16))
             if self.main:
-                source = ("this run's checkpoint" if resuming else
-                          f"{self.init_info['checkpoint']}" if self.init_info is not None else str(self.hf.directory))
+                weights_from = ("this run's checkpoint" if resuming else
+                                f"{self.init_info['checkpoint']}" if self.init_info is not None else
+                                str(self.hf.directory) if self.hf is not None else "?")  # (sharded_start: one of them)
                 print(f"trainyard.recipes: FSDP2 start on the meta device: each rank holds and reads only its shard "
-                      f"(weights from {source})", file=sys.stderr, flush=True)
+                      f"(weights from {weights_from})", file=sys.stderr, flush=True)
         else:
             model = build_model(self.model_spec, load_weights=not resuming and self.init_info is None)
         if self.hf is not None and isinstance(getattr(self.data, "meta", None), dict):
@@ -180,9 +182,10 @@ class Trainer:
         self.reference = self.build_reference(model)
         self.n_params = count_parameters(model)
         if self.sharded_start:
-            self.model = model  # sharded and on its device already
+            self.model: torch.nn.Module = model  # sharded and on its device already
         else:
-            model.to(self.device)
+            # (transformers' `@wraps(Module.to)` types the bound method as the unbound one)
+            model.to(self.device)  # type: ignore[arg-type]
             find_unused = spec.ddp_find_unused
             if find_unused is None:  # see strategies.wrap: only an exact resume on > 2 ranks needs it
                 find_unused = self.deterministic and self.world > 2
@@ -205,7 +208,7 @@ class Trainer:
         precision = "bf16" if self.bf16 else "tf32"
         self.run.metrics.set_flops(throughput.flops_per_token(unwrap(self.model), seq),
                                    throughput.peak_flops(self.device, precision, self.world, spec.gpu_peak_tflops))
-        self._samples_fh = None
+        self._samples_fh: TextIO | None = None
 
     # -- pieces ---------------------------------------------------------------------------------------
 
@@ -281,7 +284,8 @@ class Trainer:
         is still writing checkpoints. Recorded in `<checkpoint dir>/init_from.json` once the
         run's input has passed its checks (with recipe.yaml).
         """
-        if self.spec.kind == "pretrain" or not self.spec.init_from:
+        init_from = self.spec.init_from
+        if self.spec.kind == "pretrain" or not init_from:
             if self.spec.kind != "pretrain" and self.spec.model.from_ is None and self.main:
                 warnings.warn(f"{self.spec.kind} without init_from starts from a random model", RuntimeWarning,
                               stacklevel=2)
@@ -290,7 +294,7 @@ class Trainer:
             record = self.ckpt_dir / INIT_FILE
             if record.exists():
                 return json.loads(record.read_text())
-            return resolve_init(self.spec.init_from)
+            return resolve_init(init_from)
 
         return self.on_rank0(decide)
 
@@ -513,7 +517,7 @@ class TaskTrainer(Trainer):
         gen_model = unwrap(self.model)
         was_training = gen_model.training
         gen_model.eval()
-        right = 0
+        right = 0.0
         ids = list(range(len(es)))
         for start in range(0, len(ids), 256):
             chunk = ids[start: start + 256]

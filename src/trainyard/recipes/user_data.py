@@ -46,8 +46,12 @@ BATCH_DOCS = 512  # documents per call of the tokenizer (its batch encoding is m
 class Tokenizer(Protocol):
     """What packing needs of a tokenizer (`ByteTokenizer`, `hf_checkpoint.HFTokenizer`)."""
 
-    bos: int | None
-    eos: int | None
+    @property
+    def bos(self) -> int | None: ...  # (read only: a tokenizer whose ids are ints fits)
+
+    @property
+    def eos(self) -> int | None: ...
+
     vocab_size: int
     fingerprint: str
     description: str
@@ -138,6 +142,7 @@ def build_cache(spec: DataSpec, tokenizer: Tokenizer, directory: str | Path) -> 
     created = not d.exists()
     d.mkdir(parents=True, exist_ok=True)
     tmp = d / f".{key}.bin.{os.getpid()}.tmp"
+    assert spec.path is not None  # callers: the recipes on the user's data (data.path)
     files = data_files(spec.path)
     n_docs = n_tokens = 0
     max_id = -1

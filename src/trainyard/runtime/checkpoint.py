@@ -50,6 +50,7 @@ Errors (one hierarchy):
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import os
 import shutil
@@ -60,6 +61,7 @@ import warnings
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import torch
@@ -73,6 +75,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_state_dict,
 )
+from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse
 
 from trainyard.contracts import CHECKPOINT_MARKER, committed_steps
 from trainyard.runtime import rng
@@ -105,7 +108,8 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 def _warn(msg: str) -> None:
     """A RuntimeWarning attributed to the first caller outside this package (the training script)."""
-    level, frame = 2, sys._getframe(1)  # stacklevel 2 = the caller of _warn
+    level = 2  # stacklevel 2 = the caller of _warn
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == _PACKAGE_DIR:
         frame = frame.f_back
         level += 1
@@ -371,12 +375,12 @@ class CheckpointManager:
         except _FAILURES as e:  # staging failed (out of host memory…)
             self._discard(path)
             raise CheckpointSaveError(_describe_save_failure(path, e, self.last_committed_step)) from e
-        fut: Future = getattr(res, "upload_completion", res)
+        fut: Future[Any] = res.upload_completion if isinstance(res, AsyncSaveResponse) else res
         pending = _Pending(step=step, path=path, future=fut, started=t0, done=threading.Event(),
                            committed_before=self.last_committed_step)
         self._pending = pending
         self.last_saved_step = step
-        fut.add_done_callback(lambda f, p=pending: self._finish_async(p, f))
+        fut.add_done_callback(functools.partial(self._finish_async, pending))
         self.last_blocking_s = time.perf_counter() - t0
 
     def _write_rank_file(self, path: Path, step: int) -> None:
@@ -411,11 +415,12 @@ class CheckpointManager:
         if self.rank == 0:
             files = {e.name: e.stat().st_size for e in os.scandir(path)
                      if e.is_file() and not e.name.startswith(CHECKPOINT_MARKER)}
+            now = time.time()
             manifest = {
                 "format": FORMAT,
                 "step": step,
                 "world_size": self.world_size,
-                "time": time.time(),
+                "time": now,
                 "save_seconds": round(time.perf_counter() - t0, 3),
                 "files": files,
             }
@@ -431,7 +436,7 @@ class CheckpointManager:
             except OSError as e:
                 self._remove(path)
                 raise CheckpointSaveError(_describe_save_failure(path, e, self.last_committed_step)) from e
-            self.last_committed_step, self.last_committed_time = step, manifest["time"]
+            self.last_committed_step, self.last_committed_time = step, now
             self.last_commit_s = time.perf_counter() - t0
             self._retain()
             for cb in list(self.on_commit):
@@ -688,8 +693,8 @@ class CheckpointManager:
             return reason or "another rank could not read its shards"
 
         # Everything read: apply. From here on a failure is a bug or a mismatch, not damage.
-        if "model" in state:
-            if "optim" in state:
+        if self.model is not None and "model" in state:  # (state holds a model's only where there is one)
+            if self.optimizer is not None and "optim" in state:
                 set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
                                optim_state_dict=state["optim"])
             else:

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainyard.contracts import JobVar
+
 
 class JobEnvError(ValueError):
     """A job-environment variable is malformed (the message names it)."""
@@ -86,13 +88,13 @@ class JobEnv:
         port = _str(env, "MASTER_PORT")
         master_port = _int(env, "MASTER_PORT", 0, minimum=1) if port is not None else None
 
-        ckpt = Path(env.get("TRAINYARD_CHECKPOINT_DIR") or "checkpoints")
+        ckpt = Path(env.get(JobVar.CHECKPOINT_DIR) or "checkpoints")
         # The control plane gives each job <job dir>/{checkpoints,metrics,logs}; a run outside it
         # keeps its metrics next to its checkpoints' directory, or in ./metrics.
-        metrics = env.get("TRAINYARD_METRICS_DIR")
+        metrics = env.get(JobVar.METRICS_DIR)
         if not metrics:
-            metrics = str(ckpt.parent / "metrics") if env.get("TRAINYARD_CHECKPOINT_DIR") else "metrics"
-        wd_raw = env.get("TRAINYARD_WATCHDOG_S")
+            metrics = str(ckpt.parent / "metrics") if env.get(JobVar.CHECKPOINT_DIR) else "metrics"
+        wd_raw = env.get(JobVar.WATCHDOG_S)
         watchdog_s = None
         if wd_raw:
             try:
@@ -108,12 +110,12 @@ class JobEnv:
             local_world_size=local_world,
             master_addr=_str(env, "MASTER_ADDR"),
             master_port=master_port,
-            job_id=_str(env, "TRAINYARD_JOB_ID"),
-            attempt=_int(env, "TRAINYARD_ATTEMPT", 0),
+            job_id=_str(env, JobVar.JOB_ID),
+            attempt=_int(env, JobVar.ATTEMPT, 0),
             checkpoint_dir=ckpt,
             metrics_dir=Path(metrics),
-            api=(_str(env, "TRAINYARD_API") or "").rstrip("/") or None,
-            token=_str(env, "TRAINYARD_TOKEN"),
-            node=_str(env, "TRAINYARD_NODE"),
+            api=(_str(env, JobVar.API) or "").rstrip("/") or None,
+            token=_str(env, JobVar.TOKEN),
+            node=_str(env, JobVar.NODE),
             watchdog_s=watchdog_s,
         )

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from trainyard.contracts import PREEMPT_SIGNALS
+from trainyard.contracts import NOTICE_SIGNAL, PREEMPT_SIGNALS
 
 
 class PreemptionHandler:
@@ -85,7 +85,7 @@ class PreemptionHandler:
     def request(self) -> None:
         """Ask for a stop from code (as if a notice had arrived on this rank)."""
         if self.received is None:
-            self.received = signal.SIGUSR1
+            self.received = NOTICE_SIGNAL
 
     @property
     def local(self) -> bool:

@@ -19,6 +19,7 @@ import torch
 def capture() -> dict[str, Any]:
     """This process's generator states (plain Python objects and CPU tensors)."""
     np_state = np.random.get_state()
+    assert isinstance(np_state, tuple)  # the legacy global generator's form: MT19937, keys, pos, gauss
     state: dict[str, Any] = {
         "python": random.getstate(),
         "numpy": (np_state[0], np_state[1].copy(), *np_state[2:]),

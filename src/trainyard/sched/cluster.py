@@ -19,7 +19,7 @@ from typing import Iterable, Sequence
 def gb_to_mib(gb: float) -> int:
     """GB as people write them (in configs, the API, traces) to the MiB the engine counts in.
 
-    Called once, at the edge where a GB figure enters (`trainyard.spec`, the API, trace loaders):
+    Called once, at the edge where a GB figure enters (`trainyard.spec.models`, the API, trace loaders):
     nothing inside a cycle converts, so a value cannot be rounded twice along the way."""
     return int(round(gb * 1024))
 

@@ -4,7 +4,7 @@ The `scheduler:` section of the cluster configuration mirrors these groups as ne
 (`share: {below_gpu_s: 3200}`), read by `trainyard.sched.policy` from the dataclasses themselves.
 Until issue 36 the 25 parameters were one flat list grouped only by name prefix
 (`share_below_gpu_s`); those names are still read, from the configuration (with a deprecation
-message, `trainyard.spec.SchedulerSpec.deprecations`) and as keywords of `EngineParams(...)` and
+message, `trainyard.spec.models.SchedulerSpec.deprecations`) and as keywords of `EngineParams(...)` and
 attributes of an instance (Python callers, the tests and benchmarks written against them), through
 `FLAT`, the one table that maps each old name to its group and field.
 

@@ -5,7 +5,7 @@ configuration (weights, thresholds) but no state between cycles: whatever histor
 (attained service, decayed usage, when a job last started) comes in through the snapshot.
 
 Parameters. A policy is built by name from a mapping of plain values, `get_policy(name, params)`,
-which is how the cluster configuration's `scheduler:` section (validated in `trainyard.spec`) and
+which is how the cluster configuration's `scheduler:` section (validated in `trainyard.spec.models`) and
 `yard sim --config` choose one. What a policy's parameters are is read from its factory, so that
 a policy declares them once, in its own code, with their defaults:
 - a factory that takes one dataclass argument (`TrainyardPolicy(params: EngineParams)`) has that
@@ -111,7 +111,7 @@ def policy_params(name: str) -> tuple[Param, ...]:
 def get_policy(name: str, params: Mapping[str, Any] | None = None) -> Policy:
     """A new policy `name`, built with `params` (plain values by parameter name, a nested group as
     a mapping). Only names are checked here; values are taken as given, so a caller that reads
-    them from a person (the configuration) validates them first (`trainyard.spec.SchedulerSpec`).
+    them from a person (the configuration) validates them first (`trainyard.spec.models.SchedulerSpec`).
 
     Raises:
         ValueError: no policy of that name, or a parameter it does not take (the message names

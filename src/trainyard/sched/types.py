@@ -2,11 +2,11 @@
 
 These are plain slotted dataclasses rather than pydantic models on purpose: a cycle at 1,250 nodes
 and 13,000 jobs must run in tens of milliseconds, and the validated, user-facing models live in
-`trainyard.spec` and are converted once at the edge (`trainyard.spec`, `trainyard.control.snapshot`).
+`trainyard.spec.models` and are converted once at the edge (`trainyard.spec.models`, `trainyard.control.loop.snapshot`).
 
 Units everywhere: time in seconds (floats, an arbitrary epoch), GPU memory in integer MiB (as the
 store keeps it and `ClusterState` counts it: no float drift, no conversion inside a cycle; GB is
-converted once where people write it, `trainyard.spec` and the API). Job ids are `JobId`, ints, as
+converted once where people write it, `trainyard.spec.models` and the API). Job ids are `JobId`, ints, as
 the store numbers jobs: the control loop passes them through, and traces number their jobs too.
 """
 

@@ -13,7 +13,7 @@ dashboard):
   running one: to now). `truncate` (sacct's `--truncate`) counts only the part inside the window,
   as `yard report` does; without it a job's whole attempts count, as sacct reports them.
 - lost GPU-hours: the work thrown away when an attempt ended (`attempts.lost_gpu_s`, measured by
-  `control/lost_work.py` from the runtime's step records: training time since the last
+  `control/rules/lost_work.py` from the runtime's step records: training time since the last
   checkpoint), by the attempt's cause. With `truncate`, only attempts that ended in the window.
 - useful GPU-hours (goodput): allocated minus lost.
 - wait: an attempt waits from the job's eligible time (Slurm's EligibleTime; its submission when
@@ -30,13 +30,13 @@ the totals `yard report` gives; a job token nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Protocol, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import ColumnElement, and_, case, func, or_, select
 from sqlalchemy.orm import Session, aliased
 
-from trainyard.parsing import parse_time
+from trainyard.spec.parsing import parse_time
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Forbidden, ServiceError
 from trainyard.states import ALL_STATES, PENDING_STATES, STATE_CODES
@@ -59,7 +59,7 @@ class Window:
 
 
 def read_time(value: str | float | None, now: float, field: str) -> float | None:
-    """A time from the API or the CLI (`parsing.parse_time`); a bad one is a 400 naming `field`."""
+    """A time from the API or the CLI (`spec.parsing.parse_time`); a bad one is a 400 naming `field`."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
     try:
@@ -114,7 +114,7 @@ def attempt_waits(submit_time: float, eligible_time: float | None,
     return out
 
 
-def wait_base(prev_ended_at: Any, job: Any = JobRow, attempt: Any = AttemptRow) -> ColumnElement:
+def wait_base(prev_ended_at: Any, job: Any = JobRow, attempt: Any = AttemptRow) -> ColumnElement[float]:
     """`attempt_waits`' base as SQL, for a query that joins the attempt, its job and the previous
     attempt (`prev_ended_at`: that attempt's `ended_at`, NULL for a first attempt)."""
     first = case((and_(job.eligible_time.is_not(None), job.eligible_time <= attempt.started_at), job.eligible_time),
@@ -293,7 +293,7 @@ _ATTEMPT_COLUMNS = (AttemptRow.job_id, AttemptRow.attempt, AttemptRow.placement,
                     AttemptRow.exit_code, AttemptRow.signal)
 
 
-def in_window(win: Window) -> tuple[ColumnElement, ...]:
+def in_window(win: Window) -> tuple[ColumnElement[bool], ...]:
     """A job was in the system during the window: submitted before its end, not ended before its start."""
     return (JobRow.submit_time <= win.end, or_(JobRow.end_time.is_(None), JobRow.end_time >= win.start))
 
@@ -322,14 +322,22 @@ def job_page(s: Session, by: Principal, win: Window, now: float, f: Filters = Fi
                        next_after=jobs[-1].id if len(jobs) == n else None)
 
 
-def _span(a: Any, win: Window, now: float, truncate: bool) -> float:
+class _Ran(Protocol):
+    """What `_span` and `_lost_counts` read of an attempt (a row of `_ATTEMPT_COLUMNS`)."""
+    @property
+    def started_at(self) -> float: ...
+    @property
+    def ended_at(self) -> float | None: ...
+
+
+def _span(a: _Ran, win: Window, now: float, truncate: bool) -> float:
     end = now if a.ended_at is None else a.ended_at
     if truncate:
         return max(0.0, min(end, win.end) - max(a.started_at, win.start))
     return max(0.0, end - a.started_at)
 
 
-def _lost_counts(a: Any, win: Window, truncate: bool) -> bool:
+def _lost_counts(a: _Ran, win: Window, truncate: bool) -> bool:
     """Whether the attempt's lost work counts: it ended, and (truncated) ended inside the window
     [start, end), as `yard report` counts it."""
     return a.ended_at is not None and (not truncate or win.start <= a.ended_at < win.end)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from trainyard.contracts import array_env
+from trainyard.contracts import JobVar, array_env
 
 MAX_TASKS = 1000  # Slurm's default MaxArraySize is 1001 (indices 0..1000)
 MAX_INDEX = 1_000_000
@@ -84,7 +84,7 @@ def task_env(array_id: int, index: int, spec: ArraySpec) -> dict[str, str]:
     `$SLURM_ARRAY_TASK_ID`) and ours. Stored with the task's environment at submission, so every
     backend passes them on unchanged."""
     return {**array_env(array_id, index, spec.indices, spec.step),
-            "TRAINYARD_ARRAY_JOB_ID": str(array_id), "TRAINYARD_ARRAY_TASK_ID": str(index)}
+            JobVar.ARRAY_JOB_ID: str(array_id), JobVar.ARRAY_TASK_ID: str(index)}
 
 
 def throttled(pending: list[tuple[int, int, int, int]], active: dict[int, int]) -> set[int]:

@@ -20,6 +20,7 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import OperationalError
@@ -139,14 +140,14 @@ def authenticate(s: Session, token: str | None) -> Principal:
 def _stamp_last_use(s: Session, token_id: int) -> None:
     """Best effort: a busy store (SQLite's one writer) must not fail the request being served."""
     try:
-        with s.get_bind().connect() as c:
+        with s.get_bind().engine.connect() as c:  # an Engine's .engine is itself
             c.execute(update(TokenRow).where(TokenRow.id == token_id).values(last_used_at=time.time()))
             c.commit()
     except OperationalError:
         pass
 
 
-def ensure_admin_token(s: Session, path) -> str | None:  # noqa: ANN001 (Path)
+def ensure_admin_token(s: Session, path: Path) -> str | None:
     """On first start: create the admin token, write it to `path` (mode 0600). Returns it if new."""
     if s.scalars(select(TokenRow).where(TokenRow.role == "admin")).first() is not None and path.exists():  # plane's own
         return None

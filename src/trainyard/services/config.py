@@ -5,7 +5,7 @@ one row per version. Applying a change validates it first and appends a version;
 edited in place, so `history`, `diff` and `rollback` (which applies an old text as a new version)
 are exact. The newest version is the one in force; `ConfigCache` parses it once per version.
 
-The scheduling policy is part of it (the `scheduler:` section, `trainyard.spec.SchedulerSpec`),
+The scheduling policy is part of it (the `scheduler:` section, `trainyard.spec.models.SchedulerSpec`),
 so a change of policy or of a parameter is applied, listed, diffed and rolled back like any other
 change, and the control loop runs `ConfigVersion.policy` of the version in force on every pass.
 `yard up --policy NAME` is `set_policy`: a new version with `scheduler.policy` changed, never a
@@ -19,8 +19,10 @@ import json
 import re
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any, TypedDict
 
 import yaml
 from sqlalchemy import event, func, select
@@ -33,7 +35,7 @@ from trainyard.services.events import record
 from trainyard.sched.cluster import Node
 from trainyard.sched.policy import Policy
 from trainyard.sched.types import AdminReservation, JobClass, Team
-from trainyard.spec import EXAMPLE_CONFIG, ConfigError, ConfigSpec, parse_config
+from trainyard.spec.models import EXAMPLE_CONFIG, ConfigError, ConfigSpec, parse_config
 from trainyard.store.models import ConfigVersionRow
 
 
@@ -94,7 +96,8 @@ def default_config_text(nodes: list[tuple[str, int, str, int]], team: str = "def
         "classes": example["classes"],
         "default_class": example.get("default_class", "training"),
     }
-    return yaml.safe_dump(doc, sort_keys=False)
+    dumped: str = yaml.safe_dump(doc, sort_keys=False)  # yaml is untyped: a str when no stream is given
+    return dumped
 
 
 def _validated(text: str, where: str = "config") -> ConfigSpec:
@@ -134,14 +137,20 @@ def apply(s: Session, text: str, by: Principal, message: str = "") -> int:
     return version
 
 
-def _team_quotas(spec: ConfigSpec | None) -> dict[str, dict]:
+class TeamQuotas(TypedDict):
+    """One team's side of a `quota.changed` event (audit data, stored as JSON)."""
+    cohort: str | None
+    quotas: dict[str, dict[str, Any]]  # pool -> QuotaSpec.model_dump()
+
+
+def _team_quotas(spec: ConfigSpec | None) -> dict[str, TeamQuotas]:
     if spec is None:
         return {}
     return {t.name: {"cohort": t.cohort, "quotas": {p: q.model_dump() for p, q in sorted(t.quotas.items())}}
             for t in spec.teams}
 
 
-def quota_changes(old: ConfigSpec | None, new: ConfigSpec) -> list[tuple[str, dict | None, dict | None]]:
+def quota_changes(old: ConfigSpec | None, new: ConfigSpec) -> list[tuple[str, TeamQuotas | None, TeamQuotas | None]]:
     """(team, before, after) for each team whose cohort or quotas differ between two versions (None:
     the team is new, or gone): the audit trail's `quota.changed` events."""
     a, b = _team_quotas(old), _team_quotas(new)
@@ -195,7 +204,7 @@ def set_identity(s: Session, by: Principal, message: str, *, run_as: str | None 
     return None if text == row.text else apply(s, text, by, message)
 
 
-def with_identity(text: str, why: str, values: dict[str, object], flags: str) -> tuple[str, str]:
+def with_identity(text: str, why: str, values: Mapping[str, object], flags: str) -> tuple[str, str]:
     """(`text` with `values` of `run_as`/`allow_root_jobs` where they differ, its message): what
     `yard up --config FILE --run-as USER` stores, in one version with the file's text."""
     current = _validated(text)
@@ -240,7 +249,8 @@ def with_policy(text: str, name: str) -> str:
         edited = None
     if edited is not None and yaml.safe_load(edited) == want:
         return edited
-    return yaml.safe_dump(want, sort_keys=False)
+    dumped: str = yaml.safe_dump(want, sort_keys=False)  # yaml is untyped: a str when no stream is given
+    return dumped
 
 
 def _edit_policy(text: str, name: str) -> str | None:
@@ -287,7 +297,15 @@ def get_version(s: Session, version: int | None = None) -> ConfigVersionRow:
     return row
 
 
-def history(s: Session) -> list[dict]:
+class VersionView(TypedDict):
+    """One stored configuration version as `yard cluster history` lists it (JSON)."""
+    version: int
+    author: str
+    created_at: float
+    message: str
+
+
+def history(s: Session) -> list[VersionView]:
     rows = s.scalars(select(ConfigVersionRow).order_by(ConfigVersionRow.version.desc()))
     return [{"version": r.version, "author": r.author, "created_at": r.created_at, "message": r.message} for r in rows]
 

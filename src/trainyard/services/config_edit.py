@@ -44,7 +44,8 @@ def edit_team(text: str, name: str, *, cohort: Any = UNSET,
         edited = None
     if edited is not None and yaml.safe_load(edited) == want:
         return edited
-    return yaml.safe_dump(want, sort_keys=False)
+    dumped: str = yaml.safe_dump(want, sort_keys=False)  # yaml is untyped: a str when no stream is given
+    return dumped
 
 
 def _team(doc: Any, name: str) -> Any:

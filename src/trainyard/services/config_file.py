@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 from trainyard.services.errors import ServiceError
 from trainyard.store.models import ConfigVersionRow
 
-PLANE = "yard-up"  # the author of what `yard up` itself stores (control/plane.py's principal)
+PLANE = "yard-up"  # the author of what `yard up` itself stores (control/lifecycle/plane.py's principal)
 FROM_FILE = "configuration given to yard up"  # the message of a version stored from --config (config.given_text)
 DIFF_LINES = 60  # of the diff shown in the refusal (the rest is counted)
 
@@ -36,7 +36,8 @@ DIFF_LINES = 60  # of the diff shown in the refusal (the rest is counted)
 def _same(a: str, b: str) -> bool:
     """The same configuration, comments and layout aside."""
     try:
-        return yaml.safe_load(a) == yaml.safe_load(b)
+        same: bool = yaml.safe_load(a) == yaml.safe_load(b)  # yaml is untyped: plain Python values
+        return same
     except yaml.YAMLError:
         return False
 

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from trainyard import figures, jobfs
 from trainyard.contracts import JobDir
-from trainyard.services import events, jobs, nodes
+from trainyard.services import dashboard_history, events, jobs, nodes
 from trainyard.services.auth import Principal
 from trainyard.services.config import ConfigVersion
 from trainyard.services.errors import Forbidden
@@ -128,6 +128,18 @@ def summary(cards: list[NodeCard], groups: list[QueueGroup], active: list[dict[s
     return {"gpus": total, "gpus_used": used, "gpus_idle": total - used, "nodes": len(cards),
             "nodes_by_state": {k: v for k, v in by_state.items() if v},
             "running": len(active), "waiting": sum(len(g.jobs) + g.more for g in groups)}
+
+
+def overview(s: Session, cfg: ConfigVersion, by: Principal, now: float, window_s: float) -> dict[str, Any]:
+    """Everything the overview page shows, as the template names it, but the charts' drawing:
+    the map, the queue, what runs, the header line, the teams' colours, the last 20 events, and
+    `history` (allocation and wait over the last `window_s`, for the API to draw)."""
+    cards, groups, active, teams = cluster_map(s, cfg, by), queue(s, cfg, by), running(s, by), team_order(cfg)
+    return {"who": by, "now": now, "cards": cards, "groups": groups, "running": active,
+            "summary": summary(cards, groups, active), "config_version": cfg.version,
+            "team_class": {t: f"t{i % 8}" for i, t in enumerate(teams)}, "teams": teams,
+            "history": dashboard_history.history(s, cfg, now, window_s),
+            "events": events.list_events(s, limit=20, newest=True)[::-1]}
 
 
 # --- one job --------------------------------------------------------------------------------------

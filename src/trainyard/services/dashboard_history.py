@@ -19,6 +19,7 @@ allocation against today's GPUs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,7 +55,7 @@ class History:
         return [self.start + (i + 0.5) * b for i in range(len(self.allocated))]
 
 
-def _mean_over_buckets(edges: np.ndarray, begin: list[float], end: list[float], weight: list[float]) -> np.ndarray:
+def _mean_over_buckets(edges: np.ndarray, begin: Sequence[float], end: Sequence[float], weight: Sequence[float]) -> np.ndarray:
     """Sum over intervals of weight x (overlap with each bucket / bucket length)."""
     out = np.zeros(len(edges) - 1)
     if not begin:

@@ -14,32 +14,37 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, Unpack
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, field_validator
-from sqlalchemy import Select, insert, select
+from sqlalchemy import CursorResult, Select, insert, select
 from sqlalchemy.orm import Session, make_transient_to_detached
+from sqlalchemy.sql.schema import ScalarElementColumnDefault
 
-from trainyard import io_patterns, jobfs, mail_types
+from trainyard import jobfs
+from trainyard.spec import io_patterns, mail_types
 from trainyard.backends.base import Owner
 from trainyard.contracts import JobDir
-from trainyard.parsing import parse_begin, parse_mem_mib
+from trainyard.spec.parsing import parse_begin, parse_mem_mib
 from trainyard.services import arrays, dependencies, limits, notices, output_paths, owners, placement_ask, reservations, transitions
 from trainyard.services.auth import Principal
 from trainyard.services.config import ConfigVersion
 from trainyard.services.errors import Conflict, Forbidden, NotFound, ServiceError
 from trainyard.services.events import record
-from trainyard.signal_spec import parse_signal
-from trainyard.spec import parse_duration, parse_node_range
+from trainyard.spec.signals import parse_signal
+from trainyard.spec.models import parse_duration, parse_node_range
 from trainyard.states import ACTIVE_STATES, ALL_STATES, PENDING_STATES, STATE_CODES, TERMINAL_STATES, JobState, StopKind
 from trainyard.store.models import REQUEST_FIELDS, AttemptRow, JobRow
 
 LATEST_BEGIN = 4_102_444_800.0  # 2100-01-01
 # The reason of a job whose launch was refused and that waits held for an admin (Slurm's words for
-# it): its directory was not its own (`control/job_dirs.py`). Like JobHeldAdmin, only an operator
+# it): its directory was not its own (`control/jobfiles/claim.py`). Like JobHeldAdmin, only an operator
 # or admin releases it.
 LAUNCH_FAILED_HELD = "launch failed requeued held"
 ADMIN_HOLDS = ("JobHeldAdmin", LAUNCH_FAILED_HELD)
+
+Shape = tuple[int, int, int | None, int]  # (nodes_min, nodes_max, gpus_per_node or None, total GPUs): `_resolve_shape`
+_Q = TypeVar("_Q", bound="Select[Unpack[tuple[Any, ...]]]")  # a job listing's query, whatever it selects
 
 
 def parse_states(text: str | None) -> list[str] | None:
@@ -70,7 +75,7 @@ class JobSubmit(BaseModel):
     `--cpus-per-task` (sizes as Slurm writes them: `16G`, `500M`, a bare number of MB; 0 = no limit),
     enforced by the backend (the local one through the attempt's cgroup).
     `dependency`, `begin` and `array` are sbatch's `--dependency`, `--begin` and `--array`
-    (`services/dependencies.py`, `parsing.parse_begin`, `services/arrays.py`); an array's response
+    (`services/dependencies.py`, `spec.parsing.parse_begin`, `services/arrays.py`); an array's response
     is its first task, whose id is the array's.
     """
 
@@ -222,7 +227,7 @@ def _bad(msg: str, field: str) -> ServiceError:
     return ServiceError(msg, field=field)
 
 
-def _resolve_shape(sub: JobSubmit) -> tuple[int, int, int | None, int]:
+def _resolve_shape(sub: JobSubmit) -> Shape:
     """(nodes_min, nodes_max, gpus_per_node or None, total GPUs at the minimum size)."""
     if sub.nodes is None:
         if sub.gpus_per_node is not None:
@@ -245,7 +250,7 @@ def _resolve_shape(sub: JobSubmit) -> tuple[int, int, int | None, int]:
     return lo, hi, gpn, gpn * lo
 
 
-def _check_against_config(sub: JobSubmit, team: str, cls: str, shape: tuple, cfg: ConfigVersion) -> None:
+def _check_against_config(sub: JobSubmit, team: str, cls: str, shape: Shape, cfg: ConfigVersion) -> None:
     spec = cfg.spec
     teams = {t.name: t for t in spec.teams}
     classes = {c.name: c for c in spec.classes}
@@ -282,7 +287,7 @@ def _check_against_config(sub: JobSubmit, team: str, cls: str, shape: tuple, cfg
                    f"{quota.nominal + quota.borrowing_limit} in pool {sub.pool!r}", "gpus")
     limit = parse_duration(sub.time) if sub.time is not None else None
     max_run = classes[cls].max_run_time
-    if limit is not None and max_run is not None and limit > max_run:
+    if sub.time is not None and limit is not None and max_run is not None and limit > max_run:
         raise _bad(f"-t {_as_given(sub.time)} is over class {cls!r}'s limit of {slurm_duration(max_run)}", "time")
 
 
@@ -395,7 +400,7 @@ def _gpus_of_tasks(sub: JobSubmit) -> dict[str, Any]:
     return out
 
 
-def _mem_of_cpus(sub: JobSubmit, shape: tuple, cfg: ConfigVersion) -> int | None:
+def _mem_of_cpus(sub: JobSubmit, shape: Shape, cfg: ConfigVersion) -> int | None:
     """--mem-per-cpu as the per-node limit trainyard enforces (MiB): it times the CPUs of the
     job's tasks on a node (-c, 1 by default, times the tasks there: --ntasks-per-node, else one per
     GPU; for GPUs anywhere, as many as the largest node of the pool may hold)."""
@@ -466,7 +471,8 @@ def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_d
     now = time.time() if now is None else now
     name = sub.name or (Path(sub.command[0]).name if sub.command else "script")
     waits = _dependency_at_submit(s, sub.dependency, name, by.user) if sub.dependency else False
-    begin = sub.begin if sub.begin is not None and sub.begin > now else None  # a past time is now
+    asked = sub.begin  # a number once validated (`_begin` parses sbatch's forms)
+    begin = asked if isinstance(asked, (int, float)) and asked > now else None  # a past time is now
     spec = arrays.parse(sub.array) if sub.array else None
     limits.check(s, cfg.spec.limits, user=by.user, team=team, command=sub.command, env=sub.env, script=sub.script,
                  indices=spec.indices if spec else None)  # the operator's limits: nothing stored past one
@@ -494,7 +500,7 @@ def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_d
     # A plain INSERT, then the row attached as if loaded: the same persistent object a flush would
     # give (callers may change it further in the transaction), for a third of a flush's cost.
     # (None left out: a JSON column would store it as JSON null, not SQL NULL as a flush does)
-    jid = s.execute(_INSERT_JOB, {k: v for k, v in values.items() if v is not None}).inserted_primary_key[0]
+    jid = _insert_job(s, {k: v for k, v in values.items() if v is not None})
     row = JobRow(id=jid, **values)
     make_transient_to_detached(row)
     s.add(row)
@@ -511,10 +517,10 @@ def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_d
     record(s, by.user, "job.submitted", f"{what}, task {spec.indices[0]} of array {jid} ({sub.array})",
            job_id=jid, at=now, data=data)
     for index in spec.indices[1:]:
-        # (the batch script is kept once, with the first task: `control/launch.py` reads it there)
+        # (the batch script is kept once, with the first task: `control/loop/attempt_start.py` reads it there)
         task = {**values, "array_job_id": jid, "array_task_id": index, "dir_key": JobDir.new_key(), "script": None,
                 "env": {**sub.env, **arrays.task_env(jid, index, spec)}}
-        tid = s.execute(_INSERT_JOB, {k: v for k, v in task.items() if v is not None}).inserted_primary_key[0]
+        tid = _insert_job(s, {k: v for k, v in task.items() if v is not None})
         record(s, by.user, "job.submitted", f"{what}, task {index} of array {jid}", job_id=tid, at=now, data=data)
     return row
 
@@ -522,10 +528,21 @@ def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_d
 _INSERT_JOB = insert(JobRow.__table__)
 
 
+def _insert_job(s: Session, values: dict[str, Any]) -> int:
+    """Insert one job row; its new id. (`Session.execute` is typed as returning a Result: an
+    INSERT's is a CursorResult, which knows the key it made.)"""
+    result = s.execute(_INSERT_JOB, values)
+    assert isinstance(result, CursorResult)
+    key = result.inserted_primary_key  # None only where no row was inserted
+    assert key is not None
+    jid: int = key[0]
+    return jid
+
+
 def _default(column: str) -> Any:
     """The column's own default (a constant), or None."""
     d = JobRow.__table__.c[column].default
-    return d.arg if d is not None and d.is_scalar else None
+    return d.arg if isinstance(d, ScalarElementColumnDefault) else None
 
 
 def free_reason(begin: float | None, now: float) -> str:
@@ -588,7 +605,7 @@ def job_dir(data_dir: Path, job: JobRow) -> JobDir:
 # What the API and the CLI show of a job: (key, column), in output order. `job_dict` reads them from
 # a row object, `list_job_dicts` straight from the table; `gpu_mem_gb` is converted from MiB, and the
 # private columns (command, workdir, env) are shown only to who may manage the job's team.
-_SHOWN = (("id", "id"), ("name", "name"), ("user", "user"), ("team", "team"), ("class", "job_class"),
+_SHOWN: tuple[tuple[str, str], ...] = (("id", "id"), ("name", "name"), ("user", "user"), ("team", "team"), ("class", "job_class"),
           ("pool", "pool"), ("state", "state"), ("reason", "reason"), ("held", "held"), ("nodes_min", "nodes_min"),
           ("nodes_max", "nodes_max"), ("gpus_per_node", "gpus_per_node"), ("gpus", "gpus"),
           ("tasks_per_node", "tasks_per_node"), ("gpu_mem_gb", "gpu_mem_mib"), ("mem_mib", "mem_mib"),
@@ -651,8 +668,8 @@ def readable_logs(s: Session, job_id: int, by: Principal) -> JobRow:
     return row
 
 
-def _listing(q: Select, by: Principal, states: list[str] | None, team: str | None, user: str | None,
-             job_class: str | None, limit: int, array: int | None = None) -> Select:
+def _listing(q: _Q, by: Principal, states: list[str] | None, team: str | None, user: str | None,
+             job_class: str | None, limit: int, array: int | None = None) -> _Q:
     if by.role == "job":
         raise Forbidden("a job token reads only its own job")
     if states:

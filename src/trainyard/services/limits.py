@@ -1,4 +1,4 @@
-"""Checking a submission against the operator's limits (`limits:`, `spec_limits.py`).
+"""Checking a submission against the operator's limits (`limits:`, `spec/limits.py`).
 
 Called by `jobs.submit` before anything is written; each refusal names the request field, the
 limit (its key and where it was set: a user's entry, the team's, `default` or built-in) and the
@@ -22,7 +22,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from trainyard.services.errors import ServiceError
-from trainyard.spec_limits import LimitsSpec
+from trainyard.spec.limits import LimitsSpec
 from trainyard.states import ACTIVE_STATES, PENDING_STATES
 from trainyard.store.models import JobRow
 

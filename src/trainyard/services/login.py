@@ -1,7 +1,7 @@
 """Who a Unix account is to trainyard: the answer `yard login` gets on the plane's host (issue 35).
 
 On a login node the account a person is logged in as is who they are (Slurm trusts munge for
-the same reason): the plane's login socket (`control/login_socket.py`) learns the caller's uid
+the same reason): the plane's login socket (`control/lifecycle/login_socket.py`) learns the caller's uid
 from the kernel (`SO_PEERCRED`) and asks `login_identity` which trainyard user, team and role
 that uid is. The answer is the inverse of the mapping jobs run by (`services/owners.py`), so a
 token issued here runs its jobs as the very account that asked for it:
@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 from trainyard.services import auth, owners
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Forbidden, ServiceError
-from trainyard.spec import ConfigSpec
+from trainyard.spec.models import ConfigSpec
 
 LOGIN_ROLE = "member"
 

@@ -12,7 +12,7 @@ What is exported:
   its running attempts hold), `trainyard_team_gpus_borrowed{team,pool}` (held beyond nominal),
   `trainyard_team_quota_nominal_gpus{team,pool}`, `trainyard_team_quota_borrowing_limit_gpus`
   and `trainyard_team_quota_lending_limit_gpus` (only where a limit is set: none means unlimited);
-- disk per team (control/storage.py): `trainyard_team_storage_bytes{team}`,
+- disk per team (control/lifecycle/storage.py): `trainyard_team_storage_bytes{team}`,
   `trainyard_team_storage_quota_bytes{team}` (where set), `trainyard_team_storage_over_quota{team}`,
   `trainyard_storage_free_bytes{path}` and `trainyard_storage_reserve_bytes{path}` (the data dir's
   file system, and `jobs/`'s when it is another);
@@ -48,7 +48,7 @@ import socket
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client.core import (
     CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric, SummaryMetricFamily,
@@ -65,7 +65,7 @@ from trainyard.services.nodes import list_nodes
 from trainyard.store.models import AttemptRow, JobRow, UsageCarryRow
 
 if TYPE_CHECKING:
-    from trainyard.control.plane import ControlPlane
+    from trainyard.services.plane_facade import Plane
 
 RECOVERY_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
 WAIT_BUCKETS = (1.0, 10.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 12 * 3600.0, 86400.0, 3 * 86400.0)
@@ -96,6 +96,7 @@ CARRIED = tuple(COUNTERS) + tuple(HISTOGRAMS)
 
 Labels = tuple[tuple[str, str], ...]
 Samples = dict[tuple[str, Labels], float]  # (sample name, sorted labels) → value
+_Seconds = TypeVar("_Seconds", bound=float | None)  # a histogram's SQL value (NULL where a time is unknown)
 
 
 def histogram_buckets(values: list[float], bounds: tuple[float, ...]) -> list[tuple[str, float]]:
@@ -120,7 +121,7 @@ def _add(out: Samples, name: str, labels: Labels, value: float) -> None:
 
 
 def _histogram(out: Samples, name: str, bounds: tuple[float, ...], q: Any, label_names: tuple[str, ...],
-               value: ColumnElement, s: Session) -> None:
+               value: ColumnElement[_Seconds], s: Session) -> None:
     """Bucket counts, count and sum of `value` per label set, added up in SQL (no row per attempt)."""
     v = case((value < 0, 0.0), else_=value)
     cols = [func.sum(case((v <= b, 1), else_=0)) for b in bounds]
@@ -222,7 +223,7 @@ class PlaneCollector(Collector):
     """A prometheus_client collector reading the control plane's store and configuration, found
     at each scrape through `plane_of()` (some tests build the app without a plane)."""
 
-    def __init__(self, plane_of: Callable[[], ControlPlane]) -> None:
+    def __init__(self, plane_of: Callable[[], Plane]) -> None:
         self.plane_of = plane_of
 
     def collect(self) -> Iterator[Metric]:
@@ -285,15 +286,15 @@ class PlaneCollector(Collector):
             held[(team, pool)] = int(g)
         quotas = {(t.name, p): q for t in cfg.spec.teams for p, q in t.quotas.items()}
         for key in sorted(set(held) | set(quotas)):
-            used, q = held.get(key, 0), quotas.get(key)
+            used, quota = held.get(key, 0), quotas.get(key)
             alloc.add_metric(list(key), used)
-            borrowed.add_metric(list(key), max(0, used - (q.nominal if q else 0)))
-            if q is not None:
-                nominal.add_metric(list(key), q.nominal)
-                if q.borrowing_limit is not None:
-                    borrow_limit.add_metric(list(key), q.borrowing_limit)
-                if q.lending_limit is not None:
-                    lend_limit.add_metric(list(key), q.lending_limit)
+            borrowed.add_metric(list(key), max(0, used - (quota.nominal if quota else 0)))
+            if quota is not None:
+                nominal.add_metric(list(key), quota.nominal)
+                if quota.borrowing_limit is not None:
+                    borrow_limit.add_metric(list(key), quota.borrowing_limit)
+                if quota.lending_limit is not None:
+                    lend_limit.add_metric(list(key), quota.lending_limit)
         yield from (alloc, borrowed, nominal, borrow_limit, lend_limit)
 
     def _queue(self, s: Session) -> Iterator[Metric]:
@@ -306,27 +307,25 @@ class PlaneCollector(Collector):
 
     def _jobs(self, s: Session) -> Iterator[Metric]:
         states = GaugeMetricFamily("trainyard_jobs", "Jobs by state.", labels=["team", "state"])
-        q = select(JobRow.team, JobRow.state, func.count()).group_by(JobRow.team, JobRow.state)
-        for team, state, n in s.execute(q):
+        by_state = select(JobRow.team, JobRow.state, func.count()).group_by(JobRow.team, JobRow.state)
+        for team, state, n in s.execute(by_state):
             states.add_metric([team, state], n)
         yield states
         age = GaugeMetricFamily("trainyard_job_checkpoint_age_seconds",
                                 "Running jobs: time since the last checkpoint (or since the start, without one).",
                                 labels=["job_id", "team"])
         now = time.time()
-        q = select(JobRow.id, JobRow.team, JobRow.start_time, JobRow.last_checkpoint).where(JobRow.state == "RUNNING")
-        for jid, team, start, ckpt in s.execute(q):
+        running = (select(JobRow.id, JobRow.team, JobRow.start_time, JobRow.last_checkpoint)
+                   .where(JobRow.state == "RUNNING"))
+        for jid, team, start, ckpt in s.execute(running):
             since = max(x for x in (start, ckpt) if x is not None) if (start or ckpt) else now
             age.add_metric([str(jid), team], max(0.0, now - since))
         yield age
 
 
-def _storage(cp: ControlPlane, spec: Any) -> Iterator[Metric]:
-    """Disk per team, as the storage meter last measured it (control/storage.py), and the reserve."""
-    storage = getattr(cp, "storage", None)
-    if storage is None:
-        return
-    rep = storage.report(spec)
+def _storage(cp: Plane, spec: Any) -> Iterator[Metric]:
+    """Disk per team, as the storage meter last measured it (control/lifecycle/storage.py), and the reserve."""
+    rep = cp.storage_report(spec)
     used = GaugeMetricFamily("trainyard_team_storage_bytes", "Bytes a team's job dirs hold (allocated blocks, as last "
                              "measured; dirs no job owns under team=\"\").", labels=["team"])
     quota = GaugeMetricFamily("trainyard_team_storage_quota_bytes", "A team's storage quota (only where one is set).",
@@ -349,10 +348,11 @@ def _storage(cp: ControlPlane, spec: Any) -> Iterator[Metric]:
     yield from (used, quota, over, free, reserve)
 
 
-def _plane_itself(cp: ControlPlane) -> Iterator[Metric]:
+def _plane_itself(cp: Any) -> Iterator[Metric]:
     """The plane's own state, from this process (it restarts with it): loop passes, supervised
     threads, the data disk. (API refusals under overload: `trainyard_api_refused_total`, by the
-    app's own collector.)"""
+    app's own collector.) `cp` is the `ControlPlane` behind the `Plane`: its loop's stats, its
+    threads and its notifier are its own, not what services ask of it."""
     st = cp.loop.stats
     xs = sorted(st.recent_pass_s)
     passes = SummaryMetricFamily("trainyard_loop_pass_seconds", "Control-loop pass time: quantiles over the recent "
@@ -366,7 +366,7 @@ def _plane_itself(cp: ControlPlane) -> Iterator[Metric]:
     yield CounterMetricFamily("trainyard_loop_slow_passes", "Control-loop passes over their time budget.",
                               value=st.slow_passes)
     restarts = CounterMetricFamily("trainyard_thread_restarts", "Supervised background threads restarted after "
-                                   "dying (control/supervise.py).", labels=["thread"])
+                                   "dying (control/lifecycle/supervise.py).", labels=["thread"])
     alive = GaugeMetricFamily("trainyard_thread_alive", "1 while a supervised background thread runs.",
                               labels=["thread"])
     for th in cp.threads:
@@ -375,7 +375,7 @@ def _plane_itself(cp: ControlPlane) -> Iterator[Metric]:
     yield restarts
     yield alive
     notifier = getattr(cp, "notifier", None)
-    if notifier is not None:  # --mail-type's webhook (control/notify.py)
+    if notifier is not None:  # --mail-type's webhook (control/lifecycle/notify.py)
         sent = CounterMetricFamily("trainyard_notifications", "Webhook notifications (--mail-type) by result: sent, "
                                    "failed (every try), retried (tries after the first), dropped (queue full).",
                                    labels=["result"])

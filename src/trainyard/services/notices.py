@@ -3,7 +3,7 @@ handed on only once that transaction commits.
 
 The job's transitions (`services/transitions.py`) call `note(j, kind, now)`; the note waits in
 the session (`Session.info`) and `attach`'s listener gives it to the plane's notifier
-(`control/notify.py`) after the commit, in commit order, or drops it with a rollback. So a
+(`control/lifecycle/notify.py`) after the commit, in commit order, or drops it with a rollback. So a
 webhook never hears of a start that was rolled back, and the loop never waits for a receiver:
 the listener only puts the notes on a queue. Kinds noted (the notifier decides, from the job's
 mail types, what is sent):
@@ -48,7 +48,7 @@ def note(j: JobRow, kind: str, now: float, s: Session | None = None) -> None:
     s.info.setdefault(KEY, []).append(payload(j, kind, now))
 
 
-def attach(factory: sessionmaker, sink: Callable[[list[dict[str, Any]]], None]) -> Callable[[], None]:
+def attach(factory: sessionmaker[Session], sink: Callable[[list[dict[str, Any]]], None]) -> Callable[[], None]:
     """Hand the notes of every session `factory` makes to `sink` after each commit (it must not
     block); returns the function that detaches the listeners."""
     def after_commit(session: Session) -> None:

@@ -1,7 +1,7 @@
 """`--output` checked at submission, before anything is stored or created.
 
 Slurm's `--output` names where a job's log appears; trainyard keeps every log in the job's
-directory and links the asked-for path to it (`control/launch.py`, `jobfs.link_inside`).
+directory and links the asked-for path to it (`control/loop/attempt_start.py`, `jobfs.link_inside`).
 The control plane may run with more rights than the job's owner, so the link is made *as the
 owner*: inside the job's working directory (as written: the check is lexical, nothing is resolved
 as root) through no symbolic link below it, and anywhere else the owner may write (an absolute
@@ -16,7 +16,7 @@ see):
 - a directory on the way that is a symbolic link, or not a directory;
 - a final name that is a directory, or a file that is not a link (the plane replaces only links).
 
-The pattern's `%j %t %x %A %a %u %N ...` (`io_patterns.py`) are filled with sample values for
+The pattern's `%j %t %x %A %a %u %N ...` (`spec/io_patterns.py`) are filled with sample values for
 the check; the directories that depend on them are checked again, and created safely, at launch.
 `-e/--error` (stderr apart, linked to the rank's `rank-<r>.err`) is checked the same way, as field
 `error`.
@@ -28,7 +28,8 @@ import os
 import stat
 from pathlib import Path
 
-from trainyard import io_patterns, jobfs
+from trainyard import jobfs
+from trainyard.spec import io_patterns
 from trainyard.services.errors import ServiceError
 
 CHECK_S = 2.0  # a way on a hung mount holds a submit this long at most (outside the plane's lock)

@@ -1,7 +1,7 @@
 """Who a job runs as: a token's user becomes a Unix account, a team a Unix group (design rule 6).
 
 A token names a user (`alice`) and a team; the operating system knows accounts and groups. The
-mapping is the cluster configuration's (`spec.ConfigSpec`):
+mapping is the cluster configuration's (`spec.models.ConfigSpec`):
 
     token user U  →  users[U] when the configuration maps it (`users: {alice: asmith}`)
                   →  else the account named U, when there is one
@@ -36,9 +36,9 @@ import pwd
 from dataclasses import dataclass
 
 from trainyard.backends.base import Owner
-from trainyard.parsing import ConfigError
+from trainyard.spec.parsing import ConfigError
 from trainyard.services.errors import Forbidden
-from trainyard.spec import ConfigSpec
+from trainyard.spec.models import ConfigSpec
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import re
 from typing import Any, Sequence
 
 from trainyard.contracts import expand_hostlist
-from trainyard.parsing import parse_node_range
+from trainyard.spec.parsing import parse_node_range
 from trainyard.sched.cluster import Node
 from trainyard.sched.constraints import ConstraintError, feature_names, parse_features, where_of
 from trainyard.services.errors import ServiceError

@@ -1,23 +1,17 @@
-"""How a placement becomes ranks: one rank per GPU, or `tasks_per_node` ranks sharing each node's GPUs.
+"""A stored placement's ranks: the rows of `jobs.placement` read back into `contracts.RankPlacement`s.
 
-The control loop launches these, the API reports a job's world size from them, and the fault
-handling maps a failed rank back to its node with them, so the rule lives in one place.
+The store keeps a placement per node (`{"node", "gpus", "mem_mib"}` rows, in Slurm's node order);
+the plane's reconcile step and the API's world size ask which rank ran where after the fact, and
+get it by the very rule the schedule step launched with (`contracts.ranks_of`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from trainyard.backends.base import RankLaunch
+from trainyard.contracts import RankPlacement, ranks_of
 
 
-def ranks_for(placement: list[dict[str, Any]], tasks_per_node: int | None) -> list[RankLaunch]:
+def ranks_for(placement: list[dict[str, Any]], tasks_per_node: int | None) -> list[RankPlacement]:
     """One rank per GPU (or `tasks_per_node` ranks sharing a node's GPUs evenly), in node order."""
-    out: list[RankLaunch] = []
-    for part in placement:
-        gpus = list(part["gpus"])
-        k = tasks_per_node or len(gpus)
-        per = max(1, len(gpus) // k)
-        for t in range(k):
-            out.append(RankLaunch(len(out), part["node"], tuple(gpus[t * per:(t + 1) * per])))
-    return out
+    return ranks_of(((part["node"], list(part["gpus"])) for part in placement), tasks_per_node)

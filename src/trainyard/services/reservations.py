@@ -1,6 +1,6 @@
 """Admin reservations: nodes held for some users and teams over a time window (Slurm's
 `scontrol create reservation`), kept in the versioned cluster configuration (`reservations:`,
-`spec.ReservationSpec`), so every create and delete is a configuration version (who, when, diff,
+`spec.models.ReservationSpec`), so every create and delete is a configuration version (who, when, diff,
 rollback) and the control loop sees it on its next pass.
 
 - `create` (admin): nodes in Slurm's hostlist form, a start (UNIX seconds, or `parse_begin`'s
@@ -24,7 +24,7 @@ import io
 import re
 import time
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
@@ -32,13 +32,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from trainyard.contracts import compress_hostlist, expand_hostlist
-from trainyard.parsing import parse_begin, parse_duration
+from trainyard.spec.parsing import parse_begin, parse_duration
 from trainyard.services import config
 from trainyard.services.auth import Principal
 from trainyard.services.config_edit import INDENTS, _changed_lines
 from trainyard.services.errors import Conflict, Forbidden, NotFound, ServiceError
-from trainyard.spec import ReservationSpec
-from trainyard.spec_bounds import MAX_NODES
+from trainyard.spec.models import ReservationSpec
+from trainyard.spec.bounds import MAX_NODES
 from trainyard.store.models import TokenRow
 
 
@@ -202,7 +202,7 @@ def check_job(cfg: config.ConfigVersion, name: str | None, user: str, team: str,
         raise _bad(f"reservation {name!r} holds no node of pool {pool!r} (its pools: {sorted(pools)})", "pool")
 
 
-def _edit(text: str, change) -> str:  # noqa: ANN001
+def _edit(text: str, change: Callable[[list[Any]], None]) -> str:
     """`text` with `change` applied to its `reservations:` list (made when missing), comments kept
     through ruamel's round trip (as `config_edit.edit_team`); a fresh dump if that fails."""
     want = yaml.safe_load(text)
@@ -216,10 +216,11 @@ def _edit(text: str, change) -> str:  # noqa: ANN001
         edited = None
     if edited is not None and yaml.safe_load(edited) == want:
         return edited
-    return yaml.safe_dump(want, sort_keys=False)
+    dumped: str = yaml.safe_dump(want, sort_keys=False)  # yaml is untyped: a str when no stream is given
+    return dumped
 
 
-def _round_trip(text: str, change) -> str:  # noqa: ANN001
+def _round_trip(text: str, change: Callable[[list[Any]], None]) -> str:
     from ruamel.yaml import YAML
 
     outs = []

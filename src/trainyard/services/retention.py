@@ -1,6 +1,6 @@
 """Retention: finished jobs are kept for the configured time (`retention:` in the cluster config,
-`spec.RetentionSpec`), then purged in bounded batches (the control plane's retention thread,
-control/retention.py, runs them without holding the write lock for long).
+`spec.models.RetentionSpec`), then purged in bounded batches (the control plane's retention thread,
+control/lifecycle/retention.py, runs them without holding the write lock for long).
 
 Two horizons, both off by default (kept for ever, as slurmdbd's PurgeJobAfter):
 - `job_dirs`: a finished job's directory (logs, checkpoints, metrics) is removed; its rows stay,
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import CursorResult, Delete, delete, select
 from sqlalchemy.orm import Session
 
 from trainyard import jobfs
@@ -27,7 +27,7 @@ from trainyard.contracts import JobDir
 from trainyard.services.audit import AUDIT_KINDS
 from trainyard.services.events import record
 from trainyard.services.metrics import carry_key, counted
-from trainyard.spec import RetentionSpec
+from trainyard.spec.models import RetentionSpec
 from trainyard.states import TERMINAL_STATES
 from trainyard.store.models import AttemptRow, EventRow, JobRow, UsageCarryRow
 
@@ -41,6 +41,14 @@ class Purged:
     events: int = 0
     dirs: list[Path] = field(default_factory=list)
     last_id: int = 0  # the highest job id looked at (the next batch's cursor for directories)
+
+
+def _deleted(s: Session, stmt: Delete) -> int:
+    """Run a DELETE; the rows it removed. (`Session.execute` is typed as returning a Result: a
+    DELETE's is a CursorResult, which counts them.)"""
+    result = s.execute(stmt)
+    assert isinstance(result, CursorResult)
+    return result.rowcount
 
 
 def purge_jobs(s: Session, data_dir: Path, spec: RetentionSpec, now: float) -> Purged:
@@ -65,9 +73,9 @@ def purge_jobs(s: Session, data_dir: Path, spec: RetentionSpec, now: float) -> P
         else:
             row.value += value
     s.flush()
-    out.attempts = s.execute(delete(AttemptRow).where(AttemptRow.job_id.in_(ids))).rowcount
-    out.events = s.execute(delete(EventRow).where(EventRow.job_id.in_(ids), EventRow.kind.not_in(AUDIT_KINDS))).rowcount
-    out.jobs = s.execute(delete(JobRow).where(JobRow.id.in_(ids))).rowcount
+    out.attempts = _deleted(s, delete(AttemptRow).where(AttemptRow.job_id.in_(ids)))
+    out.events = _deleted(s, delete(EventRow).where(EventRow.job_id.in_(ids), EventRow.kind.not_in(AUDIT_KINDS)))
+    out.jobs = _deleted(s, delete(JobRow).where(JobRow.id.in_(ids)))
     out.dirs = _existing(data_dir, rows)
     out.last_id = ids[-1]
     record(s, "retention", "retention.purged",

@@ -1,6 +1,6 @@
 """Disk per team, as the store records it: the warning events of a quota or the reserve crossed,
 and the report `yard storage` and `GET /api/v1/storage` show (the measuring is
-`control/storage.py`'s).
+`control/lifecycle/storage.py`'s).
 
 Each crossing is one event, never one per pass: a team that goes over its quota gets
 `team.storage_quota` (data: team, bytes, quota_bytes) and each of its running jobs one
@@ -19,7 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from trainyard.services.events import record
-from trainyard.spec import ConfigSpec
+from trainyard.spec.models import ConfigSpec
 from trainyard.states import ACTIVE_STATES
 from trainyard.store.models import EventRow, JobRow
 
@@ -105,7 +105,7 @@ def reserve_ok(s: Session, now: float) -> None:
 def report(spec: ConfigSpec, dirs: Iterable[Any], file_systems: list[dict[str, Any]], over: Iterable[str],
            reserve_crossed: bool, measured_at: float | None, sweep_s: float, jobs: int = 0) -> dict[str, Any]:
     """Per team (every configured one, and `team: null` for dirs no job owns), the file systems,
-    and the `jobs` biggest job dirs. `dirs`: `control.storage.DirUsage`s."""
+    and the `jobs` biggest job dirs. `dirs`: `control.lifecycle.storage.DirUsage`s."""
     dirs = list(dirs)
     teams: dict[str | None, dict[str, Any]] = {
         t.name: {"team": t.name, "bytes": 0, "quota_bytes": spec.storage.quota_bytes(t), "jobs": 0, "complete": True}

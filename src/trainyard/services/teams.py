@@ -15,13 +15,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from trainyard import spec_bounds as B
+from trainyard.spec import bounds as B
 from trainyard.services import config
 from trainyard.services.config_edit import UNSET, edit_team
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Forbidden, NotFound
 from trainyard.states import ACTIVE_STATES, PENDING_STATES
-from trainyard.spec import ConfigSpec, QuotaSpec
+from trainyard.spec.models import ConfigSpec, QuotaSpec
 from trainyard.store.models import JobRow
 
 

@@ -88,7 +88,8 @@ def revoke(s: Session, by: Principal, *, token_id: int | None = None, user: str 
         if not rows:
             raise NotFound(f"user {user!r} holds no token", field="user")
     live = [r for r in rows if not r.revoked]
-    admins_left = s.scalar(select(func.count(TokenRow.id)).where(TokenRow.role == "admin", TokenRow.revoked.is_(False)))
+    admins_left = s.execute(select(func.count(TokenRow.id))
+                            .where(TokenRow.role == "admin", TokenRow.revoked.is_(False))).scalar_one()
     if any(r.role == "admin" for r in live) and admins_left - sum(r.role == "admin" for r in live) < 1:
         raise Conflict("that would revoke the last admin token that still works; create another admin token first")
     for r in live:
@@ -113,8 +114,8 @@ def revoke_own(s: Session, token: str) -> dict[str, Any]:
     if row.role == "job":
         raise ServiceError("a job token is revoked when its attempt ends", field="token")
     if row.role == "admin":
-        admins_left = s.scalar(select(func.count(TokenRow.id)).where(TokenRow.role == "admin",
-                                                                     TokenRow.revoked.is_(False)))
+        admins_left = s.execute(select(func.count(TokenRow.id)).where(TokenRow.role == "admin",
+                                                                      TokenRow.revoked.is_(False))).scalar_one()
         if admins_left <= 1:
             raise Conflict("that would revoke the last admin token that still works; create another admin token first")
     row.revoked = True

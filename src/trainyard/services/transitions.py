@@ -7,7 +7,7 @@ and an ending attempt leaves what the metrics count (`attempts.cause`, `lost_gpu
 
     start_attempt    PENDING/REQUEUED → RUNNING: a new attempt row, "job.started"
     request_stop     RUNNING → (stopping): the stop kind and its start; the loop's stop sequence
-                     (`control/stops.py`) sends the signals
+                     (`control/loop/stops.py`) sends the signals
     end_attempt      the attempt row's outcome; the attempt's job token is revoked
     back_to_queue    → REQUEUED: placement and stop cleared, waits from now
     finish           → a terminal state, with exit code and signal

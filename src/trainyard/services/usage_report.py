@@ -140,8 +140,8 @@ def report(s: Session, cfg: ConfigVersion, by: Principal, win: Window, now: floa
     if by.role == "job":
         raise Forbidden("a job token reads only its own job")
     capacity: dict[str, int] = defaultdict(int)
-    for n in cfg.nodes:
-        capacity[n.pool] += n.gpus
+    for node in cfg.nodes:
+        capacity[node.pool] += node.gpus
     seconds = win.seconds
     cluster = ClusterUsage(cluster=cfg.spec.cluster.name, gpus=sum(capacity.values()),
                            capacity_gpu_hours=sum(capacity.values()) * seconds / H, busy_pct=0.0)
@@ -185,27 +185,27 @@ def report(s: Session, cfg: ConfigVersion, by: Principal, win: Window, now: floa
     for (t, u, p), gpu_s in scan.alloc.items():
         for x in every(t, u, p):
             _bump(x, gpu_s=gpu_s)
-    for (t, u, p, cause), (n, lost) in scan.ended.items():
+    for (t, u, p, cause), (ended, lost) in scan.ended.items():
         for x in every(t, u, p):
-            _bump(x, lost_s=lost, cause=cause, ended=n, preempted=n if cause == "preempted" else 0)
+            _bump(x, lost_s=lost, cause=cause, ended=ended, preempted=ended if cause == "preempted" else 0)
     # 3. jobs that ended in the period, by final state
-    q = (select(JobRow.team, JobRow.user, JobRow.pool, JobRow.state, func.count())
-         .where(JobRow.end_time >= win.start, JobRow.end_time < win.end)
-         .group_by(JobRow.team, JobRow.user, JobRow.pool, JobRow.state))
-    for t, u, p, state, n in s.execute(q):
+    by_state = (select(JobRow.team, JobRow.user, JobRow.pool, JobRow.state, func.count())
+                .where(JobRow.end_time >= win.start, JobRow.end_time < win.end)
+                .group_by(JobRow.team, JobRow.user, JobRow.pool, JobRow.state))
+    for t, u, p, state, jobs in s.execute(by_state):
         for x in every(t, u, p):
-            _bump(x, state=state, jobs=n)
+            _bump(x, state=state, jobs=jobs)
     # 4. preemptions asked for on behalf of each team's jobs
     wanted: dict[int, int] = defaultdict(int)
-    q = select(EventRow.data).where(EventRow.kind == "job.preempting", EventRow.time >= win.start,
-                                    EventRow.time < win.end)
-    for (data,) in s.execute(q):
+    asks = select(EventRow.data).where(EventRow.kind == "job.preempting", EventRow.time >= win.start,
+                                       EventRow.time < win.end)
+    for (data,) in s.execute(asks):
         jid = (data or {}).get("for_job")
         if isinstance(jid, int):
             wanted[jid] += 1
     if wanted:
-        q = select(JobRow.id, JobRow.team, JobRow.user, JobRow.pool).where(JobRow.id.in_(list(wanted)))
-        for jid, t, u, p in s.execute(q):
+        owners = select(JobRow.id, JobRow.team, JobRow.user, JobRow.pool).where(JobRow.id.in_(list(wanted)))
+        for jid, t, u, p in s.execute(owners):
             for x in every(t, u, p):
                 _bump(x, caused=wanted[jid])
     # 5. borrowing and lending, from the spans

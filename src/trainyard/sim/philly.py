@@ -40,7 +40,7 @@ from pathlib import Path
 from trainyard.sched.cluster import Node, gb_to_mib
 from trainyard.sched.types import JobRequest, Quota, Team
 from trainyard.sim.workload import SimJob, Workload
-from trainyard.spec import EXAMPLE_CONFIG, ConfigError, load_config
+from trainyard.spec.models import EXAMPLE_CONFIG, ConfigError, load_config
 
 VC_TABLE_NAME = "philly_vc_nodes_heliosartifact.csv"
 REQUIRED = ("timestamp", "duration", "num_gpus", "cluster")

@@ -1,6 +1,6 @@
 """Loader for the Pollux (OSDI'21) simulator workloads as a `Workload` (`yard sim --format pollux`).
 
-A workload file (`workload-N.csv`, shared/traces/pollux-sia-workloads/pollux_workloads) has the
+A workload file (`workload-N.csv`, $TRAINYARD_TRACES/pollux-sia-workloads/pollux_workloads) has the
 columns `name,time,application,num_replicas,batch_size`: 160 jobs submitted over 8 hours, each an
 application trained with the replica count and total batch size Tiresias ran it with in Pollux's
 evaluation ("+TunedJobs"). The world is Pollux's, so that the published figures are the yardstick
@@ -35,7 +35,7 @@ from trainyard.sched.types import ALL_CLASSES, JobRequest, Quota, Team
 from trainyard.sim.philly import make_nodes, parse_cluster_shape
 from trainyard.sim.pollux_runtimes import RUN_S
 from trainyard.sim.workload import SimJob, Workload
-from trainyard.spec import EXAMPLE_CONFIG, ConfigError, load_config
+from trainyard.spec.models import EXAMPLE_CONFIG, ConfigError, load_config
 
 REQUIRED = ("name", "time", "application", "num_replicas", "batch_size")
 DEFAULT_CLUSTER = "16x4"

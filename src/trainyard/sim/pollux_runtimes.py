@@ -1,6 +1,6 @@
 """Run times of the Pollux (OSDI'21) workload configurations, for `sim.pollux`.
 
-Pollux's workloads (shared/traces/pollux-sia-workloads: name, time, application, num_replicas,
+Pollux's workloads ($TRAINYARD_TRACES/pollux-sia-workloads: name, time, application, num_replicas,
 batch_size) say what each job trains and with how many GPUs and what batch size Tiresias ran it
 ("+TunedJobs"), not how long that takes: Pollux's simulator computes it from measured
 throughput and statistical efficiency per application (petuum/adaptdl, branch osdi21-artifact,

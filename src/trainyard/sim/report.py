@@ -246,9 +246,10 @@ def write_report(out_dir: str | Path, results: dict[str, SimResult], workload: W
     try:
         import matplotlib
     except ImportError:  # `pip install trainyard` has no plotting; trainyard[sim] does
-        matplotlib = None
+        plots = False
     else:
         matplotlib.use("Agg")
+        plots = True
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     ms = all_metrics(results)
@@ -280,14 +281,14 @@ def write_report(out_dir: str | Path, results: dict[str, SimResult], workload: W
            f"{sum(1 for j in workload.jobs if workload.measured(j.req.submit_time))} measured.", "",
            "## Results", "", markdown_table(ms), "",
            *(["![utilization](utilization.png)", "", "![wait CDF](wait_cdf.png)", "",
-              "![team share](team_share.png)", ""] if matplotlib is not None else
+              "![team share](team_share.png)", ""] if plots else
              ["(No plots: matplotlib is not installed; `pip install 'trainyard[sim]'` draws them.)", ""]),
            "## Workload notes", ""]
     md += [f"- {n}" for n in workload.notes] or ["- (none)"]
     md += ["", "## Metric definitions", "", _definitions(), ""]
     (out / "report.md").write_text("\n".join(md))
 
-    if matplotlib is not None:
+    if plots:
         _plot_utilization(out / "utilization.png", results, workload)
         _plot_wait_cdf(out / "wait_cdf.png", results, workload)
         _plot_team_share(out / "team_share.png", results, workload)

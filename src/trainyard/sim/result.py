@@ -98,9 +98,9 @@ def bounded_slowdown(r: JobRecord, tau: float = 10.0) -> float:
 def metrics(res: SimResult) -> dict[str, float | int]:
     jobs = [r for r in res.jobs if r.measured]
     done = [r for r in jobs if r.end is not None]
-    jct = [r.end - r.submit for r in done]  # type: ignore[operator]
+    jct = [r.end - r.submit for r in jobs if r.end is not None]  # (done's)
     waits = [r.wait_s for r in jobs]
-    first = [r.first_start - r.submit for r in jobs if r.first_start is not None]  # type: ignore[operator]
+    first = [r.first_start - r.submit for r in jobs if r.first_start is not None]
     bsd = [bounded_slowdown(r) for r in done]
     window = max(1e-9, res.measure_to - res.measure_from)
     cap = res.total_gpus * window
@@ -108,7 +108,7 @@ def metrics(res: SimResult) -> dict[str, float | int]:
     for r in done:
         by_team.setdefault(r.team, []).append(bounded_slowdown(r))
     team_inv = [1.0 / (sum(v) / len(v)) for v in by_team.values()]
-    ends = [r.end for r in done]
+    ends = [r.end for r in jobs if r.end is not None]  # (done's)
     return {
         "jobs": len(jobs),
         "completed": len(done),

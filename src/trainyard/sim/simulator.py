@@ -395,16 +395,18 @@ class _Sim:
         other team's doing, and a team that no one can borrow from is never owed."""
         teams = self.wl.teams
         lent: dict[str, int] = {}  # cohort -> GPUs its members hold beyond their nominal quotas
-        for t, g in self.team_alloc.items():
-            if t in teams and teams[t].cohort and g > teams[t].quota("default").nominal:
-                lent[teams[t].cohort] = lent.get(teams[t].cohort, 0) + g - teams[t].quota("default").nominal
+        for name, g in self.team_alloc.items():
+            holder = teams.get(name)
+            if holder is not None and holder.cohort and g > holder.quota("default").nominal:
+                lent[holder.cohort] = lent.get(holder.cohort, 0) + g - holder.quota("default").nominal
         for team, sizes in self.pend_sizes.items():
             t = teams.get(team)
             headroom = (t.quota("default").nominal if t else 0) - self.team_alloc.get(team, 0)
+            cohort = t.cohort if t is not None else None
             # (A team with headroom does not borrow itself: the borrower is another member.)
-            owed = bool(sizes) and headroom > 0 and min(sizes) <= headroom and t is not None and t.cohort in lent
+            owed = bool(sizes) and headroom > 0 and min(sizes) <= headroom and cohort in lent
             since = self.below_since.get(team)
-            self._owe(team, min(headroom, lent[t.cohort]) if owed else 0)  # type: ignore[union-attr]
+            self._owe(team, min(headroom, lent[cohort]) if owed and cohort is not None else 0)
             if owed and since is None:
                 self.below_since[team] = self.now
                 self.owed_acc[team] = 0.0

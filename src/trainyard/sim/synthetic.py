@@ -39,7 +39,7 @@ from trainyard.sched.cluster import gb_to_mib
 from trainyard.sched.types import JobRequest, Quota, Team
 from trainyard.sim.philly import largest_remainder, make_nodes, parse_cluster_shape
 from trainyard.sim.workload import SimJob, Workload
-from trainyard.spec import EXAMPLE_CONFIG, ConfigError, load_config
+from trainyard.spec.models import EXAMPLE_CONFIG, ConfigError, load_config
 
 ORIGIN = datetime(2024, 1, 1)  # a Monday
 GPU_MEM_GB = 80.0

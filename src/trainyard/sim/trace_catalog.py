@@ -1,7 +1,7 @@
 """The public trace files `yard sim` replays, and fetching them onto a fresh machine.
 
-A fresh clone has no traces: this project's machines carry them in `../shared/traces`, a user's
-machine does not. `yard trace fetch philly|pollux` downloads each file of a trace from its public
+A fresh clone has no traces (a machine that carries a copy names it in `TRAINYARD_TRACES`:
+`sim/local_traces.py`). `yard trace fetch philly|pollux` downloads each file of a trace from its public
 source, pinned to one commit, and keeps it only if its size and SHA-256 are the ones written here
 (taken from that commit's blobs). Files land in `<data dir>/traces/<trace>/`, where
 `yard sim --trace philly` (or `--trace pollux:3`) finds them.

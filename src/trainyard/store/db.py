@@ -82,6 +82,8 @@ class Store:
             with self.engine.connect() as c:
                 if self.engine.dialect.name == "sqlite":
                     raw = c.connection.driver_connection
+                    if raw is None:  # typed optional: a connection invalidated meanwhile
+                        return False, "the store cannot take writes: its connection was invalidated"
                     raw.execute(f"PRAGMA busy_timeout={int(timeout_s * 1000)}")
                     try:
                         raw.execute("BEGIN IMMEDIATE")

@@ -3,7 +3,7 @@
 
 A backup of the database carries the same id (it is the same store, at an earlier time); a new
 database on an old data dir has another. Job directories name the store that made them
-(`control/job_dirs.py`), and the start-up audit (`control/store_audit.py`) compares the id with
+(`control/jobfiles/claim.py`), and the start-up audit (`control/lifecycle/store_audit.py`) compares the id with
 the one the data dir last saw, so that a data dir used with another store is told apart from a
 store that merely lost its newest transactions.
 """

@@ -19,19 +19,20 @@ without conversion. Schema changes go through Alembic (`store/migrations`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, false
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Table, Text, false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
 class Base(DeclarativeBase):
-    pass
+    if TYPE_CHECKING:  # each model here maps one Table (DeclarativeBase allows any FromClause)
+        __table__: ClassVar[Table]
 
 
 def engine(request_field: str | None = "") -> dict[str, Any]:
     """Column `info` of a job field the scheduling engine reads: the one declaration that the
-    schedule step's query (`control.schedule.PENDING_COLUMNS`), the snapshot (`control.snapshot`)
+    schedule step's query (`control.loop.schedule.PENDING_COLUMNS`), the snapshot (`control.loop.snapshot`)
     and the API's job view (`services.jobs`) derive their column lists from.
 
     `request_field`: the `sched.types.JobRequest` field the column fills as is; "" (the default)
@@ -77,17 +78,17 @@ class JobRow(Base):
     mem_per_gpu_mib: Mapped[int | None] = mapped_column(Integer, nullable=True)
     cpus_per_task: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # the pids limit per node its latest attempt was launched with (migration 0012): the
-    # configuration's, not the job's to ask (control/launch.py); None before its first launch
+    # configuration's, not the job's to ask (control/loop/attempt_start.py); None before its first launch
     pids_max: Mapped[int | None] = mapped_column(Integer, nullable=True)
     gpu_mem_mib: Mapped[int | None] = mapped_column(Integer, nullable=True, info=engine())
     time_limit_s: Mapped[float | None] = mapped_column(Float, nullable=True, info=engine("est_runtime_s"))
     checkpoint_interval_s: Mapped[float | None] = mapped_column(Float, nullable=True, info=engine())
-    # --signal: `[B:]NAME@secs` (signal_spec.py), and the attempt it was last sent to (once per attempt)
+    # --signal: `[B:]NAME@secs` (spec/signals.py), and the attempt it was last sent to (once per attempt)
     notice_signal: Mapped[str | None] = mapped_column(String, nullable=True)
     notice_sent_attempt: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # where it may run (migration 0011): -C/--constraint on node features, the GPU model of
     # --gpus=TYPE:N, -w/--nodelist and -x/--exclude (node names), --exclusive (whole nodes), -n/--ntasks
-    # (the engine reads them as one `JobRequest.where`, made by `control.snapshot.request_of`)
+    # (the engine reads them as one `JobRequest.where`, made by `control.loop.snapshot.request_of`)
     constraint: Mapped[str | None] = mapped_column(Text, nullable=True, info=engine(None))
     gpu_model: Mapped[str | None] = mapped_column(String(100), nullable=True, info=engine(None))
     nodelist: Mapped[list[str] | None] = mapped_column(JSON, nullable=True, info=engine(None))

@@ -14,7 +14,7 @@ account can read it (`resolve` takes it from one of these, in this order):
 
 A URL without a password may also leave the password to libpq: `PGPASSWORD`, `~/.pgpass`
 (`PGPASSFILE`). `SECRET_VARS` names the plane's variables that hold credentials: none reaches a
-job (jobs get an allow-list, backends/login_env.py) nor an operator's check or remediation
+job (jobs get an allow-list, backends/local/login_env.py) nor an operator's check or remediation
 command (`control/health/checks.py`).
 """
 

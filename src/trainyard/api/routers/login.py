@@ -7,7 +7,7 @@
     POST /api/v1/logout                revoke the token this request carries
 
 The codes and their rules: services/login_codes.py. On the plane's host the socket is the way
-(control/login_socket.py): the kernel says who calls, no code needed.
+(control/lifecycle/login_socket.py): the kernel says who calls, no code needed.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from typing import Any
 from fastapi import APIRouter, Body, Depends, Header, Request
 
 from trainyard.api.deps import plane, principal, storable_input
-from trainyard.control.plane import ControlPlane
-from trainyard.services import auth, login, tokens
+from trainyard.services import units
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Unauthorized
 from trainyard.services.login_codes import LoginCodes
+from trainyard.services.plane_facade import Plane
 
 router = APIRouter(tags=["login"], dependencies=[Depends(storable_input)])
 
@@ -39,16 +39,12 @@ def login_info(request: Request) -> dict[str, Any]:
 @router.post("/api/v1/login/codes", status_code=201)
 def open_code(request: Request, user: str = Body(..., embed=True, min_length=1, max_length=100),
               team: str | None = Body(None, embed=True, min_length=1, max_length=100),
-              cp: ControlPlane = Depends(plane)) -> dict[str, Any]:
+              cp: Plane = Depends(plane)) -> dict[str, Any]:
     """A one-time code for `user` to have approved; keep `poll` to collect the token. `user` may be
     the account name that the configuration's `users:` maps a token user to (`yard login --code`
     sends the local account's name): the code is then that token user's."""
-    with cp.store.session() as s:
-        spec = cp.configs.current(s).spec
-    mapped = [u for u, a in spec.users.items() if a == user]
-    if user not in spec.users and len(mapped) == 1:
-        user = mapped[0]
-    return _codes(request).new(user, team, source=request.client.host if request.client else "")
+    source = request.client.host if request.client else ""
+    return _codes(request).new(units.code_user(cp, user), team, source=source)
 
 
 @router.post("/api/v1/login/codes/poll")
@@ -61,24 +57,15 @@ def poll_code(request: Request, poll: str = Body(..., embed=True, min_length=1, 
 def approve_code(request: Request, code: str = Body(..., embed=True, min_length=1, max_length=20),
                  role: str | None = Body(None, embed=True, max_length=20),
                  team: str | None = Body(None, embed=True, min_length=1, max_length=100),
-                 by: Principal = Depends(principal), cp: ControlPlane = Depends(plane)) -> dict[str, Any]:
+                 by: Principal = Depends(principal), cp: Plane = Depends(plane)) -> dict[str, Any]:
     """Approve a code: by its own user (hands on their role and team) or an admin (403 for anyone else)."""
-
-    def issue(user: str, r: str, t: str | None, how: str) -> str:
-        with cp.lock, cp.store.session.begin() as s:
-            known = {x.name for x in cp.configs.current(s).spec.teams}
-            return login.issue(s, user, r, t, how, known_teams=known)
-
-    return _codes(request).approve(code, by, issue, role=role, team=team)
+    return _codes(request).approve(code, by, units.token_issuer(cp), role=role, team=team)
 
 
 @router.post("/api/v1/logout")
-def logout(authorization: str | None = Header(None), cp: ControlPlane = Depends(plane)) -> dict[str, Any]:
+def logout(authorization: str | None = Header(None), cp: Plane = Depends(plane)) -> dict[str, Any]:
     """Revoke the token of this request (`yard logout`), effective at the next request."""
     scheme, _, value = (authorization or "").partition(" ")
     if scheme.lower() != "bearer" or not value.strip():
         raise Unauthorized("no token: send 'Authorization: Bearer <token>'")
-    with cp.lock, cp.store.session.begin() as s:
-        done = tokens.revoke_own(s, value.strip())
-    auth.forget_cached_tokens()  # after the commit: see auth.py's cache comment
-    return {"revoked": [done]}
+    return units.log_out(cp, value.strip())

@@ -10,10 +10,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy.orm import Session
 
 from trainyard.api.deps import MAX_ID, plane, principal, reader, session, storable_input
-from trainyard.control.plane import ControlPlane
 from trainyard.services import events
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Forbidden
+from trainyard.services.plane_facade import Plane
 
 router = APIRouter(tags=["misc"], dependencies=[Depends(storable_input)])
 
@@ -34,20 +34,20 @@ def list_events(job: int | None = Query(None, ge=0, le=MAX_ID), since: int = Que
 
 
 @router.get("/healthz", responses={503: {"description": "a check failed: the body says which"}})
-def healthz(cp: ControlPlane = Depends(plane)) -> JSONResponse:
-    """Is the plane doing its job (control/liveness.py): the loop's last pass recent, the store
+def healthz(cp: Plane = Depends(plane)) -> JSONResponse:
+    """Is the plane doing its job (control/lifecycle/liveness.py): the loop's last pass recent, the store
     writable, free disk above the floor, every background thread alive. 200 when all pass, else
     503 with the same body. Needs no token (load balancers and watchdogs call it)."""
-    rep = cp.liveness.report()
-    return JSONResponse(rep.to_dict(), status_code=200 if rep.ok else 503)
+    ok, body = cp.health()
+    return JSONResponse(body, status_code=200 if ok else 503)
 
 
 @router.get("/readyz", responses={503: {"description": "not ready: starting, store unreachable or stopping"}})
-def readyz(cp: ControlPlane = Depends(plane)) -> JSONResponse:
+def readyz(cp: Plane = Depends(plane)) -> JSONResponse:
     """Whether to send traffic here: started (one loop pass done), the store answers, not shutting
     down (SIGTERM turns this off first). Needs no token."""
-    c = cp.liveness.ready()
-    return JSONResponse({"ready": c.ok, "detail": c.detail}, status_code=200 if c.ok else 503)
+    ok, detail = cp.ready()
+    return JSONResponse({"ready": ok, "detail": detail}, status_code=200 if ok else 503)
 
 
 @router.get("/metrics", response_class=Response)

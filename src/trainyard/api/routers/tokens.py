@@ -16,10 +16,9 @@ from fastapi import APIRouter, Body, Depends, Path, Query
 from sqlalchemy.orm import Session
 
 from trainyard.api.deps import MAX_ID, plane, principal, session, storable_input
-from trainyard.control.plane import ControlPlane
-from trainyard.services import auth, tokens
+from trainyard.services import tokens, units
 from trainyard.services.auth import Principal
-from trainyard.services.errors import ServiceError
+from trainyard.services.plane_facade import Plane
 
 router = APIRouter(tags=["tokens"], dependencies=[Depends(storable_input)])
 
@@ -28,15 +27,9 @@ router = APIRouter(tags=["tokens"], dependencies=[Depends(storable_input)])
 def create_token(user: str = Body(..., embed=True, min_length=1, max_length=100),
                  role: str = Body(..., embed=True, max_length=20),
                  team: str | None = Body(None, embed=True, max_length=100),
-                 by: Principal = Depends(principal), cp: ControlPlane = Depends(plane)) -> dict[str, Any]:
+                 by: Principal = Depends(principal), cp: Plane = Depends(plane)) -> dict[str, Any]:
     """Create a token (admin only). It is shown once; only its hash is stored."""
-    if role == "job" and by.is_admin:  # the loop makes one per started job; one made here is for no job and unaudited
-        raise ServiceError("job tokens are made by the control plane for each running job; roles here are "
-                           "admin, operator, member, viewer", field="role")
-    with cp.lock, cp.store.session.begin() as s:
-        known = {t.name for t in cp.configs.current(s).spec.teams}
-        token = auth.create_token(s, user=user, role=role, team=team, by=by, known_teams=known)
-    return {"token": token, "user": user, "role": role, "team": team}
+    return units.create_token(cp, by, user, role, team)
 
 
 @router.get("/api/v1/tokens")
@@ -50,20 +43,14 @@ def list_tokens(user: str | None = Query(None, min_length=1, max_length=100),
 
 @router.delete("/api/v1/tokens/{token_id}")
 def revoke_token(token_id: int = Path(..., ge=1, le=MAX_ID), by: Principal = Depends(principal),
-                 cp: ControlPlane = Depends(plane)) -> dict[str, Any]:
+                 cp: Plane = Depends(plane)) -> dict[str, Any]:
     """Revoke one token by its id (`yard token list` shows ids)."""
-    return _revoke(cp, by, token_id=token_id)
+    return units.revoke_tokens(cp, by, token_id=token_id)
 
 
 @router.post("/api/v1/tokens/revoke")
 def revoke_user(user: str = Body(..., embed=True, min_length=1, max_length=100), by: Principal = Depends(principal),
-                cp: ControlPlane = Depends(plane)) -> dict[str, Any]:
+                cp: Plane = Depends(plane)) -> dict[str, Any]:
     """Revoke every personal token of `user`; their running jobs keep their job tokens until they end."""
-    return _revoke(cp, by, user=user)
+    return units.revoke_tokens(cp, by, user=user)
 
-
-def _revoke(cp: ControlPlane, by: Principal, **which: Any) -> dict[str, Any]:
-    with cp.lock, cp.store.session.begin() as s:
-        done = tokens.revoke(s, by, **which)
-    auth.forget_cached_tokens()  # after the commit: see auth.py's cache comment
-    return {"revoked": done}

@@ -32,11 +32,11 @@ from starlette.concurrency import run_in_threadpool
 
 from trainyard.api import pages
 from trainyard.api.deps import MAX_ID, authenticate_token, cluster_reader, plane, session
-from trainyard.control.plane import ControlPlane
-from trainyard.services import auth, dashboard, dashboard_history, events, usage_history, usage_report
+from trainyard.services import auth, dashboard, dashboard_history, usage_history, usage_report
 from trainyard.services.accounting import Window
 from trainyard.services.auth import Principal
 from trainyard.services.errors import NotFound, ServiceError, Unauthorized
+from trainyard.services.plane_facade import Plane
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -121,15 +121,25 @@ def login_form(request: Request, next: str | None = None) -> HTMLResponse:  # no
 
 
 @router.post("/login")
-async def login(request: Request, cp: ControlPlane = Depends(plane)) -> Response:
+async def login(request: Request, cp: Plane = Depends(plane)) -> Response:
     if not _same_origin(request):
         return error_page(403, "a login form posted from another site is refused")
     body = await request.body()
     if len(body) > MAX_FORM_BYTES:
         return error_page(413, f"the login form is larger than {MAX_FORM_BYTES} bytes")
+    token, target = _login_form(body)
+    refused = await _refused(cp, token, target)
+    return refused if refused is not None else _logged_in(request, token, target)
+
+
+def _login_form(body: bytes) -> tuple[str, str]:
+    """(the token pasted, where to go next) from the login form's body."""
     form = parse_qs(body.decode("utf-8", "replace"), max_num_fields=10)
-    token = (form.get("token") or [""])[0].strip()
-    target = _safe_next((form.get("next") or [None])[0])
+    return (form.get("token") or [""])[0].strip(), _safe_next((form.get("next") or [""])[0])
+
+
+async def _refused(cp: Plane, token: str, target: str) -> Response | None:
+    """The login page again, saying why, unless `token` is a person's valid token."""
     if not token or len(token) > 1000 or "\x00" in token:
         return pages.render("login.html", status=400 if not token else 401, next=target,
                             error="paste a token (yard token create …, or the data dir's admin.token)" if not token
@@ -141,6 +151,11 @@ async def login(request: Request, cp: ControlPlane = Depends(plane)) -> Response
     if who.role == "job":
         return pages.render("login.html", status=403, next=target,
                             error="a job token belongs to its job; log in with a person's token")
+    return None
+
+
+def _logged_in(request: Request, token: str, target: str) -> Response:
+    """On to `target`, the token kept in the session cookie (HttpOnly, SameSite=Strict, /ui only)."""
     r = RedirectResponse(target, status_code=303, headers=pages.HEADERS)
     r.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/ui",
                  secure=request.url.scheme == "https" or request.headers.get("x-forwarded-proto") == "https")
@@ -167,33 +182,21 @@ def static(name: str) -> Response:
 
 @router.get("/")
 @page
-def overview(request: Request, window: str = "1h", refresh: str | None = None, cp: ControlPlane = Depends(plane),
+def overview(request: Request, window: str = "1h", refresh: str | None = None, cp: Plane = Depends(plane),
              s: Session = Depends(session)) -> Response:
     """`window`: the span of the charts; `refresh`: seconds between updates (0: none; a wall screen
     may want 60)."""
     who = cluster_reader(caller(request, s))  # cluster-wide reads: the API's rule
-    if window not in dashboard_history.WINDOWS:
-        raise ServiceError(f"unknown window {window[:50]!r}; windows are {list(dashboard_history.WINDOWS)}",
-                           field="window")
-    every = _refresh(refresh)
-    cfg = cp.configs.current(s)
-    now = time.time()
-    cards = dashboard.cluster_map(s, cfg, who)
-    groups = dashboard.queue(s, cfg, who)
-    active = dashboard.running(s, who)
-    teams = dashboard.team_order(cfg)
-    hist = dashboard_history.history(s, cfg, now, dashboard_history.WINDOWS[window])
-    return pages.render("overview.html", who=who, now=now, cards=cards, groups=groups, running=active,
-                        summary=dashboard.summary(cards, groups, active), config_version=cfg.version,
-                        team_class={t: f"t{i % 8}" for i, t in enumerate(teams)}, teams=teams,
-                        charts=pages.history_charts(hist, now), window=window, windows=list(dashboard_history.WINDOWS),
-                        events=events.list_events(s, limit=20, newest=True)[::-1], refresh=every,
-                        refresh_arg="" if refresh is None else f"&refresh={every}")
+    span, every, now = _window(window), _refresh(refresh), time.time()
+    view = dashboard.overview(s, cp.configs.current(s), who, now, span)
+    charts = pages.history_charts(view.pop("history"), now)
+    return pages.render("overview.html", **view, charts=charts, window=window, windows=list(dashboard_history.WINDOWS),
+                        refresh=every, refresh_arg="" if refresh is None else f"&refresh={every}")
 
 
 @router.get("/usage")
 @page
-def usage(request: Request, period: str = "7d", cp: ControlPlane = Depends(plane),
+def usage(request: Request, period: str = "7d", cp: Plane = Depends(plane),
           s: Session = Depends(session)) -> Response:
     """Where the GPU-hours went over `period` (24h, 7d, 30d, 90d): `yard report`'s figures, plotted,
     with the same role rules (a viewer sees teams' totals, a member their own team's users)."""
@@ -212,7 +215,7 @@ def usage(request: Request, period: str = "7d", cp: ControlPlane = Depends(plane
 
 @router.get("/jobs/{job_id}")
 @page
-def job(request: Request, job_id: str, rank: str = "0", cp: ControlPlane = Depends(plane),
+def job(request: Request, job_id: str, rank: str = "0", cp: Plane = Depends(plane),
         s: Session = Depends(session)) -> Response:
     who = caller(request, s)
     if not _whole(job_id) or not 1 <= int(job_id) <= MAX_ID:
@@ -230,6 +233,14 @@ def job(request: Request, job_id: str, rank: str = "0", cp: ControlPlane = Depen
 def _whole(text: str) -> bool:
     """ASCII digits only: str.isdigit() also takes '²', which int() refuses."""
     return text.isascii() and text.isdigit() and len(text) <= 20
+
+
+def _window(value: str) -> float:
+    """The overview charts' span in seconds, from the window's name (`dashboard_history.WINDOWS`)."""
+    if value not in dashboard_history.WINDOWS:
+        raise ServiceError(f"unknown window {value[:50]!r}; windows are {list(dashboard_history.WINDOWS)}",
+                           field="window")
+    return dashboard_history.WINDOWS[value]
 
 
 def _refresh(value: str | None) -> int:

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Callable
 
 from trainyard.control.health.checks import BEFORE_WORK, PERIODIC, CheckResult, run_check
-from trainyard.control.supervise import Supervised
-from trainyard.spec import HealthSpec
+from trainyard.control.lifecycle.supervise import Supervised
+from trainyard.spec.models import HealthSpec
 
 log = logging.getLogger("trainyard.health")
 
@@ -52,7 +52,7 @@ class HealthChecker:
         self._workers: list[threading.Thread] = []  # daemons: a hung check must not hold up the exit
 
     def start(self, on_death: Callable[[str, BaseException], None] | None = None) -> None:
-        """The periodic rounds, on a supervised thread (control/supervise.py): a round that raises
+        """The periodic rounds, on a supervised thread (control/lifecycle/supervise.py): a round that raises
         (the configuration unreadable, a bug) restarts the thread, and `on_death` is told."""
         self.thread = Supervised("trainyard-health", self._run, self._stop, on_death)
         self.thread.start()

@@ -22,7 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainyard.spec import CheckSpec
+from trainyard.contracts import JobVar
+from trainyard.spec.models import CheckSpec
 from trainyard.store.url import SECRET_VARS
 
 OK, WARN, CRITICAL = "ok", "warn", "critical"
@@ -87,7 +88,7 @@ def operator_env(**more: str) -> dict[str, str]:
 
 
 def _command(spec: CheckSpec, node: str, data_dir: Path, context: str) -> tuple[str, str]:
-    env = {**operator_env(), "TRAINYARD_NODE": node, "TRAINYARD_DATA_DIR": str(data_dir),
+    env = {**operator_env(), JobVar.NODE: node, "TRAINYARD_DATA_DIR": str(data_dir),
            "TRAINYARD_CHECK_CONTEXT": context}  # periodic or before_work, as NHC's context
     try:
         r = subprocess.run(spec.command or [], env=env, capture_output=True, text=True, timeout=spec.timeout,

@@ -33,7 +33,7 @@ import subprocess
 from typing import Any
 
 from trainyard.control.health.checks import CRITICAL, OK, RANK, WARN, first_line, operator_env, worse
-from trainyard.spec import CheckSpec
+from trainyard.spec.models import CheckSpec
 
 SEVERITY_MONITOR, SEVERITY_CONFIG = 1, 5  # dcgmErrorSeverity_t: fixable without taking the GPU out
 _STATUS = {"pass": OK, "skip": OK, "skipped": OK, "not run": OK, "warn": WARN, "warning": WARN, "fail": CRITICAL}

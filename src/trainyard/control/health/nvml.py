@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from trainyard.control.health.checks import CRITICAL, OK, RANK, WARN, worse
-from trainyard.spec import CheckSpec
+from trainyard.spec.models import CheckSpec
 
 APPLICATION_XIDS = {
     13: "graphics engine exception", 31: "GPU memory page fault", 43: "GPU stopped processing",

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainyard.control.health.checks import operator_env
-from trainyard.spec import ActionSpec, RemediationSpec
+from trainyard.spec.models import ActionSpec, RemediationSpec
 
 
 @dataclass

@@ -19,7 +19,10 @@ if conn is not None:
     with context.begin_transaction():
         context.run_migrations()
 else:  # the alembic command line, for writing migrations
-    engine = create_engine(config.get_main_option("sqlalchemy.url"))
+    url = config.get_main_option("sqlalchemy.url")
+    if url is None:
+        raise RuntimeError("the alembic configuration names no sqlalchemy.url")
+    engine = create_engine(url)
     with engine.connect() as c:
         context.configure(connection=c, target_metadata=target_metadata, render_as_batch=True)
         with context.begin_transaction():

@@ -1,6 +1,6 @@
 """jobs.notice_signal and jobs.notice_sent_attempt: sbatch's --signal, the notice a job asked for
 before its time limit, and the attempt it was last sent to, so a restarted loop does not send it
-twice (control/stops.py).
+twice (control/loop/stops.py).
 
 Revision ID: 0010
 Revises: 0009

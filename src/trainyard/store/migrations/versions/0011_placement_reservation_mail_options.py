@@ -11,6 +11,8 @@ landing them (placement constraints, reservations, mail, stderr) share one schem
 Revision ID: 0011
 Revises: 0010
 """
+from typing import Any
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -19,7 +21,7 @@ down_revision = "0010"
 branch_labels = None
 depends_on = None
 
-COLUMNS = [
+COLUMNS: list[tuple[str, sa.types.TypeEngine[Any]]] = [
     ("constraint", sa.Text()), ("gpu_model", sa.String(100)), ("nodelist", sa.JSON()),
     ("exclude_nodes", sa.JSON()), ("ntasks", sa.Integer()), ("reservation", sa.String(100)),
     ("mail_type", sa.String(200)), ("mail_user", sa.String(200)), ("error", sa.String(1000)),

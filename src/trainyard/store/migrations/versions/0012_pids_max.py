@@ -1,6 +1,6 @@
 """jobs.pids_max: the pids limit per node the job's latest attempt was launched with (the
 configuration's `teams[].pids_max`, else `classes[].pids_max`, else the built-in default;
-control/launch.py), as `yard show` reports it (PidsLimit=).
+control/loop/attempt_start.py), as `yard show` reports it (PidsLimit=).
 
 Revision ID: 0012
 Revises: 0011

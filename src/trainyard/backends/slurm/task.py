@@ -1,0 +1,211 @@
+"""One rank of a Slurm attempt: the job environment from Slurm's, then the rank runner.
+
+Usage (by `srun`, once per task): python -I -S slurm/task.py <run-dir> <job-dir> -- <command...>
+       (as Slurm's batch step, a batch script): python -I -S slurm/task.py --batch <run-dir> <job-dir> -- <command...>
+       `--stderr-apart` (after --batch, if any): stderr to `JobDir.rank_err` (sbatch's -e/--error)
+
+`srun` starts one task per rank and describes the allocation in Slurm's own variables
+(SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID, SLURM_STEP_NODELIST, SLURM_STEP_TASKS_PER_NODE, ...).
+Those stay exactly as Slurm set them: `srun`, `scontrol` and MPI inside the job read them. From
+them this builds the gang (`contracts.Gang.block`: Slurm's default block layout, checked against
+the task's own SLURM_NODEID/SLURM_LOCALID) and adds the parts of `contracts.rank_env` Slurm does
+not supply (`EnvPart.NOT_SLURM`: RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK,
+MASTER_ADDR/MASTER_PORT from the batch script, CUDA_VISIBLE_DEVICES narrowed to the rank's own
+GPUs out of the node's when the batch script exports TRAINYARD_GPUS_PER_RANK, torchelastic's
+variables and TRAINYARD_*). It then sends the rank's output to the job dir's rank log as the local
+backend does, records the node it landed on, and becomes the rank runner (`rank_runner.py`: exit
+records in the run dir, on the shared file system the control plane reads).
+
+The job's own environment (its variables, the job token, TRAINYARD_JOB_ID/ATTEMPT/CHECKPOINT_DIR)
+is not in the task's: the plane writes it to `<run-dir>/job-env.json` (the owner's, 0600) and it is
+laid over the task's environment here, under what is the task's own (`TASK_OWN`: Slurm's variables,
+its GPUs, MASTER_ADDR/PORT); see `slurm.env`.
+
+With `--batch` (`LaunchSpec.batch`: a submitted script) this runs once, as Slurm's own batch step
+on the first node, and the attempt has one rank, 0: the script. Its environment is the batch
+step's as Slurm made it (the whole allocation's SLURM_*, the first node's GPUs) with the job's
+laid under it as for a task, and none of the per-task variables (`contracts.rank_env` is not
+applied: RANK, WORLD_SIZE, ... of a task have no meaning in the batch step, as in Slurm's). The
+job's PATH comes first, with the directory of Slurm's own `srun`/`scontrol` after it when it lacks
+them: the `srun` the script runs is Slurm's, and the tasks it starts get the batch step's
+environment (srun's default --export=ALL): the job's, MASTER_ADDR/PORT, TRAINYARD_*. Their output
+goes to srun's, the script's: rank 0's log. The script's exit is the rank's exit record.
+
+Standard library only and run with -I -S, like the runner: nothing in the job's environment can
+change how a rank starts. `contracts.py` is loaded by its path for the same reason (by_path.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(_HERE), "rundir"))
+import by_path  # noqa: E402  (the run-dir layer's, imported by path: -I -S has no site-packages)
+import rank_runner  # noqa: E402
+
+contracts = by_path.load("contracts")
+
+
+def tasks_on_node(spec: str, node_index: int) -> int:
+    """SLURM_TASKS_PER_NODE ("4(x2)", "3,1", "2(x2),1") → the count on node `node_index`."""
+    counts = contracts.parse_tasks_per_node(spec)
+    return counts[node_index] if node_index < len(counts) else 1
+
+
+def task_env(environ: dict[str, str]) -> dict[str, str]:
+    """What this task adds to Slurm's environment (see the module docstring).
+
+    Raises:
+        ValueError: Slurm's variables are missing or disagree with a block layout.
+    """
+    rank = int(environ["SLURM_PROCID"])
+    nodes = contracts.expand_hostlist(environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_JOB_NODELIST")
+                                      or environ.get("SLURMD_NODENAME", ""))
+    counts = contracts.parse_tasks_per_node(environ.get("SLURM_STEP_TASKS_PER_NODE")
+                                            or environ.get("SLURM_TASKS_PER_NODE") or "1")
+    layout = contracts.Gang.block(nodes, counts)
+    world = int(environ.get("SLURM_NTASKS") or environ.get("SLURM_NPROCS") or layout.world_size)
+    if world != layout.world_size or not 0 <= rank < world:
+        raise ValueError(f"SLURM_PROCID={rank}, SLURM_NTASKS={world} and SLURM_TASKS_PER_NODE={counts} disagree")
+    local = int(environ.get("SLURM_LOCALID", "0"))
+    node_id = int(environ.get("SLURM_NODEID", "0"))
+    if (layout.node_index(rank), layout.peers(rank).index(rank)) != (node_id, local):
+        raise ValueError(f"rank {rank} is task {local} of node {node_id} in Slurm, not a block layout "
+                         f"of {counts} over {nodes}")
+    per = int(environ.get(contracts.JobVar.GPUS_PER_RANK, "0") or 0)
+    visible = [g for g in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g]
+    mine = tuple(visible[local * per:(local + 1) * per]) if per and len(visible) >= per * (local + 1) else None
+    if environ.get("SLURMD_NODENAME", layout.slots[rank].node) != layout.slots[rank].node:
+        raise ValueError(f"rank {rank} runs on {environ['SLURMD_NODENAME']}, node {node_id} of {nodes} in Slurm's list")
+    env = contracts.rank_env(
+        layout, rank, job_id=int(environ[contracts.JobVar.JOB_ID]),
+        attempt=int(environ[contracts.JobVar.ATTEMPT]), checkpoint_dir=environ[contracts.JobVar.CHECKPOINT_DIR],
+        master_addr=environ["MASTER_ADDR"], master_port=int(environ["MASTER_PORT"]),
+        parts=contracts.EnvPart.NOT_SLURM)
+    if mine is not None:  # Slurm bound the node's GPUs; this rank's own share of them, as Slurm names them
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(mine)
+    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    return env
+
+
+# What the task's own environment says and the job's may not change: Slurm's variables, the GPUs
+# Slurm bound to the task, and the rendezvous the batch script chose.
+TASK_OWN_PREFIXES = ("SLURM_", "SLURMD_")
+TASK_OWN = ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT",
+            contracts.JobVar.GPUS_PER_RANK)
+
+
+def read_job_env(run_dir: str) -> dict[str, str]:
+    """The job's environment the plane wrote for this attempt (`slurm_env.JOB_ENV_FILE`, written by the plane).
+
+    Raises:
+        ValueError: the file is missing or not a mapping of strings.
+    """
+    try:
+        with open(os.path.join(run_dir, "job-env.json")) as f:
+            env = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"cannot read the job's environment in {run_dir}: {e}") from None
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise ValueError(f"{run_dir}/job-env.json is not a mapping of strings")
+    return env
+
+
+def with_job_env(task: dict[str, str], job: dict[str, str]) -> dict[str, str]:
+    """The task's environment with the job's laid over it, but for what is the task's own."""
+    out = {**task, **job}
+    out.update({k: v for k, v in task.items() if k.startswith(TASK_OWN_PREFIXES) or k in TASK_OWN})
+    return out
+
+
+# Slurm's commands a batch script calls: found on the batch step's own PATH (the plane's command
+# PATH, which sbatch exported), kept reachable behind the job's PATH.
+SLURM_TOOLS = ("srun", "scontrol")
+
+
+def batch_path(job_path: str, step_path: str) -> str:
+    """The job's PATH, then the directories of Slurm's `srun`/`scontrol` it does not find (or has
+    not at all): the script's `srun` is Slurm's own, as under sbatch."""
+    dirs = [d for d in job_path.split(":") if d]
+    for tool in SLURM_TOOLS:
+        if shutil.which(tool, path=":".join(dirs)) is None:
+            where = shutil.which(tool, path=step_path)
+            if where is not None and os.path.dirname(where) not in dirs:
+                dirs.append(os.path.dirname(where))
+    return ":".join(dirs)
+
+
+def batch_env(environ: dict[str, str], job: dict[str, str]) -> dict[str, str]:
+    """The batch step's environment (see the module docstring): Slurm's and the batch script's
+    own over the job's, PATH from `batch_path`, TRAINYARD_NODE the node it runs on.
+
+    Raises:
+        KeyError: Slurm did not say which node this is (SLURMD_NODENAME).
+    """
+    env = with_job_env(environ, job)
+    env["PATH"] = batch_path(job.get("PATH", ""), environ.get("PATH", ""))
+    env.pop(contracts.JobVar.GPUS_PER_RANK, None)
+    env[contracts.JobVar.NODE] = environ["SLURMD_NODENAME"]
+    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    return env
+
+
+def main(argv: list[str]) -> int:
+    batch = bool(argv) and argv[0] == "--batch"
+    if batch:
+        argv = argv[1:]
+    apart = bool(argv) and argv[0] == "--stderr-apart"  # -e/--error: stderr to the rank's .err file
+    if apart:
+        argv = argv[1:]
+    if len(argv) < 4 or argv[2] != "--":
+        print("usage: slurm/task.py [--batch] [--stderr-apart] <run-dir> <job-dir> -- <command...>", file=sys.stderr)
+        return 2
+    run_dir, job_dir, command = argv[0], argv[1], argv[3:]
+    try:
+        if batch:  # the script's environment is the batch step's, not a task's (no RANK...)
+            env = batch_env(dict(os.environ), read_job_env(run_dir))
+            os.environ.clear()
+        else:
+            os.environ.update(with_job_env(dict(os.environ), read_job_env(run_dir)))
+            env = task_env(dict(os.environ))
+    except (KeyError, ValueError) as e:  # into the batch log: no rank log without a rank
+        print(f"trainyard: slurm_task: cannot build the job environment: {e!r}", file=sys.stderr, flush=True)
+        return 2
+    os.environ.update(env)
+    rank = "0" if batch else env["RANK"]  # a batch attempt's one rank is its script
+    log = contracts.JobDir(job_dir).rank_log(int(rank))
+    log.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    if apart:
+        fd = os.open(contracts.JobDir(job_dir).rank_err(int(rank)), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 2)
+        os.close(fd)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    header = (f"=== trainyard: attempt {env.get('TRAINYARD_ATTEMPT', '?')} started {stamp} on "
+              f"{env['TRAINYARD_NODE']} (slurm job {os.environ.get('SLURM_JOB_ID', '?')}) gpus "
+              f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'none')} ===")
+    print(header, flush=True)
+    if apart:
+        print(header, file=sys.stderr, flush=True)
+    with open(os.path.join(run_dir, f"rank-{rank}.node"), "w") as f:
+        f.write(env[contracts.JobVar.NODE])
+    # Slurm signals the task's process group (`scancel --signal`): the runner survives them and
+    # the command, in the same group, gets them. The group must stay Slurm's to be tracked. A batch
+    # step's notice with `scancel --batch` (--signal=B:) reaches this process alone: passed on to
+    # the script, the shell that traps it (no step gets notices otherwise, and --full reaches the
+    # script itself, so nothing arrives twice).
+    notices = (contracts.NOTICE_SIGNAL, signal.SIGUSR2) if batch else ()
+    return rank_runner.main([run_dir, rank, "--", *command], forward=notices)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

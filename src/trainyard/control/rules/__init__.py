@@ -1,0 +1,3 @@
+"""The rules the reconcile step applies to an ended attempt, kept apart from the loop so each has
+tests of its own: how it ended (`outcome`), whether to retry (`retry`), what the plane itself did
+to it (`blame`) and how much work it threw away (`lost_work`)."""

@@ -1,0 +1,84 @@
+"""The control plane as the API and its services see it: a `Protocol`, so neither imports `control/`.
+
+`control/lifecycle/plane.py`'s `ControlPlane` is the one implementation; the API receives it from `yard up`
+(or a test) and hands it to services (`services/units.py`), which take its lock, run its
+transaction and wake its loop. What only the plane knows (the storage meter's figures, its own
+health, the engine's order) comes through a method here, in plain values or services' models, so
+that a router never reaches into the plane's parts.
+
+    store, configs, data_dir, clock   the API's pool of store connections, the configuration in
+                                      force, the data dir, the plane's time
+    transaction()                     the plane's lock held, one committed store transaction
+    wake()                            the control loop looks again now, not at its next tick
+    containment                       how jobs are contained (`yard nodes`' column)
+    job_disk(name), storage_report()  the storage meter's last figures (`control/lifecycle/storage.py`)
+    shutting_down, health(), ready()  the self-checks of /healthz and /readyz (`control/lifecycle/liveness.py`)
+    share(), priority()               `yard share` and `yard prio` (`control/reports/priority.py`)
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from sqlalchemy.orm import Session
+
+from trainyard.services.config import ConfigCache, ConfigVersion
+from trainyard.services.priority_report import PriorityReport, ShareReport
+from trainyard.spec.models import ConfigSpec
+from trainyard.store.db import Store
+
+API_THREADS = 16  # the API's worker threads: more only contend for the interpreter on a few cores
+REQUESTS_PER_THREAD = 4  # requests in flight per worker thread before the API answers 503
+
+
+class Plane(Protocol):
+    """What a service may ask of the running plane (see the module docstring)."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def configs(self) -> ConfigCache: ...
+
+    @property
+    def data_dir(self) -> Path: ...
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+    @property
+    def api_threads(self) -> int:
+        """The API's worker threads (api/app.py sets them)."""
+
+    @property
+    def api_max_requests(self) -> int:
+        """Requests in flight before the API answers 503 (api/admission.py)."""
+
+    @property
+    def containment(self) -> str: ...
+
+    @property
+    def shutting_down(self) -> bool: ...
+
+    def transaction(self) -> AbstractContextManager[Session]:
+        """The plane's lock, then a session whose transaction commits on a clean exit."""
+
+    def wake(self) -> None: ...
+
+    def job_disk(self, name: str) -> dict[str, Any] | None:
+        """Job dir `name` (under `jobs/`) as the storage meter last measured it, or None."""
+
+    def storage_report(self, spec: ConfigSpec, jobs: int = 0) -> dict[str, Any]:
+        """What `GET /api/v1/storage` answers."""
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        """(all checks pass, what /healthz shows)."""
+
+    def ready(self) -> tuple[bool, str]:
+        """(send traffic here, why)."""
+
+    def share(self, s: Session, cfg: ConfigVersion, now: float) -> ShareReport: ...
+
+    def priority(self, s: Session, cfg: ConfigVersion, now: float, job_ids: tuple[int, ...] = ()) -> PriorityReport: ...
