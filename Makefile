@@ -29,9 +29,11 @@ demo-sim: venv
 # Three workers on this 2-core machine: most tests wait on processes they started (a loop's
 # tick, a rank's checkpoint, slurmctld), so a third worker fills the cores they leave idle
 # (the suite: 17 min 12 s with -n 3 against 22 min 10 s with -n 2, on the same machine).
+# The guards (docs/design.md): ruff, the type checker, and the house rules (layering, sizes, short routers).
 lint: venv
 	$(BIN)/ruff check src tests bench scripts
 	$(BIN)/mypy
+	$(BIN)/pytest -q -p no:cacheprovider tests/test_architecture.py
 
 # The suite starts thousands of Python processes (yard commands, planes, jobs): compiled once here,
 # their modules load from __pycache__ even where PYTHONDONTWRITEBYTECODE keeps each process from
