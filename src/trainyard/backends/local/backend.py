@@ -80,7 +80,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -97,7 +97,7 @@ from trainyard.backends.launch_check import check_launch
 from trainyard.backends.contain import ops as contain_ops
 from trainyard.backends.contain import private_tmp
 from trainyard.backends.contain.devices import Device, gpu_devices
-from trainyard.backends.rundir.exit_watch import ExitWatch
+from trainyard.backends.rundir.exit_watch import ExitWatch, WatchesExits
 from trainyard.backends.local.login_env import account_env, login_env
 from trainyard.contracts import NOTICE_SIGNAL, EnvPart, Gang, JobDir, JobVar, RankPlacement, rank_env
 from trainyard.ports import free_port
@@ -118,7 +118,7 @@ class _Attempt:
     cell: dict | None = None  # the containment record (attempt.json "cell"); None: process groups only
 
 
-class LocalBackend:
+class LocalBackend(WatchesExits):
     """Runs ranks as local processes; see the module docstring for the layout and guarantees.
 
     Thread-safe (one lock); meant to be owned by one control-plane process at a time.
@@ -340,17 +340,6 @@ class LocalBackend:
             att = self._attempts.pop((job_id, attempt), None)
             if att is not None:
                 self._abort(att)
-
-    def watch(self, wake: Callable[[], None]) -> None:
-        """`wake()` when a rank writes its exit record (backends/rundir/exit_watch.py)."""
-        with self._lock:
-            if self._exit_watch is None:
-                self._exit_watch = ExitWatch(self._watched_runs, wake)
-
-    def _watched_runs(self) -> list[tuple[Path, int]]:
-        """(run dir, world size) of every attempt this backend holds: what the exit watch looks at."""
-        with self._lock:
-            return [(a.run_dir, a.world_size) for a in self._attempts.values()]
 
     def close(self) -> None:
         """Forget everything without touching the ranks: the next owner re-attaches from disk.

@@ -14,7 +14,8 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
-from typing import Callable
+from collections.abc import Mapping
+from typing import Any, Callable, Protocol
 
 from trainyard import jobfs
 
@@ -61,3 +62,32 @@ class ExitWatch:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+class _Run(Protocol):
+    """What the watch reads of a backend's attempt."""
+
+    run_dir: Path
+    world_size: int
+
+
+class WatchesExits:
+    """`Backend.watch` for a backend whose ranks write exit records in their run dirs (local and
+    Slurm alike): one `ExitWatch` over every attempt the backend holds. The backend keeps
+    `_lock`, `_attempts` and `_exit_watch` (None until watched; stopped and cleared by its `close`)."""
+
+    _lock: Any  # the backend's RLock
+    _attempts: Mapping[Any, _Run]
+    _exit_watch: ExitWatch | None
+
+    def watch(self, wake: Callable[[], None]) -> None:
+        """`wake()` when a rank writes its exit record: a job's end is recorded without waiting for
+        the loop's next poll."""
+        with self._lock:
+            if self._exit_watch is None:
+                self._exit_watch = ExitWatch(self._watched_runs, wake)
+
+    def _watched_runs(self) -> list[tuple[Path, int]]:
+        """(run dir, world size) of every attempt this backend holds: what the exit watch looks at."""
+        with self._lock:
+            return [(a.run_dir, a.world_size) for a in self._attempts.values()]

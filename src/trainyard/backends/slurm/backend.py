@@ -54,7 +54,7 @@ import signal as _signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,7 +62,7 @@ from trainyard import jobfs
 from trainyard.backends import registry
 from trainyard.backends.rundir import job_tools
 from trainyard.backends.slurm import env as slurm_env
-from trainyard.backends.rundir.exit_watch import ExitWatch
+from trainyard.backends.rundir.exit_watch import ExitWatch, WatchesExits
 from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState
 from trainyard.contracts import NOTICE_SIGNAL, JobDir
 
@@ -136,7 +136,7 @@ def node_health(state: str) -> tuple[bool, str]:
 SQUEUE_EVERY_S = 0.5
 
 
-class SlurmBackend:
+class SlurmBackend(WatchesExits):
     """Runs each attempt as a Slurm batch job; see the module docstring.
 
     Args:
@@ -531,18 +531,6 @@ class SlurmBackend:
             if states is not None and states.get(att.slurm_id) not in ACTIVE_JOB_STATES:
                 return  # gone, or ended
             time.sleep(0.1)
-
-    def watch(self, wake: Callable[[], None]) -> None:
-        """`wake()` when a rank's wrapper writes its exit record (backends/rundir/exit_watch.py): a job's
-        end is recorded without waiting for the loop's next squeue."""
-        with self._lock:
-            if self._exit_watch is None:
-                self._exit_watch = ExitWatch(self._watched_runs, wake)
-
-    def _watched_runs(self) -> list[tuple[Path, int]]:
-        """(run dir, world size) of every attempt this backend holds: what the exit watch looks at."""
-        with self._lock:
-            return [(a.run_dir, a.world_size) for a in self._attempts.values()]
 
     def close(self) -> None:
         """Forget everything; Slurm keeps running the jobs and the next owner re-attaches."""
