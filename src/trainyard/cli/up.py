@@ -125,6 +125,9 @@ def up(
         sock.bind((host, port))
     except OSError as e:
         fail(f"--port: cannot listen on {host}:{port}: {e.strerror or e}")
+    # Listening from here on: server.json names this address before uvicorn serves it, and a client
+    # that reads it at once (the demo, a script) is queued by the kernel rather than refused.
+    sock.listen(2048)
     port = sock.getsockname()[1]
     url = f"http://{host if ':' not in host else '[' + host + ']'}:{port}"
     from trainyard.backends.base import BackendError
