@@ -48,8 +48,9 @@ _IMAGE_ID = re.compile(r"[0-9a-f]{64}", re.ASCII)
 # what follows the last `@` is a digest when it starts with a digest algorithm's name; otherwise
 # the `@` ends enroot's USER (`alice@ubuntu:22.04`)
 _DIGEST_LIKE = re.compile(r"(?![^/#]*[/#])(?:sha|blake)[0-9]*(?::|\Z)", re.ASCII | re.IGNORECASE)
-# RFC 3986's userinfo characters, less `:` (no password in a reference) and the delimiters `/` `#`
-_USER = re.compile(r"[A-Za-z0-9._~!$&'()*+,;=%@-]+", re.ASCII)
+# RFC 3986's userinfo characters, less `:` (no password in a reference) and the delimiters `/` `#`;
+# not starting with `.`, which starts a file path (`./image.sqsh`)
+_USER = re.compile(r"[A-Za-z0-9_~!$&'()*+,;=%@-][A-Za-z0-9._~!$&'()*+,;=%@-]*", re.ASCII)
 
 
 def looks_like_registry(component: str) -> bool:
@@ -268,8 +269,12 @@ class Mount:
 
 def _check_path(path: str, what: str, entry: str, option: str) -> None:
     if not path.startswith("/"):
-        why = ("pyxis's special sources 'tmpfs' and 'umount' are not supported" if path in ("tmpfs", "umount")
-               else "an absolute path is needed")
+        if path in ("tmpfs", "umount"):
+            why = "pyxis's special sources 'tmpfs' and 'umount' are not supported"
+        elif path in MOUNT_FLAGS:
+            why = "an absolute path is needed (a mount's flags are joined by '+': /data:/data:ro+rprivate)"
+        else:
+            why = "an absolute path is needed"
         raise ValueError(f"{option}: {what} {path!r} of {entry!r}: {why}")
     if any(c.isspace() or not c.isprintable() for c in path):
         raise ValueError(f"{option}: {what} {path!r} of {entry!r} holds white space or control characters")
