@@ -44,7 +44,7 @@ PARTS = sorted({p.name for p in PKG.iterdir() if p.is_dir() and (p / "__init__.p
 CONTROL_PLANE = {"api", "cli", "control", "services", "store", "backends", "demo"}
 # whole parts, and modules or sub-packages by dotted name (`spec.parsing`), that use the standard library only
 STDLIB_ONLY = {"sched", "contracts", "states", "ports", "defaults", "jobfs", "clock", "disk", "figures",
-               "spec.parsing", "spec.io_patterns", "spec.mail_types", "spec.signals"}
+               "spec.parsing", "spec.io_patterns", "spec.mail_types", "spec.signals", "spec.image_ref"}
 
 # part (or sub-package, by dotted name) → the project's parts and sub-packages it may not import
 FORBIDDEN: dict[str, set[str]] = {
@@ -61,7 +61,7 @@ FORBIDDEN: dict[str, set[str]] = {
     "jobfs": set(PARTS) - {"jobfs"},
     "spec": CONTROL_PLANE | {"runtime", "recipes", "sim", "plan", "jobfs"},
     # what the CLI parses with, without pydantic or YAML: none of the models
-    **{f"spec.{m}": set(PARTS) for m in ("parsing", "io_patterns", "mail_types", "signals")},
+    **{f"spec.{m}": set(PARTS) for m in ("parsing", "io_patterns", "mail_types", "signals", "image_ref")},
     "store": set(PARTS) - {"store", "states"},
     "services": {"api", "control", "cli", "demo", "recipes", "runtime"},
     "api": {"store", "cli", "demo", "control"},
