@@ -44,7 +44,8 @@ PARTS = sorted({p.name for p in PKG.iterdir() if p.is_dir() and (p / "__init__.p
 CONTROL_PLANE = {"api", "cli", "control", "services", "store", "backends", "demo"}
 # whole parts, and modules or sub-packages by dotted name (`spec.parsing`), that use the standard library only
 STDLIB_ONLY = {"sched", "contracts", "states", "ports", "defaults", "jobfs", "clock", "disk", "figures",
-               "spec.parsing", "spec.io_patterns", "spec.mail_types", "spec.signals", "spec.image_ref"}
+               "spec.parsing", "spec.io_patterns", "spec.mail_types", "spec.signals", "spec.image_ref",
+               "spec.container_mounts"}
 
 # part (or sub-package, by dotted name) → the project's parts and sub-packages it may not import
 FORBIDDEN: dict[str, set[str]] = {
@@ -61,7 +62,7 @@ FORBIDDEN: dict[str, set[str]] = {
     "jobfs": set(PARTS) - {"jobfs"},
     "spec": CONTROL_PLANE | {"runtime", "recipes", "sim", "plan", "jobfs"},
     # what the CLI parses with, without pydantic or YAML: none of the models
-    **{f"spec.{m}": set(PARTS) for m in ("parsing", "io_patterns", "mail_types", "signals", "image_ref")},
+    **{f"spec.{m}": set(PARTS) for m in ("parsing", "io_patterns", "mail_types", "signals", "image_ref", "container_mounts")},
     "store": set(PARTS) - {"store", "states"},
     "services": {"api", "control", "cli", "demo", "recipes", "runtime"},
     "api": {"store", "cli", "demo", "control"},
