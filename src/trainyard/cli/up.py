@@ -156,6 +156,8 @@ def up(
         typer.echo(f"warning: {finding.message}", err=True)
     with cp.store.session() as s:
         cfg = cp.configs.current(s)
+    for note in cfg.spec.scheduler.deprecations():  # the flat parameter names of before the groups
+        typer.echo(f"warning: configuration version {cfg.version}: {note}", err=True)
     if (cp.policy_change is not None and cp.policy_change[1]) or (
             given is not None and policy is not None and given.policy != policy and given.params):
         where = f"{config}" if cp.policy_change is None else f"version {cfg.version - 1}"
