@@ -1,11 +1,21 @@
 # Sourced by the *-setup.sh scripts: install Debian packages for the tests, or fail with the reason.
 #
 #   NAME=slurm-setup; source "$(dirname "$0")/_apt-install.sh"
+#   gone=$(missing_commands cmd…); [ -z "$gone" ] && exit 0
 #   apt_install "why they are needed" package…
 #
 # Needs root and apt-get (says so and exits 1 otherwise); apt-get waits up to 5 min for a dpkg
 # lock another installer holds; --no-install-recommends, since the recommended extras are never
 # needed by the tests. The apt log is kept (and its tail shown) only when a step fails.
+
+# The commands among the arguments that are not on PATH, space-separated (nothing when all are).
+missing_commands() {
+    local m=()
+    for c in "$@"; do
+        command -v "$c" >/dev/null 2>&1 || m+=("$c")
+    done
+    echo "${m[*]:-}"
+}
 
 fail() {
     echo "${NAME}: $*" >&2

@@ -17,28 +17,20 @@ export PATH="${PATH:-/usr/bin:/bin}:/usr/sbin:/sbin"
 
 needed=(docker-registry skopeo umoci runc mmdebstrap newuidmap newgidmap)
 
-missing() {
-    local m=()
-    for c in "${needed[@]}"; do
-        command -v "$c" >/dev/null 2>&1 || m+=("$c")
-    done
-    echo "${m[*]:-}"
-}
-
-gone=$(missing)
+NAME=images-setup
+# shellcheck source=scripts/_apt-install.sh
+source "$(dirname "$0")/_apt-install.sh"
+gone=$(missing_commands "${needed[@]}")
 if [ -z "$gone" ]; then
     exit 0
 fi
 
-NAME=images-setup
-# shellcheck source=scripts/_apt-install.sh
-source "$(dirname "$0")/_apt-install.sh"
 apt_install "missing: ${gone}" docker-registry skopeo umoci runc mmdebstrap uidmap
 
 if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
     systemctl disable --now docker-registry.service >/dev/null 2>&1 || true
 fi
 
-gone=$(missing)
+gone=$(missing_commands "${needed[@]}")
 [ -z "$gone" ] || fail "installed docker-registry, skopeo, umoci, runc, mmdebstrap and uidmap but still missing: ${gone}"
 echo "images-setup: installed runc $(runc --version 2>/dev/null | sed -n 's/^runc version //p'), $(skopeo --version 2>/dev/null), umoci $(umoci --version 2>/dev/null | awk '{print $NF}')" >&2

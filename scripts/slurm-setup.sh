@@ -11,25 +11,17 @@ export PATH="${PATH:-/usr/bin:/bin}:/usr/sbin:/sbin"
 
 needed=(munged munge slurmctld slurmd slurmdbd sinfo squeue sbatch srun scontrol scancel sacct sacctmgr)
 
-missing() {
-    local m=()
-    for c in "${needed[@]}"; do
-        command -v "$c" >/dev/null 2>&1 || m+=("$c")
-    done
-    echo "${m[*]:-}"
-}
-
-gone=$(missing)
+NAME=slurm-setup
+# shellcheck source=scripts/_apt-install.sh
+source "$(dirname "$0")/_apt-install.sh"
+gone=$(missing_commands "${needed[@]}")
 if [ -z "$gone" ]; then
     exit 0
 fi
 
-NAME=slurm-setup
-# shellcheck source=scripts/_apt-install.sh
-source "$(dirname "$0")/_apt-install.sh"
 # slurm-wlm otherwise pulls ~40 plugin and -dev packages the tests do not use (no recommends).
 apt_install "missing: ${gone}" slurm-wlm slurmdbd munge
 
-gone=$(missing)
+gone=$(missing_commands "${needed[@]}")
 [ -z "$gone" ] || fail "installed slurm-wlm, slurmdbd and munge but still missing: ${gone}"
 echo "slurm-setup: installed $(slurmd -V 2>/dev/null || echo slurm)" >&2
