@@ -97,6 +97,7 @@ from trainyard.backends.launch_check import check_launch
 from trainyard.backends.contain import ops as contain_ops
 from trainyard.backends.contain import private_tmp
 from trainyard.backends.contain.devices import Device, gpu_devices
+from trainyard.backends.rundir.attempt_dir import open_attempt
 from trainyard.backends.rundir.exit_watch import ExitWatch, WatchesExits
 from trainyard.backends.local.login_env import account_env, login_env
 from trainyard.contracts import NOTICE_SIGNAL, EnvPart, Gang, JobDir, JobVar, RankPlacement, rank_env
@@ -212,12 +213,8 @@ class LocalBackend(WatchesExits):
         with self._lock:
             self._validate(spec)
             jd = JobDir(spec.job_dir)
-            run_dir = jd.attempt_run(spec.attempt)
             try:
-                jobfs.plane_dir(jd.root)  # the plane's (control/jobfiles/ownership.py gives it its modes)
-                tree = jobfs.Tree(jd.root)  # below it, nothing is reached through a link
-                tree.make_dir(jd.logs, None)
-                tree.make_dir(run_dir.parent, None)
+                tree, run_dir = open_attempt(spec.job_dir, spec.attempt)
                 if tree.is_dir(run_dir) and not _rank_records(tree, run_dir):
                     # An owner died before any rank of it had recorded itself: end what it may
                     # have started, then start afresh.

@@ -62,6 +62,7 @@ from trainyard import jobfs
 from trainyard.backends import registry
 from trainyard.backends.rundir import job_tools
 from trainyard.backends.slurm import env as slurm_env
+from trainyard.backends.rundir.attempt_dir import open_attempt
 from trainyard.backends.rundir.exit_watch import ExitWatch, WatchesExits
 from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState
 from trainyard.contracts import NOTICE_SIGNAL, JobDir
@@ -298,13 +299,8 @@ class SlurmBackend(WatchesExits):
         gpn = max(gpus_per_node.values())
         per_rank = max(len(r.gpus) for r in spec.ranks)
 
-        jd = JobDir(spec.job_dir)
-        run_dir = jd.attempt_run(spec.attempt)
         try:
-            jobfs.plane_dir(jd.root)  # the plane's (control/jobfiles/ownership.py gives it its modes)
-            tree = jobfs.Tree(jd.root)  # below it, nothing is reached through a link
-            tree.make_dir(jd.logs, None)
-            tree.make_dir(run_dir.parent, None)
+            tree, run_dir = open_attempt(spec.job_dir, spec.attempt)
             tree.remove_tree(run_dir)  # an earlier try of this attempt (the owner's dir: never followed)
             tree.make_dir(run_dir, None, exist_ok=False)
         except OSError as e:
