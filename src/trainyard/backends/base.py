@@ -45,6 +45,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 from trainyard.contracts import JobInfo, RankPlacement
+from trainyard.images.types import CachedImage, EntryInfo, RegistryAccess
+from trainyard.spec.container import ContainerOptions
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,17 @@ class Constraints:
 
 
 @dataclass(frozen=True)
+class ContainerLaunch:
+    """An attempt's container: the job's options, and the image pinned to the digest every node
+    of every attempt runs (`ref` is `registry/repository[:tag]@digest`). The loop has had each node
+    pull it (`Backend.prepare_image`) before it launches."""
+
+    options: ContainerOptions
+    ref: str
+    digest: str
+
+
+@dataclass(frozen=True)
 class LaunchSpec:
     """Everything needed to start one attempt of a job; decided by the control loop."""
 
@@ -126,6 +139,8 @@ class LaunchSpec:
     # sbatch's -e/--error: each rank's stderr goes to `JobDir.rank_err(r)`, its stdout alone to
     # `rank_log(r)` (False: both to rank_log, as sbatch without --error)
     stderr_apart: bool = False
+    # the job's image (None: a bare job, run in the node's own environment)
+    container: ContainerLaunch | None = None
 
 
 @dataclass(frozen=True)
@@ -187,3 +202,13 @@ class Backend(Protocol):
     # wake() may be called from any thread; a backend with no such news does nothing
 
     def close(self) -> None: ...
+
+    # Images (docs/control-plane.md, "Environment images"): each node's cache. `prepare_image`
+    # pulls and unpacks `ref` (pinned: `…@sha256:…`) on `node` unless it is there, and returns it;
+    # it raises `images.types.ImagePullError` (never leaving half an entry). It may take minutes:
+    # the loop calls it off its thread.
+    def prepare_image(self, node: str, ref: str, access: RegistryAccess) -> CachedImage: ...
+
+    def image_entries(self, node: str) -> list[EntryInfo]: ...
+
+    def remove_image(self, node: str, digest: str) -> bool: ...  # False: not there, or in use
