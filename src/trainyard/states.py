@@ -1,7 +1,7 @@
 """The job's life as named values: job states, attempt outcomes, stop kinds and stop stages.
 
 States are Slurm's (`squeue` shows the same names): a job waits PENDING (or REQUEUED, after an
-attempt ended and it went back to the queue), runs RUNNING, is stopped through COMPLETING, and
+attempt ended and it went back to the queue), is CONFIGURING while its nodes pull its image, runs RUNNING, is stopped through COMPLETING, and
 ends in one of the terminal states. Each attempt of a job ends with an `AttemptOutcome`: an
 attempt that was preempted ends PREEMPTED while its job goes back to the queue as REQUEUED.
 
@@ -22,6 +22,9 @@ import enum
 class JobState(enum.StrEnum):
     PENDING = "PENDING"
     REQUEUED = "REQUEUED"
+    # placed, its nodes getting ready before any rank starts (Slurm's CF: node boot; here the
+    # job's image pulled on each node, reason ImagePull): holds its GPUs, not yet its time
+    CONFIGURING = "CONFIGURING"
     RUNNING = "RUNNING"
     COMPLETING = "COMPLETING"
     COMPLETED = "COMPLETED"
@@ -35,7 +38,7 @@ class JobState(enum.StrEnum):
 
 # The one definition of each set: waiting for the scheduler, holding GPUs, and ended for good.
 PENDING_STATES: tuple[JobState, ...] = (JobState.PENDING, JobState.REQUEUED)
-ACTIVE_STATES: tuple[JobState, ...] = (JobState.RUNNING, JobState.COMPLETING)
+ACTIVE_STATES: tuple[JobState, ...] = (JobState.CONFIGURING, JobState.RUNNING, JobState.COMPLETING)
 TERMINAL_STATES: tuple[JobState, ...] = (
     JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.PREEMPTED, JobState.TIMEOUT,
     JobState.NODE_FAIL, JobState.OUT_OF_MEMORY,
@@ -44,7 +47,7 @@ ALL_STATES: tuple[JobState, ...] = PENDING_STATES + ACTIVE_STATES + TERMINAL_STA
 
 # squeue's compact state codes (`squeue -t PD,R`), which Slurm users type out of habit.
 STATE_CODES: dict[str, JobState] = {
-    "PD": JobState.PENDING, "RQ": JobState.REQUEUED, "R": JobState.RUNNING, "CG": JobState.COMPLETING,
+    "PD": JobState.PENDING, "RQ": JobState.REQUEUED, "CF": JobState.CONFIGURING, "R": JobState.RUNNING, "CG": JobState.COMPLETING,
     "CD": JobState.COMPLETED, "F": JobState.FAILED, "CA": JobState.CANCELLED, "PR": JobState.PREEMPTED,
     "TO": JobState.TIMEOUT, "NF": JobState.NODE_FAIL, "OOM": JobState.OUT_OF_MEMORY,
 }

@@ -212,3 +212,7 @@ class Backend(Protocol):
     def image_entries(self, node: str) -> list[EntryInfo]: ...
 
     def remove_image(self, node: str, digest: str) -> bool: ...  # False: not there, or in use
+
+    # What a bare job's training process would see on `node` (`backends.environment.fingerprint`:
+    # python, torch, cuda, nccl, driver); {"error": why} when the node cannot tell. May take seconds.
+    def node_environment(self, node: str) -> dict[str, str]: ...

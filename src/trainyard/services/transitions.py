@@ -41,12 +41,15 @@ def placement_gpus(placement: list[dict[str, Any]] | None) -> int:
     return sum(len(p.get("gpus") or ()) for p in placement or ())
 
 
-def start_attempt(s: Session, j: JobRow, placement: list[dict[str, Any]], now: float) -> None:
+def start_attempt(s: Session, j: JobRow, placement: list[dict[str, Any]], now: float, *,
+                  configuring: str | None = None) -> None:
     """A new attempt on `placement`: committed before the backend launches it, so that a crash
     can leave a committed start without processes (requeued by reconcile) but never processes
-    without a row."""
+    without a row. `configuring`: the attempt's nodes get ready first (the reason shown, e.g.
+    ImagePull); the job is CONFIGURING until `control/loop/image_pull.py` turns it RUNNING."""
     j.attempt += 1
-    j.state, j.reason, j.start_time, j.end_time, j.est_start = JobState.RUNNING, "None", now, None, None
+    state, reason = (JobState.CONFIGURING, configuring) if configuring else (JobState.RUNNING, "None")
+    j.state, j.reason, j.start_time, j.end_time, j.est_start = state, reason, now, None, None
     j.retry_after = None
     j.placement, j.exit_code, j.signal = placement, None, None
     j.last_checkpoint = None

@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any, Callable
 from sqlalchemy.orm import Session
 
 from trainyard import jobfs
-from trainyard.backends.base import BackendError, Constraints, LaunchSpec, Limits
+from trainyard.backends.base import BackendError, Constraints, ContainerLaunch, LaunchSpec, Limits
 from trainyard.contracts import JobDir, JobInfo, JobVar
 from trainyard.control.jobfiles import claim, ownership
+from trainyard.control.loop import fingerprints, image_pull
 from trainyard.control.loop.context import LoopContext
 from trainyard.services import auth, owners, transitions
 from trainyard.services.errors import Forbidden
@@ -30,6 +31,7 @@ from trainyard.services.jobs import LAUNCH_FAILED_HELD
 from trainyard.services.output_paths import relative_to_workdir
 from trainyard.services.events import record
 from trainyard.spec import io_patterns
+from trainyard.spec.container import ContainerOptions
 from trainyard.states import AttemptOutcome, JobState
 from trainyard.store import identity
 from trainyard.store.models import JobRow
@@ -49,7 +51,8 @@ def start(ctx: LoopContext, s: Session, j: JobRow, idx: NodeIndex, placement: Pl
     stored, `idx.to_rows`); returns what to launch, its ranks from the same decision
     (`idx.ranks`). `cluster`: the configuration's cluster name (SLURM_CLUSTER_NAME)."""
     rows = idx.to_rows(placement)
-    transitions.start_attempt(s, j, rows, now)
+    container = ContainerOptions.from_record(j.container) if j.container else None
+    transitions.start_attempt(s, j, rows, now, configuring=image_pull.IMAGE_PULL if container else None)
     jd = ctx.job_dir(j)
     env = dict(j.env)
     if ctx.api_url:
@@ -64,7 +67,8 @@ def start(ctx: LoopContext, s: Session, j: JobRow, idx: NodeIndex, placement: Pl
                       checkpoint_dir=str(jd.checkpoints), job=info,
                       limits=Limits(j.mem_mib, j.mem_per_gpu_mib, j.cpus_per_task, j.pids_max), batch=not j.command,
                       stderr_apart=stderr_apart(j.output, j.error),
-                      constraints=Constraints(j.constraint, j.gpu_model, tuple(j.exclude_nodes or ()), bool(j.exclusive)))
+                      constraints=Constraints(j.constraint, j.gpu_model, tuple(j.exclude_nodes or ()), bool(j.exclusive)),
+                      container=ContainerLaunch(container, container.image, j.image_digest or "") if container else None)
 
 
 def job_info(j: JobRow, placement: list[dict[str, Any]], cluster: str) -> JobInfo:
@@ -131,6 +135,13 @@ def launch(ctx: LoopContext, spec: LaunchSpec, now: float) -> None:
         spec = replace(spec, owner=who.launch_owner, time_limit_s=backstop)
         ownership.prepare(jd, who, [r.rank for r in spec.ranks], script, errors=spec.stderr_apart,
                           truncate=truncate)
+        if spec.container is not None:  # pinned and on every node first (CONFIGURING, ImagePull)
+            pulled = image_pull.prepare(ctx, spec)
+            if pulled is None:
+                return
+            spec = pulled
+        elif not fingerprints.enforce(ctx, spec, cfg.spec.images.fingerprint):
+            return
         if output:
             link_outputs(output, spec, name, jd, array, user=user)
         if error and spec.stderr_apart:
@@ -140,7 +151,7 @@ def launch(ctx: LoopContext, spec: LaunchSpec, now: float) -> None:
         cause = e.message if isinstance(e, Forbidden) else e
         with ctx.lock, ctx.store.session.begin() as s:
             j = s.get(JobRow, spec.job_id)
-            if j is not None and j.attempt == spec.attempt and j.state == JobState.RUNNING:
+            if j is not None and j.attempt == spec.attempt and j.state in (JobState.RUNNING, JobState.CONFIGURING):
                 why = f"UserError: cannot launch: {cause}"  # no such program, workdir gone, …
                 transitions.end_attempt(s, j, AttemptOutcome.FAILED, why, now, cause="user_error")
                 transitions.finish(j, JobState.FAILED, why, now)
@@ -154,7 +165,7 @@ def _hold_foreign(ctx: LoopContext, spec: LaunchSpec, why: str, now: float) -> N
     log.warning("job %s: launch refused: %s", spec.job_id, why)
     with ctx.lock, ctx.store.session.begin() as s:
         j = s.get(JobRow, spec.job_id)
-        if j is None or j.attempt != spec.attempt or j.state != JobState.RUNNING:
+        if j is None or j.attempt != spec.attempt or j.state not in (JobState.RUNNING, JobState.CONFIGURING):
             return
         transitions.end_attempt(s, j, AttemptOutcome.REQUEUED, f"launch refused: {why}"[:200], now)
         transitions.back_to_queue(j, now, LAUNCH_FAILED_HELD)

@@ -84,6 +84,7 @@ class LoopContext:
     # what keeps new attempts from starting on disk grounds (`control/lifecycle/storage.py`'s `Holds`): a
     # team over its storage quota, the reserve crossed; None: nothing measured (tests of the loop)
     holds: Callable[[], Any] | None = None
+    fingerprints: Any = None  # control.loop.fingerprints.Fingerprints: the nodes' environments, for bare gangs
 
     def job_dir(self, j: JobRow) -> JobDir:
         """The job's directory (`contracts.JobDir`, keyed by the row's `dir_key`)."""

@@ -40,16 +40,22 @@ class Launches:
         self._lock = threading.Lock()
         self._in_flight: set[tuple[int, int]] = set()
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="trainyard-launch") if background else None
+        self._threads = threads
+        self._background = background
 
     @property
     def background(self) -> bool:
-        return self._pool is not None
+        """Whether every launch goes to the pool (those with an image always do)."""
+        return self._background
 
     def start(self, spec: LaunchSpec, now: float) -> None:
-        """Launch `spec`'s attempt: now (inline), or on the pool (returns at once)."""
-        if self._pool is None:
+        """Launch `spec`'s attempt: now (inline), or on the pool (returns at once). An attempt with
+        an image always goes to the pool: its nodes pull first (`image_pull.py`), for minutes maybe."""
+        if self._pool is None and spec.container is None:
             self._launch(spec, now)
             return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="trainyard-launch")
         key = (spec.job_id, spec.attempt)
         with self._lock:
             self._in_flight.add(key)

@@ -31,6 +31,7 @@ from typing import Any, Callable
 from trainyard.backends.base import Backend
 from trainyard.control.loop.context import Facts, LoopContext, LoopParams, LoopStats
 from trainyard.control.loop.dependencies import Dependencies
+from trainyard.control.loop.fingerprints import Fingerprints
 from trainyard.control.loop.frozen import FrozenRanks
 from trainyard.control.health import HealthChecker
 from trainyard.control.loop.node_watch import NodeWatch
@@ -73,7 +74,7 @@ class ControlLoop:
         force names. `clock`: the time every step judges by (a fake one in the loop's tests).
         `holds`: the storage meter's (control/lifecycle/storage.py), read by the schedule step."""
         self.ctx = ctx = LoopContext(store, backend, Path(data_dir), configs, write_lock, params or LoopParams(),
-                                     clock, api_url, holds)
+                                     clock, api_url, holds, Fingerprints(backend))
         self.stats = LoopStats()
         self._wake = threading.Event()
         self._stop = threading.Event()

@@ -35,7 +35,10 @@ OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "torch.OutOfMemoryError
 
 # Why an attempt ended, as the retry policy sees it (`RETRYABLE` ones are retried automatically).
 CAUSES = ("completed", "cancelled", "timeout", "preempted", "requeued", "node_lost", "hung", "oom", "pids",
-          "user_error", "crash", "exit_code", "signal", "requeue_exit")
+          "user_error", "crash", "exit_code", "signal", "requeue_exit",
+          # the image step (control/loop/image_pull.py): the user's image, or the registry's/node's fault
+          "image_pull", "image_pull_registry",
+          "env_mismatch")  # a bare gang whose nodes' environments differ (control/loop/fingerprints.py)
 RETRYABLE = ("node_lost", "hung", "crash", "requeue_exit")
 
 

@@ -1,0 +1,153 @@
+"""The image step of an attempt's start: pin the digest, pull on every node, then let it run.
+
+A job with an image (`jobs.container`) is placed like any other, but its attempt starts
+CONFIGURING with reason ImagePull (Slurm shows node boot the same way): the GPUs are held, the
+ranks do not exist yet, and the time is not the job's (its start time is set when the ranks
+start, as Slurm resets a job's start after its nodes are configured). On a launch thread
+(`launch_threads.py`; the loop never waits for a pull):
+
+1. the digest is resolved once, at the first attempt, and recorded on the job (`jobs.image_digest`);
+   every later attempt and every node of the gang runs that digest, whatever the tag says since;
+2. each node pulls it (`Backend.prepare_image`, all nodes at once): a node that has it answers at
+   once, and a node's cache never pulls the same image twice;
+3. the attempt turns RUNNING and is launched with the pinned image.
+
+A pull that fails ends the attempt with a cause of its own, `ImagePullError`: the user's (no such
+image, an image the cache refuses) fails the job; the registry's or the node's (registry down,
+credentials refused, disk full) puts it back in the queue after a pause, not counted against its
+retries, and holds it after `REGISTRY_FAULTS_MAX` such attempts in a row so that an outage does not
+spin it for ever.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+from sqlalchemy import select
+
+from trainyard.backends.base import ContainerLaunch, LaunchSpec
+from trainyard.control.loop.context import LoopContext
+from trainyard.images.types import ImagePullError
+from trainyard.services import images as image_rules
+from trainyard.services import transitions
+from trainyard.services.events import record
+from trainyard.spec.image_ref import parse_image
+from trainyard.states import AttemptOutcome, JobState
+from trainyard.store.models import AttemptRow, JobRow
+
+log = logging.getLogger("trainyard.loop")
+
+IMAGE_PULL = "ImagePull"  # the reason a CONFIGURING job shows
+PULL_ERROR = "ImagePullError"
+REGISTRY_FAULTS_MAX = 5  # registry-side failures in a row before the job is held
+RETRY_PAUSE_S = (30.0, 60.0, 120.0, 300.0, 600.0)  # after the 1st, 2nd, ... registry-side failure
+
+
+def prepare(ctx: LoopContext, spec: LaunchSpec) -> LaunchSpec | None:
+    """The spec to launch, its image pinned and on every node; None when the attempt ended here
+    (the pull failed: recorded) or is no longer the job's current one."""
+    c = spec.container
+    assert c is not None
+    with ctx.store.session() as s:
+        cfg = ctx.configs.current(s)
+    access = image_rules.registry_access(cfg.spec)
+    ref = parse_image(c.options.image)
+    began = time.monotonic()
+    node = ""
+    try:
+        digest = c.digest or _resolve(ctx, spec, ref, access)
+        pinned = ref.pinned(digest).canonical()
+        nodes = list(dict.fromkeys(r.node for r in sorted(spec.ranks, key=lambda r: r.rank)))
+        with ThreadPoolExecutor(max(1, len(nodes)), thread_name_prefix="trainyard-pull") as pool:
+            futures = {n: pool.submit(ctx.backend.prepare_image, n, pinned, access) for n in nodes}
+            for node, f in futures.items():
+                f.result()
+    except ImagePullError as e:
+        _failed(ctx, spec, e, node)
+        return None
+    took = time.monotonic() - began
+    if not _running(ctx, spec, digest, took, nodes):
+        return None
+    return replace(spec, container=ContainerLaunch(c.options, pinned, digest))
+
+
+def _resolve(ctx: LoopContext, spec: LaunchSpec, ref, access) -> str:  # type: ignore[no-untyped-def]
+    """The first attempt's digest, recorded on the job before any node pulls it."""
+    from trainyard.images.registry import resolve_digest
+
+    digest = resolve_digest(ref, access)
+    now = ctx.clock()
+    with ctx.lock, ctx.store.session.begin() as s:
+        j = s.get(JobRow, spec.job_id)
+        if j is not None and j.image_digest is None:
+            j.image_digest = digest
+            record(s, "scheduler", "job.image_pinned", f"image {ref.canonical()} pinned to {digest}",
+                   job_id=j.id, at=now, data={"image": ref.canonical(), "digest": digest})
+        elif j is not None:
+            digest = j.image_digest  # pinned meanwhile (cannot happen with one attempt at a time; be safe)
+    return digest
+
+
+def _attempt(s, j: JobRow) -> AttemptRow | None:  # type: ignore[no-untyped-def]
+    return s.scalars(select(AttemptRow).where(AttemptRow.job_id == j.id, AttemptRow.attempt == j.attempt)).first()
+
+
+def _running(ctx: LoopContext, spec: LaunchSpec, digest: str, took: float, nodes: list[str]) -> bool:
+    """CONFIGURING → RUNNING from now (the job's time starts with its ranks); False when the
+    attempt is no longer the job's current one."""
+    now = ctx.clock()
+    with ctx.lock, ctx.store.session.begin() as s:
+        j = s.get(JobRow, spec.job_id)
+        if j is None or j.attempt != spec.attempt:
+            return False
+        if j.state == JobState.CONFIGURING:
+            j.state, j.reason, j.start_time = JobState.RUNNING, "None", now
+        row = _attempt(s, j)
+        if row is not None:
+            row.started_at = now
+            row.image_digest = digest
+        record(s, "scheduler", "job.image_ready",
+               f"attempt {spec.attempt}: image {digest[:19]}… ready on {', '.join(nodes)} in {took:.1f}s",
+               job_id=j.id, at=now, data={"digest": digest, "nodes": nodes, "seconds": round(took, 3)})
+    return True
+
+
+def _failed(ctx: LoopContext, spec: LaunchSpec, e: ImagePullError, node: str) -> None:
+    now = ctx.clock()
+    where = f" on {node}" if node else ""
+    why = f"{PULL_ERROR}: {e}{where}"[:200]
+    log.warning("job %s attempt %s: %s", spec.job_id, spec.attempt, why)
+    with ctx.lock, ctx.store.session.begin() as s:
+        j = s.get(JobRow, spec.job_id)
+        if j is None or j.attempt != spec.attempt or j.state not in (JobState.CONFIGURING, JobState.COMPLETING):
+            return
+        data = {"kind": e.kind, "registry_fault": e.registry_fault, "node": node, "attempt": spec.attempt}
+        if not e.registry_fault or _registry_faults(s, j) + 1 >= REGISTRY_FAULTS_MAX or j.stop_kind is not None:
+            transitions.end_attempt(s, j, AttemptOutcome.FAILED, why, now, cause="image_pull")
+            transitions.finish(j, JobState.FAILED, why, now)
+            record(s, "scheduler", "job.failed", f"attempt {spec.attempt}: {why}", job_id=j.id, at=now, data=data)
+            return
+        n = _registry_faults(s, j) + 1
+        transitions.end_attempt(s, j, AttemptOutcome.REQUEUED, why, now, cause="image_pull_registry")
+        transitions.back_to_queue(j, now, PULL_ERROR)
+        j.retry_after = now + RETRY_PAUSE_S[min(n, len(RETRY_PAUSE_S)) - 1]
+        record(s, "scheduler", "job.requeued",
+               f"attempt {spec.attempt}: {why}; the registry's or the node's fault ({n} in a row): "
+               f"back in the queue in {j.retry_after - now:.0f}s, not counted against its retries",
+               job_id=j.id, at=now, data=data)
+
+
+def _registry_faults(s, j: JobRow) -> int:  # type: ignore[no-untyped-def]
+    """The job's registry-side pull failures in a row, newest first (ended attempts' causes)."""
+    n = 0
+    for row in s.scalars(select(AttemptRow).where(AttemptRow.job_id == j.id, AttemptRow.attempt < j.attempt + 1)
+                         .order_by(AttemptRow.attempt.desc())):
+        if row.attempt == j.attempt:
+            continue
+        if getattr(row, "cause", None) != "image_pull_registry":
+            break
+        n += 1
+    return n
