@@ -40,6 +40,7 @@ UNREACHABLE = "unreachable"  # connection refused, DNS, TLS, timeout, 5xx
 DISK_FULL = "disk_full"  # the node's cache has no room even after eviction
 BAD_IMAGE = "bad_image"  # an image the cache refuses to unpack (a path escaping its layer, an unknown media type, …)
 TOOL_MISSING = "tool_missing"  # skopeo (or another tool) is not installed on the node
+UNSUPPORTED = "unsupported"  # the backend cannot run images here (Slurm without pyxis): the user's to choose
 REGISTRY_FAULTS = frozenset({UNAUTHORIZED, UNREACHABLE, DISK_FULL, TOOL_MISSING})
 
 

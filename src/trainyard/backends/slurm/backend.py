@@ -65,6 +65,8 @@ from trainyard.backends.slurm import env as slurm_env
 from trainyard.backends.rundir.attempt_dir import open_attempt
 from trainyard.backends.rundir.exit_watch import ExitWatch, WatchesExits
 from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState
+from trainyard.backends.slurm import pyxis
+from trainyard.images.types import UNSUPPORTED, CachedImage, EntryInfo, ImageConfig, ImagePullError, RegistryAccess
 from trainyard.contracts import NOTICE_SIGNAL, JobDir
 
 TASK = "backends/slurm/task.py"  # the rank wrapper, run from the attempt's copy (job_tools.copy_files)
@@ -174,6 +176,7 @@ class SlurmBackend(WatchesExits):
         self._exit_watch: ExitWatch | None = None
         self._launching: set[tuple[int, int]] = set()  # launches under way (no lock held while they wait)
         self._node_cache: tuple[float, dict[str, dict[str, str]]] | None = None
+        self._pyxis: bool | None = None  # asked once, at the first job with an image (`pyxis.has_pyxis`)
         self._discover()
 
     # -- Slurm commands --------------------------------------------------------------------------
@@ -231,6 +234,34 @@ class SlurmBackend(WatchesExits):
             if len(parts) == 2 and parts[0].isdigit():
                 states[int(parts[0])] = parts[1]
         return states
+
+    # -- images (pyxis.py) ------------------------------------------------------------------------
+
+    def _check_pyxis(self, image: str) -> None:
+        if self._pyxis is None:
+            srun = self._bin.get("srun") or shutil.which("srun", path=self._env["PATH"]) or "srun"
+            self._pyxis = pyxis.has_pyxis(srun, self._env)
+        if not self._pyxis:
+            raise ImagePullError(UNSUPPORTED, image, "this Slurm cluster has no pyxis (its `srun --help` lists no "
+                                 "--container-image): the Slurm backend runs images through pyxis; submit without "
+                                 "--container-image, or to a cluster that has it")
+
+    def prepare_image(self, node: str, ref: str, access: RegistryAccess) -> CachedImage:
+        """Nothing to pull ahead: enroot imports the image on the node at the step's start (its own
+        cache). Fails when the cluster has no pyxis."""
+        self._check_pyxis(ref)
+        digest = ref.rsplit("@", 1)[-1]
+        return CachedImage(digest, ref.rsplit("@", 1)[0], (), ImageConfig(), "", 0)
+
+    def image_entries(self, node: str) -> list[EntryInfo]:
+        return []  # enroot's cache, not trainyard's
+
+    def remove_image(self, node: str, digest: str) -> bool:
+        return False
+
+    def node_environment(self, node: str) -> dict[str, str]:
+        """Not asked of Slurm's nodes (it would take a job step): {"error"}, which the check skips."""
+        return {"error": "the Slurm backend does not fingerprint its nodes"}
 
     # -- interface ------------------------------------------------------------------------------
 
@@ -392,7 +423,11 @@ class SlurmBackend(WatchesExits):
         """batch.sh: the rendezvous (the first node's address, a free port), then every rank in
         one srun step (the command form) or the job's own script in this batch step (a batch spec)."""
         mode = (["--batch"] if spec.batch else []) + (["--stderr-apart"] if spec.stderr_apart else [])
-        task = [self._python, "-I", "-S", str(job_tools.copied(run_dir, TASK)), *mode, str(run_dir), str(spec.job_dir), "--", *spec.command]
+        python, ctr = self._python, []
+        if spec.container is not None:  # through pyxis (`pyxis.py`): the image's python3 runs the wrapper
+            python = pyxis.IMAGE_PYTHON
+            ctr = pyxis.srun_options(spec.container, [spec.job_dir, spec.workdir])
+        task = [python, "-I", "-S", str(job_tools.copied(run_dir, TASK)), *mode, str(run_dir), str(spec.job_dir), "--", *spec.command]
         pick_port = ("import socket; s = socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])")
         lines = [
             "#!/bin/bash",
@@ -403,12 +438,14 @@ class SlurmBackend(WatchesExits):
             'export MASTER_ADDR="${MASTER_ADDR:-$(hostname)}"',
             f"export MASTER_PORT=$({shlex.quote(self._python)} -c {shlex.quote(pick_port)})",
         ]
-        if spec.batch:
+        if spec.batch and ctr:  # the script in the image too: a one-task step of pyxis's on the first node
+            lines.append("exec srun -N1 -n1 --overlap --unbuffered " + " ".join(shlex.quote(a) for a in [*ctr, *task]))
+        elif spec.batch:
             lines.append("exec " + " ".join(shlex.quote(a) for a in task))
         else:
             lines += [f"export TRAINYARD_GPUS_PER_RANK={per_rank}",
                       # --kill-on-bad-exit=0: a failed rank does not take the others down; the control loop decides.
-                      "exec srun --kill-on-bad-exit=0 --unbuffered " + " ".join(shlex.quote(a) for a in task)]
+                      "exec srun --kill-on-bad-exit=0 --unbuffered " + " ".join(shlex.quote(a) for a in [*ctr, *task])]
         return "\n".join([*lines, ""])
 
     def _await_ranks(self, att: _Attempt) -> None:

@@ -27,14 +27,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from trainyard.backends.base import ContainerLaunch, LaunchSpec
 from trainyard.control.loop.context import LoopContext
-from trainyard.images.types import ImagePullError
+from trainyard.images.types import ImagePullError, RegistryAccess
 from trainyard.services import images as image_rules
 from trainyard.services import transitions
 from trainyard.services.events import record
-from trainyard.spec.image_ref import parse_image
+from trainyard.spec.image_ref import ImageRef, parse_image
 from trainyard.states import AttemptOutcome, JobState
 from trainyard.store.models import AttemptRow, JobRow
 
@@ -74,9 +75,9 @@ def prepare(ctx: LoopContext, spec: LaunchSpec) -> LaunchSpec | None:
     return replace(spec, container=ContainerLaunch(c.options, pinned, digest))
 
 
-def _resolve(ctx: LoopContext, spec: LaunchSpec, ref, access) -> str:  # type: ignore[no-untyped-def]
+def _resolve(ctx: LoopContext, spec: LaunchSpec, ref: ImageRef, access: RegistryAccess) -> str:
     """The first attempt's digest, recorded on the job before any node pulls it."""
-    from trainyard.images.registry import resolve_digest
+    from trainyard.images.registry import resolve_digest  # the pull machinery, only where a job has an image
 
     digest = resolve_digest(ref, access)
     now = ctx.clock()
@@ -91,7 +92,7 @@ def _resolve(ctx: LoopContext, spec: LaunchSpec, ref, access) -> str:  # type: i
     return digest
 
 
-def _attempt(s, j: JobRow) -> AttemptRow | None:  # type: ignore[no-untyped-def]
+def _attempt(s: Session, j: JobRow) -> AttemptRow | None:
     return s.scalars(select(AttemptRow).where(AttemptRow.job_id == j.id, AttemptRow.attempt == j.attempt)).first()
 
 
@@ -140,14 +141,14 @@ def _failed(ctx: LoopContext, spec: LaunchSpec, e: ImagePullError, node: str) ->
                job_id=j.id, at=now, data=data)
 
 
-def _registry_faults(s, j: JobRow) -> int:  # type: ignore[no-untyped-def]
+def _registry_faults(s: Session, j: JobRow) -> int:
     """The job's registry-side pull failures in a row, newest first (ended attempts' causes)."""
     n = 0
     for row in s.scalars(select(AttemptRow).where(AttemptRow.job_id == j.id, AttemptRow.attempt < j.attempt + 1)
                          .order_by(AttemptRow.attempt.desc())):
         if row.attempt == j.attempt:
             continue
-        if getattr(row, "cause", None) != "image_pull_registry":
+        if row.cause != "image_pull_registry":
             break
         n += 1
     return n
