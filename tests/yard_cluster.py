@@ -111,7 +111,7 @@ class YardCluster:
         deadline = time.monotonic() + timeout
         while not any(int(p.parent.name.split("-")[1]) >= step for p in ckpt.glob("step-*/COMMITTED")):
             j = self.job(job_id)
-            assert j["state"] in ("PENDING", "RUNNING"), f"job {job_id} {j['state']} before step {step}: {j['reason']}"
+            assert j["state"] in ("PENDING", "CONFIGURING", "RUNNING"), f"job {job_id} {j['state']} before step {step}: {j['reason']}"
             assert time.monotonic() < deadline, f"no checkpoint of step {step} after {timeout}s"
             time.sleep(0.1)
 
