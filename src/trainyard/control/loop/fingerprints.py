@@ -68,6 +68,14 @@ class Fingerprints:
             out.update({n: self._known[n][1] for n in missing if n in self._known})
         return {n: out[n] for n in nodes if n in out}
 
+    def prime(self, nodes: Sequence[str]) -> None:
+        """Ask every node not known yet, in the background (at the loop's start)."""
+        with self._lock:
+            todo = [n for n in nodes if n not in self._known and n not in self._refreshing]
+            self._refreshing.update(todo)
+        for n in todo:
+            threading.Thread(target=self._ask, args=(n,), daemon=True, name="trainyard-fp").start()
+
     def forget(self, node: str | None = None) -> None:
         """Ask again next time (a node's software changed; `None`: every node)."""
         with self._lock:

@@ -59,7 +59,7 @@ def prepare(ctx: LoopContext, spec: LaunchSpec) -> LaunchSpec | None:
     began = time.monotonic()
     node = ""
     try:
-        digest = c.digest or _resolve(ctx, spec, ref, access)
+        digest = c.digest or _pin(ctx, spec, ref, ref.digest or _resolve(ref, access))
         pinned = ref.pinned(digest).canonical()
         nodes = list(dict.fromkeys(r.node for r in sorted(spec.ranks, key=lambda r: r.rank)))
         with ThreadPoolExecutor(max(1, len(nodes)), thread_name_prefix="trainyard-pull") as pool:
@@ -75,11 +75,16 @@ def prepare(ctx: LoopContext, spec: LaunchSpec) -> LaunchSpec | None:
     return replace(spec, container=ContainerLaunch(c.options, pinned, digest))
 
 
-def _resolve(ctx: LoopContext, spec: LaunchSpec, ref: ImageRef, access: RegistryAccess) -> str:
-    """The first attempt's digest, recorded on the job before any node pulls it."""
+def _resolve(ref: ImageRef, access: RegistryAccess) -> str:
+    """The digest the registry gives the image's tag now."""
     from trainyard.images.registry import resolve_digest  # the pull machinery, only where a job has an image
 
-    digest = resolve_digest(ref, access)
+    return resolve_digest(ref, access)
+
+
+def _pin(ctx: LoopContext, spec: LaunchSpec, ref: ImageRef, digest: str) -> str:
+    """The first attempt's digest (the one the job named, or the registry's answer for its tag),
+    recorded on the job before any node pulls it."""
     now = ctx.clock()
     with ctx.lock, ctx.store.session.begin() as s:
         j = s.get(JobRow, spec.job_id)

@@ -115,6 +115,7 @@ class ControlLoop:
         self._thread.start()
         self.ctx.backend.watch(self.wake)  # a rank's end wakes the loop (backends/rundir/exit_watch.py)
         self.health.start(on_thread_death)
+        self.ctx.fingerprints.prime(self._node_names())  # in the background: a bare gang's first start need not wait
 
     def stop(self) -> None:
         self._stop.set()
