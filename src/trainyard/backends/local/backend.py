@@ -586,6 +586,11 @@ class LocalBackend(WatchesExits):
                     (lim.mem_per_gpu_mib * max(1, g) if lim.mem_per_gpu_mib is not None else None)
                     for n, g in gpus_on.items()}
         every = tuple(sorted({(d.major, d.minor) for devs in self._devices.values() for d in devs}))
+        if spec.container is not None:
+            # The container's own devices cgroup, below the rank's, allows exactly the rank's GPUs
+            # (`contain.oci_spec`); v1 lets a child allow only what its parent allows whole, and
+            # runc's defaults include `c *:* m`, which a rank cgroup denying other GPUs refuses.
+            every = ()
         if spec.batch:
             own = {r.rank: [(d.major, d.minor) for d in self._rank_devices(r)] for r in spec.ranks}
             needs = batch.batch_needs(spec, own, node_mem, every)
