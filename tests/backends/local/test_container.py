@@ -262,3 +262,52 @@ def test_an_image_missing_from_the_node_fails_the_launch_naming_both(place, user
     with pytest.raises(BackendError, match=r"image 127.0.0.1:5000/test/essential@sha256:e+ is not in the cache of node node1"):
         be.launch(spec)
     assert not spec_dir(place, 20).joinpath("run", "attempt-1").exists()
+
+
+def test_remap_root_is_root_inside_and_the_owner_outside(backend, place, users):
+    who = owner(users)
+    backend.launch(cspec(backend, place, 22, ["sh", "-c", "id -u; touch made-inside"], who, remap_root=True))
+    state = wait_done(backend, 22)
+    out = log(place, 22)
+    assert state.ranks[0].exit_code == 0, out
+    assert out.splitlines()[1] == "0"
+    assert (Path(workdir(place, who)) / "made-inside").stat().st_uid == who.uid  # root inside is the owner
+
+
+def test_the_entrypoint_runs_first_and_the_rank_gets_only_its_own_gpus(backend, place, users):
+    who = owner(users)
+    spec = cspec(backend, place, 23, ["sh", "-c", 'echo "$ENTRY"; ls /dev | grep nvidia; echo "$TRAINYARD_GPU_DEVICES"; '
+                                      "cat /dev/nvidia1 2>&1 | tail -1"], who, entrypoint=True)
+    backend.launch(replace(spec, ranks=[replace(spec.ranks[0], gpus=(1,))]))
+    state = wait_done(backend, 23)
+    lines = log(place, 23).splitlines()
+    assert state.ranks[0].exit_code == 0, lines
+    assert lines[1:4] == ["1", "nvidia1", "/dev/nvidia1"], lines
+    assert "No such device or address" in lines[4]  # its own: past the cgroup, no driver behind it
+
+
+def test_a_batch_script_runs_in_the_image_and_its_srun_starts_tasks_there(backend, place, users):
+    who = owner(users)
+    script = ["sh", "-c", "cat /etc/debian_version; srun -n 2 sh -c 'echo task $SLURM_PROCID $(id -un)'"]
+
+    def batch(job: int, **opts: object) -> LaunchSpec:
+        spec = cspec(backend, place, job, script, who, **opts)
+        return replace(spec, batch=True, ranks=[spec.ranks[0], replace(spec.ranks[0], rank=1, gpus=(1,))])
+
+    backend.launch(batch(30))  # an image without python3: srun says so
+    state = wait_done(backend, 30, timeout=30)
+    assert state.ranks[0].exit_code == 126 and "need a python3 in the job's image" in log(place, 30)
+    # the same image with a python3 in it (the host's, bound read-only: Debian's, as the image's libc)
+    lib = "/usr/lib/x86_64-linux-gnu/libexpat.so.1"
+    python = (Mount("/usr/bin/python3.11", "/usr/bin/python3", read_only=True),
+              Mount("/usr/lib/python3.11", "/usr/lib/python3.11", read_only=True), Mount(lib, lib, read_only=True))
+    logs = spec_dir(place, 31) / "logs"  # the task's log, the owner's (control/jobfiles/ownership.py makes it so)
+    logs.mkdir(parents=True)
+    (logs / "rank-1.log").touch()
+    os.chown(logs / "rank-1.log", who.uid, who.gid)
+    backend.launch(batch(31, mounts=python))
+    state = wait_done(backend, 31, timeout=30)
+    out = log(place, 31)
+    assert state.ranks[0].exit_code == 0, out
+    assert f"task 0 {who.user}" in out, out
+    assert f"task 1 {who.user}" in (logs / "rank-1.log").read_text()

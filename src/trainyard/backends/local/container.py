@@ -15,6 +15,7 @@ how the runner uses it):
     ctr-<r>/mnt/          staging points of the binds the owner controls, made by the runner
     ctr-<r>/passwd, group the image's files with the owner's lines, bound read-only
     ctr-<r>/state/        runc's --root; runc.log its log
+    ctr-<r>/targets.json  with --container-remap-root: the mount points the runner makes (0600)
 
 The plan (`rank_plan`) goes into attempt.json before any rank starts; `write_bundle` writes the
 rest once the rank's environment is known. `delete_all` is the backend's `runc delete --force` of
@@ -205,7 +206,24 @@ def write_bundle(plan: dict, spec: LaunchSpec, image: CachedImage, env: Mapping[
         cgroups_path=plan["id"], tmp=tmp_dir, shm=shm, binds=tuple(binds), devices=tuple(gpus), passwd=passwd,
         group=group, path_prefix=path_prefix,
         host_files=tuple(f for f in oci_spec.HOST_FILES if os.path.isfile(f)))
-    tree.write_bytes("config.json", json.dumps(oci_spec.config(rc), indent=1).encode(), 0o600)
+    config = oci_spec.config(rc)
+    tree.write_bytes("config.json", json.dumps(config, indent=1).encode(), 0o600)
+    if spec.container.options.remap_root:  # runc's init cannot make them: the runner does
+        targets = remap_targets(config["mounts"], {b.destination: os.path.isdir(src) for src, b in owner_sources(spec)})
+        tree.write_bytes("targets.json", json.dumps({"tmp": tmp_dir, "targets": targets}).encode(), 0o600)
+
+
+def remap_targets(mounts: Sequence[dict], kinds: Mapping[str, bool]) -> list[list]:
+    """[where, path, is_dir] of every bind's mount point outside /dev and /proc and /sys (see
+    `container_start.make_targets`): below /tmp in the private /tmp, else in the image."""
+    out: list[list] = []
+    for m in mounts:
+        dest = m["destination"]
+        if m["type"] != "bind" or dest == "/tmp" or dest.split("/")[1] in ("dev", "proc", "sys"):
+            continue
+        is_dir = kinds.get(dest, dest not in (*oci_spec.HOST_FILES, "/etc/passwd", "/etc/group"))
+        out.append(["tmp", dest[len("/tmp/"):], is_dir] if dest.startswith("/tmp/") else ["root", dest, is_dir])
+    return out
 
 
 def delete_all(plans: Mapping[str, dict]) -> None:

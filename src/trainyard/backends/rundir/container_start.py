@@ -140,6 +140,50 @@ def enter(ctr: dict, owner: dict | None) -> None:
         os.close(fd)
 
 
+def make_targets(ctr: dict) -> None:
+    """With --container-remap-root: make the mount points runc's init, root only in its user
+    namespace (the owner outside), could not make in the image's root-owned directories. Each
+    entry of the bundle's targets.json is [where, path, is_dir]: `where` "tmp" (the private /tmp) or "root" (the
+    overlay); made by root here, walking with no link followed (an image's link on the way
+    fails the start, it never leads out of the image).
+
+    Raises:
+        OSError: a mount point cannot be made (the message names it).
+    """
+    import json
+
+    try:
+        with open(os.path.join(ctr["bundle"], "targets.json"), "rb") as f:  # the plane's, root's 0600
+            want = json.loads(f.read(1 << 20))
+    except FileNotFoundError:
+        return
+    bases = {"root": os.path.join(ctr["bundle"], "rootfs"), "tmp": want.get("tmp") or ""}
+    for where, path, is_dir in want.get("targets") or []:
+        parts = [p for p in path.split("/") if p]
+        fd = os.open(bases[where], os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for i, part in enumerate(parts):
+                last = i == len(parts) - 1
+                try:
+                    if last and not is_dir:
+                        os.close(os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                         0o644, dir_fd=fd))
+                        break
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                if not last:
+                    try:
+                        nxt = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                    except OSError as e:
+                        raise OSError(e.errno, f"cannot make the mount point {path} in the image: "
+                                               f"{'/'.join(parts[: i + 1])} is a link or not a directory") from e
+                    os.close(fd)
+                    fd = nxt
+        finally:
+            os.close(fd)
+
+
 def runc_argv(ctr: dict) -> list[str]:
     return [ctr["runc"], "--root", ctr["state"], "--log", ctr["log"], "run", "--detach",
             "--pid-file", os.path.join(ctr["bundle"], "pid"), "--bundle", ctr["bundle"], ctr["id"]]

@@ -257,6 +257,7 @@ def _exec_child(command: list[str], owner: dict | None, plan: dict, err_w: int) 
             stage = "container"
             cs = _container_start()
             cs.enter(plan["container"], owner)
+            cs.make_targets(plan["container"])
             stage = "exec"
             for sig in RESET_IN_CHILD:
                 signal.signal(sig, signal.SIG_DFL)
