@@ -1,6 +1,6 @@
 """A Debian root file system for the container tests, built once and kept across runs.
 
-Until the node cache (`images.cache`) hands out unpacked images in tests, the container tests
+Until the node cache (the images part's NodeCache) hands out unpacked images in tests, the container tests
 make a `CachedImage` by hand whose one layer is this directory: `mmdebstrap --variant=essential`
 of bookworm from deb.debian.org (about 10 s, 145 MB; /bin/sh, coreutils, dd), under
 `<repo>/.cache/test-images/rootfs-essential-<key>/`. A flock makes parallel workers build it once;

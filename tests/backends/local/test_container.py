@@ -34,7 +34,7 @@ PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 @dataclass
 class HandCache:
-    """One node's cache holding one image (what `images.cache.NodeCache.get` returns)."""
+    """One node's cache holding one image (what `the images part's `NodeCache.get`` returns)."""
 
     image: CachedImage
 

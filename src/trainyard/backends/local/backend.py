@@ -19,6 +19,12 @@ the GPU devices per rank; emulated GPUs are character devices `<data_dir>/dev/nv
 containment line says so). Each attempt and node also gets a private /tmp and /dev/shm
 (`contain.private_tmp`: a tmpfs in the ranks' mount namespaces, else a TMPDIR of its own).
 
+Images. A rank of a job with `LaunchSpec.container` runs in its image with root runc, inside the
+same cell, limits, private /tmp and logs (`local.container`: the node's cache and the bundle;
+`contain.oci_spec`: config.json; the rank runner's container mode). `prepare_image`,
+`image_entries` and `remove_image` are the node's the images part's `NodeCache` (under
+`<data_dir>/images/<node>`); a launch whose node lacks the image fails naming both.
+
 Identity. With `LaunchSpec.owner` the runner (which stays the plane's user, root) starts the
 command as that account: setgroups(owner.groups), setgid, setuid, and HOME/USER/LOGNAME/SHELL of
 the account in the environment; the rank logs are chowned to the owner before the command writes
@@ -154,7 +160,7 @@ class LocalBackend(WatchesExits):
         script's `srun`/`scontrol`/`squeue`/`sinfo` run with, as the job's owner (None: the first
         python3 of the host, `backends.rundir.job_tools.default_python`). `image_cache_cap`: each
         node's image cache's size cap in bytes (None: none); `image_caches`: node -> its cache
-        (default: `images.cache.NodeCache` under `<data_dir>/images/<node>`).
+        (default: the images part's `NodeCache` under `<data_dir>/images/<node>`).
 
         Raises:
             BackendError: the containment asked for by name cannot work here (the message says why).

@@ -57,6 +57,17 @@ watched) or lost (if nobody did). A command that cannot be executed is recorded 
 (not found) or 126 (not executable, or the owner's identity cannot be taken), like a shell, and
 the launch fails.
 
+Container mode (the plan's `container`, `LaunchSpec.container` on the local backend): the runner
+takes a shared flock on the image's cache entry (eviction skips an image in use) and is a child
+subreaper; the child joins the rank's cgroups, sets up the container's mounts and executes
+`runc run --detach` as root (`container_start.py`: overlay of the image's layers, the owner's
+binds opened as the owner). runc nests the container's cgroup below the rank's and exits once the
+container's process runs; that process, orphaned, becomes the runner's child: `child_pid` is it,
+and its own exit status (a code, or the signal that killed it) is recorded as a bare command's.
+No runc process stays in the rank's cell to proxy signals. Everything that lists, counts or
+drains the rank's cgroups includes the cgroups below it; at the end, after the drain, `runc
+delete --force` removes the container's state and cgroups.
+
 The runner is run by path with `-I -S` and imports only the standard library, so it starts fast
 and nothing in the job's workdir, PYTHONPATH or site-packages can change its behaviour.
 """
