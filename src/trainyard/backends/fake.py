@@ -87,6 +87,7 @@ from pathlib import Path
 from trainyard.backends import registry
 from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState
 from trainyard.backends.launch_check import check_launch
+from trainyard.images.types import NOT_FOUND, CachedImage, EntryInfo, ImageConfig, ImagePullError, RegistryAccess
 from trainyard.contracts import (
     CHECKPOINT_MARKER,
     REQUEUE_EXIT,
@@ -224,6 +225,11 @@ class FakeCluster:
         self.attempts: dict[tuple[int, int], _Attempt] = {}
         self.launched: dict[tuple[int, int], _Attempt] = {}  # every attempt ever launched, released too
         self.signals: list[SentSignal] = []
+        # images: node -> digest -> (the entry, last use); `pull_errors`: ref or digest -> the
+        # error a pull of it raises (a test scripts a registry that fails)
+        self.images: dict[str, dict[str, tuple[CachedImage, float]]] = {}
+        self.pull_errors: dict[str, ImagePullError] = {}
+        self.pulls: list[tuple[str, str]] = []  # (node, ref) of every pull that fetched something
         self._next_pid = 100_000
         subscribe = getattr(clock, "subscribe", None)
         if subscribe is not None:  # a FakeClock: things happen as time passes, not only when asked
@@ -423,6 +429,10 @@ class FakeBackend:
             now = self.clock()
             where = f"job {spec.job_id} attempt {spec.attempt}"
             self._validate(spec, where)
+            if spec.container is not None:  # the loop pulls first; this is a guard, as LocalBackend's
+                for node in sorted({r.node for r in spec.ranks}):
+                    if spec.container.digest not in self.cluster.images.get(node, {}):
+                        raise BackendError(f"{where}: image {spec.container.ref} is not in the cache of node {node}")
             program, per_rank = self._program(spec, where)
             jd = JobDir(spec.job_dir)
             try:
@@ -497,6 +507,39 @@ class FakeBackend:
 
     def watch(self, wake: Callable[[], None]) -> None:
         """No news: a test's passes are driven by its fake clock."""
+
+    # -- images: a cache per node, nothing pulled (scripted failures: `cluster.pull_errors`) -------
+
+    def prepare_image(self, node: str, ref: str, access: RegistryAccess) -> CachedImage:
+        """`ref` (pinned, `…@sha256:…`) in `node`'s cache: an entry with no layers, at once.
+        Raises the `ImagePullError` scripted for the ref or its digest, NOT_FOUND for a ref
+        without a digest; BackendError for an unknown node."""
+        with self.cluster.lock:
+            if node not in self._nodes:
+                raise BackendError(f"unknown node {node!r}")
+            name, _, digest = ref.partition("@")
+            err = self.cluster.pull_errors.get(ref) or self.cluster.pull_errors.get(digest)
+            if err is not None:
+                raise err
+            if not digest.startswith("sha256:"):
+                raise ImagePullError(NOT_FOUND, ref, "not pinned to a digest")
+            cache = self.cluster.images.setdefault(node, {})
+            if digest not in cache:
+                self.cluster.pulls.append((node, ref))
+                image = CachedImage(digest, name, (), ImageConfig(), os.devnull, 0)
+            else:
+                image = cache[digest][0]
+            cache[digest] = (image, self.clock())
+            return image
+
+    def image_entries(self, node: str) -> list[EntryInfo]:
+        with self.cluster.lock:
+            return [EntryInfo(node, img.name, d, img.size_bytes, used, False)
+                    for d, (img, used) in sorted(self.cluster.images.get(node, {}).items())]
+
+    def remove_image(self, node: str, digest: str) -> bool:
+        with self.cluster.lock:
+            return self.cluster.images.get(node, {}).pop(digest, None) is not None
 
     def close(self) -> None:
         """Forget every attempt here; the cluster keeps them for the next backend."""

@@ -19,6 +19,12 @@ the GPU devices per rank; emulated GPUs are character devices `<data_dir>/dev/nv
 containment line says so). Each attempt and node also gets a private /tmp and /dev/shm
 (`contain.private_tmp`: a tmpfs in the ranks' mount namespaces, else a TMPDIR of its own).
 
+Images. A rank of a job with `LaunchSpec.container` runs in its image with root runc, inside the
+same cell, limits, private /tmp and logs (`local.container`: the node's cache and the bundle;
+`contain.oci_spec`: config.json; the rank runner's container mode). `prepare_image`,
+`image_entries` and `remove_image` are the node's the images part's `NodeCache` (under
+`<data_dir>/images/<node>`); a launch whose node lacks the image fails naming both.
+
 Identity. With `LaunchSpec.owner` the runner (which stays the plane's user, root) starts the
 command as that account: setgroups(owner.groups), setgid, setuid, and HOME/USER/LOGNAME/SHELL of
 the account in the environment; the rank logs are chowned to the owner before the command writes
@@ -80,7 +86,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -91,8 +97,11 @@ from trainyard import jobfs
 from trainyard.backends import registry
 from trainyard.backends import contain
 from trainyard.backends.local import batch
+from trainyard.backends.local import container
 from trainyard.backends.rundir import job_tools
 from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState
+from trainyard.images.types import CachedImage, EntryInfo, RegistryAccess
+from trainyard.spec.image_ref import parse_image
 from trainyard.backends.launch_check import check_launch
 from trainyard.backends.contain import ops as contain_ops
 from trainyard.backends.contain import private_tmp
@@ -139,6 +148,8 @@ class LocalBackend(WatchesExits):
         containment: str | None = None,
         private_tmp_mode: str | None = None,
         job_python: str | None = None,
+        image_cache_cap: int | None = None,
+        image_caches: Callable[[str], container.NodeImages] | None = None,
     ) -> None:
         """`gpu_offsets`: physical index of each node's GPU 0. Default: nodes that are slices of
         real GPUs (gpu_model != "emulated", as `detect_local_nodes` makes them) are laid out
@@ -147,7 +158,9 @@ class LocalBackend(WatchesExits):
         auto; see `backends.contain`). `private_tmp_mode`: auto | tmpfs | dir (None: $TRAINYARD_PRIVATE_TMP,
         else auto; see `backends.contain.private_tmp`). `job_python`: the interpreter a batch
         script's `srun`/`scontrol`/`squeue`/`sinfo` run with, as the job's owner (None: the first
-        python3 of the host, `backends.rundir.job_tools.default_python`).
+        python3 of the host, `backends.rundir.job_tools.default_python`). `image_cache_cap`: each
+        node's image cache's size cap in bytes (None: none); `image_caches`: node -> its cache
+        (default: the images part's `NodeCache` under `<data_dir>/images/<node>`).
 
         Raises:
             BackendError: the containment asked for by name cannot work here (the message says why).
@@ -163,6 +176,9 @@ class LocalBackend(WatchesExits):
         self._launch_timeout_s = launch_timeout_s
         self.job_python = job_tools.resolve(job_python)
         self._lock = threading.RLock()
+        self._image_cap = image_cache_cap
+        self._image_factory = image_caches
+        self._image_caches: dict[str, container.NodeImages] = {}
         self._attempts: dict[tuple[int, int], _Attempt] = {}
         self._exit_watch: ExitWatch | None = None
         self._stuck: dict[tuple[int, int], _Attempt] = {}  # released, but processes would not die yet
@@ -212,6 +228,7 @@ class LocalBackend(WatchesExits):
         """
         with self._lock:
             self._validate(spec)
+            images = self._launch_images(spec)
             jd = JobDir(spec.job_dir)
             try:
                 tree, run_dir = open_attempt(spec.job_dir, spec.attempt)
@@ -230,14 +247,14 @@ class LocalBackend(WatchesExits):
             nodes = {0: _first_node(spec)} if spec.batch else {r.rank: r.node for r in spec.ranks}
             att = _Attempt(spec.job_id, spec.attempt, run_dir, len(nodes), nodes=nodes)
             try:
-                cell = self._prepare_cell(spec, run_dir)
+                cell = self._prepare_cell(spec, run_dir, images)
             except BackendError:
                 tree.remove_tree(run_dir)
                 raise
             att.cell = {k: v for k, v in cell.items() if k != "ranks"}
             try:
                 jobfs.write_record(run_dir / "attempt.json", _attempt_record(spec, cell))
-                self._start_ranks(spec, att, jd)
+                self._start_ranks(spec, att, jd, cell["ranks"], images)
                 self._await_runners(att)
                 self._tmp.detach(contain.attempt_key(spec.job_id, spec.attempt))  # the ranks hold it now
                 # A fault injected by another process while we were starting: it may not have
@@ -337,6 +354,31 @@ class LocalBackend(WatchesExits):
             att = self._attempts.pop((job_id, attempt), None)
             if att is not None:
                 self._abort(att)
+
+    # -- images (`backends.local.container`) -----------------------------------------------------
+
+    def _images(self, node: str) -> container.NodeImages:
+        self._known_node(node)
+        with self._lock:
+            if node not in self._image_caches:
+                self._image_caches[node] = (self._image_factory(node) if self._image_factory is not None
+                                            else container.node_cache(self._data_dir, node, self._image_cap))
+            return self._image_caches[node]
+
+    def prepare_image(self, node: str, ref: str, access: RegistryAccess) -> CachedImage:
+        """Pull and unpack `ref` (pinned) into `node`'s cache unless it is there (no lock held:
+        it may take minutes). Raises `images.types.ImagePullError`; BackendError for an unknown node."""
+        try:
+            parsed = parse_image(ref)
+        except ValueError as e:
+            raise BackendError(f"image {ref!r}: {e}") from e
+        return self._images(node).ensure(parsed, access)
+
+    def image_entries(self, node: str) -> list[EntryInfo]:
+        return self._images(node).entries()
+
+    def remove_image(self, node: str, digest: str) -> bool:
+        return self._images(node).remove(digest)
 
     def close(self) -> None:
         """Forget everything without touching the ranks: the next owner re-attaches from disk.
@@ -520,9 +562,28 @@ class LocalBackend(WatchesExits):
         if (problem := jobfs.cannot_enter(spec.owner, spec.workdir)) is not None:  # asked as the owner
             raise BackendError(f"{where}: {problem}")
 
-    def _prepare_cell(self, spec: LaunchSpec, run_dir: Path) -> dict:
+    def _launch_images(self, spec: LaunchSpec) -> dict[str, CachedImage]:
+        """node -> the attempt's image in that node's cache ({} for a bare job).
+
+        Raises:
+            BackendError: a node's cache lacks it (the loop pulls before it launches), or runc is missing.
+        """
+        if spec.container is None:
+            return {}
+        container.find_runc()
+        nodes = {_first_node(spec)} if spec.batch else {r.node for r in spec.ranks}
+        out = {}
+        for node in sorted(nodes):
+            image = self._images(node).get(spec.container.digest)
+            if image is None:
+                raise container.missing(spec, node)
+            out[node] = image
+        return out
+
+    def _prepare_cell(self, spec: LaunchSpec, run_dir: Path, images: Mapping[str, CachedImage]) -> dict:
         """Make the attempt's cell with its limits (memory and pids per node, CPU and devices per
-        rank) and its private /tmp per node (each rank's plan gets its node's, as `tmp`)."""
+        rank) and its private /tmp per node (each rank's plan gets its node's, as `tmp`), and
+        each rank's container plan when the job has an image (`local.container`)."""
         lim = spec.limits
         gpus_on: dict[str, int] = {}
         for r in spec.ranks:
@@ -531,6 +592,11 @@ class LocalBackend(WatchesExits):
                     (lim.mem_per_gpu_mib * max(1, g) if lim.mem_per_gpu_mib is not None else None)
                     for n, g in gpus_on.items()}
         every = tuple(sorted({(d.major, d.minor) for devs in self._devices.values() for d in devs}))
+        if spec.container is not None:
+            # The container's own devices cgroup, below the rank's, allows exactly the rank's GPUs
+            # (`contain.oci_spec`); v1 lets a child allow only what its parent allows whole, and
+            # runc's defaults include `c *:* m`, which a rank cgroup denying other GPUs refuses.
+            every = ()
         if spec.batch:
             own = {r.rank: [(d.major, d.minor) for d in self._rank_devices(r)] for r in spec.ranks}
             needs = batch.batch_needs(spec, own, node_mem, every)
@@ -553,13 +619,25 @@ class LocalBackend(WatchesExits):
             raise BackendError(f"job {spec.job_id} attempt {spec.attempt}: {e}") from e
         for rn in needs.ranks:
             cell["ranks"][str(rn.rank)]["tmp"] = tmp[rn.node]
+        if images:
+            try:
+                runc = container.find_runc()
+                for rn in needs.ranks:
+                    cell["ranks"][str(rn.rank)]["container"] = container.rank_plan(
+                        self._data_dir, spec, run_dir, rn.rank, images[rn.node], runc)
+            except (OSError, BackendError) as e:
+                contain_ops.remove(cell)
+                self._tmp.release(needs.key)
+                raise BackendError(f"job {spec.job_id} attempt {spec.attempt}: cannot make the container's "
+                                   f"bundle: {e}") from e
         return cell
 
     def _rank_devices(self, r: RankPlacement) -> list[Device]:
         devs = self._devices.get(r.node) or []
         return [devs[g] for g in r.gpus if g < len(devs)]
 
-    def _start_ranks(self, spec: LaunchSpec, att: _Attempt, jd: JobDir) -> None:
+    def _start_ranks(self, spec: LaunchSpec, att: _Attempt, jd: JobDir, plans: Mapping[str, dict],
+                     images: Mapping[str, CachedImage]) -> None:
         port = free_port(self._master_addr)  # rank 0 binds it moments later (the usual torchrun race)
         ranks = sorted(spec.ranks, key=lambda r: r.rank)
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -582,8 +660,9 @@ class LocalBackend(WatchesExits):
             gpus_of_first = tuple(g for r in on_first for g in r.gpus)
             devices_of_first = [d.path for r in on_first for d in self._rank_devices(r)]
             starts = [(RankPlacement(0, first, gpus_of_first), env, devices_of_first)]
+            prefix = str(batch.bin_dir(att.run_dir))
         else:
-            starts = []
+            starts, prefix = [], ""
             for rl in ranks:
                 env = {**inherited, "CUDA_DEVICE_ORDER": "PCI_BUS_ID", **spec.env}
                 env.update(rank_env(gang, rl.rank, job_id=spec.job_id, attempt=spec.attempt,
@@ -594,6 +673,12 @@ class LocalBackend(WatchesExits):
             if spec.owner is not None:  # the account's own, over anything the submitter exported
                 env.update(account_env(spec.owner.uid, spec.owner.user))
             env.update(_limits_env(spec, devices_of_rank))
+            plan = plans.get(str(rl.rank)) or {}
+            if plan.get("container"):  # the image's environment first, then these (`contain.oci_spec`)
+                own = self._rank_devices(rl) if not spec.batch else \
+                    [d for r in spec.ranks if r.node == rl.node for d in self._rank_devices(r)]
+                container.write_bundle(plan["container"], spec, images[rl.node], env, plan.get("tmp") or {}, own,
+                                       prefix)
             gpus = ",".join(map(str, rl.gpus)) or "none"
             paths = [jd.rank_log(rl.rank)] + ([jd.rank_err(rl.rank)] if spec.stderr_apart else [])
             with ExitStack() as files:  # the owner's files in the plane's logs/: through no link, no FIFO
@@ -659,6 +744,8 @@ class LocalBackend(WatchesExits):
             except subprocess.TimeoutExpired:
                 pass
         att.procs.clear()
+        # runc's state and the cgroups it made, of a container whose runner could not delete it
+        container.delete_all((jobfs.read_record(att.run_dir / "attempt.json") or {}).get("contain") or {})
         deadline = time.monotonic() + 5
         live = [rec for rec in recs if rec is not None]
         while live and time.monotonic() < deadline:

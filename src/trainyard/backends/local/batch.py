@@ -92,7 +92,7 @@ def prepare(run_dir: Path, spec: LaunchSpec, gang: Gang, master_addr: str, maste
         "command": " ".join(spec.command), "stdout": str(jd.rank_log(0)),
         "stderr": str(jd.rank_err(0) if spec.stderr_apart else jd.rank_log(0)),
         "cluster_nodes": [{"name": n.name, "gpus": n.gpus} for n in cluster_nodes or []]})
-    job_tools.install(run_dir, python)
+    job_tools.install(run_dir, python, in_container=spec.container is not None)
     run = jobfs.Tree(run_dir)  # the plane's run dir: made through no link
     owner = (spec.owner.uid, spec.owner.gid) if spec.owner is not None else None
     run.make_dir(STEPS_DIR, 0o700, owner=owner, exist_ok=False)

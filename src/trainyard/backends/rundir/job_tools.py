@@ -82,9 +82,11 @@ def _sources(files: tuple[str, ...] = FILES) -> dict[str, bytes]:
     return out
 
 
-def install(run_dir: Path, python: str) -> None:
+def install(run_dir: Path, python: str, in_container: bool = False) -> None:
     """The tools and their shims in `run_dir` (the plane's, made through no link; see the module
-    docstring). The shims' `bin/` is made here.
+    docstring). The shims' `bin/` is made here. `in_container`: the script runs in the job's image
+    (`LaunchSpec.container`), where the plane's `python` may not exist: the shims fall back to
+    the image's `python3` on PATH (the tools need only Python 3.8 or newer and the standard library).
 
     Raises:
         OSError: one cannot be written.
@@ -93,7 +95,8 @@ def install(run_dir: Path, python: str) -> None:
     run = jobfs.Tree(run_dir)
     run.make_dir(BIN_DIR, 0o755, exist_ok=False)
     for name in TOOLS:
-        run.create_file(f"{BIN_DIR}/{name}", shim(run_dir, name, python).encode(), 0o755, exist_ok=False)
+        run.create_file(f"{BIN_DIR}/{name}", shim(run_dir, name, python, in_container).encode(), 0o755,
+                        exist_ok=False)
 
 
 def copy_files(run_dir: Path, files: tuple[str, ...]) -> None:
@@ -123,12 +126,21 @@ def copied(run_dir: Path, rel: str) -> Path:
     return run_dir / TOOLS_DIR / "trainyard" / rel
 
 
-def shim(run_dir: Path, name: str, python: str) -> str:
+def shim(run_dir: Path, name: str, python: str, in_container: bool = False) -> str:
     """`bin/<name>`: exec the tool by `python` with -I -S (nothing of the job's environment, no
     site-packages, can change how it runs), and the run dir as its first argument. An
-    interpreter the owner cannot execute is said in words (exit 126), never a bare shell error."""
+    interpreter the owner cannot execute is said in words (exit 126), never a bare shell error.
+    `in_container`: when `python` is not in the image, the first `python3` on PATH runs it."""
     tool = copied(run_dir, TOOLS[name])
     exe = shlex.quote(python)
+    if in_container:
+        return (f"#!/bin/sh\n"
+                f"p={exe}\n"
+                f"[ -x \"$p\" ] || p=$(command -v python3) || {{\n"
+                f"  echo \"{name}: error: trainyard's in-job tools need a python3 in the job's image (neither "
+                f"{python} nor python3 on PATH is there)\" >&2\n"
+                f"  exit {CANNOT_EXECUTE_EXIT}\n}}\n"
+                f"exec \"$p\" -I -S {shlex.quote(str(tool))} {shlex.quote(str(run_dir))} \"$@\"\n")
     return (f"#!/bin/sh\n"
             f"if [ ! -x {exe} ]; then\n"
             f"  echo \"{name}: error: trainyard's in-job tools run with job_python {python}, which $(id -un) cannot "

@@ -57,6 +57,17 @@ watched) or lost (if nobody did). A command that cannot be executed is recorded 
 (not found) or 126 (not executable, or the owner's identity cannot be taken), like a shell, and
 the launch fails.
 
+Container mode (the plan's `container`, `LaunchSpec.container` on the local backend): the runner
+takes a shared flock on the image's cache entry (eviction skips an image in use) and is a child
+subreaper; the child joins the rank's cgroups, sets up the container's mounts and executes
+`runc run --detach` as root (`container_start.py`: overlay of the image's layers, the owner's
+binds opened as the owner). runc nests the container's cgroup below the rank's and exits once the
+container's process runs; that process, orphaned, becomes the runner's child: `child_pid` is it,
+and its own exit status (a code, or the signal that killed it) is recorded as a bare command's.
+No runc process stays in the rank's cell to proxy signals. Everything that lists, counts or
+drains the rank's cgroups includes the cgroups below it; at the end, after the drain, `runc
+delete --force` removes the container's state and cgroups.
+
 The runner is run by path with `-I -S` and imports only the standard library, so it starts fast
 and nothing in the job's workdir, PYTHONPATH or site-packages can change its behaviour.
 """
@@ -246,12 +257,24 @@ def _private_tmp(tmp: dict, owner: dict | None) -> None:
 def _exec_child(command: list[str], owner: dict | None, plan: dict, err_w: int) -> None:
     """In the forked child: enter the cgroups and the private /tmp, become the owner, enter the
     working directory (as the owner, so root's rights never open a way into it), execute. Never
-    returns."""
+    returns. In container mode: enter the cgroups, set up the container's mounts
+    (`container_start.enter`) and execute runc, staying root (runc takes the owner's identity)."""
     stage = "join"
     try:
         me = str(os.getpid())
         for d in plan.get("join") or []:
             _write(os.path.join(d, "cgroup.procs"), me)
+        if plan.get("container"):
+            stage = "container"
+            cs = _container_start()
+            cs.enter(plan["container"], owner)
+            cs.make_targets(plan["container"])
+            stage = "exec"
+            for sig in RESET_IN_CHILD:
+                signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_SETMASK, ())
+            argv = cs.runc_argv(plan["container"])
+            os.execve(argv[0], argv, cs.runc_env())
         stage = "tmp"
         if plan.get("tmp"):
             _private_tmp(plan["tmp"], owner)
@@ -271,6 +294,8 @@ def _exec_child(command: list[str], owner: dict | None, plan: dict, err_w: int) 
     except BaseException as e:  # report to the runner through the pipe, then die
         if stage == "exec" and isinstance(e, FileNotFoundError):
             stage = "notfound"
+        if stage == "exec" and plan.get("container"):
+            stage = "runc"
         if isinstance(e, _NoIdentity):
             stage = "identity"
         what = getattr(e, "strerror", None) or str(e)
@@ -309,36 +334,84 @@ def _spawn(command: list[str], owner: dict | None, plan: dict) -> tuple[int, str
         return pid, f"cannot enter the working directory {plan.get('workdir')!r} as {who}: {what}", CANNOT_EXECUTE_EXIT
     if stage == "tmp":
         return pid, f"cannot enter the rank's private /tmp: {what}", CANNOT_EXECUTE_EXIT
+    if stage == "container":
+        return pid, f"cannot set up the container: {what}", CANNOT_EXECUTE_EXIT
+    if stage == "runc":
+        return pid, f"cannot execute runc ({(plan.get('container') or {}).get('runc')}): {what}", CANNOT_EXECUTE_EXIT
     if stage == "identity":
         user = (owner or {}).get("user")
         return pid, f"cannot run as {user} (uid {(owner or {}).get('uid')}): {what}", CANNOT_EXECUTE_EXIT
     return pid, f"cannot execute {command[0]!r}: {what}", CANNOT_EXECUTE_EXIT
 
 
+def _container_start():  # noqa: ANN202  the sibling module, loaded by path (-I -S: no sys.path of ours)
+    """`container_start.py` beside this file, loaded once (container mode only)."""
+    name = "_trainyard_container_start"
+    if name not in sys.modules:
+        import importlib.util
+
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "container_start.py")
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
+def _await_container(ctr: dict, runc: int) -> tuple[int, str | None, int]:
+    """runc has been executed: wait for it to start the container and leave; (the container's
+    process, error or None, code). That process is then the runner's child (a subreaper's
+    orphan), so its own exit status is what the runner reaps and records."""
+    cs = _container_start()
+    status = os.waitpid(runc, 0)[1]
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+        try:
+            return cs.container_pid(ctr), None, 0
+        except (OSError, ValueError) as e:
+            error = f"the container started but runc's pid file cannot be read: {e}"
+            not_found = False
+    else:
+        error, not_found = cs.failure(ctr, status)
+    cs.delete(ctr)
+    return runc, error, NOT_FOUND_EXIT if not_found else CANNOT_EXECUTE_EXIT
+
+
 # -- after the command ---------------------------------------------------------------------------
+
+
+def _subtree(d: str) -> list[str]:
+    """`d` and every cgroup below it (a container's cgroup is a child of its rank's)."""
+    return [root for root, _, _ in os.walk(d)] if os.path.isdir(d) else [d]
 
 
 def _oom_kills(memory: str | None) -> int:
     """How many processes of the rank the kernel's OOM killer killed (v2 memory.events, v1
-    memory.oom_control); 0 without a memory cgroup."""
+    memory.oom_control, which counts at the victim's cgroup: a container's below the rank's);
+    0 without a memory cgroup."""
     if not memory:
         return 0
-    for name in ("memory.events", "memory.oom_control"):
-        try:
-            text = _read(os.path.join(memory, name))
-        except OSError:
-            continue
-        for line in text.splitlines():
-            key, _, value = line.partition(" ")
-            if key == "oom_kill":
-                return int(value)
-    return 0
+    n = 0
+    for d in _subtree(memory):
+        for name in ("memory.events", "memory.oom_control"):
+            try:
+                text = _read(os.path.join(d, name))
+            except OSError:
+                continue
+            for line in text.splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    n += int(value)
+            break
+    return n
 
 
 def _pids_refused(events: list[str]) -> int:
     """How many forks the pids limit refused, as the rank's and the node's pids.events count them
     (the larger: v1 and older v2 count at the forking cgroup, v2 since Linux 6.13 at the limit's)."""
     n = 0
+    if events:  # the rank's own, and those of the cgroups below it (a container's)
+        events = [os.path.join(d, "pids.events") for d in _subtree(os.path.dirname(events[0]))] + list(events[1:])
     for path in events:
         try:
             text = _read(path)
@@ -383,12 +456,14 @@ def _wait_watching_pids(child: int, plan: dict) -> tuple[int, bool]:
 
 
 def _cgroup_pids(dirs: list[str]) -> set[int]:
+    """The processes of the cgroups `dirs` and of every cgroup below them (a container's)."""
     out: set[int] = set()
-    for d in dirs:
-        try:
-            out.update(int(p) for p in _read(os.path.join(d, "cgroup.procs")).split())
-        except OSError:
-            pass
+    for top in dirs:
+        for d in _subtree(top):
+            try:
+                out.update(int(p) for p in _read(os.path.join(d, "cgroup.procs")).split())
+            except OSError:
+                pass
     return out
 
 
@@ -400,12 +475,15 @@ def _kill(pids: set[int]) -> None:
             pass
 
 
-def _drain_cgroup(plan: dict) -> None:
+def _drain_cgroup(plan: dict, reap: bool = False) -> None:
     """Kill every process left in the rank's cgroup and wait until it is empty. v2: cgroup.kill;
-    v1: freeze, SIGKILL each member, thaw (a frozen process cannot fork meanwhile)."""
+    v1: freeze, SIGKILL each member, thaw (a frozen process cannot fork meanwhile). `reap`: the
+    runner is a subreaper (container mode): the killed orphans are its children to reap."""
     join = plan.get("join") or []
     deadline = time.monotonic() + DRAIN_TIMEOUT_S
     while _cgroup_pids(join) and time.monotonic() < deadline:
+        if reap:
+            _reap_all()
         kill_dir, freezer = plan.get("kill"), plan.get("freezer")
         if kill_dir:
             try:
@@ -428,6 +506,8 @@ def _drain_cgroup(plan: dict) -> None:
         else:
             _kill(_cgroup_pids(join))
         time.sleep(0.01)
+    if reap:
+        _reap_all()
 
 
 def _descendants(root: int) -> set[int]:
@@ -509,12 +589,13 @@ def main(argv: list[str], forward: tuple[signal.Signals, ...] = ()) -> int:
     exit_path = os.path.join(run_dir, f"rank-{rank}.exit")
     owner, plan = _plan(run_dir, rank)
     subreaper = plan.get("mode") == "subreaper"
+    ctr = plan.get("container")  # run in a container (container_start.py); the runner is then a subreaper
 
     # A handler (not SIG_IGN): handlers fall back to the default on exec, so the command starts
     # with normal dispositions while the runner keeps waiting when the group is signalled.
     for sig in SURVIVE:
         signal.signal(sig, lambda *_: None)
-    if subreaper:
+    if subreaper or ctr:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
@@ -529,7 +610,16 @@ def main(argv: list[str], forward: tuple[signal.Signals, ...] = ()) -> int:
     me = os.getpid()
     state: dict = {"pid": me, "start_time": _start_time(me), "pgid": os.getpgrp()}
     _reserve(exit_path + ".reserve")
-    child, error, code = _spawn(command, owner, plan)
+    error: str | None = None
+    if ctr:
+        try:
+            image_lock = _container_start().hold_image(ctr)  # noqa: F841  held until the runner exits
+        except _container_start().StartError as e:
+            error, child, code = str(e), 0, CANNOT_EXECUTE_EXIT
+    if error is None:
+        child, error, code = _spawn(command, owner, plan)
+        if error is None and ctr:
+            child, error, code = _await_container(ctr, child)
     if error is not None:
         print(f"trainyard: {error}", file=sys.stderr, flush=True)
         _write_json(exit_path, {"exit_code": code, "signal": None, "error": error})
@@ -542,20 +632,25 @@ def main(argv: list[str], forward: tuple[signal.Signals, ...] = ()) -> int:
     except OSError:
         # The run dir is gone: the attempt was released while we were starting (an owner died
         # mid-launch and the next one cleaned up). Nothing may run untracked: end it all.
-        _drain_descendants() if subreaper else _drain_cgroup(plan)
+        _drain_descendants() if subreaper else _drain_cgroup(plan, reap=bool(ctr))
+        if ctr:
+            _container_start().delete(ctr)
         os.killpg(0, signal.SIGKILL)
 
     pids_hit = False
     if plan.get("pids_events") and not subreaper:
         status, pids_hit = _wait_watching_pids(child, plan)
     else:
-        status = _wait_for(child, subreaper)
+        status = _wait_for(child, subreaper or bool(ctr))
     oom = _oom_kills(plan.get("memory"))
     peak = _pids_peak(plan.get("pids_node"))
     if subreaper:
         _drain_descendants()
     elif plan.get("join"):
-        _drain_cgroup(plan)
+        _drain_cgroup(plan, reap=bool(ctr))
+    if ctr:  # the container's state and its cgroups below the rank's go
+        if complaint := _container_start().delete(ctr):
+            print(f"trainyard: runc delete {ctr['id']}: {complaint}", file=sys.stderr, flush=True)
     if os.WIFSIGNALED(status):
         record = {"exit_code": None, "signal": os.WTERMSIG(status)}
         rc = 128 + os.WTERMSIG(status)
