@@ -212,6 +212,10 @@ class _Attempt:
         return JobDir(self.spec.job_dir)
 
 
+# what every fake node's jobs see unless a test says otherwise (FakeCluster.environments)
+ENVIRONMENT = {"python": "3.11.7", "torch": "2.13.0+cpu", "cuda": "none", "nccl": "none", "driver": "none"}
+
+
 class FakeCluster:
     """The state behind one or more FakeBackends: nodes' states, attempts, the clock, the signals."""
 
@@ -230,6 +234,8 @@ class FakeCluster:
         self.images: dict[str, dict[str, tuple[CachedImage, float]]] = {}
         self.pull_errors: dict[str, ImagePullError] = {}
         self.pulls: list[tuple[str, str]] = []  # (node, ref) of every pull that fetched something
+        # node -> its environment fingerprint (backends/environment.py); absent: ENVIRONMENT
+        self.environments: dict[str, dict[str, str]] = {}
         self._next_pid = 100_000
         subscribe = getattr(clock, "subscribe", None)
         if subscribe is not None:  # a FakeClock: things happen as time passes, not only when asked
@@ -509,6 +515,11 @@ class FakeBackend:
         """No news: a test's passes are driven by its fake clock."""
 
     # -- images: a cache per node, nothing pulled (scripted failures: `cluster.pull_errors`) -------
+
+    def node_environment(self, node: str) -> dict[str, str]:
+        """The node's scripted fingerprint (`FakeCluster.environments`), else every node's `ENVIRONMENT`."""
+        with self.cluster.lock:
+            return dict(self.cluster.environments.get(node, ENVIRONMENT))
 
     def prepare_image(self, node: str, ref: str, access: RegistryAccess) -> CachedImage:
         """`ref` (pinned, `…@sha256:…`) in `node`'s cache: an entry with no layers, at once.

@@ -106,6 +106,7 @@ from trainyard.backends.launch_check import check_launch
 from trainyard.backends.contain import ops as contain_ops
 from trainyard.backends.contain import private_tmp
 from trainyard.backends.contain.devices import Device, gpu_devices
+from trainyard.backends.environment import fingerprint
 from trainyard.backends.rundir.attempt_dir import open_attempt
 from trainyard.backends.rundir.exit_watch import ExitWatch, WatchesExits
 from trainyard.backends.local.login_env import account_env, login_env
@@ -482,6 +483,30 @@ class LocalBackend(WatchesExits):
             self._stop_ranks([(self._rank_run_dir(job_id, attempt, rank), rank)])
 
     # -- node state -----------------------------------------------------------------------------
+
+    def node_environment(self, node: str) -> dict[str, str]:
+        """What a bare job's interpreter (`job_python`) sees on `node` (backends/environment.py).
+        The emulated nodes share this machine, so they answer alike unless one was given an
+        environment of its own (`set_node_environment`, emulation only)."""
+        self._known_node(node)
+        own = jobfs.read_record(self._node_env_path(node))
+        if isinstance(own, dict):
+            return {str(k): str(v) for k, v in own.items()}
+        return fingerprint(self.job_python)
+
+    def set_node_environment(self, name: str, env: dict[str, str] | None) -> None:
+        """Emulation: make `name` report `env` as its fingerprint (None: this machine's again).
+        Kept beside the node's state file, so a plane in another process sees it."""
+        self._known_node(name)
+        path = self._node_env_path(name)
+        if env is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            jobfs.write_record(path, dict(env))
+
+    def _node_env_path(self, name: str) -> Path:
+        return self._data_dir / "nodes" / f"{name}.environment.json"
 
     def _node_path(self, name: str) -> Path:
         return self._data_dir / "nodes" / f"{name}.json"
