@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import typer
 
-from trainyard.cli import event_format, queue_format, recorded
+from trainyard.cli import container_opts, event_format, queue_format, recorded
 from trainyard.cli.client import Client
 from trainyard.cli.columns import terminal_width
 from trainyard.cli.common import EXIT_BAD_INPUT, fail
@@ -134,6 +134,26 @@ def submit(
     recipe: Optional[str] = typer.Option(None, "--recipe", help="a training recipe (llama-pretrain, gemma-pretrain, "
                                          "sft, rl, or a YAML file) instead of a command"),
     sets: list[str] = typer.Option([], "--set", help="with --recipe: override a recipe field, KEY=VALUE (repeatable)"),
+    c_image: Optional[str] = typer.Option(None, "--container-image", help="run in this image, as pyxis: "
+                                          "[USER@][REGISTRY#]IMAGE[:TAG|@sha256:...] or REGISTRY/IMAGE[:TAG] "
+                                          "(default: your team's image, if the cluster names one)"),
+    c_mounts: Optional[str] = typer.Option(None, "--container-mounts", help="as pyxis: SRC[:DST[:FLAGS]],... "
+                                           "host paths bound into the container (FLAGS: ro, rprivate, ... joined by +)"),
+    c_workdir: Optional[str] = typer.Option(None, "--container-workdir", help="as pyxis: the working directory "
+                                            "inside the container (default: the job's, mounted at its own path)"),
+    c_env: Optional[str] = typer.Option(None, "--container-env", help="as pyxis: NAME[,NAME...], variables whose "
+                                        "value from the job's environment wins over the image's"),
+    c_home: Optional[bool] = typer.Option(None, "--container-mount-home/--no-container-mount-home",
+                                          help="as pyxis: mount your home directory (default: no)"),
+    c_writable: Optional[bool] = typer.Option(None, "--container-writable/--container-readonly",
+                                              help="as pyxis: the image's root file system writable (the default; "
+                                                   "writes go to a layer of the job's own) or read-only"),
+    c_entrypoint: Optional[bool] = typer.Option(None, "--container-entrypoint/--no-container-entrypoint",
+                                                help="as pyxis: run the image's ENTRYPOINT before the command "
+                                                     "(default: no)"),
+    c_remap_root: Optional[bool] = typer.Option(None, "--container-remap-root/--no-container-remap-root",
+                                                help="as pyxis: be root inside the container (still you outside; "
+                                                     "default: no)"),
     as_json: bool = JSON,
 ) -> None:
     """Submit a job: `yard submit OPTIONS -- COMMAND…`, `yard submit OPTIONS SCRIPT` (#SBATCH lines honoured),
@@ -177,6 +197,8 @@ def submit(
             mail_type = parse_mail_type(mail_type) or "NONE"
         if mail_user is not None:
             mail_user = check_mail_user(mail_user)
+        container = container_opts.given(c_image, c_mounts, c_workdir, c_env, {
+            "mount_home": c_home, "writable": c_writable, "entrypoint": c_entrypoint, "remap_root": c_remap_root})
     except SbatchError as e:  # --gres, read as its #SBATCH line would be
         fail("--gres: " + str(e).removeprefix("--gres:1: ").removeprefix("gres: ").removeprefix("--gres: "))
     except ConstraintError as e:
@@ -232,6 +254,8 @@ def submit(
             typer.echo(f"warning: {w}", err=True)
         body.update(opts.fields)
         body["env"] = opts.env
+        if opts.container:
+            body["container"] = opts.container
         sbatch_lines = {k: f"{path}:{no}" for k, no in opts.lines.items()}
         sbatch_lines.update({f"--{k}": sbatch_lines[k] for k in ("nodelist", "exclude") if k in sbatch_lines})
         body["script"] = text
@@ -254,6 +278,15 @@ def submit(
     for k in given:  # a field the command line gave is no longer the script's line
         if given[k] is not None:
             sbatch_lines.pop(k, None)
+    for k in container:
+        sbatch_lines.pop(f"container.{k}", None)
+    body["container"] = container_opts.merged(body.get("container") or {}, container)
+    if body["container"] is None:
+        body.pop("container")
+    first = min((v for k, v in sbatch_lines.items() if k.startswith("container.")), default=None,
+                key=lambda w: int(w.rpartition(":")[2]))
+    if first is not None:  # a refusal of the whole container (422 on `container`): the script's first such line
+        sbatch_lines["container"] = sbatch_lines.get("container.image", first)
     if isinstance(body.get("signal"), str):
         try:
             body["signal"] = parse_signal(body["signal"]).text()
