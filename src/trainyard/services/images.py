@@ -49,7 +49,7 @@ def check_allowed(spec: ConfigSpec, team: str, options: ContainerOptions | None)
     if options is None:
         return
     allowed = spec.images.allowed_for(team)
-    registry = parse_image(options.image, "container.image").registry
+    registry = parse_image(options.image, "container.image").registry.lower()
     if allowed and registry not in allowed:
         raise Forbidden(f"registry {registry!r} is not allowed for team {team!r} ({spec.images.allowed_rule(team)}: "
                         f"{', '.join(allowed)})", field="container.image")

@@ -15,7 +15,7 @@ what credentials, each team's default image, and the nodes' caches (docs/control
       pull_timeout_s: 1800             # one node's pull of one image
 
 Registries are written as in an image reference (`host[:port]`; Docker Hub as `docker.io` or any of
-its aliases) and stored normalised, so that `docker.io` here matches `ubuntu:24.04` in a job. A
+its aliases; in any case) and stored normalised, so that `docker.io` here matches `ubuntu:24.04` in a job. A
 team's `allowed_registries` narrows the cluster's (each must be one of them when the cluster's list
 is not empty); its `default_image` must come from a registry it may use. Images are read with
 `spec.image_ref.parse_image`, as `--container-image` is.
@@ -43,7 +43,7 @@ def registry_name(raw: str, where: str) -> str:
     """
     if not isinstance(raw, str) or not raw.strip() or any(c in raw for c in "/#@"):
         raise ValueError(f"{where}: {raw!r} is not a registry (host[:port], e.g. nvcr.io or 127.0.0.1:5000)")
-    return parse_image(f"{raw.strip()}#library/probe", where).registry
+    return parse_image(f"{raw.strip()}#library/probe", where).registry.lower()  # host names know no case
 
 
 def image_name(raw: str, where: str) -> str:
@@ -128,7 +128,7 @@ class ImagesSpec(_Model):
                 raise ValueError(f"teams.{name}.allowed_registries: {wider[0]!r} is not in images.allowed_registries "
                                  f"{self.allowed_registries} (a team's list narrows the cluster's)")
         for where, image, allowed in self._defaults():
-            if image is not None and allowed and parse_image(image).registry not in allowed:
+            if image is not None and allowed and parse_image(image).registry.lower() not in allowed:
                 raise ValueError(f"{where}: {image!r} is from a registry not in its allowed_registries {allowed}")
         return self
 

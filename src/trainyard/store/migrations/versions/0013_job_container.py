@@ -26,8 +26,9 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("attempts") as batch_op:
-        batch_op.drop_column("image_digest")
-    with op.batch_alter_table("jobs") as batch_op:
-        batch_op.drop_column("image_digest")
-        batch_op.drop_column("container")
+    # Plain ALTER TABLE ... DROP COLUMN (SQLite has it since 3.35): a batch operation would copy
+    # `jobs` and drop the original, which SQLite refuses while `attempts` rows reference it
+    # (foreign keys are on: store/db.py).
+    op.drop_column("attempts", "image_digest")
+    op.drop_column("jobs", "image_digest")
+    op.drop_column("jobs", "container")
