@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import typer
 
-from trainyard.cli import container_opts, event_format, queue_format, recorded
+from trainyard.cli import container_opts, event_format, image_view, queue_format, recorded
 from trainyard.cli.client import Client
 from trainyard.cli.columns import terminal_width
 from trainyard.cli.common import EXIT_BAD_INPUT, fail
@@ -428,6 +428,10 @@ def show(job_id: str = typer.Argument(..., help="job id, or ARRAY_TASK (42_3)"),
         typer.echo(f"{'recorded options':>22}: {clean(recorded.shown(j.get('env')))} (not acted on: "
                    "cli/recorded.py)")
     typer.echo(f"{'command':>22}: {clean(' '.join(j['command'] or [])) or '(batch script)'}")
+    if image_view.image_line(j.get("container"), j.get("image_digest")):
+        typer.echo(f"{'image':>22}: {clean(image_view.image_line(j['container'], j.get('image_digest')))}")
+        if image_view.options_line(j["container"]):
+            typer.echo(f"{'container':>22}: {clean(image_view.options_line(j['container']))}")
     for k in ("submit_time", "begin_time", "eligible_time", "start_time", "end_time", "est_start"):
         typer.echo(f"{k:>22}: {'' if j[k] is None else time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(j[k]))}")
     typer.echo(f"{'limits':>22}: {limits_line(j)}")
@@ -445,13 +449,16 @@ def show(job_id: str = typer.Argument(..., help="job id, or ARRAY_TASK (42_3)"),
         typer.echo(f"{'avoids':>22}: {clean(','.join(j['avoid_nodes']))} (earlier attempts failed there; used only if "
                    "nothing else fits)")
     if j.get("attempts"):
+        digests = any(a.get("image_digest") for a in j["attempts"])  # a column only for a job with an image
         table(["ATTEMPT", "STATE", "CAUSE", "STARTED", "RAN", "EXIT", "SIGNAL", "LOST GPU-s", "RECOVERY", "NODES",
-               "GPUS", "REASON"],
+               "GPUS", *(["IMAGE DIGEST"] if digests else []), "REASON"],
               [[a["attempt"], a["state"], a.get("cause", ""), clock(a["started_at"]),
                 duration((a["ended_at"] or time.time()) - a["started_at"]), "" if a["exit_code"] is None else a["exit_code"],
                 "" if a["signal"] is None else a["signal"], f"{a.get('lost_gpu_s') or 0:.1f}",
                 "" if a.get("recover_s") is None else f"{a['recover_s']:.1f}s",
-                nodelist(a["placement"]), gpu_indices(a["placement"]), a["reason"]] for a in j["attempts"]],
+                nodelist(a["placement"]), gpu_indices(a["placement"]),
+                *([image_view.short_digest(a.get("image_digest"))] if digests else []), a["reason"]]
+               for a in j["attempts"]],
               plain=True)  # every state and cause whole: the reason, last, may be as long as it is
 
 

@@ -290,6 +290,10 @@ def parse_sbatch(text: str, file: str = "script") -> SbatchOptions:
                     raise SbatchError(file, no, str(e)) from None
                 continue
             if name in container_opts.VALUED:
+                if val + "#" in rest:  # enroot's REGISTRY#IMAGE, cut at its '#' as sbatch cuts a comment
+                    raise SbatchError(file, no, f"{name}: '#' starts a comment in an #SBATCH line, as in sbatch, so "
+                                                f"the image would be {val!r}; write it as REGISTRY/IMAGE "
+                                                f"({val}/...) or escape the '#' ({val}\\#...)")
                 try:
                     out.container[container_opts.VALUED[name]] = container_opts.value(name, val)
                 except ValueError as e:
