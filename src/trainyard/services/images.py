@@ -32,7 +32,7 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}", re.ASCII)
 
 def container_for(spec: ConfigSpec, team: str, options: ContainerOptions | None) -> ContainerOptions | None:
     """The container a job of `team` runs in: `options` when it named an image, else its team's
-    default image (`images.teams.<team>.default_image`, else `images.default_image`) with pyxis's
+    default image (its own `default_image` under `images: teams:`, else the cluster's) with pyxis's
     defaults, else None (a bare job)."""
     if options is not None:
         return options
@@ -62,7 +62,8 @@ def read_secret(path: str, where: str) -> str:
         ServiceError: field `where`; the message says what is wrong with the file.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        # the configuration's secret, an admin's file: no link followed, regular, 0600 (checked below)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)  # plane's own: a secret
     except OSError as e:
         why = "is a symbolic link" if e.errno == 40 else (e.strerror or str(e)).lower()
         raise ServiceError(f"{where}: {path} {why}; the registry's password goes in a regular file only root reads",
@@ -95,7 +96,7 @@ def registry_access(spec: ConfigSpec) -> RegistryAccess:
     credentials (passwords read now: `read_secret`), and a pull's time limit.
 
     Raises:
-        ServiceError: a password file that cannot be used (field `images.credentials.I.password_file`).
+        ServiceError: a password file that cannot be used (the field named: the entry's `password_file`).
     """
     creds = {c.registry: Credentials(c.username, read_secret(c.password_file, f"images.credentials.{i}.password_file"))
              for i, c in enumerate(spec.images.credentials)}
