@@ -136,3 +136,13 @@ def test_container_image_is_no_longer_refused(yard, tmp_path) -> None:
     p = yard("submit", "-H", "-A", "vision", "--container-image=nvcr.io#nvidia/pytorch:24.01-py3", "--", "true",
              cwd=tmp_path)
     assert shown(yard, job_id_of(p))["container"]["image"] == "nvcr.io/nvidia/pytorch:24.01-py3"
+
+
+@pytest.mark.parametrize("args, says", [
+    (["image", "pull", "Team/Img:1"], "error: IMAGE: repository name must be lower case"),
+    (["image", "pull", "ubuntu", "--nodes", "node-[1"], "error: --nodes: "),
+    (["image", "rm", "./x.sqsh"], "error: IMAGE: './x.sqsh' is a file path"),
+])
+def test_yard_image_checks_its_arguments_before_asking(yard, args, says) -> None:
+    p = yard(*args, ok=False)
+    assert p.returncode == 2 and p.stderr.startswith(says), p.stderr

@@ -80,4 +80,9 @@ def _matches(target: str, entry: EntryInfo) -> bool:
     if target.startswith("sha256:"):
         return entry.digest == target
     ref = parse_image(target, "image")
-    return entry.digest == ref.digest if ref.digest else entry.name == ref.name
+    if ref.digest:
+        return entry.digest == ref.digest
+    try:  # an entry's name is `registry/repository`, perhaps with the tag it was pulled by
+        return parse_image(entry.name, "name").name == ref.name
+    except ValueError:
+        return False
