@@ -23,7 +23,6 @@ def yard(tmp_path_factory):
     ("--nice=10", "no place in that order yet"),
     ("--time-min=30", "does not start a job with a time limit shorter"),
     ("--no-requeue", "every job may be requeued"),
-    ("--container-image=nvcr.io/nvidia/pytorch:24.01", "has no containers yet"),
 ])
 def test_a_refused_option_names_itself_with_the_reason(yard, tmp_path, option, says):
     name = option.partition("=")[0].split()[0]

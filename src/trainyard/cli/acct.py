@@ -126,6 +126,10 @@ FIELDS: tuple[Field, ...] = (
           right=True),
     Field("peakgpumem", "PeakGPUMem", 10, lambda r: _mib(r["peak_gpu_mem_mib"]),
           "highest GPU memory the runtime reported (rank 0)", right=True),
+    Field("image", "Image", 40, lambda r: r.get("image") or "", "its image (pyxis's --container-image, "
+          "normalised; empty: it ran bare)", ("container",)),
+    Field("imagedigest", "ImageDigest", 19, lambda r: r.get("image_digest") or "", "the image digest it ran "
+          "(pinned at its first attempt; %71 for the whole digest)", ("digest",)),
 )
 BY_NAME = {n: f for f in FIELDS for n in (f.name, *f.aliases)}
 DEFAULT_FORMAT = "jobid,jobname,team,user,class,state,cause,start,elapsed,gpus,gpuhours,lostgpuhours"

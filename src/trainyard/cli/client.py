@@ -90,6 +90,16 @@ def error_message(r: Response) -> str:
     return f"{'field ' + repr(named) + ': ' if named else ''}{detail}"
 
 
+def _detail(r: Response) -> str | None:
+    """A 5xx's own one-line message (`{"detail": "..."}`), if it has one."""
+    try:
+        body = r.json()
+    except ValueError:
+        return None
+    detail = body.get("detail") if isinstance(body, dict) else None
+    return detail.splitlines()[0][:500] if isinstance(detail, str) and detail.strip() else None
+
+
 BUSY_RETRY_S = 30.0
 
 
@@ -140,7 +150,8 @@ class Client:
             time.sleep(pause)
             waited += pause
         if r.status_code >= 500:
-            _die(f"server error at {path}: HTTP {r.status_code}", EXIT_UNAVAILABLE)
+            said = _detail(r)  # a registry down behind the plane (502) says so; a crash says nothing
+            _die(f"server error at {path}: HTTP {r.status_code}" + (f": {said}" if said else ""), EXIT_UNAVAILABLE)
         if r.status_code >= 400:
             given = (where or {}).get(error_field(r) or "")
             _die(f"{given}: {error_message(r)}" if given else error_message(r), EXIT_BAD_INPUT)

@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import typer
 
-from trainyard.cli import event_format, queue_format, recorded
+from trainyard.cli import container_opts, event_format, image_view, queue_format, recorded
 from trainyard.cli.client import Client
 from trainyard.cli.columns import terminal_width
 from trainyard.cli.common import EXIT_BAD_INPUT, fail
@@ -134,6 +134,26 @@ def submit(
     recipe: Optional[str] = typer.Option(None, "--recipe", help="a training recipe (llama-pretrain, gemma-pretrain, "
                                          "sft, rl, or a YAML file) instead of a command"),
     sets: list[str] = typer.Option([], "--set", help="with --recipe: override a recipe field, KEY=VALUE (repeatable)"),
+    c_image: Optional[str] = typer.Option(None, "--container-image", help="run in this image, as pyxis: "
+                                          "[USER@][REGISTRY#]IMAGE[:TAG|@sha256:...] or REGISTRY/IMAGE[:TAG] "
+                                          "(default: your team's image, if the cluster names one)"),
+    c_mounts: Optional[str] = typer.Option(None, "--container-mounts", help="as pyxis: SRC[:DST[:FLAGS]],... "
+                                           "host paths bound into the container (FLAGS: ro, rprivate, ... joined by +)"),
+    c_workdir: Optional[str] = typer.Option(None, "--container-workdir", help="as pyxis: the working directory "
+                                            "inside the container (default: the job's, mounted at its own path)"),
+    c_env: Optional[str] = typer.Option(None, "--container-env", help="as pyxis: NAME[,NAME...], variables whose "
+                                        "value from the job's environment wins over the image's"),
+    c_home: Optional[bool] = typer.Option(None, "--container-mount-home/--no-container-mount-home",
+                                          help="as pyxis: mount your home directory (default: no)"),
+    c_writable: Optional[bool] = typer.Option(None, "--container-writable/--container-readonly",
+                                              help="as pyxis: the image's root file system writable (the default; "
+                                                   "writes go to a layer of the job's own) or read-only"),
+    c_entrypoint: Optional[bool] = typer.Option(None, "--container-entrypoint/--no-container-entrypoint",
+                                                help="as pyxis: run the image's ENTRYPOINT before the command "
+                                                     "(default: no)"),
+    c_remap_root: Optional[bool] = typer.Option(None, "--container-remap-root/--no-container-remap-root",
+                                                help="as pyxis: be root inside the container (still you outside; "
+                                                     "default: no)"),
     as_json: bool = JSON,
 ) -> None:
     """Submit a job: `yard submit OPTIONS -- COMMAND…`, `yard submit OPTIONS SCRIPT` (#SBATCH lines honoured),
@@ -177,6 +197,8 @@ def submit(
             mail_type = parse_mail_type(mail_type) or "NONE"
         if mail_user is not None:
             mail_user = check_mail_user(mail_user)
+        container = container_opts.given(c_image, c_mounts, c_workdir, c_env, {
+            "mount_home": c_home, "writable": c_writable, "entrypoint": c_entrypoint, "remap_root": c_remap_root})
     except SbatchError as e:  # --gres, read as its #SBATCH line would be
         fail("--gres: " + str(e).removeprefix("--gres:1: ").removeprefix("gres: ").removeprefix("--gres: "))
     except ConstraintError as e:
@@ -232,6 +254,8 @@ def submit(
             typer.echo(f"warning: {w}", err=True)
         body.update(opts.fields)
         body["env"] = opts.env
+        if opts.container:
+            body["container"] = opts.container
         sbatch_lines = {k: f"{path}:{no}" for k, no in opts.lines.items()}
         sbatch_lines.update({f"--{k}": sbatch_lines[k] for k in ("nodelist", "exclude") if k in sbatch_lines})
         body["script"] = text
@@ -254,6 +278,15 @@ def submit(
     for k in given:  # a field the command line gave is no longer the script's line
         if given[k] is not None:
             sbatch_lines.pop(k, None)
+    for k in container:
+        sbatch_lines.pop(f"container.{k}", None)
+    body["container"] = container_opts.merged(body.get("container") or {}, container)
+    if body["container"] is None:
+        body.pop("container")
+    first = min((v for k, v in sbatch_lines.items() if k.startswith("container.")), default=None,
+                key=lambda w: int(w.rpartition(":")[2]))
+    if first is not None:  # a refusal of the whole container (422 on `container`): the script's first such line
+        sbatch_lines["container"] = sbatch_lines.get("container.image", first)
     if isinstance(body.get("signal"), str):
         try:
             body["signal"] = parse_signal(body["signal"]).text()
@@ -395,6 +428,10 @@ def show(job_id: str = typer.Argument(..., help="job id, or ARRAY_TASK (42_3)"),
         typer.echo(f"{'recorded options':>22}: {clean(recorded.shown(j.get('env')))} (not acted on: "
                    "cli/recorded.py)")
     typer.echo(f"{'command':>22}: {clean(' '.join(j['command'] or [])) or '(batch script)'}")
+    if image_view.image_line(j.get("container"), j.get("image_digest")):
+        typer.echo(f"{'image':>22}: {clean(image_view.image_line(j['container'], j.get('image_digest')))}")
+        if image_view.options_line(j["container"]):
+            typer.echo(f"{'container':>22}: {clean(image_view.options_line(j['container']))}")
     for k in ("submit_time", "begin_time", "eligible_time", "start_time", "end_time", "est_start"):
         typer.echo(f"{k:>22}: {'' if j[k] is None else time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(j[k]))}")
     typer.echo(f"{'limits':>22}: {limits_line(j)}")
@@ -412,13 +449,16 @@ def show(job_id: str = typer.Argument(..., help="job id, or ARRAY_TASK (42_3)"),
         typer.echo(f"{'avoids':>22}: {clean(','.join(j['avoid_nodes']))} (earlier attempts failed there; used only if "
                    "nothing else fits)")
     if j.get("attempts"):
+        digests = any(a.get("image_digest") for a in j["attempts"])  # a column only for a job with an image
         table(["ATTEMPT", "STATE", "CAUSE", "STARTED", "RAN", "EXIT", "SIGNAL", "LOST GPU-s", "RECOVERY", "NODES",
-               "GPUS", "REASON"],
+               "GPUS", *(["IMAGE DIGEST"] if digests else []), "REASON"],
               [[a["attempt"], a["state"], a.get("cause", ""), clock(a["started_at"]),
                 duration((a["ended_at"] or time.time()) - a["started_at"]), "" if a["exit_code"] is None else a["exit_code"],
                 "" if a["signal"] is None else a["signal"], f"{a.get('lost_gpu_s') or 0:.1f}",
                 "" if a.get("recover_s") is None else f"{a['recover_s']:.1f}s",
-                nodelist(a["placement"]), gpu_indices(a["placement"]), a["reason"]] for a in j["attempts"]],
+                nodelist(a["placement"]), gpu_indices(a["placement"]),
+                *([image_view.short_digest(a.get("image_digest"))] if digests else []), a["reason"]]
+               for a in j["attempts"]],
               plain=True)  # every state and cause whole: the reason, last, may be as long as it is
 
 

@@ -12,7 +12,8 @@ Command groups live in their own modules and are wired here:
   reservations (`cli/reservations.py`): create, list, delete;
 - accounting: acct (sacct, `cli/acct.py`), report (sreport, `cli/report.py`), share and prio (sshare,
   sprio, `cli/share.py`), audit (the audit trail as JSON lines, `cli/audit.py`);
-- storage (`cli/storage.py`): the disk job dirs take per team, against quotas and the reserve.
+- storage (`cli/storage.py`): the disk job dirs take per team, against quotas and the reserve;
+- image pull|ls|rm (`cli/images.py`): the nodes' image caches.
 
 - recipes: run (train on this machine, `cli/run.py`), export (a run as a Hugging Face model,
   `cli/model_export.py`), models (the exported models and their lineage, `cli/models.py`).
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import typer
 
-from trainyard.cli import (acct, admin, audit, bench, chaos, jobs, model_export, models, plan, report, reservations, run,
+from trainyard.cli import (acct, admin, audit, bench, chaos, images, jobs, model_export, models, plan, report, reservations, run,
                            share, storage, tboard, tokens, up)
 from trainyard.cli import login as login_cmd
 from trainyard.cli import trace as trace_cmd
@@ -67,6 +68,7 @@ app.add_typer(login_cmd.login_app, name="login")  # login, logout, whoami: cli/l
 app.command("logout")(login_cmd.logout)
 app.command("whoami")(login_cmd.whoami)
 app.add_typer(reservations.app, name="reservation")
+app.add_typer(images.app, name="image")
 app.command("acct")(acct.acct)
 app.command("report")(report.report)
 app.command("storage")(storage.storage)

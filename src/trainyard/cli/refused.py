@@ -16,14 +16,9 @@ REFUSED: dict[str, str] = {
     "--no-requeue": ("not supported: trainyard preempts by checkpoint and requeue, and requeues a job whose node "
                      "was lost, so every job may be requeued (--requeue, the default)"),
 }
-# Options that choose where a job runs or what it runs in, which trainyard cannot do yet: refused,
-# so that a published script does not run on GPUs or software it asked not to. (-w/--nodelist,
-# -x/--exclude, -C/--constraint, --exclusive and GPU models are honoured: services/placement_ask.py;
-# so is --gpus-per-task: services/jobs.py.)
-REFUSED.update({
-    "--container-image": ("not supported: trainyard runs a job's processes in its owner's environment and has no "
-                          "containers yet; run the script inside the image's environment instead"),
-})
+# (--container-image was refused here until jobs had images: it is pyxis's option now,
+# cli/container_opts.py; -w/--nodelist, -x/--exclude, -C/--constraint, --exclusive and GPU models
+# are honoured: services/placement_ask.py; so is --gpus-per-task: services/jobs.py.)
 
 
 def refusal(name: str) -> str | None:

@@ -14,7 +14,9 @@ control/lifecycle/notify.py), `--reservation` (an admin reservation,
 `-C/--constraint` (features: `&`, `|`, parentheses), the GPU model of `--gpus`/`--gpus-per-node`/
 `--gres=gpu:TYPE:N`, `-w/--nodelist` and `-x/--exclude` (hostlists), `--exclusive` (whole nodes),
 `-n/--ntasks`, `--gpus-per-task`, `--mem-per-cpu` (services/jobs.py), `--gres=none`. Refused with
-a reason (cli/refused.py): `--nice`, `--time-min`, `--no-requeue`, `--container-image`. Accepted and
+a reason (cli/refused.py): `--nice`, `--time-min`, `--no-requeue`. pyxis's `--container-image`,
+`--container-mounts`, `--container-workdir`, `--container-env` and their flags (cli/container_opts.py)
+give the job's image (a field `container`, each part's line kept as `container.<part>`). Accepted and
 recorded in the job's environment (cli/recorded.py): `--hint`, `-m/--distribution`, `--gres-flags`,
 `--tmp`, `--get-user-env`, `--threads-per-core`, `--wckey`. `--comment` is ignored with a warning;
 anything else is an error that names the line. Long options may be abbreviated as sbatch allows
@@ -31,7 +33,7 @@ from dataclasses import dataclass, field
 from trainyard.spec import io_patterns
 from trainyard.cli.export import parse_export
 from trainyard.spec.mail_types import check_mail_user, parse_mail_type
-from trainyard.cli import prefixes, recorded
+from trainyard.cli import container_opts, prefixes, recorded
 from trainyard.cli.refused import REFUSED, refusal
 from trainyard.contracts import expand_hostlist
 from trainyard.sched.constraints import parse_features
@@ -138,10 +140,12 @@ class SbatchOptions:
     warnings: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     lines: dict[str, int] = field(default_factory=dict)
+    container: dict[str, object] = field(default_factory=dict)  # pyxis's --container-* (cli/container_opts.py)
 
 
 # Every long option an #SBATCH line may name: what a prefix (`--tim`) may stand for (cli/prefixes.py).
-LONG_OPTIONS = frozenset(o for o in (*_FIELDS, *_FLAGS, *IGNORED, *recorded.ENV, *REFUSED, "--requeue")
+LONG_OPTIONS = frozenset(o for o in (*_FIELDS, *_FLAGS, *IGNORED, *recorded.ENV, *REFUSED, "--requeue",
+                                      *container_opts.VALUED, *container_opts.FLAGS)
                          if o.startswith("--"))
 
 
@@ -252,6 +256,12 @@ def parse_sbatch(text: str, file: str = "script") -> SbatchOptions:
             if name == "--requeue":  # what every trainyard job gets (cli/refused.py)
                 i += 1
                 continue
+            if name in container_opts.FLAGS:
+                key, flag = container_opts.FLAGS[name]
+                out.container[key] = flag
+                out.lines[f"container.{key}"] = no
+                i += 1
+                continue
             if name in _FLAGS:
                 out.fields[_FLAGS[name]] = True
                 out.lines[_FLAGS[name]] = no
@@ -261,7 +271,7 @@ def parse_sbatch(text: str, file: str = "script") -> SbatchOptions:
                 out.env.update([recorded.record(name, "")])
                 i += 1
                 continue
-            takes_value = name in _FIELDS or name in IGNORED or name in recorded.ENV
+            takes_value = name in _FIELDS or name in IGNORED or name in recorded.ENV or name in container_opts.VALUED
             if not takes_value:
                 if name.startswith("-") and not name.startswith("--") and len(name) > 2 and ("-" + name[1]) in _FIELDS:
                     name, val, eq = "-" + name[1], name[2:], "="  # -N2 style
@@ -278,6 +288,17 @@ def parse_sbatch(text: str, file: str = "script") -> SbatchOptions:
                     out.env.update([recorded.record(name, val)])
                 except ValueError as e:
                     raise SbatchError(file, no, str(e)) from None
+                continue
+            if name in container_opts.VALUED:
+                if val + "#" in rest:  # enroot's REGISTRY#IMAGE, cut at its '#' as sbatch cuts a comment
+                    raise SbatchError(file, no, f"{name}: '#' starts a comment in an #SBATCH line, as in sbatch, so "
+                                                f"the image would be {val!r}; write it as REGISTRY/IMAGE "
+                                                f"({val}/...) or escape the '#' ({val}\\#...)")
+                try:
+                    out.container[container_opts.VALUED[name]] = container_opts.value(name, val)
+                except ValueError as e:
+                    raise SbatchError(file, no, str(e)) from None
+                out.lines[f"container.{container_opts.VALUED[name]}"] = no
                 continue
             if name in IGNORED:
                 out.warnings.append(f"{file}:{no}: {name} is ignored by trainyard")

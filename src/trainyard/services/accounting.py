@@ -153,6 +153,8 @@ class AcctAttempt(BaseModel):
     useful_gpu_hours: float
     max_rss_mib: float | None = Field(None, description="as the in-job runtime reported it (rank 0)")
     peak_gpu_mem_mib: float | None = None
+    image: str | None = Field(None, description="the job's image (None: it ran bare)")
+    image_digest: str | None = Field(None, description="the image digest this attempt ran")
 
 
 class AcctJob(BaseModel):
@@ -192,6 +194,8 @@ class AcctJob(BaseModel):
     peak_gpu_mem_mib: float | None = None
     array_job_id: int | None = None
     array_task_id: int | None = None
+    image: str | None = Field(None, description="its image (None: a bare job)")
+    image_digest: str | None = Field(None, description="the digest its first attempt pinned, which every attempt ran")
 
 
 class AcctJobPage(BaseModel):
@@ -286,11 +290,11 @@ def _page_size(limit: int) -> int:
 _JOB_COLUMNS = (JobRow.id, JobRow.name, JobRow.user, JobRow.team, JobRow.job_class, JobRow.pool, JobRow.state,
                 JobRow.reason, JobRow.exit_code, JobRow.signal, JobRow.submit_time, JobRow.eligible_time,
                 JobRow.end_time, JobRow.time_limit_s, JobRow.gpus, JobRow.retries, JobRow.attempt,
-                JobRow.queued_since, JobRow.array_job_id, JobRow.array_task_id)
+                JobRow.queued_since, JobRow.array_job_id, JobRow.array_task_id, JobRow.container, JobRow.image_digest)
 _ATTEMPT_COLUMNS = (AttemptRow.job_id, AttemptRow.attempt, AttemptRow.placement, AttemptRow.started_at,
                     AttemptRow.ended_at, AttemptRow.gpus, AttemptRow.cause, AttemptRow.lost_gpu_s,
                     AttemptRow.max_rss_mib, AttemptRow.peak_gpu_mem_mib, AttemptRow.state, AttemptRow.reason,
-                    AttemptRow.exit_code, AttemptRow.signal)
+                    AttemptRow.exit_code, AttemptRow.signal, AttemptRow.image_digest)
 
 
 def in_window(win: Window) -> tuple[ColumnElement[bool], ...]:
@@ -347,6 +351,11 @@ def _nodes(placement: Iterable[dict[str, Any]] | None) -> list[str]:
     return list(dict.fromkeys(p["node"] for p in placement or []))
 
 
+def _image(container: dict[str, Any] | None) -> str | None:
+    """The image of a job's `container` record (`spec.container.ContainerOptions.to_record()`)."""
+    return container.get("image") if isinstance(container, dict) else None
+
+
 def _peak(values: Iterable[float | None]) -> float | None:
     xs = [v for v in values if v is not None]
     return max(xs) if xs else None
@@ -384,7 +393,8 @@ def _job_record(j: Any, tries: list[Any], win: Window, now: float, truncate: boo
         req_gpus=j.gpus, gpu_hours=gpu_s / 3600.0, useful_gpu_hours=(gpu_s - lost_s) / 3600.0,
         lost_gpu_hours=lost_s / 3600.0, lost_by_cause=lost_by, attempts=len(tries), retries=j.retries,
         max_rss_mib=_peak(a.max_rss_mib for a in tries), peak_gpu_mem_mib=_peak(a.peak_gpu_mem_mib for a in tries),
-        array_job_id=j.array_job_id, array_task_id=j.array_task_id)
+        array_job_id=j.array_job_id, array_task_id=j.array_task_id, image=_image(j.container),
+        image_digest=j.image_digest)
 
 
 # -- attempts -----------------------------------------------------------------------------------------
@@ -397,7 +407,7 @@ def attempt_page(s: Session, by: Principal, win: Window, now: float, f: Filters 
     n = _page_size(limit)
     prev = aliased(AttemptRow)
     q = (select(AttemptRow.id.label("row_id"), *_ATTEMPT_COLUMNS, JobRow.name, JobRow.user, JobRow.team,
-                JobRow.job_class, JobRow.pool, JobRow.submit_time, JobRow.eligible_time,
+                JobRow.job_class, JobRow.pool, JobRow.submit_time, JobRow.eligible_time, JobRow.container,
                 wait_base(prev.ended_at).label("wait_from"))
          .join(JobRow, JobRow.id == AttemptRow.job_id)
          .outerjoin(prev, and_(prev.job_id == AttemptRow.job_id, prev.attempt == AttemptRow.attempt - 1))
@@ -420,6 +430,6 @@ def attempt_page(s: Session, by: Principal, win: Window, now: float, f: Filters 
             start=start, end=end, elapsed_s=span, wait_s=max(0.0, a.started_at - a.wait_from), nnodes=len(nodes),
             nodelist=nodes, gpus=a.gpus, gpu_hours=a.gpus * span / 3600.0, lost_gpu_hours=lost / 3600.0,
             useful_gpu_hours=(a.gpus * span - lost) / 3600.0, max_rss_mib=a.max_rss_mib,
-            peak_gpu_mem_mib=a.peak_gpu_mem_mib))
+            peak_gpu_mem_mib=a.peak_gpu_mem_mib, image=_image(a.container), image_digest=a.image_digest))
     return AcctAttemptPage(start=win.start, end=win.end, attempts=out,
                            next_after=rows[-1].row_id if len(rows) == n else None)

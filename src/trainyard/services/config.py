@@ -28,7 +28,7 @@ import yaml
 from sqlalchemy import event, func, select
 from sqlalchemy.orm import Session
 
-from trainyard.services import owners
+from trainyard.services import images, owners
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Forbidden, NotFound, ServiceError
 from trainyard.services.events import record
@@ -120,6 +120,7 @@ def apply(s: Session, text: str, by: Principal, message: str = "") -> int:
         owners.check_config(spec)
     except ConfigError as e:
         raise ServiceError(str(e), field=e.field) from None
+    images.registry_access(spec)  # each registry's password file readable now, not at a job's first pull
     new = spec
     latest = s.scalar(select(func.max(ConfigVersionRow.version))) or 0
     current = s.get(ConfigVersionRow, latest) if latest else None

@@ -4,7 +4,9 @@
     ├── Unauthorized        401  no token, or an unknown/revoked one
     ├── Forbidden           403  the token's role or team does not allow it
     ├── NotFound            404
-    └── Conflict            409  not in a state that allows it (e.g. cancel a finished job)
+    ├── Conflict            409  not in a state that allows it (e.g. cancel a finished job)
+    ├── Unprocessable       422  well-formed, but it names what does not exist elsewhere (an unknown image)
+    └── BadGateway          502  a system the plane depends on failed (a registry down, its login refused)
 """
 
 from __future__ import annotations
@@ -35,3 +37,11 @@ class NotFound(ServiceError):
 
 class Conflict(ServiceError):
     status = 409
+
+
+class Unprocessable(ServiceError):
+    status = 422
+
+
+class BadGateway(ServiceError):
+    status = 502

@@ -26,7 +26,7 @@ from trainyard.spec import io_patterns, mail_types
 from trainyard.backends.base import Owner
 from trainyard.contracts import JobDir
 from trainyard.spec.parsing import parse_begin, parse_mem_mib
-from trainyard.services import arrays, dependencies, limits, notices, output_paths, owners, placement_ask, reservations, transitions
+from trainyard.services import arrays, dependencies, images, limits, notices, output_paths, owners, placement_ask, reservations, transitions
 from trainyard.services.auth import Principal
 from trainyard.services.config import ConfigVersion
 from trainyard.services.errors import Conflict, Forbidden, NotFound, ServiceError
@@ -131,6 +131,8 @@ class JobSubmit(BaseModel):
     ntasks: int | None = Field(None, ge=1, le=1_000_000)
     reservation: str | None = Field(None, min_length=1, max_length=100,
                                     description="as sbatch --reservation: the admin reservation to run in")
+    # its environment image, pyxis's --container-* (services/images.py); None: the team's default, if any
+    container: images.ContainerSubmit | None = None
 
     @field_validator("signal")
     @classmethod
@@ -457,6 +459,8 @@ def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_d
         sub = sub.model_copy(update={k: changed[k] for k in ("nodes", "tasks_per_node", "gpus_per_node")})
     shape = _resolve_shape(sub)
     _check_against_config(sub, team, cls, shape, cfg)
+    container = images.requested(cfg.spec, team, sub.container)
+    images.check_allowed(cfg.spec, team, container)
     mem_of_cpus = _mem_of_cpus(sub, shape, cfg)
     if mem_of_cpus is not None:  # recorded as Slurm's job has it; enforced as the node's --mem
         sub = sub.model_copy(update={"mem": mem_of_cpus, "env": {
@@ -493,6 +497,7 @@ def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_d
         progress=None, retries=0, retry_after=None, lost_gpu_s=0.0, avoid_nodes=None, stop_kind=None,
         stop_since=None, stop_stage=0, array_job_id=None, array_task_id=spec.indices[0] if spec else None,
         array_throttle=spec.throttle if spec else None, dir_key=JobDir.new_key(), ntasks=sub.ntasks, **where,
+        container=container.to_record() if container is not None else None, image_digest=None,
     )
     for column in REQUEST_FIELDS:  # a field the engine takes as is: submitted under its own name
         if column not in values:
@@ -622,13 +627,20 @@ _SHOWN: tuple[tuple[str, str], ...] = (("id", "id"), ("name", "name"), ("user", 
           ("exclude_nodes", "exclude_nodes"), ("exclusive", "exclusive"), ("ntasks", "ntasks"),
           ("command", "command"),
           ("workdir", "workdir"), ("env", "env"), ("output", "output"), ("error", "error"),
-          ("open_mode", "open_mode"), ("mail_type", "mail_type"), ("mail_user", "mail_user"))
+          ("open_mode", "open_mode"), ("mail_type", "mail_type"), ("mail_user", "mail_user"),
+          ("container", "container"), ("image_digest", "image_digest"))
 # a field the engine reads as is (marked `engine()` in store.models) is shown under its own name
 _SHOWN += tuple((c, c) for c in REQUEST_FIELDS if c not in {col for _, col in _SHOWN})
 _KEYS = tuple(k for k, _ in _SHOWN)
 _COLUMNS = tuple(c for _, c in _SHOWN)
-_MEM, _TEAM = _COLUMNS.index("gpu_mem_mib"), _COLUMNS.index("team")
+_MEM, _TEAM, _CONTAINER = _COLUMNS.index("gpu_mem_mib"), _COLUMNS.index("team"), _COLUMNS.index("container")
 _PRIVATE = tuple(_COLUMNS.index(c) for c in ("command", "workdir", "env", "mail_user"))
+
+
+def _public_container(rec: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What anyone who sees the job sees of its container: the image (its mounts, workdir and
+    variables name the owner's paths, as the workdir does: shown to who may manage the job)."""
+    return None if rec is None else {"image": rec.get("image")}
 
 
 def _shown(values: list[Any], by: Principal | None) -> dict[str, Any]:
@@ -638,6 +650,7 @@ def _shown(values: list[Any], by: Principal | None) -> dict[str, Any]:
     if not (by is None or by.can_manage_team(values[_TEAM])):
         for i in _PRIVATE:
             values[i] = None
+        values[_CONTAINER] = _public_container(values[_CONTAINER])
     return dict(zip(_KEYS, values))
 
 
@@ -715,15 +728,18 @@ def list_job_dicts(s: Session, by: Principal, *, states: list[str] | None = None
     q = _listing(select(*(t.c[c] for c in cols), t.c.team), by, states, team, user, job_class, limit, array)
     mem = keys.index("gpu_mem_gb") if "gpu_mem_gb" in keys else None
     private = [i for i, c in enumerate(cols) if _COLUMNS.index(c) in _PRIVATE]
+    boxed = cols.index("container") if "container" in cols else None
     out = []
     for r in s.execute(q):
         values = list(r)
         row_team = values.pop()
         if mem is not None and values[mem] is not None:
             values[mem] = values[mem] / 1024
-        if private and not (by is None or by.can_manage_team(row_team)):
+        if (private or boxed is not None) and not (by is None or by.can_manage_team(row_team)):
             for i in private:
                 values[i] = None
+            if boxed is not None:
+                values[boxed] = _public_container(values[boxed])
         out.append(dict(zip(keys, values)))
     return out
 
@@ -826,5 +842,5 @@ def attempts(s: Session, job_id: int) -> list[dict[str, Any]]:
         out.append({"attempt": a.attempt, "state": a.state, "placement": a.placement, "started_at": a.started_at,
                     "ended_at": a.ended_at, "exit_code": a.exit_code, "signal": a.signal, "reason": a.reason,
                     "cause": a.cause, "lost_gpu_s": a.lost_gpu_s, "first_step_at": a.first_step_at,
-                    "recover_s": recover})
+                    "recover_s": recover, "image_digest": a.image_digest})
     return out

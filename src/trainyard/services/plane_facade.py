@@ -14,6 +14,8 @@ that a router never reaches into the plane's parts.
     job_disk(name), storage_report()  the storage meter's last figures (`control/lifecycle/storage.py`)
     shutting_down, health(), ready()  the self-checks of /healthz and /readyz (`control/lifecycle/liveness.py`)
     share(), priority()               `yard share` and `yard prio` (`control/reports/priority.py`)
+    pull_image(), image_entries(),    `yard image pull|ls|rm` on the nodes' image caches, without the
+    remove_image()                    plane's lock (`control/lifecycle/image_admin.py`)
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any, Callable, Protocol
 
 from sqlalchemy.orm import Session
 
+from trainyard.images.types import EntryInfo
 from trainyard.services.config import ConfigCache, ConfigVersion
 from trainyard.services.priority_report import PriorityReport, ShareReport
 from trainyard.spec.models import ConfigSpec
@@ -82,3 +85,14 @@ class Plane(Protocol):
     def share(self, s: Session, cfg: ConfigVersion, now: float) -> ShareReport: ...
 
     def priority(self, s: Session, cfg: ConfigVersion, now: float, job_ids: tuple[int, ...] = ()) -> PriorityReport: ...
+
+    def pull_image(self, image: str, nodes: list[str]) -> dict[str, Any]:
+        """`image`'s digest resolved once, then pulled on `nodes` in parallel: `{image, digest,
+        nodes: [{node, ok, error, kind, size_bytes}]}`. Raises `images.types.ImagePullError` when
+        the digest cannot be resolved. May take minutes; holds no lock."""
+
+    def image_entries(self, nodes: list[str]) -> list[EntryInfo]:
+        """The images cached on `nodes`."""
+
+    def remove_image(self, target: str, nodes: list[str]) -> list[dict[str, Any]]:
+        """`target` (a digest, or an image) removed from `nodes`' caches: `[{node, name, digest, removed, why}]`."""

@@ -14,9 +14,10 @@ from typing import Any, Callable, Protocol
 
 from sqlalchemy.orm import Session
 
-from trainyard.services import auth, config, jobs, login, nodes, progress, reservations, teams, tokens
+from trainyard.images.types import ImagePullError
+from trainyard.services import auth, config, events, image_admin, jobs, login, nodes, progress, reservations, teams, tokens
 from trainyard.services.auth import Principal
-from trainyard.services.errors import Conflict, Forbidden, ServiceError
+from trainyard.services.errors import Conflict, Forbidden, NotFound, ServiceError
 from trainyard.services.login_codes import Issue
 from trainyard.services.plane_facade import Plane
 from trainyard.spec.models import parse_config
@@ -201,3 +202,46 @@ def token_issuer(plane: Plane) -> Issue:
             return login.issue(s, user, role, team, how, known_teams=known)
 
     return issue
+
+
+# -- images on the nodes (yard image): no lock held while the nodes work ----------------------------
+
+def pull_image(plane: Plane, by: Principal, image: str, node_list: str | None) -> dict[str, Any]:
+    """`POST /api/v1/images/pull`: the image's digest resolved once and pulled on the nodes, in
+    parallel, outside the plane's lock; one audit event with what each node did."""
+    image_admin.may_change(by)
+    with plane.store.session() as s:
+        names = image_admin.node_names(plane.configs.current(s), node_list)
+    ref = image_admin.image_of(image)
+    try:
+        out = plane.pull_image(ref, names)
+    except ImagePullError as e:
+        raise image_admin.error_of(e) from None
+    failed = [r["node"] for r in out["nodes"] if not r["ok"]]
+    with plane.transaction() as s:
+        events.record(s, by.user, "image.pulled", f"{out['image']}@{out['digest']} pulled on {len(names) - len(failed)} "
+                      f"of {len(names)} nodes" + (f"; failed on {', '.join(failed)}" if failed else ""),
+                      data={"image": out["image"], "digest": out["digest"], "nodes": out["nodes"]})
+    return out
+
+
+def image_entries(plane: Plane, by: Principal, node_list: str | None) -> dict[str, Any]:
+    """`GET /api/v1/images`: what each node's cache holds."""
+    image_admin.may_list(by)
+    with plane.store.session() as s:
+        names = image_admin.node_names(plane.configs.current(s), node_list)
+    return {"images": [image_admin.entry_dict(e) for e in plane.image_entries(names)]}
+
+
+def remove_image(plane: Plane, by: Principal, target: str, node_list: str | None) -> dict[str, Any]:
+    """`POST /api/v1/images/remove`: the image's (or digest's) entries removed where no job runs them."""
+    image_admin.may_change(by)
+    with plane.store.session() as s:
+        names = image_admin.node_names(plane.configs.current(s), node_list)
+    out = plane.remove_image(image_admin.target_of(target), names)
+    if not out:
+        raise NotFound(f"{target!r} is in no cache of {', '.join(names)}", field="image")
+    with plane.transaction() as s:
+        events.record(s, by.user, "image.removed", f"{target} removed from "
+                      f"{', '.join(r['node'] for r in out if r['removed']) or 'no node'}", data={"entries": out})
+    return {"removed": out}

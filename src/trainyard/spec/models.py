@@ -25,6 +25,7 @@ from trainyard.sched.policy import (
     Param, Policy, flat_aliases, get_policy, nest_flat, policy_names, policy_params, resolved_params,
 )
 from trainyard.sched.types import ALL_CLASSES, AdminReservation, JobClass, JobId, JobRequest, Quota, Team
+from trainyard.spec.images import ImagesSpec
 from trainyard.spec.limits import LimitsSpec
 
 
@@ -562,6 +563,8 @@ class ConfigSpec(_Model):
     notify: NotifySpec | None = None  # --mail-type's webhook (control/lifecycle/notify.py); None: nothing is sent
     # Admin reservations (`yard reservation create/delete` edit this list; sched/reservations.py).
     reservations: list[ReservationSpec] = Field(default_factory=list, max_length=1000)
+    # Environment images: registries, credentials, team defaults, the nodes' caches (spec/images.py)
+    images: ImagesSpec = Field(default_factory=ImagesSpec)
 
     @model_validator(mode="after")
     def _references(self) -> "ConfigSpec":
@@ -577,6 +580,9 @@ class ConfigSpec(_Model):
                 raise ValueError(f"teams[{i}] ({t.name}): las names unknown class(es) {unknown}; classes are {names}")
         if self.default_class not in names:
             raise ValueError(f"default_class {self.default_class!r} is not one of the classes {names}")
+        unknown = [t for t in self.images.teams if t not in {t.name for t in self.teams}]
+        if unknown:
+            raise ValueError(f"images.teams: no team {unknown[0]!r}; teams are {sorted(t.name for t in self.teams)}")
         unknown = self.limits.unknown_teams({t.name for t in self.teams})
         if unknown:
             raise ValueError(f"limits.teams: no team {unknown[0]!r}; teams are {sorted(t.name for t in self.teams)}")

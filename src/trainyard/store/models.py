@@ -103,6 +103,11 @@ class JobRow(Base):
     # -e/--error (stderr apart from --output) and --open-mode (append|truncate)
     error: Mapped[str | None] = mapped_column(String(1000), nullable=True)
     open_mode: Mapped[str | None] = mapped_column(String(10), nullable=True)
+    # its environment image (migration 0013): `spec.container.ContainerOptions.to_record()` (None:
+    # a bare job), and the manifest digest its first attempt pinned (`sha256:` + 64 hex digits),
+    # which every later attempt runs
+    container: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    image_digest: Mapped[str | None] = mapped_column(String(71), nullable=True)
 
     # history the scheduler weighs
     submit_time: Mapped[float] = mapped_column(Float, info=engine(None))
@@ -185,6 +190,8 @@ class AttemptRow(Base):
     # the highest memory the in-job runtime reported for this attempt (its progress metrics), if any
     max_rss_mib: Mapped[float | None] = mapped_column(Float, nullable=True)
     peak_gpu_mem_mib: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # the image digest this attempt ran (None: a bare job; migration 0013)
+    image_digest: Mapped[str | None] = mapped_column(String(71), nullable=True)
 
     __table_args__ = (Index("ix_attempts_started_at", "started_at"), Index("ix_attempts_ended_at", "ended_at"))
 

@@ -37,13 +37,15 @@ from trainyard.backends.base import Backend
 from trainyard.control.lifecycle import plane_files, store_audit
 from trainyard.control.reports import priority as engine_order
 from trainyard.control.lifecycle import notify
+from trainyard.control.lifecycle.image_admin import ImageAdmin
 from trainyard.control.lifecycle.liveness import Liveness
 from trainyard.control.lifecycle.notify import Notifier
 from trainyard.control.loop.orchestrator import ControlLoop, LoopParams
 from trainyard.control.lifecycle.retention import Retention
 from trainyard.control.lifecycle.storage import StorageMeter
 from trainyard.control.lifecycle.supervise import Supervised
-from trainyard.services import notices
+from trainyard.images.types import EntryInfo
+from trainyard.services import images, notices
 from trainyard.services.config import ConfigCache, ConfigVersion
 from trainyard.services.events import record
 from trainyard.services.plane_facade import API_THREADS, REQUESTS_PER_THREAD
@@ -102,6 +104,8 @@ class ControlPlane:
         # --mail-type's webhook: notes handed over after each commit, sent by a thread of its own
         self.notifier = Notifier(self._notify_settings, self._class_limit, self._cluster_name, clock=clock)
         self._detach = [notices.attach(st.session, self.notifier.put) for st in (self.store, self.loop_store)]
+        # `yard image pull|ls|rm` (control/lifecycle/image_admin.py), outside the lock
+        self.images = ImageAdmin(self.backend, lambda: images.registry_access(self._current_spec()))
 
     def start(self) -> None:
         for note in self.notes:  # in the plane's log too, not only on `yard up`'s terminal
@@ -188,6 +192,15 @@ class ControlPlane:
 
     def priority(self, s: Session, cfg: ConfigVersion, now: float, job_ids: tuple[int, ...] = ()) -> PriorityReport:
         return engine_order.priority(s, cfg, now, job_ids)
+
+    def pull_image(self, image: str, nodes: list[str]) -> dict[str, Any]:
+        return self.images.pull(image, nodes)
+
+    def image_entries(self, nodes: list[str]) -> list[EntryInfo]:
+        return self.images.entries(nodes)
+
+    def remove_image(self, target: str, nodes: list[str]) -> list[dict[str, Any]]:
+        return self.images.remove(target, nodes)
 
     def write_server_file(self, url: str) -> None:
         self.api_url = self.loop.api_url = url
