@@ -114,7 +114,7 @@ class FakePlane(Plane):
         try:
             for j in self.admin.get("/api/v1/jobs", params={"active": "true"}).json()["jobs"]:
                 self.admin.post(f"/api/v1/jobs/{j['id']}/cancel")
-            self.until(lambda: not self.admin.get("/api/v1/jobs", params={"state": "RUNNING,COMPLETING"}).json()["jobs"],
+            self.until(lambda: not self.admin.get("/api/v1/jobs", params={"state": "CONFIGURING,RUNNING,COMPLETING"}).json()["jobs"],
                        within=120)
         finally:
             self.cp.stop()

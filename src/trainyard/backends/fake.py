@@ -234,6 +234,8 @@ class FakeCluster:
         self.images: dict[str, dict[str, tuple[CachedImage, float]]] = {}
         self.pull_errors: dict[str, ImagePullError] = {}
         self.pulls: list[tuple[str, str]] = []  # (node, ref) of every pull that fetched something
+        # set: pulls wait until it is (a pull that takes a while, in fake time or not)
+        self.pull_gate: threading.Event | None = None
         # node -> its environment fingerprint (backends/environment.py); absent: ENVIRONMENT
         self.environments: dict[str, dict[str, str]] = {}
         self._next_pid = 100_000
@@ -522,9 +524,12 @@ class FakeBackend:
             return dict(self.cluster.environments.get(node, ENVIRONMENT))
 
     def prepare_image(self, node: str, ref: str, access: RegistryAccess) -> CachedImage:
-        """`ref` (pinned, `…@sha256:…`) in `node`'s cache: an entry with no layers, at once.
-        Raises the `ImagePullError` scripted for the ref or its digest, NOT_FOUND for a ref
-        without a digest; BackendError for an unknown node."""
+        """`ref` (pinned, `…@sha256:…`) in `node`'s cache: an entry with no layers, at once (or
+        once `pull_gate` is set). Raises the `ImagePullError` scripted for the ref or its digest,
+        NOT_FOUND for a ref without a digest; BackendError for an unknown node."""
+        gate = self.cluster.pull_gate
+        if gate is not None:
+            gate.wait(60)
         with self.cluster.lock:
             if node not in self._nodes:
                 raise BackendError(f"unknown node {node!r}")

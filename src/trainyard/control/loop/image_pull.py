@@ -93,7 +93,7 @@ def _pin(ctx: LoopContext, spec: LaunchSpec, ref: ImageRef, digest: str) -> str:
             record(s, "scheduler", "job.image_pinned", f"image {ref.canonical()} pinned to {digest}",
                    job_id=j.id, at=now, data={"image": ref.canonical(), "digest": digest})
         elif j is not None:
-            digest = j.image_digest  # pinned meanwhile (cannot happen with one attempt at a time; be safe)
+            digest = j.image_digest or digest  # pinned meanwhile (cannot happen with one attempt at a time; be safe)
     return digest
 
 
