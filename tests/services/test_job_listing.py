@@ -96,4 +96,4 @@ def test_states_are_read_as_squeue_reads_them():
     assert jobs.parse_states("") is None and jobs.parse_states(None) is None
     with pytest.raises(ServiceError) as e:
         jobs.parse_states("PD,XX")
-    assert e.value.field == "state" and "'XX'" in e.value.message and "codes PD, RQ, R" in e.value.message
+    assert e.value.field == "state" and "'XX'" in e.value.message and "codes PD, RQ, CF, R" in e.value.message

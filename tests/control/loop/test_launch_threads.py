@@ -5,6 +5,8 @@ could not deliver."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import signal
 import threading
 import time
@@ -100,5 +102,23 @@ def test_launches_inline_when_the_backend_does_not_wait():
     """The local and fake backends: the launch has happened when `start` returns."""
     seen = []
     inline = Launches(lambda spec, now: seen.append((spec, now)), background=False)
-    inline.start("spec", 1.0)  # type: ignore[arg-type]
-    assert seen == [("spec", 1.0)] and inline.in_flight() == frozenset()
+    spec = SimpleNamespace(job_id=1, attempt=1, container=None)
+    inline.start(spec, 1.0)  # type: ignore[arg-type]
+    assert seen == [(spec, 1.0)] and inline.in_flight() == frozenset()
+
+
+def test_a_launch_with_an_image_goes_to_a_thread_even_where_the_backend_does_not_wait():
+    """Its nodes pull first, for minutes maybe: never on the loop's thread."""
+    started, release = threading.Event(), threading.Event()
+
+    def launch(spec, now):
+        started.set()
+        release.wait(10)
+
+    inline = Launches(launch, background=False)
+    spec = SimpleNamespace(job_id=2, attempt=1, container=object())
+    inline.start(spec, 1.0)  # type: ignore[arg-type]
+    assert started.wait(10) and inline.in_flight() == frozenset({(2, 1)})
+    release.set()
+    inline.close(wait=True)
+    assert inline.in_flight() == frozenset()
