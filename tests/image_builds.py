@@ -253,21 +253,33 @@ def torch() -> BuiltImage:
     return _cached("torch", _key("torch", base.key, _source_hash()), build)
 
 
-def variant(base: BuiltImage, name: str, files: dict[str, str]) -> BuiltImage:
+def variant(base: BuiltImage, name: str, files: dict[str, str], remove: tuple[str, ...] = (),
+            opaque: dict[str, dict[str, str]] | None = None) -> BuiltImage:
     """`base` with one more layer holding `files` (absolute path in the image → text, mode 0644,
-    root's): e.g. two teams' images that differ in one Python package."""
-    def build(work: Path) -> None:
-        tree = work / "tree"
-        for path, text in files.items():
-            dest = tree / path.lstrip("/")
+    root's): e.g. two teams' images that differ in one Python package. `remove`: paths deleted by
+    a layer of whiteouts after it; `opaque`: directories replaced whole (path → its new files), a
+    layer each (umoci's `--opaque`)."""
+    def tree_of(root: Path, content: dict[str, str]) -> Path:
+        for path, text in content.items():
+            dest = root / path.lstrip("/")
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_text(text)
-        run(["chmod", "-R", "u=rwX,go=rX", str(tree)])
+        root.mkdir(parents=True, exist_ok=True)
+        run(["chmod", "-R", "u=rwX,go=rX", str(root)])
+        return root
+
+    def build(work: Path) -> None:
         layout = work / "layout"
         _copy_layout(base, layout, name)
-        run(["umoci", "insert", "--image", f"{layout}:{name}", str(tree), "/"])
+        if files:
+            run(["umoci", "insert", "--image", f"{layout}:{name}", str(tree_of(work / "tree", files)), "/"])
+        for path in remove:
+            run(["umoci", "insert", "--image", f"{layout}:{name}", "--whiteout", path])
+        for i, (directory, content) in enumerate(sorted((opaque or {}).items())):
+            run(["umoci", "insert", "--image", f"{layout}:{name}", "--opaque",
+                 str(tree_of(work / f"opaque{i}", content)), directory])
         run(["umoci", "gc", "--layout", str(layout)])
-    return _cached(name, _key("variant", base.key, name, files), build)
+    return _cached(name, _key("variant", base.key, name, files, remove, opaque), build)
 
 
 def team_package(base: BuiltImage, package: str) -> BuiltImage:

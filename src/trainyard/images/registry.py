@@ -48,13 +48,10 @@ _ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm6
 # skopeo's (and the registry's) words, lower case; status codes as whole words (a digest's hex
 # digits or a port are no status). An unknown repository behind a login answers 401 (the registry
 # cannot tell whom not to tell): that is UNAUTHORIZED, as the registry said.
-_UNAUTHORIZED = re.compile(r"unauthorized|authentication required|\b40[13]\b|forbidden|denied|"
+_UNAUTHORIZED = re.compile(r"unauthorized|authentication required|status:? ?40[13]\b|forbidden|denied|"
                            r"invalid username/password|incorrect username or password")
 _NOT_FOUND = re.compile(r"manifest unknown|name unknown|blob unknown|not found|repository name not known|"
-                        r"does not exist|\b404\b")
-_UNREACHABLE = re.compile(r"connection refused|no such host|timeout|timed out|connection reset|unreachable|"
-                          r"no route to host|tls|x509|\beof\b|http response to https client|\b5\d\d\b|"
-                          r"too many requests|toomanyrequests")
+                        r"does not exist|status:? ?404\b")
 
 
 def machine_platform() -> tuple[str, str]:
@@ -64,15 +61,16 @@ def machine_platform() -> tuple[str, str]:
 
 
 def classify(message: str) -> str:
-    """The `ImagePullError` kind of a failed skopeo call, from what it printed: the registry refused
-    the login (UNAUTHORIZED), it does not have the image (NOT_FOUND), or anything else that kept it
-    from answering (UNREACHABLE: its fault, not the user's)."""
+    """The `ImagePullError` kind of a failed skopeo call, from what it printed: the node's disk is
+    full (DISK_FULL), the registry refused the login (UNAUTHORIZED), it does not have the image
+    (NOT_FOUND), or anything else kept it from answering (UNREACHABLE: connection refused, no such
+    host, TLS, a timeout, a 5xx; its fault, not the user's)."""
     low = message.lower()
     if "no space left on device" in low or "disk quota exceeded" in low:
         return DISK_FULL
     if _UNAUTHORIZED.search(low):
         return UNAUTHORIZED
-    if _NOT_FOUND.search(low) and not _UNREACHABLE.search(low.replace("not found", "")):
+    if _NOT_FOUND.search(low):
         return NOT_FOUND
     return UNREACHABLE
 
