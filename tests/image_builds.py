@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".cache" / "test-images"
 MIRROR = "http://deb.debian.org/debian"
 SUITE = "bookworm"
-RECIPE_VERSION = "1"  # bump to rebuild every image
+RECIPE_VERSION = "2"  # bump to rebuild every image
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TORCH_PINS = ("torch==2.13.0+cpu", "numpy==2.4.6", "transformers==5.18.0", "pyyaml", "pydantic>=2.6,<3",
               "tensorboard")
@@ -145,6 +145,19 @@ def _copy_layout(base: BuiltImage, layout: Path, tag: str) -> None:
         run(["umoci", "rm", "--image", f"{layout}:{base.tag}"])
 
 
+def _add_layer(layout: Path, tag: str, tree: Path) -> None:
+    """One layer holding `tree`'s contents at the image's root (owners as numbers), made with GNU
+    tar and added verbatim: umoci 0.4.7's `insert` wrote truncated tar streams for large trees and
+    for a target of "/" here (found by layers.py's checks: "unexpected end of data")."""
+    archive = tree.parent / f"{tree.name}.layer.tar"
+    entries = sorted(os.listdir(tree))
+    run(["tar", "--numeric-owner", "--format=pax", "-C", str(tree), "-cf", str(archive), "--", *entries], timeout=1800)
+    try:
+        run(["umoci", "raw", "add-layer", "--image", f"{layout}:{tag}", str(archive)], timeout=1800)
+    finally:
+        archive.unlink()
+
+
 def _mmdebstrap(rootfs: Path, variant: str, packages: str) -> None:
     cmd = ["mmdebstrap", f"--variant={variant}", f"--include={packages}", "--mode=root", "--format=directory",
            "--quiet"]
@@ -173,7 +186,7 @@ def tiny() -> BuiltImage:
             _remove_tree(rootfs / leftover)
         layout = work / "layout"
         _new_layout(layout, "tiny")
-        run(["umoci", "insert", "--image", f"{layout}:tiny", str(rootfs), "/"])
+        _add_layer(layout, "tiny", rootfs)
         _finish(layout, "tiny")
     return _cached("tiny", _key("tiny", SUITE, "busybox-static"), build)
 
@@ -186,7 +199,7 @@ def python() -> BuiltImage:
         _mmdebstrap(rootfs, "minbase", packages)
         layout = work / "layout"
         _new_layout(layout, "python")
-        run(["umoci", "insert", "--image", f"{layout}:python", str(rootfs), "/"])
+        _add_layer(layout, "python", rootfs)
         _finish(layout, "python", cmd="/usr/bin/python3")
     return _cached("python", _key("python", SUITE, packages, _DPKG_EXCLUDES), build)
 
@@ -210,8 +223,10 @@ def torch_env() -> BuiltImage:
         run(["chmod", "-R", "a+rX", str(rootfs / "opt" / "venv")])
         layout = work / "layout"
         _copy_layout(base, layout, "torch-env")
-        run(["umoci", "insert", "--image", f"{layout}:torch-env", str(rootfs / "opt" / "venv"), "/opt/venv"],
-            timeout=1800)
+        venv_tree = work / "venv-tree"
+        (venv_tree / "opt").mkdir(parents=True)
+        os.rename(rootfs / "opt" / "venv", venv_tree / "opt" / "venv")
+        _add_layer(layout, "torch-env", venv_tree)
         _finish(layout, "torch-env", env_path=f"/opt/venv/bin:{PATH}", cmd="/opt/venv/bin/python")
     return _cached("torch-env", _key("torch-env", base.key, TORCH_PINS), build)
 
@@ -248,7 +263,7 @@ def torch() -> BuiltImage:
         run(["chmod", "-R", "a+rX", str(target)])
         layout = work / "layout"
         _copy_layout(base, layout, "torch")
-        run(["umoci", "insert", "--image", f"{layout}:torch", str(target), "/"])
+        _add_layer(layout, "torch", target)
         _finish(layout, "torch", env_path=f"/opt/venv/bin:{PATH}", cmd="/opt/venv/bin/python")
     return _cached("torch", _key("torch", base.key, _source_hash()), build)
 
@@ -257,8 +272,8 @@ def variant(base: BuiltImage, name: str, files: dict[str, str], remove: tuple[st
             opaque: dict[str, dict[str, str]] | None = None) -> BuiltImage:
     """`base` with one more layer holding `files` (absolute path in the image → text, mode 0644,
     root's): e.g. two teams' images that differ in one Python package. `remove`: paths deleted by
-    a layer of whiteouts after it; `opaque`: directories replaced whole (path → its new files), a
-    layer each (umoci's `--opaque`)."""
+    a layer of whiteouts (`.wh.NAME`) after it; `opaque`: directories replaced whole (path → its new
+    files), a layer each (`.wh..wh..opq`)."""
     def tree_of(root: Path, content: dict[str, str]) -> Path:
         for path, text in content.items():
             dest = root / path.lstrip("/")
@@ -272,12 +287,13 @@ def variant(base: BuiltImage, name: str, files: dict[str, str], remove: tuple[st
         layout = work / "layout"
         _copy_layout(base, layout, name)
         if files:
-            run(["umoci", "insert", "--image", f"{layout}:{name}", str(tree_of(work / "tree", files)), "/"])
-        for path in remove:
-            run(["umoci", "insert", "--image", f"{layout}:{name}", "--whiteout", path])
+            _add_layer(layout, name, tree_of(work / "tree", files))
+        if remove:
+            _add_layer(layout, name, tree_of(work / "removed", {
+                str(Path(p).parent / f".wh.{Path(p).name}"): "" for p in remove}))
         for i, (directory, content) in enumerate(sorted((opaque or {}).items())):
-            run(["umoci", "insert", "--image", f"{layout}:{name}", "--opaque",
-                 str(tree_of(work / f"opaque{i}", content)), directory])
+            _add_layer(layout, name, tree_of(work / f"opaque{i}", {
+                f"{directory}/.wh..wh..opq": "", **{f"{directory}/{k}": v for k, v in content.items()}}))
         run(["umoci", "gc", "--layout", str(layout)])
     return _cached(name, _key("variant", base.key, name, files, remove, opaque), build)
 
