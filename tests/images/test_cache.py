@@ -34,7 +34,7 @@ def pinned(reg, name: str) -> ImageRef:
 def leftovers(root: Path) -> dict[str, list[str]]:
     """What the cache holds on disk, besides its empty directories and its lock file."""
     return {d: sorted(os.listdir(root / d)) for d in ("layers", "images", "tmp")} | {
-        "blobs": sorted(os.listdir(root / "oci" / "blobs" / "sha256")) if (root / "oci" / "blobs").exists() else []}
+        "blobs": sorted(os.listdir(root / "oci" / "blobs" / "sha256")) if (root / "oci" / "blobs" / "sha256").exists() else []}
 
 
 def test_ensure_pulls_once_then_needs_no_registry(image_registry, tmp_path):
