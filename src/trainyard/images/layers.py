@@ -70,6 +70,22 @@ class _State:
     used: int = 0
     linkable: set[tuple[str, ...]] = field(default_factory=set)
     dir_times: list[tuple[tuple[str, ...], float]] = field(default_factory=list)
+    # the last member's parent, kept open (members come directory by directory): a walk from the
+    # root per member costs a dozen opens in a deep tree. Dropped whenever a directory is removed.
+    parent: tuple[tuple[str, ...], int] | None = None
+
+    def drop_parent(self) -> None:
+        if self.parent is not None:
+            os.close(self.parent[1])
+            self.parent = None
+
+    def parent_of(self, parts: tuple[str, ...]) -> int:
+        """A descriptor of directory `parts` (owned by the state: not to be closed by the caller)."""
+        if self.parent is None or self.parent[0] != parts:
+            fd = _open_dir(self, parts)
+            self.drop_parent()
+            self.parent = (parts, fd)
+        return self.parent[1]
 
     def charge(self, n: int) -> None:
         self.used += n
@@ -118,7 +134,7 @@ def _open_dir(st: _State, parts: tuple[str, ...], create: bool = True) -> int:
         raise
 
 
-def _remove_at(dirfd: int, name: str) -> None:
+def _remove_at(dirfd: int, name: str, st: _State | None = None) -> None:
     """Remove `name` in `dirfd` whatever it is (a directory: its tree), following no link."""
     try:
         info = os.lstat(name, dir_fd=dirfd)
@@ -127,6 +143,8 @@ def _remove_at(dirfd: int, name: str) -> None:
     if not stat.S_ISDIR(info.st_mode):
         os.unlink(name, dir_fd=dirfd)
         return
+    if st is not None:
+        st.drop_parent()  # it may lie in the tree going away
     sub = os.open(name, _DIR_FLAGS, dir_fd=dirfd)
     try:
         for entry in os.listdir(sub):
@@ -136,7 +154,7 @@ def _remove_at(dirfd: int, name: str) -> None:
     os.rmdir(name, dir_fd=dirfd)
 
 
-def _make_room(dirfd: int, name: str, keep_dir: bool) -> bool:
+def _make_room(st: _State, dirfd: int, name: str, keep_dir: bool) -> bool:
     """Clear `name` for a new member (an earlier member of the same path is replaced, as tar does);
     True when a directory is there and kept."""
     try:
@@ -145,7 +163,7 @@ def _make_room(dirfd: int, name: str, keep_dir: bool) -> bool:
         return False
     if keep_dir and stat.S_ISDIR(info.st_mode):
         return True
-    _remove_at(dirfd, name)
+    _remove_at(dirfd, name, st)
     return False
 
 
@@ -183,7 +201,7 @@ def _member(st: _State, tar: tarfile.TarFile, member: tarfile.TarInfo) -> None:
     base = parts[-1]
     if base.startswith(WHITEOUT) and not (member.isfile() or member.isdir() or member.islnk() or member.issym()):
         raise st.bad(f"whiteout {member.name[:200]!r} is not a plain entry")
-    pfd = _open_dir(st, parts[:-1])
+    pfd = os.dup(st.parent_of(parts[:-1]))  # a dup: a removal below may drop the state's own
     try:
         if base == OPAQUE:
             os.setxattr(pfd, "trusted.overlay.opaque", b"y")
@@ -191,11 +209,11 @@ def _member(st: _State, tar: tarfile.TarFile, member: tarfile.TarInfo) -> None:
             hidden = base[len(WHITEOUT):]
             if hidden in ("", ".", "..") or hidden.startswith(WHITEOUT):
                 raise st.bad(f"bad whiteout {member.name[:200]!r}")
-            _make_room(pfd, hidden, keep_dir=False)
+            _make_room(st, pfd, hidden, keep_dir=False)
             os.mknod(hidden, stat.S_IFCHR | 0o000, os.makedev(0, 0), dir_fd=pfd)
             st.charge(ENTRY_COST)
         elif member.isdir():
-            if not _make_room(pfd, base, keep_dir=True):
+            if not _make_room(st, pfd, base, keep_dir=True):
                 os.mkdir(base, 0o700, dir_fd=pfd)
                 st.charge(ENTRY_COST)
             fd = os.open(base, _DIR_FLAGS, dir_fd=pfd)
@@ -206,11 +224,11 @@ def _member(st: _State, tar: tarfile.TarFile, member: tarfile.TarInfo) -> None:
                 os.close(fd)
             st.dir_times.append((parts, member.mtime))
         elif member.isfile():
-            _make_room(pfd, base, keep_dir=False)
+            _make_room(st, pfd, base, keep_dir=False)
             _write_file(st, pfd, base, member, tar.extractfile(member))
             st.linkable.add(parts)
         elif member.issym():
-            _make_room(pfd, base, keep_dir=False)
+            _make_room(st, pfd, base, keep_dir=False)
             os.symlink(member.linkname, base, dir_fd=pfd)
             os.chown(base, member.uid, member.gid, dir_fd=pfd, follow_symlinks=False)
             st.charge(ENTRY_COST)
@@ -222,14 +240,14 @@ def _member(st: _State, tar: tarfile.TarFile, member: tarfile.TarInfo) -> None:
                              "file of the same layer")
             tfd = _open_dir(st, target[:-1], create=False)
             try:
-                _make_room(pfd, base, keep_dir=False)
+                _make_room(st, pfd, base, keep_dir=False)
                 os.link(target[-1], base, src_dir_fd=tfd, dst_dir_fd=pfd, follow_symlinks=False)
             finally:
                 os.close(tfd)
             st.charge(ENTRY_COST)
             st.linkable.add(parts)
         elif member.isfifo():
-            _make_room(pfd, base, keep_dir=False)
+            _make_room(st, pfd, base, keep_dir=False)
             os.mkfifo(base, stat.S_IMODE(member.mode), dir_fd=pfd)
             os.chown(base, member.uid, member.gid, dir_fd=pfd, follow_symlinks=False)
         # device nodes and anything else: skipped (a container gets its devices from the runtime)
@@ -280,6 +298,7 @@ def unpack(blob: IO[bytes], dest: str, *, image: str, media_type: str, diff_id: 
             raise ImagePullError(DISK_FULL, image, "no space left on the node's image cache") from None
         raise ImagePullError(BAD_IMAGE, image, f"cannot unpack a layer member: {e.strerror}") from None
     finally:
+        st.drop_parent()
         os.close(root)
     got = "sha256:" + stream.sha.hexdigest()
     if diff_id is not None and got != diff_id:
