@@ -132,14 +132,15 @@ def main() -> int:
     built = {"tiny": image_builds.tiny(), "torch": image_builds.torch()}
     out["build_or_cache_s"] = round(time.perf_counter() - t0, 1)
     with tempfile.TemporaryDirectory(prefix="bench-images-") as tmp:
-        reg = Registry(Path(tmp) / "registry").start()
+        reg = Registry(Path(tmp) / "registry")
+        reg.start()
         try:
             images = {}
             for name, b in built.items():
-                b.push(reg.addr, f"bench/{name}:1")
-                images[name] = f"{reg.addr}/bench/{name}:1"
+                b.push(reg.address, f"bench/{name}:1")
+                images[name] = f"{reg.address}/bench/{name}:1"
                 out[f"{name}_compressed_mb"] = round(b.compressed_bytes() / 1e6, 1)
-            cfg = _config(Path(tmp) / "bench.yaml", reg.addr)
+            cfg = _config(Path(tmp) / "bench.yaml", reg.address)
             first: dict[str, Any] = {}
             for name, image in images.items():
                 with YardServer(config=cfg, nodes=1) as y:  # a fresh data dir: a cold cache

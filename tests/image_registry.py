@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import image_tools
+
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -114,8 +116,9 @@ def _bcrypt(password: str) -> str | None:
 
 @pytest.fixture(scope="session")
 def image_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
-    if subprocess.run(["sh", "-c", "command -v docker-registry skopeo"], capture_output=True).returncode != 0:
-        pytest.skip("docker-registry or skopeo is not installed (scripts/images-setup.sh)")
+    why = image_tools.unavailable()
+    if why:
+        pytest.skip(why)
     registry = Registry(tmp_path_factory.mktemp("registry"))
     registry.start()
     yield registry

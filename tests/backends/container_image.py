@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import fcntl
 import os
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
+
+from tests import image_tools
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "test-images"
@@ -26,13 +27,8 @@ PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def missing_tools() -> str:
-    """Why the container tests cannot run here ("" when they can)."""
-    if os.geteuid() != 0:
-        return "containers run with root runc: the tests need root"
-    for tool in ("runc", "mmdebstrap"):
-        if shutil.which(tool) is None and shutil.which(tool, path=PATH) is None:
-            return f"{tool} is not installed (scripts/images-setup.sh)"
-    return ""
+    """Why the container tests cannot run here ("" when they can; the tools installed first where we may)."""
+    return image_tools.unavailable()
 
 
 NEEDS_RUNC = pytest.mark.skipif(bool(missing_tools()), reason=missing_tools() or "runc")

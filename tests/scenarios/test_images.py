@@ -22,7 +22,6 @@ import os
 import pwd
 import subprocess
 import textwrap
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from tests import image_builds
+from tests import image_builds, image_tools
 from tests.accounts import ROOT_ONLY, Accounts, accounts, shared_dir
 from tests.image_registry import Registry
 from tests.recipes.helpers import TINY_PRETRAIN
@@ -97,7 +96,11 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory) -> Iterator[World]:
-    registry = Registry(tmp_path_factory.mktemp("registry")).start()
+    why = image_tools.unavailable()
+    if why:
+        pytest.skip(why)
+    registry = Registry(tmp_path_factory.mktemp("registry"))
+    registry.start()
     try:
         with accounts({"vera": ["vision"], "sam": ["speech"]}, ["vision", "speech"]) as acc, \
                 shared_dir("tyimages") as d:
@@ -109,7 +112,7 @@ def world(tmp_path_factory) -> Iterator[World]:
                 os.chown(w, pw.pw_uid, pw.pw_gid)
                 work[user] = w
             config = d / "images.yaml"
-            config.write_text(_config(acc, registry.addr))
+            config.write_text(_config(acc, registry.address))
             yc = YardCluster(d / "cluster", "local", config_file=config)
             try:
                 tokens = {}
@@ -137,8 +140,8 @@ def _events(w: World, job: int) -> list[dict[str, Any]]:
 
 def test_a_recipe_in_its_image_is_preempted_and_resumes_on_the_other_node_bit_for_bit(world: World):
     w = world
-    digest = image_builds.torch().push(w.registry.addr, "vision/torch:1")
-    image = f"{w.registry.addr}/vision/torch:1"
+    digest = image_builds.torch().push(w.registry.address, "vision/torch:1")
+    image = f"{w.registry.address}/vision/torch:1"
     # the reference: the same recipe in the same image, uninterrupted
     ref_job = w.submit("vera", {**_recipe(image), "nodelist": "node-0"})
     j = w.ended(ref_job, timeout=600)
@@ -171,8 +174,8 @@ def test_a_recipe_in_its_image_is_preempted_and_resumes_on_the_other_node_bit_fo
 def test_two_teams_images_hold_their_own_packages_and_nothing_else(world: World):
     w = world
     base = image_builds.python()
-    image_builds.team_package(base, "vision_pkg").push(w.registry.addr, "vision/env:1")
-    image_builds.team_package(base, "speech_pkg").push(w.registry.addr, "speech/env:1")
+    image_builds.team_package(base, "vision_pkg").push(w.registry.address, "vision/env:1")
+    image_builds.team_package(base, "speech_pkg").push(w.registry.address, "speech/env:1")
     data_dir = w.yc.data_dir
     probe = textwrap.dedent(f"""\
         import importlib, os, sys
@@ -196,7 +199,7 @@ def test_two_teams_images_hold_their_own_packages_and_nothing_else(world: World)
     for user, team in (("vera", "vision"), ("sam", "speech")):
         jobs[user] = w.submit(user, {"name": f"{team}-env", "team": team, "gpus_per_node": 1, "nodes": 1,
                                      "command": ["python3", "-c", probe],
-                                     "container": {"image": f"{w.registry.addr}/{team}/env:1"}})
+                                     "container": {"image": f"{w.registry.address}/{team}/env:1"}})
     # both at once: each started before the other ended
     runs = {u: w.ended(j) for u, j in jobs.items()}
     for user, mine, theirs in (("vera", "vision_pkg", "speech_pkg"), ("sam", "speech_pkg", "vision_pkg")):
@@ -220,12 +223,12 @@ def test_a_tag_pushed_again_between_attempts_changes_nothing(world: World):
     tiny = image_builds.tiny()
     one = image_builds.variant(tiny, "marker-one", {"marker": "one\n"})
     two = image_builds.variant(tiny, "marker-two", {"marker": "two\n"})
-    first = one.push(w.registry.addr, "vision/moving:latest")
+    first = one.push(w.registry.address, "vision/moving:latest")
     job = w.submit("vera", {"name": "moving", "team": "vision", "gpus_per_node": 1, "nodes": 1,
                             "command": ["/bin/sh", "-c", 'cat /marker; [ "$TRAINYARD_ATTEMPT" = 1 ] && sleep 600; exit 0'],
-                            "container": {"image": f"{w.registry.addr}/vision/moving"}})
+                            "container": {"image": f"{w.registry.address}/vision/moving"}})
     w.yc.wait(job, lambda j: j["state"] == "RUNNING", timeout=120)
-    second = two.push(w.registry.addr, "vision/moving:latest")
+    second = two.push(w.registry.address, "vision/moving:latest")
     assert second != first
     w.yc.yard("requeue", str(job))
     j = w.ended(job, timeout=180)
@@ -244,16 +247,16 @@ def test_bad_images_get_clear_errors_and_leave_the_caches_consistent(world: Worl
     r = w.post("vera", {**base, "name": "elsewhere", "container": {"image": "ghcr.io/someone/img:1"}})
     assert r.status_code in (403, 422) and "allowed_registries" in r.text, r.text
     # malformed mounts: refused at submit, naming the option
-    r = w.post("vera", {**base, "name": "mounts", "container": {"image": f"{w.registry.addr}/vision/env:1",
+    r = w.post("vera", {**base, "name": "mounts", "container": {"image": f"{w.registry.address}/vision/env:1",
                                                                  "mounts": "data:/data"}})
     assert r.status_code == 422 and "container-mounts" in r.text, r.text
     # an image the registry does not have: the attempt fails with a cause of its own (the user's)
-    job = w.submit("vera", {**base, "name": "unknown", "container": {"image": f"{w.registry.addr}/vision/nope:1"}})
+    job = w.submit("vera", {**base, "name": "unknown", "container": {"image": f"{w.registry.address}/vision/nope:1"}})
     j = w.ended(job)
     assert j["state"] == "FAILED" and j["reason"].startswith("ImagePullError"), (j["state"], j["reason"])
     assert "vision/nope" in j["reason"]
     # a registry that does not answer (allowed, but down): back in the queue, the registry's fault
-    cfg_registry = w.registry.addr
+    cfg_registry = w.registry.address
     w.registry.stop()
     try:
         job = w.submit("vera", {**base, "name": "down", "container": {"image": f"{cfg_registry}/vision/env:2"}})

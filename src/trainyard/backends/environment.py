@@ -5,7 +5,7 @@ collective hangs, a checkpoint will not load, losses drift). A job with an image
 digest everywhere; a bare job runs whatever each node has. So, before a bare gang's ranks start,
 each of its nodes reports what a training process would see — Python, PyTorch, its CUDA and NCCL,
 and the GPU driver — and the plane compares them (`differences`), refusing or warning as the
-configuration says (`images.fingerprint`).
+configuration's `images:` section says (its `fingerprint` key).
 
 `fingerprint(python)` runs `FINGERPRINT_CODE` with the interpreter the node's jobs use, isolated
 (`-I`: no user site, no PYTHON* variables), with a minimal environment and a time limit; the

@@ -22,7 +22,7 @@ containment line says so). Each attempt and node also gets a private /tmp and /d
 Images. A rank of a job with `LaunchSpec.container` runs in its image with root runc, inside the
 same cell, limits, private /tmp and logs (`local.container`: the node's cache and the bundle;
 `contain.oci_spec`: config.json; the rank runner's container mode). `prepare_image`,
-`image_entries` and `remove_image` are the node's the images part's `NodeCache` (under
+`image_entries` and `remove_image` are the node's `images.cache.NodeCache` (under
 `<data_dir>/images/<node>`); a launch whose node lacks the image fails naming both.
 
 Identity. With `LaunchSpec.owner` the runner (which stays the plane's user, root) starts the
@@ -161,7 +161,7 @@ class LocalBackend(WatchesExits):
         script's `srun`/`scontrol`/`squeue`/`sinfo` run with, as the job's owner (None: the first
         python3 of the host, `backends.rundir.job_tools.default_python`). `image_cache_cap`: each
         node's image cache's size cap in bytes (None: none); `image_caches`: node -> its cache
-        (default: the images part's `NodeCache` under `<data_dir>/images/<node>`).
+        (default: `images.cache.NodeCache` under `<data_dir>/images/<node>`).
 
         Raises:
             BackendError: the containment asked for by name cannot work here (the message says why).
@@ -500,9 +500,9 @@ class LocalBackend(WatchesExits):
         self._known_node(name)
         path = self._node_env_path(name)
         if env is None:
-            path.unlink(missing_ok=True)
+            path.unlink(missing_ok=True)  # plane's own: the emulated node's state dir
         else:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(parents=True, exist_ok=True)  # plane's own: the emulated node's state dir
             jobfs.write_record(path, dict(env))
 
     def _node_env_path(self, name: str) -> Path:

@@ -1,6 +1,6 @@
 """A rank in its image on the local backend (`LaunchSpec.container`): the node's cache, the bundle.
 
-The image on a node is a `CachedImage` of that node's cache (the images part's `NodeCache` under
+The image on a node is a `CachedImage` of that node's cache (`images.cache.NodeCache` under
 `<data_dir>/images/<node>/`); the loop has had the node pull it before the launch, so a launch
 that finds it missing fails (`missing`), naming the node and the image.
 
@@ -48,7 +48,7 @@ SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 class NodeImages(Protocol):
-    """One node's image cache, as the backend uses it (the images part's `NodeCache`)."""
+    """One node's image cache, as the backend uses it (`images.cache.NodeCache`)."""
 
     def get(self, digest: str) -> CachedImage | None: ...
 
@@ -60,12 +60,10 @@ class NodeImages(Protocol):
 
 
 def node_cache(data_dir: Path, node: str, cap_bytes: int | None) -> NodeImages:
-    """the images part's `NodeCache` of `node` (imported when first needed: a bare job never loads it)."""
-    import importlib
+    """`images.cache.NodeCache` of `node` (imported when first needed: a bare job never loads it)."""
+    from trainyard.images.cache import NodeCache
 
-    cache: NodeImages = importlib.import_module("trainyard.images.cache").NodeCache(
-        data_dir / "images" / node, node, cap_bytes)
-    return cache
+    return NodeCache(data_dir / "images" / node, node, cap_bytes)
 
 
 def find_runc() -> str:
