@@ -146,3 +146,13 @@ def test_container_image_is_no_longer_refused(yard, tmp_path) -> None:
 def test_yard_image_checks_its_arguments_before_asking(yard, args, says) -> None:
     p = yard(*args, ok=False)
     assert p.returncode == 2 and p.stderr.startswith(says), p.stderr
+
+
+def test_yard_queue_shows_the_image_when_asked(yard, tmp_path) -> None:
+    jid = job_id_of(yard("submit", "-H", "-A", "vision", "--container-image=nvcr.io/nvidia/cuda:12", "--", "true",
+                         cwd=tmp_path))
+    bare = job_id_of(yard("submit", "-H", "-A", "vision", "--", "true", cwd=tmp_path))
+    lines = yard("queue", "-O", "id,image:40,reason", "-h").stdout.splitlines()
+    rows = {int(x.split()[0]): x.split()[1:] for x in lines}
+    assert rows[jid] == ["nvcr.io/nvidia/cuda:12", "JobHeldUser"], lines
+    assert rows[bare] == ["JobHeldUser"], lines  # a bare job: an empty image column

@@ -350,7 +350,7 @@ def queue(
     names: Optional[str] = typer.Option(None, "-O", "--Format",
                                         help="columns by name as squeue -O: id,name,team,user,class,state,st,time,"
                                              "timelimit,timeleft,nodes,gpus,est_start,start,submit,end,reason,"
-                                             "nodelist,reasonlist (each [:[.]size])"),
+                                             "nodelist,reasonlist,image (each [:[.]size])"),
     noheader: bool = typer.Option(False, "-h", "--noheader", help="no header line"),
     as_json: bool = JSON,
 ) -> None:
@@ -375,7 +375,7 @@ def queue(
     if not all_jobs and not state and not wanted:
         params["active"] = "true"
     if not as_json:
-        params["fields"] = queue_format.API_FIELDS
+        params["fields"] = queue_format.api_fields(shape)
     jobs = c.get("/api/v1/jobs", params=params)["jobs"]
     if users:
         jobs = [j for j in jobs if j.get("user") in users]
