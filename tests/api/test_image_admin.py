@@ -1,6 +1,6 @@
 """`yard image pull|ls|rm` through the real API on a plane with the fake backend (each node's cache
 a dict: backends/fake.py), and the digest resolved by the real registry client against a real
-loopback registry (tests/image_registry.py, tests/image_builds.py): who may, which nodes, one
+loopback registry (the image tests' registry and built images, helper A's): who may, which nodes, one
 line per node, an unknown image a 422 and a registry down a 502 with nothing cached. (An entry a
 running container holds, kept by `yard image rm`, needs the local backend's cache: the lead's part.)"""
 
