@@ -123,3 +123,21 @@ def test_a_tag_is_resolved_once_against_a_real_registry_and_every_node_gets_that
     finally:
         plane.stop()
         reg.stop()
+
+
+def test_an_image_no_team_may_run_is_not_pre_staged(tmp_path) -> None:
+    from tests.plane import identity_config_text
+
+    p = FakePlane(tmp_path / "d")
+    try:
+        r = p.admin.post("/api/v1/cluster/config", json={
+            "text": identity_config_text() + "images: {allowed_registries: ['127.0.0.1:5000']}\n"})
+        assert r.status_code == 200, r.text
+        r = pull(p, f"ghcr.io/x/y@{D1}")
+        assert r.status_code == 403 and r.json() == {
+            "field": "image", "detail": "registry 'ghcr.io' is not allowed on this cluster "
+                                        "(images.allowed_registries: 127.0.0.1:5000)"}, r.text
+        assert p.backend.cluster.pulls == []
+        assert pull(p, f"{IMG}@{D1}").status_code == 200
+    finally:
+        p.stop()
