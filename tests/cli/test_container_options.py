@@ -156,3 +156,19 @@ def test_yard_queue_shows_the_image_when_asked(yard, tmp_path) -> None:
     rows = {int(x.split()[0]): x.split()[1:] for x in lines}
     assert rows[jid] == ["nvcr.io/nvidia/cuda:12", "JobHeldUser"], lines
     assert rows[bare] == ["JobHeldUser"], lines  # a bare job: an empty image column
+
+
+def test_yard_run_names_the_way_that_works_for_an_image(yard, tmp_path) -> None:
+    p = yard("run", "llama-pretrain", "--out", str(tmp_path / "o"), "--container-image=Ubuntu", ok=False)
+    assert p.returncode == 2 and p.stderr.startswith("error: --container-image: repository name must be"), p.stderr
+    p = yard("run", "llama-pretrain", "--out", str(tmp_path / "o"), "--container-image=ubuntu", ok=False)
+    assert p.returncode == 2 and "yard submit --recipe RECIPE --container-image IMAGE" in p.stderr, p.stderr
+    assert not (tmp_path / "o").exists()  # nothing started, nothing written
+
+
+def test_a_recipe_in_an_image_runs_the_images_python(yard, tmp_path) -> None:
+    jid = job_id_of(yard("submit", "-H", "-A", "nlp", "--recipe", "llama-pretrain", "--set", "steps=2",
+                         "--container-image=127.0.0.1:5000/team/torch:1", cwd=tmp_path))
+    assert shown(yard, jid)["command"][:3] == ["python3", "-m", "trainyard.recipes"]
+    bare = job_id_of(yard("submit", "-H", "-A", "nlp", "--recipe", "llama-pretrain", "--set", "steps=2", cwd=tmp_path))
+    assert shown(yard, bare)["command"][0].startswith("/")  # the host's interpreter, as before
