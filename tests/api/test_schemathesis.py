@@ -7,7 +7,7 @@ generator reach the happy path), ranks run in a scratch directory with an empty 
 (a generated program name exits 127), and before a submission is sent its few fields that could
 reach outside the scratch directory are replaced with harmless values: a path as the program, a
 shell script, an absolute, `..` or `%x` output path, env names (PATH, BASH_ENV, LD_PRELOAD...).
-Images may come only from a closed loopback port (`images.allowed_registries`): nothing is pulled
+Images may come only from a closed loopback port (`allowed_registries` of `images:`): nothing is pulled
 from the network.
 Log streaming (`follow`) is switched off: it waits for a job's end by design.
 
