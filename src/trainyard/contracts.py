@@ -118,6 +118,10 @@ class JobVar:
     GPU_DEVICES = "TRAINYARD_GPU_DEVICES"  # local backend: the device files the containment allows
     ARRAY_JOB_ID = "TRAINYARD_ARRAY_JOB_ID"
     ARRAY_TASK_ID = "TRAINYARD_ARRAY_TASK_ID"
+    # a job in an image (issue 37): its name as normalised and the digest the attempt runs; the
+    # launch sets them, an exported model's lineage records them (recipes/export.py)
+    IMAGE = "TRAINYARD_IMAGE"
+    IMAGE_DIGEST = "TRAINYARD_IMAGE_DIGEST"
 
 
 _KEY = re.compile(r"[0-9a-f]{1,32}")

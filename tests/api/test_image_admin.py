@@ -1,6 +1,6 @@
 """`yard image pull|ls|rm` through the real API on a plane with the fake backend (each node's cache
 a dict: backends/fake.py), and the digest resolved by the real registry client against a real
-loopback registry (tests/image_registry.py, tests/image_builds.py): who may, which nodes, one
+loopback registry (the image tests' registry and built images, helper A's): who may, which nodes, one
 line per node, an unknown image a 422 and a registry down a 502 with nothing cached. (An entry a
 running container holds, kept by `yard image rm`, needs the local backend's cache: the lead's part.)"""
 
@@ -123,3 +123,21 @@ def test_a_tag_is_resolved_once_against_a_real_registry_and_every_node_gets_that
     finally:
         plane.stop()
         reg.stop()
+
+
+def test_an_image_no_team_may_run_is_not_pre_staged(tmp_path) -> None:
+    from tests.plane import identity_config_text
+
+    p = FakePlane(tmp_path / "d")
+    try:
+        r = p.admin.post("/api/v1/cluster/config", json={
+            "text": identity_config_text() + "images: {allowed_registries: ['127.0.0.1:5000']}\n"})
+        assert r.status_code == 200, r.text
+        r = pull(p, f"ghcr.io/x/y@{D1}")
+        assert r.status_code == 403 and r.json() == {
+            "field": "image", "detail": "registry 'ghcr.io' is not allowed on this cluster "
+                                        "(images.allowed_registries: 127.0.0.1:5000)"}, r.text
+        assert p.backend.cluster.pulls == []
+        assert pull(p, f"{IMG}@{D1}").status_code == 200
+    finally:
+        p.stop()

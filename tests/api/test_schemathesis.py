@@ -7,6 +7,8 @@ generator reach the happy path), ranks run in a scratch directory with an empty 
 (a generated program name exits 127), and before a submission is sent its few fields that could
 reach outside the scratch directory are replaced with harmless values: a path as the program, a
 shell script, an absolute, `..` or `%x` output path, env names (PATH, BASH_ENV, LD_PRELOAD...).
+Images may come only from a closed loopback port (`allowed_registries` of `images:`): nothing is pulled
+from the network.
 Log streaming (`follow`) is switched off: it waits for a job's end by design.
 
 `make test` runs the same 25 examples per operation every time (`tests/hypothesis_setup.py`). To
@@ -36,6 +38,10 @@ schema = schemathesis.openapi.from_dict(create_app(None).openapi())  # type: ign
 
 ONE_TEAM = yaml.safe_load(TWO_TEAMS.read_text())
 ONE_TEAM["teams"] = [{"name": "lab", "quotas": {"default": {"nominal": 8}}}]
+# images only from a loopback port where nothing listens: a generated image (a submission's, or
+# one `yard image pull` is asked for) is refused (403) before anything is pulled, never fetched
+# from a registry on the network; the few that name this one find it closed (unreachable)
+ONE_TEAM["images"] = {"allowed_registries": ["127.0.0.1:9"]}
 
 
 class Fuzzed:

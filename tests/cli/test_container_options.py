@@ -146,3 +146,29 @@ def test_container_image_is_no_longer_refused(yard, tmp_path) -> None:
 def test_yard_image_checks_its_arguments_before_asking(yard, args, says) -> None:
     p = yard(*args, ok=False)
     assert p.returncode == 2 and p.stderr.startswith(says), p.stderr
+
+
+def test_yard_queue_shows_the_image_when_asked(yard, tmp_path) -> None:
+    jid = job_id_of(yard("submit", "-H", "-A", "vision", "--container-image=nvcr.io/nvidia/cuda:12", "--", "true",
+                         cwd=tmp_path))
+    bare = job_id_of(yard("submit", "-H", "-A", "vision", "--", "true", cwd=tmp_path))
+    lines = yard("queue", "-O", "id,image:40,reason", "-h").stdout.splitlines()
+    rows = {int(x.split()[0]): x.split()[1:] for x in lines}
+    assert rows[jid] == ["nvcr.io/nvidia/cuda:12", "JobHeldUser"], lines
+    assert rows[bare] == ["JobHeldUser"], lines  # a bare job: an empty image column
+
+
+def test_yard_run_names_the_way_that_works_for_an_image(yard, tmp_path) -> None:
+    p = yard("run", "llama-pretrain", "--out", str(tmp_path / "o"), "--container-image=Ubuntu", ok=False)
+    assert p.returncode == 2 and p.stderr.startswith("error: --container-image: repository name must be"), p.stderr
+    p = yard("run", "llama-pretrain", "--out", str(tmp_path / "o"), "--container-image=ubuntu", ok=False)
+    assert p.returncode == 2 and "yard submit --recipe RECIPE --container-image IMAGE" in p.stderr, p.stderr
+    assert not (tmp_path / "o").exists()  # nothing started, nothing written
+
+
+def test_a_recipe_in_an_image_runs_the_images_python(yard, tmp_path) -> None:
+    jid = job_id_of(yard("submit", "-H", "-A", "nlp", "--recipe", "llama-pretrain", "--set", "steps=2",
+                         "--container-image=127.0.0.1:5000/team/torch:1", cwd=tmp_path))
+    assert shown(yard, jid)["command"][:3] == ["python3", "-m", "trainyard.recipes"]
+    bare = job_id_of(yard("submit", "-H", "-A", "nlp", "--recipe", "llama-pretrain", "--set", "steps=2", cwd=tmp_path))
+    assert shown(yard, bare)["command"][0].startswith("/")  # the host's interpreter, as before

@@ -222,7 +222,9 @@ def submit(
                 spec.check_world_size(gpus_n if gpus_n is not None else spec.gpus)
         except RecipeError as e:
             fail(str(e))
-        body["command"] = [sys.executable, "-m", "trainyard.recipes", ref] + [x for s in sets for x in ("--set", s)]
+        # in an image, the image's Python (on its PATH) runs the recipe; this interpreter is the host's
+        python = "python3" if container.get("image") else sys.executable
+        body["command"] = [python, "-m", "trainyard.recipes", ref] + [x for s in sets for x in ("--set", s)]
         body["name"] = spec.name
         if gpus_n is None and per_node is None and nodes is None:
             body["gpus"] = spec.gpus
@@ -350,7 +352,7 @@ def queue(
     names: Optional[str] = typer.Option(None, "-O", "--Format",
                                         help="columns by name as squeue -O: id,name,team,user,class,state,st,time,"
                                              "timelimit,timeleft,nodes,gpus,est_start,start,submit,end,reason,"
-                                             "nodelist,reasonlist (each [:[.]size])"),
+                                             "nodelist,reasonlist,image (each [:[.]size])"),
     noheader: bool = typer.Option(False, "-h", "--noheader", help="no header line"),
     as_json: bool = JSON,
 ) -> None:
@@ -375,7 +377,7 @@ def queue(
     if not all_jobs and not state and not wanted:
         params["active"] = "true"
     if not as_json:
-        params["fields"] = queue_format.API_FIELDS
+        params["fields"] = queue_format.api_fields(shape)
     jobs = c.get("/api/v1/jobs", params=params)["jobs"]
     if users:
         jobs = [j for j in jobs if j.get("user") in users]

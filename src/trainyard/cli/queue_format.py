@@ -97,10 +97,19 @@ FIELDS: tuple[Field, ...] = (
     Field("N", ("nodelist",), "NODELIST", lambda j, now: nodelist(j["placement"]) if _running(j) else "", cut=True),
     Field("R", ("reasonlist", "nodelist(reason)"), "NODELIST(REASON)",
           lambda j, now: nodelist(j["placement"]) if _running(j) else f"({j['reason'] or 'None'})", cut=True),
+    # its image (pyxis's --container-image, normalised): asked of the API only when shown (`api_fields`)
+    Field(None, ("image", "container"), "IMAGE", lambda j, now: (j.get("container") or {}).get("image") or "",
+          cut=True),
 )
 BY_LETTER = {f.letter: f for f in FIELDS if f.letter}
 BY_NAME = {n: f for f in FIELDS for n in f.names}
 DEFAULT = "id,name,team,user,class,state,time,gpus,est_start,reasonlist"
+
+
+def api_fields(shape: "Layout") -> str:
+    """The job keys to ask the API for: `API_FIELDS`, and the container record only when a column
+    shows it (a JSON document per job the queue otherwise never decodes)."""
+    return API_FIELDS + (",container" if any(f.names[0] == "image" for f, _, _ in shape.fields) else "")
 
 
 class FormatError(ValueError):

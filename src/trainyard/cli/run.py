@@ -9,11 +9,14 @@ field fails before anything is written to DIR.
 A recipe's `export: DIR` (relative to DIR) is checked here as well; the ranks export at the end.
 Running the same command again with the same DIR resumes from the newest complete checkpoint.
 SIGUSR1 or SIGTERM (and the first Ctrl-C) make every rank checkpoint and stop: exit 75.
+`--container-image` is checked as `yard submit`'s and refused for now, naming the way that works
+(`yard submit --recipe … --container-image …`): the ranks here are this machine's processes.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -27,8 +30,21 @@ def run(
     out: Path = typer.Option(..., "--out", "-o", help="run directory: checkpoints/, metrics/, logs/; reuse it to resume"),
     sets: list[str] = typer.Option([], "--set", help="override a recipe field: KEY=VALUE, dotted keys "
                                                       "(model.hidden_size=64); repeatable"),
+    image: Optional[str] = typer.Option(None, "--container-image", help="as yard submit's (pyxis's): not yet on "
+                                        "this machine without a plane; use yard submit --recipe"),
 ) -> None:
     """Train a recipe locally with N processes; rerun with the same --out to resume."""
+    if image is not None:
+        from trainyard.cli.container_opts import value
+
+        try:
+            value("--container-image", image)
+        except ValueError as e:
+            fail(str(e))
+        # the ranks would run through the node's image cache and runc, which yard run (no plane) has not yet
+        fail("--container-image: yard run starts the ranks on this machine without a control plane and does not "
+             "run images yet; submit the recipe in the image instead: yard submit --recipe RECIPE "
+             "--container-image IMAGE")
     from trainyard.recipes.checkpoints import check_resume, resolve_init
     from trainyard.recipes.spec import RecipeError, absolute_paths, load_recipe, recipe_path, shipped
 

@@ -12,7 +12,8 @@ evaluation harnesses or another framework without trainyard:
                                 in trainyard.json says so)
     DIR/trainyard.json          lineage: recipe, kind, run dir and id, step, parent model dir,
                                 data (path, sha256 of its bytes, token cache key, documents,
-                                tokens), the last eval_loss logged, when
+                                tokens), the last eval_loss logged, when, and the job's image
+                                and digest when it ran in one
 
 The weights are loaded the trainyard way (`train.load_weights`: the checkpoint's DCP model
 state, whatever world size or strategy wrote it) into the architecture built without reading
@@ -163,6 +164,14 @@ def _parent_run(ckpt_dir: Path) -> dict[str, Any] | None:
     return {"run": info.get("source"), "checkpoint": info.get("checkpoint"), "step": info.get("step")}
 
 
+def image_lineage(via: str) -> dict[str, str | None]:
+    """The image the run's job ran in and its digest, from the job's environment (`JobVar.IMAGE`,
+    `JobVar.IMAGE_DIGEST`, set by the launch of a job in an image); None for a bare job, and for
+    `yard export` from a shell, whose environment is not the job's."""
+    env = os.environ if via == "recipe" else {}
+    return {"image": env.get(JobVar.IMAGE) or None, "image_digest": env.get(JobVar.IMAGE_DIGEST) or None}
+
+
 def export_run(run: str | Path, to: str | Path, *, field: str = "--to", metrics_dir: Path | None = None,
                via: str = "yard export") -> dict[str, Any]:
     """Write the newest complete checkpoint of `run` to `to` in HF format; its lineage record.
@@ -243,6 +252,7 @@ def export_run(run: str | Path, to: str | Path, *, field: str = "--to", metrics_
             "data": _data_lineage(step_dir, ckpt_dir, spec),
             "final_eval_loss": _last_eval_loss(metrics_dir, found["step"]),
             "seed": spec.seed,
+            **image_lineage(via),
             "exported_by": via,
             "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }

@@ -57,6 +57,21 @@ def image_of(raw: str) -> str:
         raise Unprocessable(str(e), field="image") from None
 
 
+def check_allowed(cfg: ConfigVersion, image: str) -> None:
+    """An image no team may run is not pre-staged either: its registry must be in
+    `allowed_registries` of the `images:` section when that list is not empty (a team's own list
+    narrows it, so this is every registry any team may use).
+
+    Raises:
+        Forbidden: naming the registry and the rule (field `image`).
+    """
+    allowed = cfg.spec.images.allowed_registries
+    registry = parse_image(image, "image").registry.lower()
+    if allowed and registry not in allowed:
+        raise Forbidden(f"registry {registry!r} is not allowed on this cluster (images.allowed_registries: "
+                        f"{', '.join(allowed)})", field="image")
+
+
 def target_of(raw: str) -> str:
     """`yard image rm`'s target: a digest (`sha256:` and 64 hex digits) or an image."""
     text = raw.strip()

@@ -211,8 +211,10 @@ def pull_image(plane: Plane, by: Principal, image: str, node_list: str | None) -
     parallel, outside the plane's lock; one audit event with what each node did."""
     image_admin.may_change(by)
     with plane.store.session() as s:
-        names = image_admin.node_names(plane.configs.current(s), node_list)
+        cfg = plane.configs.current(s)
+    names = image_admin.node_names(cfg, node_list)
     ref = image_admin.image_of(image)
+    image_admin.check_allowed(cfg, ref)
     try:
         out = plane.pull_image(ref, names)
     except ImagePullError as e:
