@@ -26,6 +26,9 @@ class RegistryAccess:
     insecure: frozenset[str] = frozenset()
     credentials: dict[str, Credentials] = field(default_factory=dict)
     timeout_s: float = 600.0  # one skopeo call; a registry that hangs is "unreachable" after it
+    # each node cache's size cap (the configuration's `images.cache_max_gib`), carried with the
+    # access so that a change of configuration applies at the next pull; None: the backend's own
+    cache_max_bytes: int | None = None
 
     def plain_http(self, registry: str) -> bool:
         host = registry.rsplit(":", 1)[0] if not registry.endswith("]") else registry

@@ -93,7 +93,7 @@ def read_secret(path: str, where: str) -> str:
 
 def registry_access(spec: ConfigSpec) -> RegistryAccess:
     """How the plane reaches registries under `spec`: its insecure registries, each registry's
-    credentials (passwords read now: `read_secret`), and a pull's time limit.
+    credentials (passwords read now: `read_secret`), a pull's time limit and the caches' size cap.
 
     Raises:
         ServiceError: a password file that cannot be used (the field named: the entry's `password_file`).
@@ -101,7 +101,8 @@ def registry_access(spec: ConfigSpec) -> RegistryAccess:
     creds = {c.registry: Credentials(c.username, read_secret(c.password_file, f"images.credentials.{i}.password_file"))
              for i, c in enumerate(spec.images.credentials)}
     return RegistryAccess(insecure=frozenset(spec.images.insecure_registries), credentials=creds,
-                          timeout_s=spec.images.pull_timeout_s)
+                          timeout_s=spec.images.pull_timeout_s,
+                          cache_max_bytes=int(spec.images.cache_max_gib * (1 << 30)))
 
 
 class ContainerSubmit(BaseModel):

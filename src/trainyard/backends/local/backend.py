@@ -373,7 +373,10 @@ class LocalBackend(WatchesExits):
             parsed = parse_image(ref)
         except ValueError as e:
             raise BackendError(f"image {ref!r}: {e}") from e
-        return self._images(node).ensure(parsed, access)
+        cache = self._images(node)
+        if self._image_cap is None and access.cache_max_bytes is not None and hasattr(cache, "cap_bytes"):
+            cache.cap_bytes = access.cache_max_bytes  # the configuration's, unless the backend was given one
+        return cache.ensure(parsed, access)
 
     def image_entries(self, node: str) -> list[EntryInfo]:
         return self._images(node).entries()

@@ -41,6 +41,7 @@ from trainyard.backends.contain import oci_spec
 from trainyard.backends.contain.common import attempt_key, base_name
 from trainyard.backends.contain.devices import Device
 from trainyard.images.types import CachedImage, EntryInfo, RegistryAccess
+from trainyard.spec.image_ref import ImageRef
 
 IMAGE_FILE_MAX = 1 << 20  # an image's /etc/passwd or /etc/group read at most (an image is untrusted)
 NVIDIA_EXTRA = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
@@ -52,7 +53,7 @@ class NodeImages(Protocol):
 
     def get(self, digest: str) -> CachedImage | None: ...
 
-    def ensure(self, ref: object, access: RegistryAccess) -> CachedImage: ...
+    def ensure(self, ref: ImageRef, access: RegistryAccess) -> CachedImage: ...
 
     def entries(self) -> list[EntryInfo]: ...
 

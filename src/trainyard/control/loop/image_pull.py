@@ -30,6 +30,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from trainyard.backends.base import ContainerLaunch, LaunchSpec
+from trainyard.contracts import JobVar
 from trainyard.control.loop.context import LoopContext
 from trainyard.images.types import ImagePullError, RegistryAccess
 from trainyard.services import images as image_rules
@@ -72,7 +73,8 @@ def prepare(ctx: LoopContext, spec: LaunchSpec) -> LaunchSpec | None:
     took = time.monotonic() - began
     if not _running(ctx, spec, digest, took, nodes):
         return None
-    return replace(spec, container=ContainerLaunch(c.options, pinned, digest))
+    env = {**spec.env, JobVar.IMAGE: pinned, JobVar.IMAGE_DIGEST: digest}  # what an exported model's lineage records
+    return replace(spec, env=env, container=ContainerLaunch(c.options, pinned, digest))
 
 
 def _resolve(ref: ImageRef, access: RegistryAccess) -> str:
