@@ -10,13 +10,11 @@ from typing import Any
 
 import pytest
 
+from tests import image_tools
 from tests.api.helpers import store_snapshot
 from tests.fake_plane import FakePlane
-from trainyard.backends.fake import FakeBackend
 from trainyard.images.types import DISK_FULL, ImagePullError
 
-pytestmark = pytest.mark.skipif(not hasattr(FakeBackend, "prepare_image"),
-                                reason="the fake backend's image cache (helper B's backends/fake.py) is not here yet")
 
 D1, D2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
 IMG = "127.0.0.1:5000/team/img"
@@ -93,7 +91,9 @@ def test_who_may_and_what_is_refused(p: FakePlane) -> None:
 # -- the digest resolved by the real registry client -------------------------------------------------
 
 def test_a_tag_is_resolved_once_against_a_real_registry_and_every_node_gets_that_digest(tmp_path) -> None:
-    pytest.importorskip("trainyard.images.registry", reason="helper A's images/registry.py is not here yet")
+    why = image_tools.unavailable()
+    if why:
+        pytest.skip(why)
     import json
 
     from tests.image_builds import tiny
