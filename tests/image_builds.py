@@ -74,6 +74,16 @@ class BuiltImage:
                     if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == self.tag)
         return json.loads(_blob(self.layout, desc["digest"]).read_text())
 
+    def digest(self) -> str:
+        """The manifest's digest: what a registry gives for the tag this image is pushed under."""
+        index = json.loads((self.layout / "index.json").read_text())
+        return next(m["digest"] for m in index["manifests"]
+                    if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == self.tag)
+
+    def compressed_bytes(self) -> int:
+        """The image's layers as pushed (compressed), in bytes."""
+        return sum(layer["size"] for layer in self.manifest()["layers"])
+
     def layer_digests(self) -> list[str]:
         return [layer["digest"] for layer in self.manifest()["layers"]]
 

@@ -64,7 +64,10 @@ def node_cache(data_dir: Path, node: str, cap_bytes: int | None) -> NodeImages:
     """`images.cache.NodeCache` of `node` (imported when first needed: a bare job never loads it)."""
     from trainyard.images.cache import NodeCache
 
-    return NodeCache(data_dir / "images" / node, node, cap_bytes)
+    top = data_dir / "images"  # every node's cache: root's alone (a job sees its image through its container)
+    top.mkdir(mode=0o700, exist_ok=True)  # plane's own: the data dir's images/
+    os.chmod(top, 0o700)  # plane's own: made by an older plane with the default mode
+    return NodeCache(top / node, node, cap_bytes)
 
 
 def find_runc() -> str:
