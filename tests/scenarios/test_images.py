@@ -154,9 +154,15 @@ def test_a_recipe_in_its_image_is_preempted_and_resumes_on_the_other_node_bit_fo
     owner_uid = pwd.getpwnam(w.acc.user("vera")).pw_uid
     assert all(p.stat().st_uid == owner_uid for p in (w.yc.job_dir(ref_job) / "checkpoints").glob("step-*"))
 
-    # the victim, on node-0 (its image there already); an interactive job needs that very node
-    job = w.submit("vera", {**_recipe(image), "nodelist": "node-0"})
+    # the victim, placed on node-0 (its image there already) while a blocker holds node-1; an
+    # interactive job then needs node-0 itself, and node-1 is free again for the victim's resume
+    blocker = w.submit("vera", {"name": "blocker", "team": "vision", "gpus_per_node": 4, "nodes": 1,
+                                "nodelist": "node-1", "command": ["/bin/sleep", "600"]})
+    w.yc.wait(blocker, "RUNNING", timeout=120)
+    job = w.submit("vera", _recipe(image))
     w.yc.wait_committed(job, 4, timeout=300)
+    assert {p["node"] for p in w.yc.job(job)["placement"]} == {"node-0"}
+    w.yc.yard("cancel", str(blocker))
     urgent = w.submit("vera", {"name": "urgent", "team": "vision", "class": "interactive", "gpus_per_node": 4,
                                "nodes": 1, "nodelist": "node-0", "command": ["/bin/sleep", "20"]})
     j = w.ended(job, timeout=600)
