@@ -4,7 +4,7 @@
 
 Run as root (the node caches and runc are root's), with the image tools installed
 (scripts/images-setup.sh). It starts Debian's docker-registry on loopback, builds (or takes from
-`.cache/test-images/`) the tests' images — `tiny` (busybox, ~10 MB) and `torch` (Debian's Python,
+`.cache/test-images/`) the tests' images — `10mb` (busybox and filler, ~10 MB compressed) and `torch` (Debian's Python,
 the pinned CPU PyTorch, trainyard) — pushes them, and drives a real `yard up` on the local backend:
 
 1. time from submit (the HTTP POST) to the job's first line in its log, for each image with a cold
@@ -20,6 +20,7 @@ the pinned CPU PyTorch, trainyard) — pushes them, and drives a real `yard up` 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import statistics
 import sys
@@ -39,6 +40,7 @@ from tests.image_registry import Registry  # noqa: E402
 from tests.recipes.helpers import TINY_PRETRAIN  # noqa: E402
 
 FIRST = "first-line-of-the-job"
+WORKDIR = Path(tempfile.mkdtemp(prefix="bench-images-work-"))
 
 
 def _config(path: Path, registry: str) -> Path:
@@ -63,7 +65,7 @@ images:
 def _submit(y: YardServer, body: dict[str, Any]) -> tuple[int, float]:
     with y.client() as c:
         t0 = time.perf_counter()
-        r = c.post("/api/v1/jobs", json={"team": "bench", "gpus_per_node": 1, "nodes": 1, "workdir": "/tmp", **body})
+        r = c.post("/api/v1/jobs", json={"team": "bench", "gpus_per_node": 1, "nodes": 1, "workdir": str(WORKDIR), **body})
         r.raise_for_status()
         return int(r.json()["id"]), t0
 
@@ -129,9 +131,13 @@ def main() -> int:
     args = ap.parse_args()
     out: dict[str, Any] = {"conditions": conditions()}
     t0 = time.perf_counter()
-    built = {"tiny": image_builds.tiny(), "torch": image_builds.torch()}
+    # ~10 MB compressed: busybox and 19 MB of hexadecimal text (deterministic: built once, then cached)
+    filler = "".join(hashlib.sha256(str(i).encode()).hexdigest() for i in range(300_000))
+    built = {"10mb": image_builds.variant(image_builds.tiny(), "ten-mb", {"opt/filler.hex": filler}),
+             "torch": image_builds.torch()}
     out["build_or_cache_s"] = round(time.perf_counter() - t0, 1)
     with tempfile.TemporaryDirectory(prefix="bench-images-") as tmp:
+        (Path(tmp) / "registry").mkdir()
         reg = Registry(Path(tmp) / "registry")
         reg.start()
         try:
@@ -143,7 +149,7 @@ def main() -> int:
             cfg = _config(Path(tmp) / "bench.yaml", reg.address)
             first: dict[str, Any] = {}
             for name, image in images.items():
-                with YardServer(config=cfg, nodes=1) as y:  # a fresh data dir: a cold cache
+                with YardServer(config=cfg) as y:  # a fresh data dir: a cold cache
                     cold = _first_line_s(y, image)
                     warm, bare = [], []
                     for _ in range(args.rounds):
@@ -156,7 +162,7 @@ def main() -> int:
                         first[name]["warm_median_s"] - first[name]["bare_median_s"], 3)
                     print(name, json.dumps(first[name]), flush=True)
             out["submit_to_first_line"] = first
-            with YardServer(config=cfg, nodes=1) as y:
+            with YardServer(config=cfg) as y:
                 inside, outside = [], []
                 for _ in range(max(1, args.rounds // 2 + 1)):
                     outside.append(_steps_per_s(y, None, args.steps))
