@@ -70,12 +70,22 @@ def _submit(y: YardServer, body: dict[str, Any]) -> tuple[int, float]:
         return int(r.json()["id"]), t0
 
 
+def _job_dir(y: YardServer, job: int) -> Path:
+    """DATA_DIR/jobs/<id>-<key> (contracts.JobDir), once the plane has made it."""
+    deadline = time.monotonic() + 900
+    while not (found := sorted((y.data_dir / "jobs").glob(f"{job}-*"))):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"job {job}: no job dir after 900 s: {y.log_tail()}")
+        time.sleep(0.01)
+    return found[0]
+
+
 def _first_line_s(y: YardServer, image: str | None) -> float:
     body: dict[str, Any] = {"name": "first", "command": ["/bin/sh", "-c", f"echo {FIRST}"]}
     if image:
         body["container"] = {"image": image}
     job, t0 = _submit(y, body)
-    log = y.data_dir / "jobs" / str(job) / "logs" / "rank-0.log"
+    log = _job_dir(y, job) / "logs" / "rank-0.log"
     deadline = time.monotonic() + 900
     while True:
         try:
@@ -116,7 +126,7 @@ def _steps_per_s(y: YardServer, image: str | None, steps: int) -> float:
     if j["state"] != "COMPLETED":
         raise RuntimeError(f"recipe job {job} {j['state']}: {j['reason']}")
     times = []
-    for line in (y.data_dir / "jobs" / str(job) / "metrics" / "metrics.jsonl").read_text().splitlines():
+    for line in (_job_dir(y, job) / "metrics" / "metrics.jsonl").read_text().splitlines():
         rec = json.loads(line)
         if "event" not in rec and rec.get("step", 0) > 3 and "step_time_s" in rec:
             times.append(rec["step_time_s"])

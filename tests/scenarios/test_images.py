@@ -282,3 +282,26 @@ def test_bad_images_get_clear_errors_and_leave_the_caches_consistent(world: Worl
         root = w.yc.data_dir / "images" / node
         staging = root / "tmp"  # where pulls and unpacks happen before their rename into place
         assert not staging.exists() or list(staging.iterdir()) == [], list(staging.iterdir())
+
+
+def test_a_batch_script_runs_in_its_image_and_its_srun_steps_too(world: World):
+    """`#SBATCH --container-image` as a pyxis site writes it: the script runs in the image, and a
+    `srun` line that repeats the job's image (in enroot's form) starts its tasks there; one that
+    asks for another image is refused, naming it."""
+    w = world
+    image_builds.team_package(image_builds.python(), "vision_pkg").push(w.registry.address, "vision/env:1")
+    enroot = w.registry.address + "#vision/env:1"
+    script = textwrap.dedent(f"""\
+        #!/bin/sh
+        #SBATCH --container-image={w.registry.address}/vision/env:1
+        python3 -c 'import vision_pkg; print("script in image")'
+        srun -n 2 --container-image={enroot} python3 -c 'import os, vision_pkg; print("task", os.environ["SLURM_PROCID"], "in image")'
+        srun -n 1 --container-image=ubuntu:24.04 true || echo "other image refused"
+        """)
+    job = w.submit("vera", {"name": "batch-img", "team": "vision", "gpus_per_node": 2, "nodes": 1, "ntasks": 2,
+                            "script": script, "container": {"image": f"{w.registry.address}/vision/env:1"}})
+    j = w.ended(job)
+    log = (w.yc.job_dir(job) / "logs" / "rank-0.log").read_text()
+    assert j["state"] == "COMPLETED", (j["state"], j["reason"], log[-2000:])
+    assert "script in image" in log and "task 0 in image" in log and "task 1 in image" in log, log
+    assert "the job's image is" in log and "other image refused" in log, log

@@ -91,7 +91,10 @@ def prepare(run_dir: Path, spec: LaunchSpec, gang: Gang, master_addr: str, maste
         "time_limit_s": spec.time_limit_s, "start_epoch": time.time(), "mem_mib": spec.limits.mem_mib,
         "command": " ".join(spec.command), "stdout": str(jd.rank_log(0)),
         "stderr": str(jd.rank_err(0) if spec.stderr_apart else jd.rank_log(0)),
-        "cluster_nodes": [{"name": n.name, "gpus": n.gpus} for n in cluster_nodes or []]})
+        "cluster_nodes": [{"name": n.name, "gpus": n.gpus} for n in cluster_nodes or []],
+        # the job's image, which its steps run in (srun's --container-* are checked against it: step_container.py)
+        "container": None if spec.container is None else
+        {**spec.container.options.to_record(), "ref": spec.container.ref, "digest": spec.container.digest}})
     job_tools.install(run_dir, python, in_container=spec.container is not None)
     run = jobfs.Tree(run_dir)  # the plane's run dir: made through no link
     owner = (spec.owner.uid, spec.owner.gid) if spec.owner is not None else None

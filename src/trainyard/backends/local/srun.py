@@ -62,6 +62,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from typing import Any
 from datetime import datetime, timezone
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -95,6 +96,11 @@ _NO_EFFECT_VALUED = {"--mpi", "--cpu-bind", "--cpu_bind", "--export", "--kill-on
 VERSION = "srun (trainyard's, for the local backend) 1"
 
 
+def _step_container() -> Any:
+    """step_container.py, by path (pyxis's --container-* on a step: the job's image)."""
+    return by_path.load("backends/local/step_container")
+
+
 def parse_args(argv: Sequence[str]) -> tuple[dict, list[str]]:
     """srun's options (those above) and the command: counts as ints, `nodelist` as given, `label`
     True when asked.
@@ -112,6 +118,19 @@ def parse_args(argv: Sequence[str]) -> tuple[dict, list[str]]:
         if not w.startswith("-") or w == "-":
             break
         name, eq, val = w.partition("=")
+        if name in _step_container().FLAGS and not eq:  # pyxis's, on a step: checked against the job's
+            key, flag = _step_container().FLAGS[name]
+            opts.setdefault("container", {})[key] = flag
+            i += 1
+            continue
+        if name in _step_container().VALUED:
+            if not eq:
+                if i + 1 >= len(argv):
+                    raise SrunError(f"option {name} needs a value")
+                val, i = argv[i + 1], i + 1
+            opts.setdefault("container", {})[_step_container().VALUED[name]] = val
+            i += 1
+            continue
         if name in _NO_EFFECT_FLAGS and not eq:
             i += 1
             continue
@@ -335,6 +354,10 @@ def run_step(run_dir: str, argv: Sequence[str], environ: dict[str, str] | None =
         opts, command = parse_args(argv)
         with open(os.path.join(run_dir, BATCH_FILE)) as f:
             batch = json.load(f)
+        try:
+            _step_container().check(opts.get("container") or {}, batch.get("container"))
+        except _step_container().StepContainerError as e:
+            raise SrunError(str(e)) from None
         job_nodes = list(dict.fromkeys(s["node"] for s in batch["slots"]))
         per = {n: sum(1 for s in batch["slots"] if s["node"] == n) for n in job_nodes}
         named = by_path.load("contracts").expand_hostlist(opts["nodelist"]) if "nodelist" in opts else None
