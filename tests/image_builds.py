@@ -117,6 +117,7 @@ def _cached(name: str, key: str, build) -> BuiltImage:
     final = CACHE / f"{name}-{key}"
     image = BuiltImage(name, final, key)
     if (final / "index.json").exists():
+        _prune(name, keep=final)
         return image
     with open(CACHE / f"{name}-{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -128,7 +129,24 @@ def _cached(name: str, key: str, build) -> BuiltImage:
             os.rename(work / "layout", final)
         finally:
             _remove_tree(work)
+    _prune(name, keep=final)
     return image
+
+
+def _prune(name: str, keep: Path) -> None:
+    """Older builds of `name` (another key: the recipe or, for `torch`, the source changed), each
+    removed once no other process holds its lock: the cache keeps one build per name."""
+    for old in CACHE.glob(f"{name}-*"):
+        suffix = old.name[len(name) + 1:]
+        if old == keep or not old.is_dir() or len(suffix) != 16 or not all(c in "0123456789abcdef" for c in suffix):
+            continue  # another image whose name starts with ours (torch-env), or not a build
+        with open(CACHE / f"{old.name}.lock", "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue
+            _remove_tree(old)
+        (CACHE / f"{old.name}.lock").unlink(missing_ok=True)
 
 
 def _remove_tree(path: Path) -> None:
@@ -147,9 +165,22 @@ def _finish(layout: Path, tag: str, env_path: str = PATH, cmd: str = "/bin/sh") 
     run(["umoci", "gc", "--layout", str(layout)])
 
 
+def _link_or_copy(src: str, dst: str) -> object:
+    """Blobs are content-addressed and never written again: a hard link, not a copy (a torch
+    image's 400 MB would be copied at every source change); the rest (index.json, which umoci
+    rewrites) a copy."""
+    if f"{os.sep}blobs{os.sep}" in src:
+        try:
+            os.link(src, dst)
+            return dst
+        except OSError:
+            pass
+    return shutil.copy2(src, dst)
+
+
 def _copy_layout(base: BuiltImage, layout: Path, tag: str) -> None:
     """`base`'s layout copied to `layout`, its image tagged `tag` (the blobs are the same bytes)."""
-    shutil.copytree(base.layout, layout, symlinks=True)
+    shutil.copytree(base.layout, layout, symlinks=True, copy_function=_link_or_copy)
     if tag != base.tag:
         run(["umoci", "tag", "--image", f"{layout}:{base.tag}", tag])
         run(["umoci", "rm", "--image", f"{layout}:{base.tag}"])

@@ -15,28 +15,37 @@ What is checked: a 2-node gang launches and every rank is reported; the environm
 sees (contracts.rank_env; on Slurm the SLURM_* values are Slurm's own, so the checks are of
 consistency: SLURM_PROCID == RANK, the nodelist expands to the placement's nodes, ...); signals
 (SIGUSR1 reaches every rank, SIGTERM, SIGKILL ends ranks with signal 9); exit codes; frozen
-ranks (SIGSTOP) are running and stopped, not lost; every rank or none on a command that cannot run; re-attach by a new backend on the same data dir after
+ranks (SIGSTOP) are running and stopped, not lost; a gang in an image (pulled on both nodes first)
+runs there with the same contract (skipped, with the reason, where a backend runs no images: Slurm
+without pyxis); every rank or none on a command that cannot run; re-attach by a new backend on the same data dir after
 close(); release ends what is left and forgets the attempt; a rank's end is news to `watch(wake)`.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from tests import image_builds, image_tools
 from tests.backends.helpers import MARK, marked_processes
-from trainyard.backends.base import AttemptState, Backend, BackendError, LaunchSpec
+from tests.image_registry import Registry
+from trainyard.backends.base import AttemptState, Backend, BackendError, ContainerLaunch, LaunchSpec
 from trainyard.contracts import RankPlacement
 from trainyard.backends.fake import FakeBackend, FakeCluster
 from trainyard.clock import FakeClock
 from trainyard.contracts import JobDir, JobInfo, expand_hostlist
+from trainyard.images.types import UNSUPPORTED, ImagePullError, RegistryAccess
+from trainyard.spec.container import ContainerOptions
+from trainyard.spec.container_mounts import Mount
 
 RANK_PROGRAM = Path(__file__).with_name("rank_program.py")
 
@@ -102,6 +111,31 @@ class Harness:
                           env={MARK: str(self.data_dir), "CONFORMANCE_OUT": str(self.out)},
                           checkpoint_dir=str(jd.checkpoints), job=JobInfo(name=f"conformance-{job_id}", team="vision"))
 
+    def container(self) -> tuple[ContainerLaunch, list[str]]:
+        """An image on both nodes (pulled there) and the rank program's command inside it; skips
+        where this backend runs no images (the reason said)."""
+        why = image_tools.unavailable()
+        if why:
+            pytest.skip(why)
+        registry = Registry(self.data_dir / "registry")
+        (self.data_dir / "registry").mkdir(exist_ok=True)
+        registry.start()
+        self._registry = registry
+        built = image_builds.python()
+        built.push(registry.address, "conformance/python:1")
+        digest = built.digest()
+        ref = f"{registry.address}/conformance/python:1@{digest}"
+        for node in self.nodes:
+            try:
+                self.backend.prepare_image(node, ref, RegistryAccess())
+            except ImagePullError as e:
+                if e.kind == UNSUPPORTED:
+                    pytest.skip(str(e))
+                raise
+        here = str(RANK_PROGRAM.parent)
+        opts = ContainerOptions(f"{registry.address}/conformance/python:1", mounts=(Mount(here, here, True),))
+        return ContainerLaunch(opts, ref, digest), ["python3", str(RANK_PROGRAM)]
+
     def reopen(self) -> Backend:
         """The plane restarts: this backend is closed, a new one on the same data dir takes over."""
         self.backend.close()
@@ -138,6 +172,8 @@ class Harness:
 
     def cleanup(self) -> None:
         """Release whatever a test left; nothing of it may keep running."""
+        if getattr(self, "_registry", None) is not None:
+            self._registry.stop()
         for a in self.backend.poll():
             self.backend.release(a.job_id, a.attempt)
         self.wait(lambda: not self.leftovers(), 30, f"nothing left running (left: {self.leftovers()})")
@@ -205,6 +241,13 @@ class FakeHarness(Harness):
             return [f"job {k[0]} attempt {k[1]} rank {r.rank}" for k, a in cluster.attempts.items()
                     for r in a.ranks if r.ended is None]
 
+    def container(self) -> tuple[ContainerLaunch, list[str]]:
+        digest = "sha256:" + "c0" * 32
+        ref = f"127.0.0.1:5000/conformance/python:1@{digest}"
+        for node in self.nodes:
+            self.backend.prepare_image(node, ref, RegistryAccess())
+        return ContainerLaunch(ContainerOptions("127.0.0.1:5000/conformance/python:1"), ref, digest), ["yard-fake"]
+
     def cleanup(self) -> None:
         super().cleanup()
         FakeCluster.forget(self.data_dir)
@@ -212,6 +255,20 @@ class FakeHarness(Harness):
 
 class Conformance:
     """The test bodies (see the module docstring). Subclasses provide the `harness` fixture."""
+
+    def test_a_gang_in_its_image_runs_there_with_the_same_contract(self, harness: Harness) -> None:
+        c, program = harness.container()
+        spec = replace(harness.spec(70, [*program, "run=0.3"]), container=c)
+        harness.backend.launch(spec)
+        st = harness.wait_done(70, timeout=60)
+        assert [(r.rank, r.exit_code) for r in sorted(st.ranks, key=lambda r: r.rank)] == [(r, 0) for r in range(4)]
+        for r in range(4):
+            env = harness.env(70, 1, r)
+            assert (env["RANK"], env["WORLD_SIZE"], env["TRAINYARD_JOB_ID"]) == (str(r), "4", "70")
+            if "_ROOT_DEV" in env:  # a real process: its `/` is the image's, not the host's
+                assert env["_ROOT_DEV"] != str(os.stat("/").st_dev), env["_ROOT_DEV"]
+        harness.backend.release(70, 1)
+        assert harness.leftovers() == []
 
     def test_a_two_node_gang_starts_every_rank_and_reports_each_exit(self, harness: Harness) -> None:
         h = harness

@@ -12,8 +12,8 @@ Usage: python rank_program.py [TOKEN ...]   with the tokens
     until=PATH   exit (with `exit`) once PATH exists
     rankN:KEY=V  the same for rank N only
 
-With $CONFORMANCE_OUT set, it first writes its environment to
-`$CONFORMANCE_OUT/env-<job>-<attempt>-<rank>.json`, then, once its handlers are installed,
+With $CONFORMANCE_OUT set, it first writes its environment (and `_ROOT_DEV`, the device of its
+root file system) to `$CONFORMANCE_OUT/env-<job>-<attempt>-<rank>.json`, then, once its handlers are installed,
 `ready-<job>-<attempt>-<rank>`: a test signals the ranks only after that.
 """
 
@@ -70,8 +70,8 @@ def main(argv: list[str]) -> int:
     if out:
         name = f"{os.environ.get('TRAINYARD_JOB_ID')}-{os.environ.get('TRAINYARD_ATTEMPT')}-{rank}"
         tmp = os.path.join(out, f".env-{name}.{os.getpid()}")
-        with open(tmp, "w") as f:
-            json.dump(dict(os.environ), f)
+        with open(tmp, "w") as f:  # and the device of its `/`: a container's is not the host's
+            json.dump({**os.environ, "_ROOT_DEV": str(os.stat("/").st_dev)}, f)
         os.replace(tmp, os.path.join(out, f"env-{name}.json"))
         open(os.path.join(out, f"ready-{name}"), "w").close()
     until = prog.get("until")

@@ -305,3 +305,24 @@ def test_a_batch_script_runs_in_its_image_and_its_srun_steps_too(world: World):
     assert j["state"] == "COMPLETED", (j["state"], j["reason"], log[-2000:])
     assert "script in image" in log and "task 0 in image" in log and "task 1 in image" in log, log
     assert "the job's image is" in log and "other image refused" in log, log
+
+
+def test_an_admin_prestages_an_image_and_a_job_there_pulls_nothing(world: World):
+    w = world
+    staged = image_builds.variant(image_builds.tiny(), "staged", {"staged": "yes\n"})
+    staged.push(w.registry.address, "vision/staged:1")
+    image = f"{w.registry.address}/vision/staged:1"
+    out = w.yc.yard("image", "pull", image, "--nodes", "node-1").stdout
+    assert "node-1" in out, out
+    ls1, ls0 = (w.yc.yard("image", "ls", "--node", n).stdout for n in ("node-1", "node-0"))
+    assert "vision/staged" in ls1 and staged.digest()[:19] in ls1, ls1
+    assert "vision/staged" not in ls0, ls0
+    blobs = w.registry.requests("/vision/staged/blobs/")
+    job = w.submit("vera", {"name": "staged", "team": "vision", "gpus_per_node": 1, "nodes": 1, "nodelist": "node-1",
+                            "command": ["/bin/cat", "/staged"], "container": {"image": image}})
+    assert w.ended(job)["state"] == "COMPLETED"
+    assert w.registry.requests("/vision/staged/blobs/") == blobs  # pre-staged: no layer fetched again
+    assert "yes" in (w.yc.job_dir(job) / "logs" / "rank-0.log").read_text()
+    # removed from node-1's cache; nothing in use keeps it
+    w.yc.yard("image", "rm", image, "--node", "node-1")
+    assert "vision/staged" not in w.yc.yard("image", "ls", "--node", "node-1").stdout

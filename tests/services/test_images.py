@@ -100,3 +100,13 @@ def test_options_without_an_image_need_a_team_default() -> None:
     spec = spec_with("images: {default_image: 'ubuntu:24.04'}\n")
     got = images.requested(spec, "nlp", sub)
     assert got is not None and got.image.endswith("ubuntu:24.04") and got.mounts[0].src == "/data"
+
+
+def test_a_recipe_command_runs_the_images_python():
+    from trainyard.services.images import recipe_in_image
+
+    assert recipe_in_image(["/root/.venv/bin/python", "-m", "trainyard.recipes", "llama-pretrain"]) == \
+        ["python3", "-m", "trainyard.recipes", "llama-pretrain"]
+    assert recipe_in_image(["python3", "-m", "trainyard.recipes", "x"]) == ["python3", "-m", "trainyard.recipes", "x"]
+    assert recipe_in_image(["/usr/bin/python3", "train.py"]) == ["/usr/bin/python3", "train.py"]  # the user's own
+    assert recipe_in_image(["/opt/bin/runner", "-m", "trainyard.recipes"]) == ["/opt/bin/runner", "-m", "trainyard.recipes"]

@@ -181,3 +181,14 @@ def requested(spec: ConfigSpec, team: str, sub: ContainerSubmit | None) -> Conta
                            f"(images.teams.{team}.default_image or images.default_image); give --container-image",
                            field="container.image")
     return sub.options(image)
+
+
+def recipe_in_image(command: list[str]) -> list[str]:
+    """A recipe job's command as it runs in an image: `yard submit --recipe` sends
+    `<its own interpreter> -m trainyard.recipes …`, a path of the submitting machine that an image
+    does not have; in an image (the job's own, or its team's default, which the CLI cannot know)
+    the image's `python3` runs it. Any other command is the user's, kept as given."""
+    if len(command) >= 3 and command[1:3] == ["-m", "trainyard.recipes"] and command[0].startswith("/") \
+            and command[0].rsplit("/", 1)[-1].startswith("python"):
+        return ["python3", *command[1:]]
+    return command

@@ -461,6 +461,8 @@ def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_d
     _check_against_config(sub, team, cls, shape, cfg)
     container = images.requested(cfg.spec, team, sub.container)
     images.check_allowed(cfg.spec, team, container)
+    if container is not None and sub.command:
+        sub = sub.model_copy(update={"command": images.recipe_in_image(list(sub.command))})
     mem_of_cpus = _mem_of_cpus(sub, shape, cfg)
     if mem_of_cpus is not None:  # recorded as Slurm's job has it; enforced as the node's --mem
         sub = sub.model_copy(update={"mem": mem_of_cpus, "env": {
