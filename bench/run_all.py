@@ -31,6 +31,8 @@ BENCHES = [
      [sys.executable, str(HERE / "install_base.py"), "--json"]),
     ("what a job's files cost the plane: a 1 GB log, an 800 MB metrics file, a FIFO (issue 34, ~1 min)",
      [sys.executable, str(HERE / "plane_reads.py")]),
+    ("what an image costs a job: first line cold/warm, start overhead, steps/s in and out (issue 37, root, ~8 min)",
+     [sys.executable, str(HERE / "images_start.py"), "--json", str(HERE / "results" / "images_start.json")]),
 ]
 
 
