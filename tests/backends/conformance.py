@@ -117,8 +117,8 @@ class Harness:
         why = image_tools.unavailable()
         if why:
             pytest.skip(why)
-        registry = Registry(self.data_dir / "registry")
         (self.data_dir / "registry").mkdir(exist_ok=True)
+        registry = Registry(self.data_dir / "registry")
         registry.start()
         self._registry = registry
         built = image_builds.python()
