@@ -79,3 +79,13 @@ def test_passwd_and_group_hold_the_owner_once():
     group = oci_spec.group_with("root:x:0:\nteam:x:7:\nusers:x:2000:\n", "alice", [("alice", 1005), ("team", 2000)])
     assert group.splitlines() == ["root:x:0:", "alice:x:1005:alice", "team:x:2000:alice"]
     assert oci_spec.passwd_with(None, "a", 1, 1, "/") == "a:x:1:1::/:/bin/sh\n"
+
+
+def test_the_gpu_drivers_library_dir_goes_last_on_ld_library_path():
+    from trainyard.backends.contain.oci_spec import DRIVER_LIB_DIR, process_env
+
+    env = dict(e.split("=", 1) for e in process_env(["LD_LIBRARY_PATH=/opt/cuda/lib64"], {}, library_dir=DRIVER_LIB_DIR))
+    assert env["LD_LIBRARY_PATH"] == f"/opt/cuda/lib64:{DRIVER_LIB_DIR}"
+    env = dict(e.split("=", 1) for e in process_env([f"LD_LIBRARY_PATH={DRIVER_LIB_DIR}"], {}, library_dir=DRIVER_LIB_DIR))
+    assert env["LD_LIBRARY_PATH"] == DRIVER_LIB_DIR  # NVIDIA's images name it already
+    assert "LD_LIBRARY_PATH" not in dict(e.split("=", 1) for e in process_env([], {}))

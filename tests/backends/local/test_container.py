@@ -311,3 +311,22 @@ def test_a_batch_script_runs_in_the_image_and_its_srun_starts_tasks_there(backen
     assert state.ranks[0].exit_code == 0, out
     assert f"task 0 {who.user}" in out, out
     assert f"task 1 {who.user}" in (logs / "rank-1.log").read_text()
+
+
+def test_a_real_gpus_driver_libraries_are_found_by_the_names_the_linker_asks_for(tmp_path):
+    """The node's libcuda and NVML (`container.driver_binds`), read-only under /usr/local/nvidia:
+    each versioned file and its .so.1 name; the development link and other libraries are not."""
+    from trainyard.backends.local.container import driver_binds
+
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "libcuda.so.550.54.15").write_bytes(b"\x7fELF")
+    (lib / "libcuda.so.1").symlink_to("libcuda.so.550.54.15")
+    (lib / "libcuda.so").symlink_to("libcuda.so.1")
+    (lib / "libnvidia-ml.so.1").write_bytes(b"\x7fELF")
+    (lib / "libssl.so.3").write_bytes(b"\x7fELF")
+    binds = {b.destination: (b.source, b.read_only) for b in driver_binds([str(lib)], tools=())}
+    assert binds == {"/usr/local/nvidia/lib64/libcuda.so.1": (str(lib / "libcuda.so.550.54.15"), True),
+                     "/usr/local/nvidia/lib64/libcuda.so.550.54.15": (str(lib / "libcuda.so.550.54.15"), True),
+                     "/usr/local/nvidia/lib64/libnvidia-ml.so.1": (str(lib / "libnvidia-ml.so.1"), True)}
+    assert driver_binds([str(tmp_path / "absent")], tools=()) == []

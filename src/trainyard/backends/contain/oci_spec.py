@@ -62,6 +62,14 @@ class Bind:
     flags: tuple[str, ...] = ()  # pyxis's extra flags (noexec, a propagation); nosuid and nodev always
 
 
+# Where the node's GPU driver (libcuda, NVML: the host's, matching its kernel module) appears in a
+# container: the place NVIDIA's CUDA images already name on LD_LIBRARY_PATH (nvidia-docker's
+# convention); an image that does not is given it last on LD_LIBRARY_PATH.
+DRIVER_DIR = "/usr/local/nvidia"
+DRIVER_LIB_DIR = f"{DRIVER_DIR}/lib64"
+DRIVER_BIN_DIR = f"{DRIVER_DIR}/bin"
+
+
 @dataclass(frozen=True)
 class GpuDevice:
     """A GPU device file of the rank: `host_path` on the node, `path` in the container."""
@@ -106,8 +114,9 @@ def is_contract(name: str) -> bool:
 
 
 def process_env(image_env: Sequence[str], host: Mapping[str, str], host_wins: Sequence[str] = (),
-                path_prefix: str = "") -> list[str]:
-    """The container's `KEY=VALUE` list (see the module docstring for the order of precedence)."""
+                path_prefix: str = "", library_dir: str = "") -> list[str]:
+    """The container's `KEY=VALUE` list (see the module docstring for the order of precedence);
+    `library_dir` (the node's GPU driver libraries, bound in) goes last on LD_LIBRARY_PATH."""
     env: dict[str, str] = {}
     for item in image_env:
         key, sep, value = item.partition("=")
@@ -123,6 +132,8 @@ def process_env(image_env: Sequence[str], host: Mapping[str, str], host_wins: Se
     if path_prefix:
         env["PATH"] = f"{path_prefix}:{env['PATH']}" if env["PATH"] else path_prefix
     env["TMPDIR"] = "/tmp"
+    if library_dir and library_dir not in env.get("LD_LIBRARY_PATH", "").split(":"):
+        env["LD_LIBRARY_PATH"] = ":".join(p for p in (env.get("LD_LIBRARY_PATH", ""), library_dir) if p)
     return [f"{k}={v}" for k, v in env.items()]
 
 
@@ -212,7 +223,8 @@ def config(rc: RankContainer) -> dict:
             "terminal": False,
             "user": _user(rc),
             "args": process_args(rc.command, rc.image, rc.options.entrypoint),
-            "env": process_env(rc.image.env, rc.env, rc.options.env, rc.path_prefix),
+            "env": process_env(rc.image.env, rc.env, rc.options.env, rc.path_prefix,
+                               DRIVER_LIB_DIR if any(b.destination.startswith(DRIVER_DIR + "/") for b in rc.binds) else ""),
             "cwd": rc.options.workdir or rc.workdir,
             "capabilities": _caps(rc),
             "noNewPrivileges": True,

@@ -171,6 +171,40 @@ def gpu_devices(devices: Sequence[Device]) -> list[oci_spec.GpuDevice]:
     return out
 
 
+# The driver's user-space parts a CUDA program loads (what nvidia-container-cli injects), looked for
+# in the node's library directories; and its tools.
+DRIVER_LIBRARIES = ("libcuda.so", "libnvidia-ml.so", "libnvidia-ptxjitcompiler.so", "libnvidia-nvvm.so",
+                    "libcudadebugger.so", "libnvidia-gpucomp.so")
+LIBRARY_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib/aarch64-linux-gnu", "/usr/lib")
+DRIVER_TOOLS = ("/usr/bin/nvidia-smi",)
+
+
+def driver_binds(lib_dirs: Sequence[str] = LIBRARY_DIRS, tools: Sequence[str] = DRIVER_TOOLS) -> list[oci_spec.Bind]:
+    """The node's GPU driver files, read-only, at `oci_spec.DRIVER_LIB_DIR` and `DRIVER_BIN_DIR`:
+    each `libX.so.<version>` and its `libX.so.1` name (as the dynamic linker asks for them), found
+    in the system's own library directories (root's, not an owner's); [] on a node without them."""
+    out: list[oci_spec.Bind] = []
+    seen: set[str] = set()
+    for d in lib_dirs:
+        try:
+            names = sorted(os.listdir(d))
+        except OSError:
+            continue
+        for name in names:
+            base = next((lib for lib in DRIVER_LIBRARIES if name.startswith(lib + ".")), None)
+            if base is None or name in seen:
+                continue
+            real = os.path.realpath(os.path.join(d, name))
+            if not os.path.isfile(real):
+                continue
+            seen.add(name)
+            out.append(oci_spec.Bind(real, f"{oci_spec.DRIVER_LIB_DIR}/{name}", True))
+    for tool in tools:
+        if os.path.isfile(tool):
+            out.append(oci_spec.Bind(os.path.realpath(tool), f"{oci_spec.DRIVER_BIN_DIR}/{os.path.basename(tool)}", True))
+    return out
+
+
 def write_bundle(plan: dict, spec: LaunchSpec, image: CachedImage, env: Mapping[str, str], tmp: dict,
                  devices: Sequence[Device], path_prefix: str = "") -> None:
     """config.json, passwd and group of the rank's bundle (0600, 0644, 0644; root's).
@@ -198,6 +232,8 @@ def write_bundle(plan: dict, spec: LaunchSpec, image: CachedImage, env: Mapping[
     if devices:
         env["TRAINYARD_GPU_DEVICES"] = ",".join(d.path for d in gpus[: len(devices)])
     binds = [oci_spec.Bind(spec.job_dir, spec.job_dir)]
+    driver = driver_binds() if any(d.path.startswith("/dev/") for d in devices) else []  # a real GPU's driver
+    binds += driver
     for b, (_, proto) in zip(plan["binds"], owner_sources(spec)):
         binds.append(oci_spec.Bind(b["stage"], proto.destination, proto.read_only, proto.flags))
     tmp_dir, shm = (os.path.join(tmp["root"], "tmp"), os.path.join(tmp["root"], "shm")) if tmp.get("mode") == "tmpfs" \
@@ -211,7 +247,8 @@ def write_bundle(plan: dict, spec: LaunchSpec, image: CachedImage, env: Mapping[
     config = oci_spec.config(rc)
     tree.write_bytes("config.json", json.dumps(config, indent=1).encode(), 0o600)
     if spec.container.options.remap_root:  # runc's init cannot make them: the runner does
-        targets = remap_targets(config["mounts"], {b.destination: os.path.isdir(src) for src, b in owner_sources(spec)})
+        kinds = {b.destination: os.path.isdir(src) for src, b in owner_sources(spec)} | {b.destination: False for b in driver}
+        targets = remap_targets(config["mounts"], kinds)
         tree.write_bytes("targets.json", json.dumps({"tmp": tmp_dir, "targets": targets}).encode(), 0o600)
 
 
