@@ -173,6 +173,17 @@ class AttemptState:
         return not any(r.running for r in self.ranks)
 
 
+@dataclass(frozen=True)
+class Terminal:
+    """A process started inside a running rank (`Backend.open_terminal`, issue 38: `yard shell`,
+    `yard alloc`'s shell): `fd` is the plane's end of its pseudo-terminal (read its output, write
+    its input), `pid` the plane's child that the caller waits for (`os.waitpid`); its exit status
+    is the command's. The caller closes `fd`."""
+
+    fd: int
+    pid: int
+
+
 class BackendError(Exception):
     """A backend could not do what it was asked; the message says why."""
 
@@ -212,6 +223,12 @@ class Backend(Protocol):
     def image_entries(self, node: str) -> list[EntryInfo]: ...
 
     def remove_image(self, node: str, digest: str) -> bool: ...  # False: not there, or in use
+
+    # A command in a running rank's place (issue 38): its node, its cell (cgroups), its mount
+    # namespace (private /tmp, its container), its environment, as the job's owner, on a new
+    # pseudo-terminal of `rows` x `cols`. Raises BackendError when the rank is not running.
+    def open_terminal(self, job_id: int, attempt: int, rank: int, argv: list[str], *, rows: int = 24,
+                      cols: int = 80) -> Terminal: ...
 
     # What a bare job's training process would see on `node` (`backends.environment.fingerprint`:
     # python, torch, cuda, nccl, driver); {"error": why} when the node cannot tell. May take seconds.

@@ -85,7 +85,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from trainyard.backends import registry
-from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState
+from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState, Terminal
 from trainyard.backends.launch_check import check_launch
 from trainyard.images.types import NOT_FOUND, CachedImage, EntryInfo, ImageConfig, ImagePullError, RegistryAccess
 from trainyard.contracts import (
@@ -517,6 +517,12 @@ class FakeBackend:
         """No news: a test's passes are driven by its fake clock."""
 
     # -- images: a cache per node, nothing pulled (scripted failures: `cluster.pull_errors`) -------
+
+    def open_terminal(self, job_id: int, attempt: int, rank: int, argv: list[str], *, rows: int = 24,
+                      cols: int = 80) -> Terminal:
+        """Not yet on this backend (issue 38 brings `yard shell`)."""
+        raise BackendError(f"job {job_id} attempt {attempt} rank {rank}: a terminal in a running rank is not "
+                           f"available on the {self.name} backend yet")
 
     def node_environment(self, node: str) -> dict[str, str]:
         """The node's scripted fingerprint (`FakeCluster.environments`), else every node's `ENVIRONMENT`."""

@@ -99,7 +99,7 @@ from trainyard.backends import contain
 from trainyard.backends.local import batch
 from trainyard.backends.local import container
 from trainyard.backends.rundir import job_tools
-from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState
+from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState, Terminal
 from trainyard.images.types import CachedImage, EntryInfo, RegistryAccess
 from trainyard.spec.image_ref import parse_image
 from trainyard.backends.launch_check import check_launch
@@ -486,6 +486,12 @@ class LocalBackend(WatchesExits):
             self._stop_ranks([(self._rank_run_dir(job_id, attempt, rank), rank)])
 
     # -- node state -----------------------------------------------------------------------------
+
+    def open_terminal(self, job_id: int, attempt: int, rank: int, argv: list[str], *, rows: int = 24,
+                      cols: int = 80) -> Terminal:
+        """Not yet on this backend (issue 38 brings `yard shell`)."""
+        raise BackendError(f"job {job_id} attempt {attempt} rank {rank}: a terminal in a running rank is not "
+                           f"available on the {self.name} backend yet")
 
     def node_environment(self, node: str) -> dict[str, str]:
         """What a bare job's interpreter (`job_python`) sees on `node` (backends/environment.py).

@@ -64,7 +64,7 @@ from trainyard.backends.rundir import job_tools
 from trainyard.backends.slurm import env as slurm_env
 from trainyard.backends.rundir.attempt_dir import open_attempt
 from trainyard.backends.rundir.exit_watch import ExitWatch, WatchesExits
-from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState
+from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState, Terminal
 from trainyard.backends.slurm import pyxis
 from trainyard.images.types import UNSUPPORTED, CachedImage, EntryInfo, ImageConfig, ImagePullError, RegistryAccess
 from trainyard.contracts import NOTICE_SIGNAL, JobDir
@@ -258,6 +258,12 @@ class SlurmBackend(WatchesExits):
 
     def remove_image(self, node: str, digest: str) -> bool:
         return False
+
+    def open_terminal(self, job_id: int, attempt: int, rank: int, argv: list[str], *, rows: int = 24,
+                      cols: int = 80) -> Terminal:
+        """Not yet on this backend (issue 38 brings `yard shell`)."""
+        raise BackendError(f"job {job_id} attempt {attempt} rank {rank}: a terminal in a running rank is not "
+                           f"available on the {self.name} backend yet")
 
     def node_environment(self, node: str) -> dict[str, str]:
         """Not asked of Slurm's nodes (it would take a job step): {"error"}, which the check skips."""
