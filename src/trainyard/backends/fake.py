@@ -87,6 +87,7 @@ from pathlib import Path
 from trainyard.backends import registry
 from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState, Terminal
 from trainyard.backends.launch_check import check_launch
+from trainyard.backends.rundir import terminal
 from trainyard.images.types import NOT_FOUND, CachedImage, EntryInfo, ImageConfig, ImagePullError, RegistryAccess
 from trainyard.contracts import (
     CHECKPOINT_MARKER,
@@ -519,10 +520,32 @@ class FakeBackend:
     # -- images: a cache per node, nothing pulled (scripted failures: `cluster.pull_errors`) -------
 
     def open_terminal(self, job_id: int, attempt: int, rank: int, argv: list[str], *, rows: int = 24,
-                      cols: int = 80) -> Terminal:
-        """Not yet on this backend (issue 38 brings `yard shell`)."""
-        raise BackendError(f"job {job_id} attempt {attempt} rank {rank}: a terminal in a running rank is not "
-                           f"available on the {self.name} backend yet")
+                      cols: int = 80, term: str = terminal.DEFAULT_TERM) -> Terminal:
+        """Emulation: a real pty running `argv` (empty: `$SHELL` of the rank's environment, else
+        /bin/sh) on this machine as the plane's own user, with the rank's fake environment (its
+        `LaunchSpec.env` under `contracts.rank_env`, PATH defaulted, TERM) and nothing else: no
+        cell, no namespace, no owner (the fake ranks are no processes). Errors as a real backend's.
+
+        Raises:
+            BackendError: no such attempt or rank here, its node is down, or the rank has ended.
+        """
+        where = f"job {job_id} attempt {attempt} rank {rank}"
+        with self.cluster.lock:
+            att = self._attempt(job_id, attempt)
+            if att is None or not 0 <= rank < len(att.ranks):
+                raise BackendError(f"{where}: no such running rank on the {self.name} backend")
+            rk = att.ranks[rank]
+            if (state := self._state(rk.node)) != "up":
+                raise BackendError(f"{where}: its node {rk.node} is {state}")
+            self.cluster.advance(att, rk, self.clock())
+            if rk.ended is not None:
+                raise BackendError(f"{where}: the rank is not running (it has ended)")
+            env = {"PATH": terminal.DEFAULT_PATH, **rk.env, "TERM": term}
+        command = list(argv) or [env["SHELL"] if os.path.isabs(env.get("SHELL", "")) else "/bin/sh"]
+        try:
+            return terminal.spawn(terminal.with_ctty(command), env, rows, cols)
+        except OSError as e:
+            raise BackendError(f"{where}: cannot open a terminal: {e}") from e
 
     def node_environment(self, node: str) -> dict[str, str]:
         """The node's scripted fingerprint (`FakeCluster.environments`), else every node's `ENVIRONMENT`."""

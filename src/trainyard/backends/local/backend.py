@@ -99,6 +99,7 @@ from trainyard.backends import contain
 from trainyard.backends.local import batch
 from trainyard.backends.local import container
 from trainyard.backends.rundir import job_tools
+from trainyard.backends.rundir import terminal
 from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState, Terminal
 from trainyard.images.types import CachedImage, EntryInfo, RegistryAccess
 from trainyard.spec.image_ref import parse_image
@@ -183,6 +184,8 @@ class LocalBackend(WatchesExits):
         self._attempts: dict[tuple[int, int], _Attempt] = {}
         self._exit_watch: ExitWatch | None = None
         self._stuck: dict[tuple[int, int], _Attempt] = {}  # released, but processes would not die yet
+        # terminals opened in each attempt's ranks (open_terminal): (session leader, its start time)
+        self._terminals: dict[tuple[int, int], list[tuple[int, int]]] = {}
         try:
             self._contain = contain.choose(containment, str(self._data_dir))
             self._tmp = private_tmp.choose(private_tmp_mode, str(self._data_dir))
@@ -355,6 +358,7 @@ class LocalBackend(WatchesExits):
             att = self._attempts.pop((job_id, attempt), None)
             if att is not None:
                 self._abort(att)
+            terminal.end_sessions(self._terminals.pop((job_id, attempt), []))
 
     # -- images (`backends.local.container`) -----------------------------------------------------
 
@@ -488,10 +492,44 @@ class LocalBackend(WatchesExits):
     # -- node state -----------------------------------------------------------------------------
 
     def open_terminal(self, job_id: int, attempt: int, rank: int, argv: list[str], *, rows: int = 24,
-                      cols: int = 80) -> Terminal:
-        """Not yet on this backend (issue 38 brings `yard shell`)."""
-        raise BackendError(f"job {job_id} attempt {attempt} rank {rank}: a terminal in a running rank is not "
-                           f"available on the {self.name} backend yet")
+                      cols: int = 80, term: str = terminal.DEFAULT_TERM) -> Terminal:
+        """`argv` (empty: the owner's shell) in `rank`'s place on a new pty: its cgroups, its mount
+        namespace (private /tmp, its container), its environment, as the owner (`rundir/attach.py`,
+        which checks again that the rank's process is the recorded one). The attempt's release
+        ends what is left of it.
+
+        Raises:
+            BackendError: no such attempt or rank here, its node is down, the rank is not running,
+                or no pty / process could be made.
+        """
+        where = f"job {job_id} attempt {attempt} rank {rank}"
+        with self._lock:
+            att = self._attempts.get((job_id, attempt))
+            if att is None or not 0 <= rank < att.world_size:
+                raise BackendError(f"{where}: no such running rank on the {self.name} backend")
+            node = att.nodes.get(rank)
+            if node is not None and (state := self._node_state(node)) != "up":
+                raise BackendError(f"{where}: its node {node} is {state}")
+            st = self._rank_state(att, rank)
+            if not st.running:
+                raise BackendError(f"{where}: the rank is not running (it has ended)")
+            if st.stopped:
+                raise BackendError(f"{where}: the rank is stopped (its node or the rank hangs)")
+            rec = jobfs.read_record(att.run_dir / f"rank-{rank}.json") or {}
+            child = procfs.read_stat(int(rec.get("child_pid") or 0)) if rec.get("child_pid") else None
+            if child is None or child.exited or child.ppid != rec.get("pid") or \
+                    child.start_time < int(rec.get("start_time", 0)) or \
+                    rec.get("child_start_time") not in (None, child.start_time):
+                raise BackendError(f"{where}: the rank's process is gone (it has ended)")
+            try:
+                t = terminal.spawn(terminal.attach_argv(att.run_dir, rank, list(argv)), terminal.attach_env(term),
+                                   rows, cols)
+            except OSError as e:
+                raise BackendError(f"{where}: cannot open a terminal: {e}") from e
+            leader = procfs.read_stat(t.pid)
+            if leader is not None:
+                self._terminals.setdefault((job_id, attempt), []).append((t.pid, leader.start_time))
+            return t
 
     def node_environment(self, node: str) -> dict[str, str]:
         """What a bare job's interpreter (`job_python`) sees on `node` (backends/environment.py).

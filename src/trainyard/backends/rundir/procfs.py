@@ -18,6 +18,7 @@ class ProcStat:
     pgrp: int
     session: int
     start_time: int  # clock ticks since boot
+    ppid: int = 0  # its parent's pid
 
     @property
     def exited(self) -> bool:
@@ -36,7 +37,8 @@ def read_stat(pid: int) -> ProcStat | None:
     # the last ')'. What follows starts at field 3.
     fields = raw[raw.rindex(")") + 2 :].split()
     return ProcStat(
-        pid=pid, state=fields[0], pgrp=int(fields[2]), session=int(fields[3]), start_time=int(fields[19])
+        pid=pid, state=fields[0], pgrp=int(fields[2]), session=int(fields[3]), start_time=int(fields[19]),
+        ppid=int(fields[1]),
     )
 
 

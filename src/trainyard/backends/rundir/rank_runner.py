@@ -17,7 +17,7 @@ runner starts the command as its child in the same group. The runner
    (attempt.json's `workdir`: root's rights never open a way into it) and executes the command.
    In `subreaper` mode the runner is a child subreaper instead (PR_SET_CHILD_SUBREAPER): orphaned
    descendants are re-parented to it, not to init;
-3. writes `<run-dir>/rank-<r>.json` = {pid, start_time, pgid, child_pid} (or `error` when the
+3. writes `<run-dir>/rank-<r>.json` = {pid, start_time, pgid, child_pid, child_start_time} (or `error` when the
    command cannot be executed), which tells the backend the rank is up and lets a later control
    plane find it and check the pid was not recycled;
 4. survives the signals the control loop sends (SIGUSR1 preemption notice, SIGTERM, ...): the
@@ -103,6 +103,14 @@ def _start_time(pid: int) -> int:
     with open(f"/proc/{pid}/stat", "rb") as f:
         raw = f.read().decode(errors="replace")
     return int(raw[raw.rindex(")") + 2 :].split()[19])
+
+
+def _child_start(pid: int) -> int | None:
+    """The command's start time, so a later reader (`attach.py`) can tell it from a recycled pid."""
+    try:
+        return _start_time(pid)
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _write_json(path: str, obj: dict) -> None:
@@ -628,7 +636,7 @@ def main(argv: list[str], forward: tuple[signal.Signals, ...] = ()) -> int:
     for sig in forward:
         signal.signal(sig, lambda signum, _frame: _pass_on(child, signum))
     try:
-        _write_json(state_path, {**state, "child_pid": child})
+        _write_json(state_path, {**state, "child_pid": child, "child_start_time": _child_start(child)})
     except OSError:
         # The run dir is gone: the attempt was released while we were starting (an owner died
         # mid-launch and the next one cleaned up). Nothing may run untracked: end it all.

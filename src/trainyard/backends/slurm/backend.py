@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import math
 import os
+import pwd
 import re
 import shlex
 import shutil
@@ -61,6 +62,7 @@ from pathlib import Path
 from trainyard import jobfs
 from trainyard.backends import registry
 from trainyard.backends.rundir import job_tools
+from trainyard.backends.rundir import terminal
 from trainyard.backends.slurm import env as slurm_env
 from trainyard.backends.rundir.attempt_dir import open_attempt
 from trainyard.backends.rundir.exit_watch import ExitWatch, WatchesExits
@@ -91,6 +93,7 @@ class _Attempt:
     nodes: dict[int, str] = field(default_factory=dict)  # rank → planned node (actual: rank-<r>.node)
     batch: bool = False  # a batch script: one rank (the script) on the first node of `allocation`
     allocation: tuple[str, ...] = ()  # every node of the Slurm job, in order
+    owner: str | None = None  # the account the job runs as (None: the plane's own)
 
 
 def parse_kv_line(line: str) -> dict[str, str]:
@@ -260,10 +263,42 @@ class SlurmBackend(WatchesExits):
         return False
 
     def open_terminal(self, job_id: int, attempt: int, rank: int, argv: list[str], *, rows: int = 24,
-                      cols: int = 80) -> Terminal:
-        """Not yet on this backend (issue 38 brings `yard shell`)."""
-        raise BackendError(f"job {job_id} attempt {attempt} rank {rank}: a terminal in a running rank is not "
-                           f"available on the {self.name} backend yet")
+                      cols: int = 80, term: str = terminal.DEFAULT_TERM) -> Terminal:
+        """Slurm's own way in: `runuser -u <owner> -- srun --jobid=<the batch job> --overlap --pty
+        -w <the rank's node> -N1 -n1 argv` on a new pty (argv empty: the owner's login shell), so
+        slurmstepd starts it in the job's allocation and cgroups, as the owner. Its environment is
+        the step's Slurm gives (the plane's clean command environment, the account's, SLURM_* of
+        the job, TERM), not the rank's own TRAINYARD_* additions; a container rank's image is not
+        entered (pyxis's `--container-name` would be needed). Untested here: the Slurm test cluster
+        (tests/slurm_cluster.py) takes minutes to start.
+
+        Raises:
+            BackendError: no such attempt or rank here, its node is down, or the rank has ended.
+        """
+        where = f"job {job_id} attempt {attempt} rank {rank}"
+        with self._lock:
+            att = self._attempts.get((job_id, attempt))
+            if att is None or not 0 <= rank < att.world_size:
+                raise BackendError(f"{where}: no such running rank on the {self.name} backend")
+            states = self._job_states([att.slurm_id])
+            nodes = self._nodes()
+            down = {n for n, kv in nodes.items() if not node_health(kv.get("State", "UNKNOWN"))[0]}
+            st = self._rank_state(att, rank, None if states is None else states.get(att.slurm_id), down)
+            node = att.nodes.get(rank)
+            if node in down:
+                raise BackendError(f"{where}: its node {node} is down")
+            if not st.running:
+                raise BackendError(f"{where}: the rank is not running (it has ended)")
+            owner = att.owner
+        command = list(argv) or [_login_shell(owner)]
+        srun = [self._bin["srun"], f"--jobid={att.slurm_id}", "--overlap", "--pty", "-N1", "-n1",
+                *([f"--nodelist={node}"] if node else []), *command]
+        if owner is not None:
+            srun = [self._bin["runuser"], "-u", owner, "--", *srun]
+        try:
+            return terminal.spawn(terminal.with_ctty(srun), {**self._env, "TERM": term}, rows, cols)
+        except OSError as e:
+            raise BackendError(f"{where}: cannot open a terminal: {e}") from e
 
     def node_environment(self, node: str) -> dict[str, str]:
         """Not asked of Slurm's nodes (it would take a job step): {"error"}, which the check skips."""
@@ -394,10 +429,12 @@ class SlurmBackend(WatchesExits):
         slurm_id = int(sub.stdout.strip().split(";")[0])
         # A batch attempt reports one rank, the script, on the first node (as the local backend).
         ranks = {0: order[0]} if spec.batch else {r_.rank: r_.node for r_ in spec.ranks}
+        owner = spec.owner.user if spec.owner is not None else None
         att = _Attempt(spec.job_id, spec.attempt, run_dir, len(ranks), slurm_id, nodes=ranks,
-                       batch=spec.batch, allocation=tuple(order))
+                       batch=spec.batch, allocation=tuple(order), owner=owner)
         meta = {"job_id": spec.job_id, "attempt": spec.attempt, "world_size": len(ranks),
-                "slurm_job_id": slurm_id, "ranks": [{"rank": x, "node": n} for x, n in ranks.items()]}
+                "slurm_job_id": slurm_id, "ranks": [{"rank": x, "node": n} for x, n in ranks.items()],
+                "owner": owner}
         if spec.batch:
             meta.update(batch=True, allocation=list(order))
         try:
@@ -591,7 +628,17 @@ class SlurmBackend(WatchesExits):
             self._attempts[(int(meta["job_id"]), int(meta["attempt"]))] = _Attempt(
                 int(meta["job_id"]), int(meta["attempt"]), run_dir, int(meta["world_size"]), int(meta["slurm_job_id"]),
                 nodes={int(x["rank"]): str(x["node"]) for x in meta.get("ranks", [])},
-                batch=bool(meta.get("batch")), allocation=tuple(str(n) for n in meta.get("allocation", ())))
+                batch=bool(meta.get("batch")), allocation=tuple(str(n) for n in meta.get("allocation", ())),
+                owner=str(meta["owner"]) if meta.get("owner") else None)
+
+
+def _login_shell(user: str | None) -> str:
+    """The account's login shell (the plane's own user's when None), else /bin/sh."""
+    try:
+        shell = pwd.getpwnam(user).pw_shell if user else pwd.getpwuid(os.getuid()).pw_shell
+    except KeyError:
+        shell = ""
+    return shell if os.path.isabs(shell) else "/bin/sh"
 
 
 def require_commands(env: Mapping[str, str] | None = None) -> None:
@@ -614,6 +661,7 @@ def find_commands(env: Mapping[str, str] | None = None) -> dict[str, str]:
             raise BackendError(f"slurm backend: `{cmd}` is not on PATH (install Slurm's client commands)")
         found[cmd] = os.path.abspath(where)
     found["runuser"] = shutil.which("runuser", path=slurm_env.COMMAND_PATH) or "runuser"
+    found["srun"] = shutil.which("srun", path=path) or "srun"  # `open_terminal`'s only
     return found
 
 
