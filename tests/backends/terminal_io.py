@@ -61,6 +61,21 @@ class Screen:
             self._read(0.05)
         raise AssertionError(f"the terminal's process did not end within {timeout}s; it showed:\n{self.seen}")
 
+    def wait_for_child(self, name: str, timeout: float = 10.0) -> int:
+        """The pid of a child of the terminal's process whose command is `name` (a foreground job
+        has started: a Ctrl-C now reaches it, not the line being typed)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self._read(0.02)
+            for entry in os.listdir("/proc"):
+                try:
+                    stat = open(f"/proc/{entry}/stat").read() if entry.isdigit() else ""
+                except OSError:
+                    continue
+                if stat and stat[stat.rindex(")") + 2:].split()[1] == str(self.t.pid) and f"({name})" in stat:
+                    return int(entry)
+        raise AssertionError(f"no {name} started within {timeout}s; the terminal showed:\n{self.seen}")
+
     def close(self) -> None:
         try:
             os.close(self.t.fd)

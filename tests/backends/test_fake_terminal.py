@@ -47,12 +47,12 @@ def test_ctrl_c_reaches_the_foreground_command_of_a_fake_terminal(fake, tmp_path
     fake.launch(spec(tmp_path, 2, "run=60"))
     screen = Screen(fake.open_terminal(2, 1, 0, ["sh", "-i"]))
     try:
-        screen.send("sleep 100; echo after-$?\n")
-        import time
-
-        time.sleep(0.5)
+        screen.send("sleep 100\n")
+        screen.wait_for_child("sleep")
         screen.send("\x03")
-        screen.expect(r"after-130")
+        screen.expect(r"\^C[\s\S]*?[$#] ", timeout=5)  # the shell's next prompt: a line typed now is not flushed
+        screen.send("echo status-$?\n")
+        screen.expect(r"status-130")
         screen.send("exit 3\n")
         status = screen.finish()
     finally:

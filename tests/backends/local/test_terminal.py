@@ -11,7 +11,6 @@ import os
 import pwd
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -98,10 +97,12 @@ def test_ctrl_c_ends_the_foreground_command_and_the_shell_lives_on_and_exit_3_is
     try:
         screen.send("echo ready-$((20+1))\n")
         screen.expect(r"ready-21")
-        screen.send("sleep 100; echo after-sleep-$?\n")
-        time.sleep(0.5)
+        screen.send("sleep 100\n")
+        screen.wait_for_child("sleep")
         screen.send("\x03")  # Ctrl-C: SIGINT to the foreground job, not to the session
-        screen.expect(r"after-sleep-130", timeout=5)
+        screen.expect(r"\^C[\s\S]*?[$#] ", timeout=5)  # the shell's next prompt: a line typed now is not flushed
+        screen.send("echo status-$?\n")
+        screen.expect(r"status-130", timeout=5)
         screen.send("echo alive-$((1+1))\n")
         screen.expect(r"alive-2")
         screen.send("exit 3\n")
