@@ -44,11 +44,13 @@ def place() -> Iterator[Path]:
         yield d
 
 
-@pytest.fixture
-def backend(place: Path) -> Iterator[LocalBackend]:
+@pytest.fixture(params=["auto", "subreaper"])
+def backend(place: Path, request: pytest.FixtureRequest) -> Iterator[LocalBackend]:
+    """This machine's best cell (cgroups), and the subreaper mode (no cgroup to join: the
+    release ends a terminal's session by itself)."""
     data = place / "data"
     data.mkdir(mode=0o711)
-    be = LocalBackend(data, NODES)
+    be = LocalBackend(data, NODES, containment=request.param)
     yield be
     for a in be.poll():
         be.release(a.job_id, a.attempt)
@@ -87,6 +89,7 @@ def test_a_command_in_rank_1_runs_as_its_owner_with_its_environment_cgroups_and_
     assert out[1] == "rank=1 term=vt100"
     cgroups = Path(f"/proc/{record(place, 1, 1)['child_pid']}/cgroup").read_text().splitlines()
     assert out[2:2 + len(cgroups)] == cgroups, screen.seen
+    assert any("trainyard" in line for line in cgroups) or backend.containment == "subreaper", cgroups  # the cell's
     rest = out[2 + len(cgroups):]
     assert rest[:3] == ["rank 1 was here", spec.workdir, "END"], screen.seen
 
