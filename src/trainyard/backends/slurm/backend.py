@@ -434,7 +434,7 @@ class SlurmBackend(WatchesExits):
                        batch=spec.batch, allocation=tuple(order), owner=owner)
         meta = {"job_id": spec.job_id, "attempt": spec.attempt, "world_size": len(ranks),
                 "slurm_job_id": slurm_id, "ranks": [{"rank": x, "node": n} for x, n in ranks.items()],
-                "owner": owner}
+                "owner_user": owner}  # not `owner`: the rank runner reads that (a dict: who to become)
         if spec.batch:
             meta.update(batch=True, allocation=list(order))
         try:
@@ -629,7 +629,7 @@ class SlurmBackend(WatchesExits):
                 int(meta["job_id"]), int(meta["attempt"]), run_dir, int(meta["world_size"]), int(meta["slurm_job_id"]),
                 nodes={int(x["rank"]): str(x["node"]) for x in meta.get("ranks", [])},
                 batch=bool(meta.get("batch")), allocation=tuple(str(n) for n in meta.get("allocation", ())),
-                owner=str(meta["owner"]) if meta.get("owner") else None)
+                owner=str(meta["owner_user"]) if meta.get("owner_user") else None)
 
 
 def _login_shell(user: str | None) -> str:
