@@ -18,7 +18,9 @@ consistency: SLURM_PROCID == RANK, the nodelist expands to the placement's nodes
 ranks (SIGSTOP) are running and stopped, not lost; a gang in an image (pulled on both nodes first)
 runs there with the same contract (skipped, with the reason, where a backend runs no images: Slurm
 without pyxis); every rank or none on a command that cannot run; re-attach by a new backend on the same data dir after
-close(); release ends what is left and forgets the attempt; a rank's end is news to `watch(wake)`.
+close(); release ends what is left and forgets the attempt; a rank's end is news to `watch(wake)`;
+a terminal in a running rank (`open_terminal`) runs on its node and passes its exit status on, and
+one in a rank that is not there is refused.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import pytest
 
 from tests import image_builds, image_tools
 from tests.backends.helpers import MARK, marked_processes
+from tests.backends.terminal_io import Screen
 from tests.image_registry import Registry
 from trainyard.backends.base import AttemptState, Backend, BackendError, ContainerLaunch, LaunchSpec
 from trainyard.contracts import RankPlacement
@@ -58,6 +61,7 @@ class Harness:
     emulates_slurm = True  # False where SLURM_* are a real Slurm's (then only their consistency is checked)
     patience = 1.0  # factor on every timeout
     news = True  # watch(wake) is called when a rank ends (the fake backend's passes follow its clock instead)
+    terminal_rank_env = True  # open_terminal's command has the rank's own environment (Slurm's srun: the step's)
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
@@ -407,3 +411,24 @@ class Conformance:
         h.backend.signal(8, 1, signal.SIGKILL)  # released: nothing to signal, not an error
         h.wait(lambda: not h.leftovers(), 30, "nothing left running after release")
         assert all((a.job_id, a.attempt) != (8, 1) for a in h.reopen().poll())
+
+    def test_a_terminal_in_a_running_rank_runs_on_its_node_and_passes_its_exit_on(self, harness: Harness) -> None:
+        h = harness
+        h.backend.launch(h.spec(9, h.command()))  # runs until killed
+        h.wait_running(9)
+        placed = h.gang()[3][1]
+        screen = Screen(h.backend.open_terminal(9, 1, 3, ["sh", "-c", 'echo "node=$SLURMD_NODENAME rank=$RANK"; exit 3']))
+        try:
+            status = screen.finish(timeout=30 * h.patience)
+        finally:
+            screen.close()
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 3, screen.seen
+        assert f"node={placed} " in screen.seen, screen.seen
+        if h.terminal_rank_env:
+            assert f"node={placed} rank=3" in screen.seen, screen.seen
+        with pytest.raises(BackendError, match="job 9 attempt 1 rank 4"):
+            h.backend.open_terminal(9, 1, 4, [])
+        h.backend.release(9, 1)
+        with pytest.raises(BackendError, match="job 9 attempt 1 rank 0"):
+            h.backend.open_terminal(9, 1, 0, [])
+        h.wait(lambda: not h.leftovers(), 30, "nothing left running after release")

@@ -38,6 +38,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
 class SlurmHarness(ProcessHarness):
     nodes = ("n1", "n2")
     emulates_slurm = False
+    terminal_rank_env = False  # `srun --overlap --pty` gets the step's environment (SLURM_*), not RANK
     patience = 3.0  # sbatch → slurmctld → slurmd → srun → task takes seconds, more under load
 
     def __init__(self, data_dir: Path, cluster: SlurmCluster) -> None:
