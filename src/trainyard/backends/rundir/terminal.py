@@ -39,7 +39,8 @@ SIGDEF = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.S
 
 def set_size(fd: int, rows: int, cols: int) -> None:
     """The terminal's size (TIOCSWINSZ) on either end of a pty; the foreground job gets SIGWINCH."""
-    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", max(1, rows), max(1, cols), 0, 0))
+    rows, cols = (min(max(1, int(n)), 0xFFFF) for n in (rows, cols))  # what a winsize holds
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
 
 # takes the terminal on stdin as the controlling one, resets what Python ignores, executes argv[1:]
