@@ -94,7 +94,7 @@ def test_a_command_in_rank_1_runs_as_its_owner_with_its_environment_cgroups_and_
     assert rest[:3] == ["rank 1 was here", spec.workdir, "END"], screen.seen
 
 
-def test_ctrl_c_ends_the_foreground_command_and_the_shell_lives_on_and_exit_3_is_the_status(backend, place, users):
+def test_ctrl_c_and_ctrl_z_reach_the_foreground_command_the_shell_lives_on_and_exit_3_is_the_status(backend, place, users):
     backend.launch(two_ranks(place, 2, owner(users)))
     screen = Screen(backend.open_terminal(2, 1, 0, [], rows=24, cols=80))  # the owner's shell (/bin/sh)
     try:
@@ -108,6 +108,17 @@ def test_ctrl_c_ends_the_foreground_command_and_the_shell_lives_on_and_exit_3_is
         screen.expect(r"status-130", timeout=5)
         screen.send("echo alive-$((1+1))\n")
         screen.expect(r"alive-2")
+        screen.send("sleep 101\n")
+        pid = screen.wait_for_child("sleep")
+        screen.send("\x1a")  # Ctrl-Z: the foreground job stops, the shell takes the terminal back
+        screen.expect(r"\^Z[\s\S]*?[$#] ", timeout=5)
+        assert Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] == "T"
+        screen.send("fg\n")  # back in the foreground, running: a Ctrl-C ends it
+        wait_until(lambda: Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "T", 5, "the job to go on")
+        screen.send("\x03")
+        screen.expect(r"\^C[\s\S]*?[$#] ", timeout=5)
+        screen.send("echo ended-$?\n")
+        screen.expect(r"ended-130")
         screen.send("exit 3\n")
         status = screen.finish()
     finally:
