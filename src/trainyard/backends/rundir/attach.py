@@ -26,7 +26,8 @@ the command is in the same cell as the rank and sees what it sees:
    setuid from attempt.json's `owner`; never root when the job has an owner; with a remapped
    container: the owner's groups on the host, then uid and gid 0 inside the user namespace, which
    are the owner's), enters the rank's working directory as the owner (`/proc/<pid>/cwd`; else the
-   workdir; else `/`);
+   workdir; else `/`). From the namespaces on until the exec it is not dumpable: a remapped
+   container's root (the job) could otherwise ptrace it while it still has the host's uid 0;
 6. it executes `argv` (default: `$SHELL` of the rank's environment when it is executable in the
    rank's root, else /bin/bash, else /bin/sh) with the rank's environment and TERM (this process's
    own TERM, which the plane sets; the rest of the plane's environment never reaches it).
@@ -52,6 +53,7 @@ CANNOT_EXECUTE_EXIT = 126
 ENV_MAX = 1 << 20  # bytes of the rank's environment read at most
 RECORD_MAX = 1 << 20  # bytes of a run-dir record read at most
 CLONE_NEWNS, CLONE_NEWUSER = 0x20000, 0x10000000
+PR_SET_DUMPABLE = 4
 RESET = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2,
          signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
 
@@ -214,6 +216,9 @@ def prepare(run_dir: str, rank: int, argv: list[str]) -> tuple[list[str], dict[s
     except (OSError, ValueError, KeyError) as e:
         raise Refused(f"cannot take the groups of {owner.get('user')}: {e}") from e
     libc = ctypes.CDLL(None, use_errno=True)
+    # Not dumpable until the exec: once in a remapped container's user namespace, its root (the job)
+    # holds CAP_SYS_PTRACE there, and this process still has the host's uid 0 until setresuid.
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     if mnt is not None:
         _setns(libc, mnt, CLONE_NEWNS, "mount")
     if user is not None:
