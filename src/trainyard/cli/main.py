@@ -30,6 +30,7 @@ from trainyard.cli import (acct, admin, audit, bench, chaos, images, jobs, model
 from trainyard.cli import login as login_cmd
 from trainyard.cli import trace as trace_cmd
 from trainyard.cli import sim as sim_cmd
+from trainyard.cli import shell as shell_cmd
 from trainyard.cli.strict import CONTEXT, StrictCommand
 
 app = typer.Typer(help="trainyard: a manager for GPU training clusters shared by several teams.",
@@ -80,6 +81,7 @@ app.command("export")(model_export.export)
 app.command("models")(models.models)
 app.command("chaos")(chaos.chaos)
 app.command("tensorboard")(tboard.tensorboard)
+app.command("shell")(shell_cmd.shell)
 
 
 def main() -> None:  # `python -m trainyard.cli.main`
