@@ -9,7 +9,7 @@ caller who may not. Once accepted, `Pump` carries:
     binary frames         → the pty (the line discipline makes Ctrl-C a SIGINT to the
                             foreground group, not to the session)
     text frames (JSON)    {"resize": [rows, cols]} → TIOCSWINSZ (the kernel sends SIGWINCH),
-                          {"echo": false} → the terminal stops echoing (`yard shell` in a pipe)
+                          {"pipe": true} → no echo, no CR before LF (`yard shell` in a pipe)
     the process ends      → its last output, a text frame {"exit": N} (N: its code, or 128 +
                             the signal), a normal close
     the client goes away  → SIGHUP to the process's group and the terminal's foreground group,
@@ -156,7 +156,11 @@ class Pump:
                 exited.set()
             self._poller = asyncio.create_task(poll())
             return None
-        loop.add_reader(pidfd, lambda: (self._reap(), exited.set()))
+        def ended() -> None:
+            loop.remove_reader(pidfd)  # readable for good from now on
+            self._reap()
+            exited.set()
+        loop.add_reader(pidfd, ended)
         return pidfd
 
     def _reap(self, block: bool = False) -> bool:
@@ -295,9 +299,10 @@ class Pump:
                 fcntl.ioctl(self.term.fd, termios.TIOCSWINSZ, struct.pack("HHHH", size[0], size[1], 0, 0))
             except OSError:
                 pass
-        if msg.get("echo") is False:
+        if msg.get("pipe") is True:
             try:
                 attrs = termios.tcgetattr(self.term.fd)
+                attrs[1] &= ~termios.ONLCR
                 attrs[3] &= ~termios.ECHO
                 termios.tcsetattr(self.term.fd, termios.TCSANOW, attrs)
             except termios.error:

@@ -13,7 +13,8 @@ Command groups live in their own modules and are wired here:
 - accounting: acct (sacct, `cli/acct.py`), report (sreport, `cli/report.py`), share and prio (sshare,
   sprio, `cli/share.py`), audit (the audit trail as JSON lines, `cli/audit.py`);
 - storage (`cli/storage.py`): the disk job dirs take per team, against quotas and the reserve;
-- image pull|ls|rm (`cli/images.py`): the nodes' image caches.
+- image pull|ls|rm (`cli/images.py`): the nodes' image caches;
+- shell (`cli/shell.py`): a terminal in a running job's rank, through the API's WebSocket.
 
 - recipes: run (train on this machine, `cli/run.py`), export (a run as a Hugging Face model,
   `cli/model_export.py`), models (the exported models and their lineage, `cli/models.py`).

@@ -5,7 +5,8 @@ As `srun --jobid=JOB --overlap --pty bash`, from anywhere `YARD_URL` reaches: a 
 header, so no SSH key to any node is needed. On a terminal the local one is put in raw mode while
 attached (every key, Ctrl-C and Ctrl-Z included, goes to the remote command) and restored on every
 way out; a window size change is sent along (SIGWINCH). When stdin is not a terminal the remote
-one stops echoing and stdin's end is the command's end of input, so scripts can pipe through it.
+one stops echoing (and ending lines with CR LF), and stdin's end is the command's end of input,
+so scripts can pipe through it.
 
 Exit status: the remote command's (128 + its signal); 2 when the server refuses (no such job, not
 running, not yours: its one-line reason); 1 when it cannot be reached or the connection is lost.
@@ -107,7 +108,7 @@ class _Session:
                 tty.setraw(0, termios.TCSANOW)
                 loop.add_signal_handler(signal.SIGWINCH, self._resized)
             else:
-                await self.ws.send(json.dumps({"echo": False}))
+                await self.ws.send(json.dumps({"pipe": True}))
             for sig in stops:
                 loop.add_signal_handler(sig, lambda: me.cancel() if me is not None else None)
             sender = asyncio.create_task(self._send_input(loop))
