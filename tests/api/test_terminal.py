@@ -17,6 +17,8 @@ from websockets.exceptions import InvalidStatus
 
 from tests.api import terminal_plane
 
+pytestmark = pytest.mark.xdist_group("terminal-api")  # one plane and server per module
+
 
 @pytest.fixture(scope="module")
 def t(tmp_path_factory):

@@ -19,6 +19,8 @@ from tests.plane import YARD
 PROMPT = "@@> "
 BASH = ["env", f"PS1={PROMPT}", "bash", "--norc", "--noprofile"]
 
+pytestmark = pytest.mark.xdist_group("terminal-cli")  # one plane and server per module
+
 
 @pytest.fixture(scope="module")
 def t(tmp_path_factory):

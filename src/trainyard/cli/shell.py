@@ -59,7 +59,15 @@ def ws_url(base: str, job: int, rank: int | None, node: str | None, argv: list[s
 
 
 def _size() -> tuple[int, int]:
-    s = shutil.get_terminal_size((80, 24))
+    """(rows, columns) of the terminal this runs on (not $LINES/$COLUMNS, which a resize leaves stale)."""
+    for fd in (0, 1, 2):
+        try:
+            s = os.get_terminal_size(fd)
+            break
+        except OSError:
+            continue
+    else:
+        s = shutil.get_terminal_size((80, 24))
     return max(1, min(s.lines, 1000)), max(1, min(s.columns, 1000))
 
 
