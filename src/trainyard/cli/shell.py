@@ -71,7 +71,7 @@ def _size() -> tuple[int, int]:
     return max(1, min(s.lines, 1000)), max(1, min(s.columns, 1000))
 
 
-def _refusal(status: int, body: bytes) -> str:
+def _refusal(status: int, body: bytes | bytearray) -> str:
     try:
         data = json.loads(body)
         return str(data.get("detail") or f"HTTP {status}")
