@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from tests.api import terminal_plane
+from trainyard.api.terminal import HANGUP_GRACE_S
 
 pytestmark = pytest.mark.xdist_group("terminal-api")  # one plane and server per module
 
@@ -98,32 +100,22 @@ def test_an_admin_may_and_the_attach_is_audited(t) -> None:
     assert ev["data"]["rank"] == 1 and ev["data"]["argv"] == ["true"] and ev["node"] == ev["data"]["node"]
 
 
-def test_a_client_that_goes_away_hangs_up_the_process_and_it_is_reaped(t) -> None:
-    marker = f"term-{os.getpid()}"
-    out, _ = asyncio.run(_session(_url(t, t.running, cmd=["sh", "-c", f"echo ready; exec sleep 1000 {marker}"]),
-                                  t.alice, until=b"ready"))
-    assert b"ready" in out
-    import time
-    deadline = time.monotonic() + 10
-    while _procs(marker):
-        assert time.monotonic() < deadline, f"still running: {_procs(marker)}"
+@pytest.mark.parametrize("hup", ["", "trap '' HUP; "])  # a command that ignores SIGHUP is killed after the grace
+def test_a_client_that_goes_away_hangs_up_the_process_and_it_is_reaped(t, hup: str) -> None:
+    out, _ = asyncio.run(_session(_url(t, t.running, cmd=["sh", "-c", f"{hup}echo ready $$.; exec sleep 1000"]),
+                                  t.alice, until=b"."))
+    pid = int(out.split(b"ready ")[1].split(b".")[0])
+    left = time.monotonic()
+    while _alive(pid):  # a zombie counts: the pump must reap it
+        assert time.monotonic() - left < HANGUP_GRACE_S + 10, f"{pid} still there"
         time.sleep(0.05)
+    took = time.monotonic() - left
+    assert (took > HANGUP_GRACE_S - 0.5) if hup else (took < HANGUP_GRACE_S - 0.5), took
 
 
-def _procs(marker: str) -> list[str]:
-    """Processes (zombies included) whose command line names `marker`."""
-    found = []
-    for pid in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if marker.encode() in f.read():
-                    found.append(pid)
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().split(")")[-1].split()[0] == "Z":
-                    found.append(f"{pid} (zombie)")
-        except OSError:
-            pass
-    return found
+def _alive(pid: int) -> bool:
+    """`pid` exists, a zombie included (only the plane, its parent, can reap it)."""
+    return os.path.exists(f"/proc/{pid}")
 
 
 @pytest.mark.parametrize("who", ["bob", "nora", "operator", "viewer", "job_token"])
