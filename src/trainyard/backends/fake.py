@@ -523,8 +523,8 @@ class FakeBackend:
 
     def open_terminal(self, job_id: int, attempt: int, rank: int, argv: list[str], *, rows: int = 24,
                       cols: int = 80) -> Terminal:
-        """`argv` on a new pseudo-terminal as the plane's own user (a fake rank has no process, cell
-        nor owner to join): in the rank's workdir with the rank's environment, `TERM` and a plain
+        """`argv` (none: the rank's $SHELL, else /bin/sh) on a new pseudo-terminal as the plane's
+        own user (a fake rank has no process, cell nor owner to join): in the rank's workdir with the rank's environment, `TERM` and a plain
         `PATH`, never the plane's. The child is spawned (no fork of a threaded plane) through
         util-linux's `setsid --ctty`, so the command leads its own session with the terminal as
         its controlling one (job control, Ctrl-C to its foreground group), and is the plane's child."""
@@ -534,7 +534,8 @@ class FakeBackend:
                 raise BackendError(f"job {job_id} attempt {attempt}: rank {rank} is not running")
             env = {**rk.env, "PATH": "/usr/local/bin:/usr/bin:/bin", "TERM": "xterm-256color"}
             workdir = att.spec.workdir
-        return _spawn_on_pty(argv, env, workdir, rows, cols)
+        command = list(argv) or [env["SHELL"] if os.path.isabs(env.get("SHELL", "")) else "/bin/sh"]
+        return _spawn_on_pty(command, env, workdir, rows, cols)
 
     def node_environment(self, node: str) -> dict[str, str]:
         """The node's scripted fingerprint (`FakeCluster.environments`), else every node's `ENVIRONMENT`."""

@@ -38,7 +38,7 @@ EOF = b"\x04"  # the terminal's end-of-input character (VEOF) in canonical mode
 def shell(job: int = typer.Argument(..., min=1, help="a running job's id"),
           rank: Optional[int] = typer.Option(None, "--rank", "-r", min=0, help="the rank to join (default 0)"),
           node: Optional[str] = typer.Option(None, "--node", "-w", help="the job's first rank on this node"),
-          cmd: Optional[list[str]] = typer.Argument(None, help="the command after `--` (default: bash)")) -> None:
+          cmd: Optional[list[str]] = typer.Argument(None, help="the command after `--` (default: the job's shell)")) -> None:
     """A shell (or CMD) in a running job's rank, as its owner, with the rank's environment."""
     if rank is not None and node is not None:
         fail("give --rank or --node, not both")

@@ -24,7 +24,7 @@ from trainyard.services.plane_facade import Plane
 from trainyard.services.ranks import ranks_for
 from trainyard.states import JobState
 
-DEFAULT_ARGV = ("bash",)  # the owner's shell on the rank's node, as `srun --pty bash`
+DEFAULT_ARGV: tuple[str, ...] = ()  # none: the backend starts the owner's shell (the rank's $SHELL)
 MAX_ARGS, MAX_ARG_CHARS, MAX_SIDE = 256, 4096, 1000
 
 
@@ -118,7 +118,7 @@ def open_terminal(plane: Plane, by: Principal, job_id: int, ask: TerminalAsk) ->
                 raise ServiceError(f"rank: job {job_id} has ranks 0..{len(ranks) - 1}, not {rank}", field="rank")
         node = ranks[rank].node
         events.record(s, by.user, "job.attach", f"{by.user} opened a terminal in rank {rank} on {node}: "
-                      f"{' '.join(ask.argv)[:200]}", job_id=job_id, node=node,
+                      f"{' '.join(ask.argv)[:200] or 'a shell'}", job_id=job_id, node=node,
                       data={"user": by.user, "role": by.role, "rank": rank, "node": node, "argv": list(ask.argv)})
     return plane.open_terminal(job_id, rank, list(ask.argv), ask.rows, ask.cols), rank, node
 

@@ -1,6 +1,6 @@
 """/api/v1/jobs/{id}/terminal: `yard shell` (issue 38), a WebSocket carrying a pseudo-terminal.
 
-The query is `rank` or `node`, `cmd` (repeated: the argv; default `bash`), `rows`, `cols`; the
+The query is `rank` or `node`, `cmd` (repeated: the argv; none: the owner's shell), `rows`, `cols`; the
 caller's token comes in the handshake's Authorization header, as on every other route. Checked in
 `services/terminals.py`, carried by `api/terminal.py`."""
 
