@@ -14,6 +14,7 @@ import time
 import pexpect
 import pytest
 
+from tests.cli.test_shell import interrupt
 from tests.cli.yard_process import yard_process
 from tests.plane import YARD
 
@@ -52,10 +53,11 @@ def test_ctrl_c_reaches_the_foreground_command_not_the_session(yard, job: int) -
     child = pexpect.spawn(YARD, ["shell", str(job), "--", "env", "PS1=@@> ", "bash", "--norc", "--noprofile"],
                           env=_env(yard), timeout=30)
     child.expect_exact("@@> ")
-    child.sendline("sleep 100")
-    time.sleep(0.3)
-    child.sendcontrol("c")
-    child.expect_exact("@@> ", timeout=10)
+    child.sendline("echo go''ne; sleep 100")
+    child.expect_exact("gone")
+    interrupt(child)  # raw mode: the byte goes through; the remote line discipline makes it SIGINT
+    child.sendline("echo status=$?")
+    child.expect_exact("status=130")  # the sleep was interrupted (128 + SIGINT)
     child.sendline("exit 3")
     child.expect(pexpect.EOF)
     child.close()
