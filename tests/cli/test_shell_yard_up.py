@@ -29,7 +29,7 @@ def yard(tmp_path_factory):
 @pytest.fixture(scope="module")
 def job(yard) -> int:
     p = yard("submit", "--parsable", "-A", "vision", "-G", "2", "--", sys.executable, "-c",
-             "import time; time.sleep(1000)")
+             "import time; print('CG=' + open('/proc/self/cgroup').read().strip(), flush=True); time.sleep(1000)")
     job_id = int(p.stdout.strip().split(";")[0])
     deadline = time.monotonic() + 60
     while json.loads(yard("show", str(job_id), "--json").stdout)["state"] != "RUNNING":
@@ -47,6 +47,17 @@ def test_rank_1_environment_and_exit_status_in_a_pipe(yard, job: int) -> None:
                        capture_output=True, text=True, env=_env(yard), stdin=subprocess.DEVNULL, timeout=60)
     assert p.returncode == 5, p.stderr
     assert f"R=1 J={job}" in p.stdout
+
+
+def test_the_shell_is_in_the_ranks_cgroup(yard, job: int) -> None:
+    deadline = time.monotonic() + 20
+    while "CG=" not in (log := yard("logs", str(job), "--rank", "1").stdout):
+        assert time.monotonic() < deadline, log
+        time.sleep(0.2)
+    p = subprocess.run([YARD, "shell", str(job), "--rank", "1", "--", "cat", "/proc/self/cgroup"], capture_output=True,
+                       text=True, env=_env(yard), stdin=subprocess.DEVNULL, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == log.split("CG=")[1].splitlines()[0].strip()
 
 
 def test_ctrl_c_reaches_the_foreground_command_not_the_session(yard, job: int) -> None:
