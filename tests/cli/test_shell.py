@@ -48,7 +48,7 @@ def _spawn(t: terminal_plane.Served, *args: str, token: str | None = None) -> pe
     return child
 
 
-def test_a_prompt_echo_resize_ctrl_c_and_the_exit_status(t) -> None:
+def test_a_prompt_echo_resize_ctrl_c_ctrl_z_and_the_exit_status(t) -> None:
     child = _spawn(t, str(t.running), "--", *BASH)
     child.expect_exact(PROMPT)
     child.sendline("echo hel''lo $MARK")  # the quotes: the output, not the echoed line, is matched
@@ -63,7 +63,14 @@ def test_a_prompt_echo_resize_ctrl_c_and_the_exit_status(t) -> None:
     interrupt(child)  # raw mode: the byte goes through; the remote line discipline makes it SIGINT
     child.sendline("echo status=$?")
     child.expect_exact("status=130")  # the sleep was interrupted (128 + SIGINT)
-    child.sendline("echo still''here")
+    child.sendline("echo go''ne2; sleep 200")
+    child.expect_exact("gone2")
+    for _ in range(20):  # Ctrl-Z: the foreground command stops, the shell takes the terminal back
+        child.sendcontrol("z")
+        if child.expect_exact(["Stopped", pexpect.TIMEOUT], timeout=0.5) == 0:
+            break
+    child.expect_exact(PROMPT)
+    child.sendline("kill -9 %1; wait; echo still''here")
     child.expect_exact("stillhere")
     child.sendline("exit 3")
     child.expect(pexpect.EOF)
