@@ -57,7 +57,7 @@ async def serve(ws: WebSocket, job_text: str) -> None:
     try:
         await ws.accept()
     except BaseException:
-        _hang_up_now(term)
+        terminals.discard(term)
         raise
     await Pump(ws, term).run()
 
@@ -90,16 +90,6 @@ def _signal_all(term: Terminal, sig: int) -> None:
         os.kill(term.pid, sig)
     except OSError:
         pass
-
-
-def _hang_up_now(term: Terminal) -> None:
-    """A terminal that was opened but never served: killed, reaped, closed."""
-    _signal_all(term, signal.SIGKILL)
-    try:
-        os.waitpid(term.pid, 0)
-    except ChildProcessError:
-        pass
-    os.close(term.fd)
 
 
 class Pump:

@@ -1,9 +1,9 @@
 """`yard shell JOB`: who may open a terminal in a running job, in which rank, with what command.
 
 The WebSocket route (`api/routers/terminal.py`) parses its query here (`parse_ask`), then
-`open_terminal` checks the caller, the job's state and the rank, records the attach in the audit
-trail (`job.attach`: who, rank, node, command) and asks the plane for the process
-(`Plane.open_terminal`); `api/terminal.py` then carries its bytes.
+`open_terminal` checks the caller, the job's state and the rank, asks the plane for the process
+(`Plane.open_terminal`) and records the attach in the audit trail (`job.attach`: who, rank, node,
+command), or kills the process when it cannot; `api/terminal.py` then carries its bytes.
 
 Who may: the job's owner (a member token of the job's team whose user is the job's) and admins.
 Operators, viewers, other members of the team, other teams and job tokens may not (403), and
@@ -13,10 +13,12 @@ are refused before anything starts: a terminal runs as the job's owner, so it is
 from __future__ import annotations
 
 import os
+import signal
 from dataclasses import dataclass
 from typing import Iterable
 
 from trainyard.backends.base import Terminal
+from trainyard.contracts import RankPlacement
 from trainyard.services import events, jobs
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Conflict, Forbidden, ServiceError
@@ -97,7 +99,7 @@ def open_terminal(plane: Plane, by: Principal, job_id: int, ask: TerminalAsk) ->
         NotFound: no such job. Forbidden: not the owner nor an admin. Conflict: the job is not
         RUNNING, or its rank is not running on the backend. ServiceError: no such rank or node.
     """
-    with plane.transaction() as s:
+    with plane.store.session() as s:
         row = jobs.get(s, job_id, by)
         if by.role == "job":
             raise Forbidden("a job token cannot open a terminal")
@@ -106,21 +108,47 @@ def open_terminal(plane: Plane, by: Principal, job_id: int, ask: TerminalAsk) ->
                             f"(only its owner {row.user!r} and admins may)")
         if row.state != JobState.RUNNING:
             raise Conflict(f"job {job_id} is {row.state}, not RUNNING: no terminal to open")
-        ranks = ranks_for(row.placement or [], row.tasks_per_node)
-        if ask.node is not None:
-            rank = next((r.rank for r in ranks if r.node == ask.node), None)
-            if rank is None:
-                raise ServiceError(f"node: job {job_id} runs no rank on {ask.node!r} "
-                                   f"(its nodes: {sorted({r.node for r in ranks})})", field="node")
-        else:
-            rank = ask.rank or 0
-            if rank >= len(ranks):
-                raise ServiceError(f"rank: job {job_id} has ranks 0..{len(ranks) - 1}, not {rank}", field="rank")
-        node = ranks[rank].node
-        events.record(s, by.user, "job.attach", f"{by.user} opened a terminal in rank {rank} on {node}: "
-                      f"{' '.join(ask.argv)[:200] or 'a shell'}", job_id=job_id, node=node,
-                      data={"user": by.user, "role": by.role, "rank": rank, "node": node, "argv": list(ask.argv)})
-    return plane.open_terminal(job_id, rank, list(ask.argv), ask.rows, ask.cols), rank, node
+        rank, node = _rank_of(job_id, ranks_for(row.placement or [], row.tasks_per_node), ask)
+    term = plane.open_terminal(job_id, rank, list(ask.argv), ask.rows, ask.cols)
+    try:
+        with plane.transaction() as s:
+            events.record(s, by.user, "job.attach", f"{by.user} opened a terminal in rank {rank} on {node}: "
+                          f"{' '.join(ask.argv)[:200] or 'a shell'}", job_id=job_id, node=node,
+                          data={"user": by.user, "role": by.role, "rank": rank, "node": node, "argv": list(ask.argv)})
+    except BaseException:
+        discard(term)  # no terminal that the audit trail does not show
+        raise
+    return term, rank, node
+
+
+def _rank_of(job_id: int, ranks: list[RankPlacement], ask: TerminalAsk) -> tuple[int, str]:
+    if ask.node is not None:
+        rank = next((r.rank for r in ranks if r.node == ask.node), None)
+        if rank is None:
+            raise ServiceError(f"node: job {job_id} runs no rank on {ask.node!r} "
+                               f"(its nodes: {sorted({r.node for r in ranks})})", field="node")
+        return rank, ask.node
+    rank = ask.rank or 0
+    if rank >= len(ranks):
+        raise ServiceError(f"rank: job {job_id} has ranks 0..{len(ranks) - 1}, not {rank}", field="rank")
+    return rank, ranks[rank].node
+
+
+def discard(term: Terminal) -> None:
+    """A terminal opened but not to be served: its process group (never the plane's) and it
+    killed, reaped, its fd closed."""
+    try:
+        group = os.getpgid(term.pid)
+        if group != os.getpgrp():
+            os.killpg(group, signal.SIGKILL)
+        os.kill(term.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    try:
+        os.waitpid(term.pid, 0)
+    except ChildProcessError:
+        pass
+    os.close(term.fd)
 
 
 def exit_code(status: int) -> int:
