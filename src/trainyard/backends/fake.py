@@ -72,11 +72,14 @@ Example::
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
 import shutil
 import signal as _signal
+import struct
+import termios
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -520,9 +523,19 @@ class FakeBackend:
 
     def open_terminal(self, job_id: int, attempt: int, rank: int, argv: list[str], *, rows: int = 24,
                       cols: int = 80) -> Terminal:
-        """Not yet on this backend (issue 38 brings `yard shell`)."""
-        raise BackendError(f"job {job_id} attempt {attempt} rank {rank}: a terminal in a running rank is not "
-                           f"available on the {self.name} backend yet")
+        """`argv` (none: the rank's $SHELL, else /bin/sh) on a new pseudo-terminal as the plane's
+        own user (a fake rank has no process, cell nor owner to join): in the rank's workdir with the rank's environment, `TERM` and a plain
+        `PATH`, never the plane's. The child is spawned (no fork of a threaded plane) through
+        util-linux's `setsid --ctty`, so the command leads its own session with the terminal as
+        its controlling one (job control, Ctrl-C to its foreground group), and is the plane's child."""
+        with self.cluster.lock:
+            att, rk = self._rank(job_id, attempt, rank)
+            if rk.ended is not None:
+                raise BackendError(f"job {job_id} attempt {attempt}: rank {rank} is not running")
+            env = {**rk.env, "PATH": "/usr/local/bin:/usr/bin:/bin", "TERM": "xterm-256color"}
+            workdir = att.spec.workdir
+        command = list(argv) or [env["SHELL"] if os.path.isabs(env.get("SHELL", "")) else "/bin/sh"]
+        return _spawn_on_pty(command, env, workdir, rows, cols)
 
     def node_environment(self, node: str) -> dict[str, str]:
         """The node's scripted fingerprint (`FakeCluster.environments`), else every node's `ENVIRONMENT`."""
@@ -681,6 +694,25 @@ class FakeBackend:
                 pass
             raise BackendError(f"{where}: rank 0: {msg}")
         return self.default_program, {}
+
+
+def _spawn_on_pty(argv: list[str], env: dict[str, str], cwd: str, rows: int, cols: int) -> Terminal:
+    setsid = shutil.which("setsid", path="/usr/bin:/bin")
+    if setsid is None:
+        raise BackendError("no setsid(1) (util-linux) to start a terminal with")
+    master, slave = os.openpty()
+    try:
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        acts = [(os.POSIX_SPAWN_DUP2, slave, n) for n in (0, 1, 2)]
+        # posix_spawn has no cwd: a `sh -c 'cd'` sets the command's before it execs it
+        pid = os.posix_spawn(setsid, [setsid, "--ctty", "/bin/sh", "-c", 'cd "$0" 2>/dev/null; exec "$@"', cwd,
+                                      *argv], env, file_actions=acts)
+    except OSError as e:
+        os.close(master)
+        raise BackendError(f"cannot start {argv[0]!r} on a terminal: {e}") from None
+    finally:
+        os.close(slave)
+    return Terminal(master, pid)
 
 
 def _state(rk: _Rank) -> RankState:
