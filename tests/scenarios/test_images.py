@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import os
 import pwd
+import signal
 import subprocess
 import textwrap
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,8 +39,9 @@ from tests.yard_cluster import YardCluster, losses
 
 pytestmark = [ROOT_ONLY, pytest.mark.slow, pytest.mark.images, pytest.mark.xdist_group("images-scenarios")]
 
-STEPS = 16
-SETS = [*TINY_PRETRAIN, f"steps={STEPS}", "checkpoint_every=4", "watchdog_s=120"]
+STEPS = 200  # the tiny model trains ~70 steps/s here: long enough to be caught mid-run
+EVERY = 20
+SETS = [*TINY_PRETRAIN, f"steps={STEPS}", f"checkpoint_every={EVERY}", "watchdog_s=120"]
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED")
 
 
@@ -129,9 +132,27 @@ def world(tmp_path_factory) -> Iterator[World]:
 
 def _recipe(image: str, *shape: str) -> dict[str, Any]:
     args = [x for s in SETS for x in ("--set", s)]
-    return {"name": "llama-img", "team": "vision", "gpus_per_node": 4, "nodes": 1,
+    # two ranks: the interactive job's four GPUs of node-0 need the victim's two
+    return {"name": "llama-img", "team": "vision", "gpus_per_node": 2, "nodes": 1,
             "command": ["python3", "-m", "trainyard.recipes", "llama-pretrain", *args],
             "container": {"image": image}, "env": {"OMP_NUM_THREADS": "1"}}
+
+
+def _job_processes(job: int, attempt: int) -> list[int]:
+    """Live processes of `job`'s `attempt` (their environment says so; a container's are host pids)."""
+    needles = [f"TRAINYARD_JOB_ID={job}\0".encode(), f"TRAINYARD_ATTEMPT={attempt}\0".encode()]
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                env = b"\0" + f.read()
+        except OSError:
+            continue
+        if all(b"\0" + n in env for n in needles):
+            out.append(int(name))
+    return out
 
 
 def _events(w: World, job: int) -> list[dict[str, Any]]:
@@ -160,11 +181,29 @@ def test_a_recipe_in_its_image_is_preempted_and_resumes_on_the_other_node_bit_fo
                                 "nodelist": "node-1", "command": ["/bin/sleep", "600"]})
     w.yc.wait(blocker, "RUNNING", timeout=120)
     job = w.submit("vera", _recipe(image))
-    w.yc.wait_committed(job, 4, timeout=300)
+    w.yc.wait_committed(job, EVERY, timeout=300)
     assert {p["node"] for p in w.yc.job(job)["placement"]} == {"node-0"}
     w.yc.yard("cancel", str(blocker))
-    urgent = w.submit("vera", {"name": "urgent", "team": "vision", "class": "interactive", "gpus_per_node": 4,
-                               "nodes": 1, "nodelist": "node-0", "command": ["/bin/sleep", "20"]})
+    # The victim trains its remaining steps in seconds; the notice takes a few loop passes. So, as
+    # the Slurm scenario does, its ranks are frozen (SIGSTOP: in the container, host pids) until the
+    # plane has sent the notice; they take it at their next step boundary, as a busy job would.
+    frozen = _job_processes(job, 1)
+    assert frozen, "no process of the victim found"
+    for pid in frozen:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        urgent = w.submit("vera", {"name": "urgent", "team": "vision", "class": "interactive", "gpus_per_node": 4,
+                                   "nodes": 1, "nodelist": "node-0", "command": ["/bin/sleep", "20"]})
+        deadline = time.monotonic() + 30
+        while not any("SIGUSR1" in e.get("message", "") for e in _events(w, job)):
+            assert time.monotonic() < deadline, _events(w, job)
+            time.sleep(0.1)
+    finally:
+        for pid in frozen:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
     j = w.ended(job, timeout=600)
     assert j["state"] == "COMPLETED", (j["state"], j["reason"])
     assert j["attempts"][0]["state"] == "PREEMPTED" and len(j["attempts"]) >= 2, j["attempts"]
@@ -173,7 +212,7 @@ def test_a_recipe_in_its_image_is_preempted_and_resumes_on_the_other_node_bit_fo
     assert all(a["image_digest"] == digest for a in j["attempts"]), j["attempts"]
     assert losses(w.yc.job_dir(job)) == reference  # bit for bit
     log = (w.yc.job_dir(job) / "logs" / "rank-0.log").read_text()
-    assert 4 <= int(log.split("resumed from step ")[1].split()[0]) < STEPS, log[-2000:]
+    assert EVERY <= int(log.split("resumed from step ")[1].split()[0]) < STEPS, log[-2000:]
     kinds = [(e["kind"], e.get("message", "")) for e in _events(w, job)]
     assert any(k == "job.image_ready" and "node-1" in m for k, m in kinds), kinds
     w.ended(urgent)

@@ -522,9 +522,10 @@ class FakeBackend:
     def open_terminal(self, job_id: int, attempt: int, rank: int, argv: list[str], *, rows: int = 24,
                       cols: int = 80, term: str = terminal.DEFAULT_TERM) -> Terminal:
         """Emulation: a real pty running `argv` (empty: `$SHELL` of the rank's environment, else
-        /bin/sh) on this machine as the plane's own user, with the rank's fake environment (its
-        `LaunchSpec.env` under `contracts.rank_env`, PATH defaulted, TERM) and nothing else: no
-        cell, no namespace, no owner (the fake ranks are no processes). Errors as a real backend's.
+        /bin/sh) on this machine as the plane's own user, in the rank's workdir (where it exists),
+        with the rank's fake environment (its `LaunchSpec.env` under `contracts.rank_env`, PATH
+        defaulted, TERM) and nothing else: no cell, no namespace, no owner (the fake ranks are no
+        processes). Errors as a real backend's.
 
         Raises:
             BackendError: no such attempt or rank here, its node is down, or the rank has ended.
@@ -541,9 +542,10 @@ class FakeBackend:
             if rk.ended is not None:
                 raise BackendError(f"{where}: the rank is not running (it has ended)")
             env = {"PATH": terminal.DEFAULT_PATH, **rk.env, "TERM": term}
+            workdir = att.spec.workdir
         command = list(argv) or [env["SHELL"] if os.path.isabs(env.get("SHELL", "")) else "/bin/sh"]
         try:
-            return terminal.spawn(terminal.with_ctty(command), env, rows, cols)
+            return terminal.spawn(terminal.with_ctty(command, cwd=workdir), env, rows, cols)
         except OSError as e:
             raise BackendError(f"{where}: cannot open a terminal: {e}") from e
 

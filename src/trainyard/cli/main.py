@@ -13,7 +13,8 @@ Command groups live in their own modules and are wired here:
 - accounting: acct (sacct, `cli/acct.py`), report (sreport, `cli/report.py`), share and prio (sshare,
   sprio, `cli/share.py`), audit (the audit trail as JSON lines, `cli/audit.py`);
 - storage (`cli/storage.py`): the disk job dirs take per team, against quotas and the reserve;
-- image pull|ls|rm (`cli/images.py`): the nodes' image caches.
+- image pull|ls|rm (`cli/images.py`): the nodes' image caches;
+- shell (`cli/shell.py`): a terminal in a running job's rank, through the API's WebSocket.
 
 - recipes: run (train on this machine, `cli/run.py`), export (a run as a Hugging Face model,
   `cli/model_export.py`), models (the exported models and their lineage, `cli/models.py`).
@@ -30,6 +31,7 @@ from trainyard.cli import (acct, admin, audit, bench, chaos, images, jobs, model
 from trainyard.cli import login as login_cmd
 from trainyard.cli import trace as trace_cmd
 from trainyard.cli import sim as sim_cmd
+from trainyard.cli import shell as shell_cmd
 from trainyard.cli.strict import CONTEXT, StrictCommand
 
 app = typer.Typer(help="trainyard: a manager for GPU training clusters shared by several teams.",
@@ -80,6 +82,7 @@ app.command("export")(model_export.export)
 app.command("models")(models.models)
 app.command("chaos")(chaos.chaos)
 app.command("tensorboard")(tboard.tensorboard)
+app.command("shell")(shell_cmd.shell)
 
 
 def main() -> None:  # `python -m trainyard.cli.main`

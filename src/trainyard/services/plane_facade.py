@@ -16,6 +16,8 @@ that a router never reaches into the plane's parts.
     share(), priority()               `yard share` and `yard prio` (`control/reports/priority.py`)
     pull_image(), image_entries(),    `yard image pull|ls|rm` on the nodes' image caches, without the
     remove_image()                    plane's lock (`control/lifecycle/image_admin.py`)
+    open_terminal()                   a command on a new pseudo-terminal in a running rank
+                                      (`yard shell`: services/terminals.py, api/terminal.py)
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any, Callable, Protocol
 
 from sqlalchemy.orm import Session
 
+from trainyard.backends.base import Terminal
 from trainyard.images.types import EntryInfo
 from trainyard.services.config import ConfigCache, ConfigVersion
 from trainyard.services.priority_report import PriorityReport, ShareReport
@@ -96,3 +99,8 @@ class Plane(Protocol):
 
     def remove_image(self, target: str, nodes: list[str]) -> list[dict[str, Any]]:
         """`target` (a digest, or an image) removed from `nodes`' caches: `[{node, name, digest, removed, why}]`."""
+
+    def open_terminal(self, job_id: int, rank: int, argv: list[str], rows: int, cols: int) -> Terminal:
+        """`argv` in rank `rank` of the job's current attempt, as its owner, on a new pseudo-terminal
+        of `rows` x `cols` (the backend's `open_terminal`). Raises Conflict when the rank is not
+        running there. The caller owns the result: it closes the fd and reaps the pid."""

@@ -43,21 +43,26 @@ def set_size(fd: int, rows: int, cols: int) -> None:
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
 
-# takes the terminal on stdin as the controlling one, resets what Python ignores, executes argv[1:]
+# takes the terminal on stdin as the controlling one, enters argv[1] (if it can; "" for none), resets
+# what Python ignores, executes argv[2:]
 CTTY_SHIM = ("import fcntl, os, signal, sys, termios\n"
              "fcntl.ioctl(0, termios.TIOCSCTTY, 0)\n"
+             "try:\n"
+             "    sys.argv[1] and os.chdir(sys.argv[1])\n"
+             "except OSError:\n"
+             "    pass\n"
              "[signal.signal(s, signal.SIG_DFL) for s in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT)]\n"
              "try:\n"
-             "    os.execvpe(sys.argv[1], sys.argv[1:], os.environ)\n"
+             "    os.execvpe(sys.argv[2], sys.argv[2:], os.environ)\n"
              "except OSError as e:\n"
-             "    os.write(2, f'trainyard: cannot execute {sys.argv[1]!r}: {e.strerror}\\r\\n'.encode())\n"
+             "    os.write(2, f'trainyard: cannot execute {sys.argv[2]!r}: {e.strerror}\\r\\n'.encode())\n"
              "    sys.exit(127 if isinstance(e, FileNotFoundError) else 126)\n")
 
 
-def with_ctty(argv: list[str]) -> list[str]:
+def with_ctty(argv: list[str], cwd: str = "") -> list[str]:
     """`argv` (looked up on the PATH of the environment it is given) behind the shim that makes the
-    pty its controlling terminal first."""
-    return [sys.executable, "-I", "-S", "-c", CTTY_SHIM, *argv]
+    pty its controlling terminal first, in `cwd` where it can enter it (posix_spawn has no cwd)."""
+    return [sys.executable, "-I", "-S", "-c", CTTY_SHIM, cwd, *argv]
 
 
 def spawn(argv: list[str], env: dict[str, str], rows: int = 24, cols: int = 80, *,

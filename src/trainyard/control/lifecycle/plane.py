@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator
 
 from sqlalchemy.orm import Session
 
-from trainyard.backends.base import Backend
+from trainyard.backends.base import Backend, BackendError, Terminal
 from trainyard.control.lifecycle import plane_files, store_audit
 from trainyard.control.reports import priority as engine_order
 from trainyard.control.lifecycle import notify
@@ -47,11 +47,13 @@ from trainyard.control.lifecycle.supervise import Supervised
 from trainyard.images.types import EntryInfo
 from trainyard.services import images, notices
 from trainyard.services.config import ConfigCache, ConfigVersion
+from trainyard.services.errors import Conflict, NotFound
 from trainyard.services.events import record
 from trainyard.services.plane_facade import API_THREADS, REQUESTS_PER_THREAD
 from trainyard.services.priority_report import PriorityReport, ShareReport
 from trainyard.spec.models import ConfigSpec
 from trainyard.store.db import Store
+from trainyard.store.models import JobRow
 
 log = logging.getLogger("trainyard.plane")
 
@@ -201,6 +203,19 @@ class ControlPlane:
 
     def remove_image(self, target: str, nodes: list[str]) -> list[dict[str, Any]]:
         return self.images.remove(target, nodes)
+
+    def open_terminal(self, job_id: int, rank: int, argv: list[str], rows: int, cols: int) -> Terminal:
+        """`argv` in rank `rank` of the job's current attempt, on a new pseudo-terminal (the
+        backend's `open_terminal`); a rank the backend does not run is a Conflict, not a crash."""
+        with self.store.session() as s:
+            row = s.get(JobRow, job_id)
+            if row is None:
+                raise NotFound(f"no job {job_id}")
+            attempt = row.attempt
+        try:
+            return self.backend.open_terminal(job_id, attempt, rank, argv, rows=rows, cols=cols)
+        except BackendError as e:
+            raise Conflict(str(e)) from None
 
     def write_server_file(self, url: str) -> None:
         self.api_url = self.loop.api_url = url

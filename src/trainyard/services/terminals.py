@@ -1,0 +1,157 @@
+"""`yard shell JOB`: who may open a terminal in a running job, in which rank, with what command.
+
+The WebSocket route (`api/routers/terminal.py`) parses its query here (`parse_ask`), then
+`open_terminal` checks the caller, the job's state and the rank, asks the plane for the process
+(`Plane.open_terminal`) and records the attach in the audit trail (`job.attach`: who, rank, node,
+command), or kills the process when it cannot; `api/terminal.py` then carries its bytes.
+
+Who may: the job's owner (a member token of the job's team whose user is the job's) and admins.
+Operators, viewers, other members of the team, other teams and job tokens may not (403), and
+are refused before anything starts: a terminal runs as the job's owner, so it is theirs alone.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+from typing import Iterable
+
+from trainyard.backends.base import Terminal
+from trainyard.contracts import RankPlacement
+from trainyard.services import events, jobs
+from trainyard.services.auth import Principal
+from trainyard.services.errors import Conflict, Forbidden, ServiceError
+from trainyard.services.plane_facade import Plane
+from trainyard.services.ranks import ranks_for
+from trainyard.states import JobState
+
+DEFAULT_ARGV: tuple[str, ...] = ()  # none: the backend starts the owner's shell (the rank's $SHELL)
+MAX_ARGS, MAX_ARG_CHARS, MAX_SIDE = 256, 4096, 1000
+
+
+@dataclass(frozen=True)
+class TerminalAsk:
+    """What the client asked for: a rank or a node (neither: rank 0), the command, the size."""
+
+    rank: int | None = None
+    node: str | None = None
+    argv: tuple[str, ...] = DEFAULT_ARGV
+    rows: int = 24
+    cols: int = 80
+
+
+def _int(name: str, text: str, low: int, high: int) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise ServiceError(f"{name}: not an integer: {text[:40]!r}", field=name) from None
+    if not low <= v <= high:
+        raise ServiceError(f"{name}: {v} is out of range ({low}..{high})", field=name)
+    return v
+
+
+def parse_job_id(text: str) -> int:
+    """The path's job id (an id the store can compare with)."""
+    return _int("job_id", text, 1, 2**31 - 1)
+
+
+def parse_ask(items: Iterable[tuple[str, str]]) -> TerminalAsk:
+    """The route's query (`rank` or `node`, `cmd` repeated for argv, `rows`, `cols`) checked.
+
+    Raises:
+        ServiceError: an unknown, repeated or bad parameter, named.
+    """
+    one: dict[str, str] = {}
+    argv: list[str] = []
+    for name, value in items:
+        if "\x00" in value:
+            raise ServiceError(f"{name}: text must not contain NUL (%00)", field=name)
+        if name == "cmd":
+            if len(argv) >= MAX_ARGS or len(value) > MAX_ARG_CHARS:
+                raise ServiceError(f"cmd: at most {MAX_ARGS} arguments of {MAX_ARG_CHARS} characters", field="cmd")
+            argv.append(value)
+        elif name not in ("rank", "node", "rows", "cols"):
+            raise ServiceError(f"unknown parameter {name!r} (rank, node, cmd, rows, cols)", field=name)
+        elif name in one:
+            raise ServiceError(f"{name}: given twice", field=name)
+        else:
+            one[name] = value
+    if "rank" in one and "node" in one:
+        raise ServiceError("give rank or node, not both", field="node")
+    if argv and not argv[0]:
+        raise ServiceError("cmd: the command is empty", field="cmd")
+    return TerminalAsk(rank=_int("rank", one["rank"], 0, 2**31 - 1) if "rank" in one else None,
+                       node=one.get("node") or None, argv=tuple(argv) or DEFAULT_ARGV,
+                       rows=_int("rows", one.get("rows", "24"), 1, MAX_SIDE),
+                       cols=_int("cols", one.get("cols", "80"), 1, MAX_SIDE))
+
+
+def may_attach(by: Principal, owner: str, team: str) -> bool:
+    """Admins, and the job's owner through a member token of its team."""
+    return by.is_admin or (by.role == "member" and by.team == team and by.user == owner)
+
+
+def open_terminal(plane: Plane, by: Principal, job_id: int, ask: TerminalAsk) -> tuple[Terminal, int, str]:
+    """The checked terminal, its rank and node, the attach recorded. Blocking: call it on a worker thread.
+
+    Raises:
+        NotFound: no such job. Forbidden: not the owner nor an admin. Conflict: the job is not
+        RUNNING, or its rank is not running on the backend. ServiceError: no such rank or node.
+    """
+    with plane.store.session() as s:
+        row = jobs.get(s, job_id, by)
+        if by.role == "job":
+            raise Forbidden("a job token cannot open a terminal")
+        if not may_attach(by, row.user, row.team):
+            raise Forbidden(f"a {by.role} token of {by.user!r} cannot open a terminal in job {job_id} "
+                            f"(only its owner {row.user!r} and admins may)")
+        if row.state != JobState.RUNNING:
+            raise Conflict(f"job {job_id} is {row.state}, not RUNNING: no terminal to open")
+        rank, node = _rank_of(job_id, ranks_for(row.placement or [], row.tasks_per_node), ask)
+    term = plane.open_terminal(job_id, rank, list(ask.argv), ask.rows, ask.cols)
+    try:
+        with plane.transaction() as s:
+            events.record(s, by.user, "job.attach", f"{by.user} opened a terminal in rank {rank} on {node}: "
+                          f"{' '.join(ask.argv)[:200] or 'a shell'}", job_id=job_id, node=node,
+                          data={"user": by.user, "role": by.role, "rank": rank, "node": node, "argv": list(ask.argv)})
+    except BaseException:
+        discard(term)  # no terminal that the audit trail does not show
+        raise
+    return term, rank, node
+
+
+def _rank_of(job_id: int, ranks: list[RankPlacement], ask: TerminalAsk) -> tuple[int, str]:
+    if ask.node is not None:
+        rank = next((r.rank for r in ranks if r.node == ask.node), None)
+        if rank is None:
+            raise ServiceError(f"node: job {job_id} runs no rank on {ask.node!r} "
+                               f"(its nodes: {sorted({r.node for r in ranks})})", field="node")
+        return rank, ask.node
+    rank = ask.rank or 0
+    if rank >= len(ranks):
+        raise ServiceError(f"rank: job {job_id} has ranks 0..{len(ranks) - 1}, not {rank}", field="rank")
+    return rank, ranks[rank].node
+
+
+def discard(term: Terminal) -> None:
+    """A terminal opened but not to be served: its process group (never the plane's) and it
+    killed, reaped, its fd closed."""
+    try:
+        group = os.getpgid(term.pid)
+        if group != os.getpgrp():
+            os.killpg(group, signal.SIGKILL)
+        os.kill(term.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    try:
+        os.waitpid(term.pid, 0)
+    except ChildProcessError:
+        pass
+    os.close(term.fd)
+
+
+def exit_code(status: int) -> int:
+    """A wait status as a shell reports it: the exit code, or 128 + the signal that ended it."""
+    code = os.waitstatus_to_exitcode(status)
+    return code if code >= 0 else 128 - code

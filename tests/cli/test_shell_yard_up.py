@@ -1,0 +1,82 @@
+"""`yard shell` against a real `yard up` on the local backend (issue 38): the backend's terminal in
+a running rank (backends/local/backend.py's `open_terminal`), through the API and the CLI.
+
+Skipped, with the server's reason, while the local backend has no terminal yet.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pexpect
+import pytest
+
+from tests.cli.test_shell import interrupt
+from tests.cli.yard_process import yard_process
+from tests.plane import YARD
+
+pytestmark = pytest.mark.xdist_group("terminal-yard-up")
+
+
+@pytest.fixture(scope="module")
+def yard(tmp_path_factory):
+    yield from yard_process(tmp_path_factory, "shell")
+
+
+@pytest.fixture(scope="module")
+def job(yard) -> int:
+    p = yard("submit", "--parsable", "-A", "vision", "-G", "2", "--", sys.executable, "-c",
+             "import time; print('CG=' + open('/proc/self/cgroup').read().strip(), flush=True); time.sleep(1000)")
+    job_id = int(p.stdout.strip().split(";")[0])
+    deadline = time.monotonic() + 60
+    while json.loads(yard("show", str(job_id), "--json").stdout)["state"] != "RUNNING":
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    probe = yard("shell", str(job_id), "--", "true", ok=False)
+    if probe.returncode == 2 and "not available" in probe.stderr:
+        pytest.skip(probe.stderr.strip())
+    assert probe.returncode == 0, probe.stderr
+    return job_id
+
+
+def test_rank_1_environment_and_exit_status_in_a_pipe(yard, job: int) -> None:
+    p = subprocess.run([YARD, "shell", str(job), "--rank", "1", "--", "sh", "-c", "echo R=$RANK J=$SLURM_JOB_ID; exit 5"],
+                       capture_output=True, text=True, env=_env(yard), stdin=subprocess.DEVNULL, timeout=60)
+    assert p.returncode == 5, p.stderr
+    assert f"R=1 J={job}" in p.stdout
+
+
+def test_the_shell_is_in_the_ranks_cgroup(yard, job: int) -> None:
+    deadline = time.monotonic() + 20
+    while "CG=" not in (log := yard("logs", str(job), "--rank", "1").stdout):
+        assert time.monotonic() < deadline, log
+        time.sleep(0.2)
+    p = subprocess.run([YARD, "shell", str(job), "--rank", "1", "--", "cat", "/proc/self/cgroup"], capture_output=True,
+                       text=True, env=_env(yard), stdin=subprocess.DEVNULL, timeout=60)
+    assert p.returncode == 0, p.stderr
+    rank = [x for x in log.split("CG=")[1].splitlines() if x[:1].isdigit()]  # cgroup lines: "N:controllers:/path"
+    assert p.stdout.splitlines() == rank, (p.stdout, rank)
+
+
+def test_ctrl_c_reaches_the_foreground_command_not_the_session(yard, job: int) -> None:
+    child = pexpect.spawn(YARD, ["shell", str(job), "--", "env", "PS1=@@> ", "bash", "--norc", "--noprofile"],
+                          env=_env(yard), timeout=30)
+    child.expect_exact("@@> ")
+    child.sendline("echo go''ne; sleep 100")
+    child.expect_exact("gone")
+    interrupt(child)  # raw mode: the byte goes through; the remote line discipline makes it SIGINT
+    child.sendline("echo status=$?")
+    child.expect_exact("status=130")  # the sleep was interrupted (128 + SIGINT)
+    child.sendline("exit 3")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 3
+
+
+def _env(yard) -> dict[str, str]:
+    import os
+
+    return {**os.environ, "YARD_URL": yard.server.url, "YARD_TOKEN": yard.server.token}
