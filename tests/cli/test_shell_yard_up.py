@@ -1,7 +1,5 @@
 """`yard shell` against a real `yard up` on the local backend (issue 38): the backend's terminal in
 a running rank (backends/local/backend.py's `open_terminal`), through the API and the CLI.
-
-Skipped, with the server's reason, while the local backend has no terminal yet.
 """
 
 from __future__ import annotations

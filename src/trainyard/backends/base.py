@@ -228,7 +228,7 @@ class Backend(Protocol):
     # namespace (private /tmp, its container), its environment, as the job's owner, on a new
     # pseudo-terminal of `rows` x `cols`. Raises BackendError when the rank is not running.
     def open_terminal(self, job_id: int, attempt: int, rank: int, argv: list[str], *, rows: int = 24,
-                      cols: int = 80) -> Terminal: ...
+                      cols: int = 80, term: str = "xterm-256color") -> Terminal: ...
 
     # What a bare job's training process would see on `node` (`backends.environment.fingerprint`:
     # python, torch, cuda, nccl, driver); {"error": why} when the node cannot tell. May take seconds.
