@@ -45,7 +45,7 @@ CONTROL_PLANE = {"api", "cli", "control", "services", "store", "backends", "demo
 # whole parts, and modules or sub-packages by dotted name (`spec.parsing`), that use the standard library only
 STDLIB_ONLY = {"sched", "contracts", "states", "ports", "defaults", "jobfs", "clock", "disk", "figures",
                "spec.parsing", "spec.io_patterns", "spec.mail_types", "spec.signals", "spec.image_ref",
-               "spec.container_mounts", "spec.container", "images.types"}
+               "spec.container_mounts", "spec.container", "spec.container_flags", "images.types"}
 
 # part (or sub-package, by dotted name) → the project's parts and sub-packages it may not import
 FORBIDDEN: dict[str, set[str]] = {
@@ -62,7 +62,8 @@ FORBIDDEN: dict[str, set[str]] = {
     "jobfs": set(PARTS) - {"jobfs"},
     "spec": CONTROL_PLANE | {"runtime", "recipes", "sim", "plan", "jobfs"},
     # what the CLI parses with, without pydantic or YAML: none of the models
-    **{f"spec.{m}": set(PARTS) for m in ("parsing", "io_patterns", "mail_types", "signals", "image_ref", "container_mounts")},
+    **{f"spec.{m}": set(PARTS) for m in ("parsing", "io_patterns", "mail_types", "signals", "image_ref", "container_mounts",
+                                          "container_flags")},
     "spec.container": set(PARTS) - {"spec"},  # its mounts are spec.container_mounts'
     # the images on the nodes: below the plane and the backends, which both use it
     "images": CONTROL_PLANE | {"sched", "sim", "plan", "runtime", "recipes"},

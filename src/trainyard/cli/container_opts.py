@@ -14,24 +14,14 @@ Options other than the image without `--container-image` apply to the team's def
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from trainyard.spec import container_flags
+from trainyard.spec.container_flags import VALUED
 from trainyard.spec.container_mounts import parse_mounts
 from trainyard.spec.image_ref import parse_image
 
-# options that take a value → the key of the API's `container`
-VALUED: dict[str, str] = {"--container-image": "image", "--container-mounts": "mounts",
-                          "--container-workdir": "workdir", "--container-env": "env"}
-# flags → (key, value)
-FLAGS: dict[str, tuple[str, bool]] = {
-    "--container-mount-home": ("mount_home", True), "--no-container-mount-home": ("mount_home", False),
-    "--container-writable": ("writable", True), "--container-readonly": ("writable", False),
-    "--container-entrypoint": ("entrypoint", True), "--no-container-entrypoint": ("entrypoint", False),
-    "--container-remap-root": ("remap_root", True), "--no-container-remap-root": ("remap_root", False),
-}
 OPTION_OF = {key: option for option, key in VALUED.items()}
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}", re.ASCII)
 
 
 def value(option: str, raw: str) -> Any:
@@ -46,19 +36,12 @@ def value(option: str, raw: str) -> Any:
     if option == "--container-mounts":
         return ",".join(m.pyxis() for m in parse_mounts(raw, option))
     if option == "--container-workdir":
-        path = raw.strip()
-        if not path.startswith("/") or ".." in path.split("/"):
-            raise ValueError(f"{option}: {raw!r}: an absolute path inside the container, without '..'")
-        return path
+        return container_flags.workdir(raw, option)
     if option == "--container-env":
         names = [n.strip() for n in raw.split(",") if n.strip()]
         if not names:
             raise ValueError(f"{option}: expected NAME[,NAME...], the variables whose host value wins; got {raw!r}")
-        bad = next((n for n in names if not _ENV_NAME.fullmatch(n)), None)
-        if bad is not None:
-            raise ValueError(f"{option}: {bad!r} is not a variable name (pyxis's --container-env takes names; "
-                             "their values come from the job's environment)")
-        return names
+        return container_flags.env_names(names, option)
     raise ValueError(f"{option}: not a container option")
 
 

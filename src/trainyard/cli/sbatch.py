@@ -34,6 +34,7 @@ from trainyard.spec import io_patterns
 from trainyard.cli.export import parse_export
 from trainyard.spec.mail_types import check_mail_user, parse_mail_type
 from trainyard.cli import container_opts, prefixes, recorded
+from trainyard.spec import container_flags
 from trainyard.cli.refused import REFUSED, refusal
 from trainyard.contracts import expand_hostlist
 from trainyard.sched.constraints import parse_features
@@ -145,7 +146,7 @@ class SbatchOptions:
 
 # Every long option an #SBATCH line may name: what a prefix (`--tim`) may stand for (cli/prefixes.py).
 LONG_OPTIONS = frozenset(o for o in (*_FIELDS, *_FLAGS, *IGNORED, *recorded.ENV, *REFUSED, "--requeue",
-                                      *container_opts.VALUED, *container_opts.FLAGS)
+                                      *container_flags.VALUED, *container_flags.FLAGS)
                          if o.startswith("--"))
 
 
@@ -256,8 +257,8 @@ def parse_sbatch(text: str, file: str = "script") -> SbatchOptions:
             if name == "--requeue":  # what every trainyard job gets (cli/refused.py)
                 i += 1
                 continue
-            if name in container_opts.FLAGS:
-                key, flag = container_opts.FLAGS[name]
+            if name in container_flags.FLAGS:
+                key, flag = container_flags.FLAGS[name]
                 out.container[key] = flag
                 out.lines[f"container.{key}"] = no
                 i += 1
@@ -271,7 +272,7 @@ def parse_sbatch(text: str, file: str = "script") -> SbatchOptions:
                 out.env.update([recorded.record(name, "")])
                 i += 1
                 continue
-            takes_value = name in _FIELDS or name in IGNORED or name in recorded.ENV or name in container_opts.VALUED
+            takes_value = name in _FIELDS or name in IGNORED or name in recorded.ENV or name in container_flags.VALUED
             if not takes_value:
                 if name.startswith("-") and not name.startswith("--") and len(name) > 2 and ("-" + name[1]) in _FIELDS:
                     name, val, eq = "-" + name[1], name[2:], "="  # -N2 style
@@ -289,16 +290,16 @@ def parse_sbatch(text: str, file: str = "script") -> SbatchOptions:
                 except ValueError as e:
                     raise SbatchError(file, no, str(e)) from None
                 continue
-            if name in container_opts.VALUED:
+            if name in container_flags.VALUED:
                 if val + "#" in rest:  # enroot's REGISTRY#IMAGE, cut at its '#' as sbatch cuts a comment
                     raise SbatchError(file, no, f"{name}: '#' starts a comment in an #SBATCH line, as in sbatch, so "
                                                 f"the image would be {val!r}; write it as REGISTRY/IMAGE "
                                                 f"({val}/...) or escape the '#' ({val}\\#...)")
                 try:
-                    out.container[container_opts.VALUED[name]] = container_opts.value(name, val)
+                    out.container[container_flags.VALUED[name]] = container_opts.value(name, val)
                 except ValueError as e:
                     raise SbatchError(file, no, str(e)) from None
-                out.lines[f"container.{container_opts.VALUED[name]}"] = no
+                out.lines[f"container.{container_flags.VALUED[name]}"] = no
                 continue
             if name in IGNORED:
                 out.warnings.append(f"{file}:{no}: {name} is ignored by trainyard")

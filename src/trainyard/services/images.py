@@ -15,19 +15,18 @@ when the configuration is applied, never a job that fails later on every node.
 from __future__ import annotations
 
 import os
-import re
 import stat
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from trainyard.images.types import Credentials, RegistryAccess
 from trainyard.services.errors import Forbidden, ServiceError
+from trainyard.spec import container_flags
 from trainyard.spec.container import ContainerOptions
 from trainyard.spec.container_mounts import parse_mounts
 from trainyard.spec.image_ref import parse_image
 from trainyard.spec.models import ConfigSpec
 
 MAX_SECRET_BYTES = 64 << 10
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}", re.ASCII)
 
 
 def container_for(spec: ConfigSpec, team: str, options: ContainerOptions | None) -> ContainerOptions | None:
@@ -142,18 +141,12 @@ class ContainerSubmit(BaseModel):
     @field_validator("workdir")
     @classmethod
     def _workdir(cls, v: str | None) -> str | None:
-        if v is not None and (not v.startswith("/") or ".." in v.split("/") or "\x00" in v):
-            raise ValueError(f"container.workdir: {v!r}: an absolute path inside the container, without '..'")
-        return v
+        return None if v is None else container_flags.workdir(v, "container.workdir")
 
     @field_validator("env")
     @classmethod
     def _env(cls, v: list[str]) -> list[str]:
-        for name in v:
-            if not ENV_NAME.fullmatch(name):
-                raise ValueError(f"container.env: {name!r} is not a variable name (--container-env takes names: "
-                                 "their values come from the job's environment)")
-        return list(dict.fromkeys(v))
+        return container_flags.env_names(v, "container.env")
 
     def options(self, default_image: str | None = None) -> ContainerOptions:
         """What the job stores (`jobs.container`: `ContainerOptions.to_record()`); `default_image`

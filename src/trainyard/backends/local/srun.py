@@ -118,17 +118,17 @@ def parse_args(argv: Sequence[str]) -> tuple[dict, list[str]]:
         if not w.startswith("-") or w == "-":
             break
         name, eq, val = w.partition("=")
-        if name in _step_container().FLAGS and not eq:  # pyxis's, on a step: checked against the job's
-            key, flag = _step_container().FLAGS[name]
+        if name in _step_container().flags() and not eq:  # pyxis's, on a step: checked against the job's
+            key, flag = _step_container().flags()[name]
             opts.setdefault("container", {})[key] = flag
             i += 1
             continue
-        if name in _step_container().VALUED:
+        if name in _step_container().valued():
             if not eq:
                 if i + 1 >= len(argv):
                     raise SrunError(f"option {name} needs a value")
                 val, i = argv[i + 1], i + 1
-            opts.setdefault("container", {})[_step_container().VALUED[name]] = val
+            opts.setdefault("container", {})[_step_container().valued()[name]] = val
             i += 1
             continue
         if name in _NO_EFFECT_FLAGS and not eq:

@@ -17,13 +17,6 @@ from __future__ import annotations
 
 from typing import Any
 
-# srun's container options: valued ones, and flags with the value they set
-VALUED = {"--container-image": "image", "--container-mounts": "mounts", "--container-workdir": "workdir",
-          "--container-env": "env", "--container-name": "name", "--container-save": "save"}
-FLAGS = {"--container-mount-home": ("mount_home", True), "--no-container-mount-home": ("mount_home", False),
-         "--container-writable": ("writable", True), "--container-readonly": ("writable", False),
-         "--container-entrypoint": ("entrypoint", True), "--no-container-entrypoint": ("entrypoint", False),
-         "--container-remap-root": ("remap_root", True), "--no-container-remap-root": ("remap_root", False)}
 NOT_HERE = ("name", "save")  # pyxis's named and saved containers: a container lives as long as its rank here
 
 
@@ -37,6 +30,20 @@ def _load(name: str) -> Any:
     except ImportError:
         import by_path  # type: ignore[no-redef]  # run by path: srun.py put the run-dir layer on sys.path
     return by_path.load(name)
+
+
+def _flags() -> Any:
+    return _load("spec/container_flags")
+
+
+def valued() -> dict[str, str]:
+    """srun's valued container options → their key (the job's own, and pyxis's two refused here)."""
+    return {**_flags().VALUED, "--container-name": "name", "--container-save": "save"}
+
+
+def flags() -> dict[str, tuple[str, bool]]:
+    """srun's container flags → (key, value), as the job's options have them."""
+    return dict(_flags().FLAGS)
 
 
 def check(asked: dict[str, Any], job: dict[str, Any] | None) -> None:
@@ -83,5 +90,5 @@ def check(asked: dict[str, Any], job: dict[str, Any] | None) -> None:
             raise StepContainerError(f"--container-env={asked['env']}: not the job's; give it to the job")
     for key, value in asked.items():
         if key in ("mount_home", "writable", "entrypoint", "remap_root") and bool(job.get(key)) != value:
-            flag = next(f for f, (k, v) in FLAGS.items() if k == key and v == value)
+            flag = next(f for f, (k, v) in flags().items() if k == key and v == value)
             raise StepContainerError(f"{flag}: not the job's choice; give it to the job")

@@ -45,7 +45,8 @@ PKG = Path(__file__).resolve().parents[2]  # plane's own: the package's director
 # The files an attempt's tools are made of, by their path under the package.
 FILES = ("contracts.py", "backends/rundir/by_path.py", "backends/local/srun.py", "backends/local/scontrol.py",
          "backends/local/jobview.py", "backends/local/squeue.py", "backends/local/sinfo.py",
-         "backends/local/step_container.py", "spec/image_ref.py", "spec/container_mounts.py")
+         "backends/local/step_container.py", "spec/image_ref.py", "spec/container_mounts.py",
+         "spec/container_flags.py")
 # What the Slurm backend's rank wrapper is made of (`slurm.py` runs `slurm/task.py` as the owner on
 # every node, with job_python): copied into each attempt's run dir as the tools are.
 SLURM_TASK_FILES = ("contracts.py", "backends/rundir/by_path.py", "backends/rundir/rank_runner.py", "backends/slurm/task.py")
