@@ -222,9 +222,9 @@ def submit(
                 spec.check_world_size(gpus_n if gpus_n is not None else spec.gpus)
         except RecipeError as e:
             fail(str(e))
-        # in an image, the image's Python (on its PATH) runs the recipe; this interpreter is the host's
-        python = "python3" if container.get("image") else sys.executable
-        body["command"] = [python, "-m", "trainyard.recipes", ref] + [x for s in sets for x in ("--set", s)]
+        # in an image (the job's, or its team's default) the plane runs it with the image's python3
+        # (services/images.py `recipe_in_image`)
+        body["command"] = [sys.executable, "-m", "trainyard.recipes", ref] + [x for s in sets for x in ("--set", s)]
         body["name"] = spec.name
         if gpus_n is None and per_node is None and nodes is None:
             body["gpus"] = spec.gpus

@@ -378,7 +378,7 @@ class LocalBackend(WatchesExits):
         except ValueError as e:
             raise BackendError(f"image {ref!r}: {e}") from e
         cache = self._images(node)
-        if self._image_cap is None and access.cache_max_bytes is not None and hasattr(cache, "cap_bytes"):
+        if self._image_cap is None and access.cache_max_bytes is not None:
             cache.cap_bytes = access.cache_max_bytes  # the configuration's, unless the backend was given one
         return cache.ensure(parsed, access)
 

@@ -51,6 +51,8 @@ SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 class NodeImages(Protocol):
     """One node's image cache, as the backend uses it (`images.cache.NodeCache`)."""
 
+    cap_bytes: int | None
+
     def get(self, digest: str) -> CachedImage | None: ...
 
     def ensure(self, ref: ImageRef, access: RegistryAccess) -> CachedImage: ...

@@ -242,8 +242,7 @@ class SlurmBackend(WatchesExits):
 
     def _check_pyxis(self, image: str) -> None:
         if self._pyxis is None:
-            srun = self._bin.get("srun") or shutil.which("srun", path=self._env["PATH"]) or "srun"
-            self._pyxis = pyxis.has_pyxis(srun, self._env)
+            self._pyxis = pyxis.has_pyxis(self._bin["srun"], self._env)
         if not self._pyxis:
             raise ImagePullError(UNSUPPORTED, image, "this Slurm cluster has no pyxis (its `srun --help` lists no "
                                  "--container-image): the Slurm backend runs images through pyxis; submit without "
@@ -661,7 +660,7 @@ def find_commands(env: Mapping[str, str] | None = None) -> dict[str, str]:
             raise BackendError(f"slurm backend: `{cmd}` is not on PATH (install Slurm's client commands)")
         found[cmd] = os.path.abspath(where)
     found["runuser"] = shutil.which("runuser", path=slurm_env.COMMAND_PATH) or "runuser"
-    found["srun"] = shutil.which("srun", path=path) or "srun"  # `open_terminal`'s only
+    found["srun"] = shutil.which("srun", path=path) or "srun"  # `open_terminal`'s and pyxis's detection
     return found
 
 

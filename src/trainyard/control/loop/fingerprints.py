@@ -42,39 +42,32 @@ class Fingerprints:
         self._ttl = ttl_s
         self._lock = threading.Lock()
         self._known: dict[str, tuple[float, dict[str, str]]] = {}
-        self._refreshing: set[str] = set()
+        self._asking: dict[str, threading.Event] = {}  # node → set when its answer is in
 
     def of(self, nodes: Sequence[str]) -> dict[str, dict[str, str]]:
         """Each node's fingerprint: a fresh one from the cache, a stale one (refreshed in the
-        background), or, never asked yet, asked now (all such nodes at once)."""
+        background), or, never asked yet, asked now (all such nodes at once; one already being
+        asked, by `prime` say, is waited for, not asked twice)."""
         now = time.monotonic()
-        missing, out = [], {}
+        waits = []
         with self._lock:
             for n in nodes:
                 hit = self._known.get(n)
                 if hit is None:
-                    missing.append(n)
-                    continue
-                out[n] = hit[1]
-                if now - hit[0] > self._ttl and n not in self._refreshing:
-                    self._refreshing.add(n)
-                    threading.Thread(target=self._ask, args=(n,), daemon=True, name="trainyard-fp").start()
-        threads = [threading.Thread(target=self._ask, args=(n,), daemon=True) for n in missing]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+                    waits.append(self._ask_locked(n))
+                elif now - hit[0] > self._ttl:
+                    self._ask_locked(n)
+        for done in waits:
+            done.wait()
         with self._lock:
-            out.update({n: self._known[n][1] for n in missing if n in self._known})
-        return {n: out[n] for n in nodes if n in out}
+            return {n: self._known[n][1] for n in nodes if n in self._known}
 
     def prime(self, nodes: Sequence[str]) -> None:
         """Ask every node not known yet, in the background (at the loop's start)."""
         with self._lock:
-            todo = [n for n in nodes if n not in self._known and n not in self._refreshing]
-            self._refreshing.update(todo)
-        for n in todo:
-            threading.Thread(target=self._ask, args=(n,), daemon=True, name="trainyard-fp").start()
+            for n in nodes:
+                if n not in self._known:
+                    self._ask_locked(n)
 
     def forget(self, node: str | None = None) -> None:
         """Ask again next time (a node's software changed; `None`: every node)."""
@@ -84,14 +77,23 @@ class Fingerprints:
             else:
                 self._known.pop(node, None)
 
-    def _ask(self, node: str) -> None:
+    def _ask_locked(self, node: str) -> threading.Event:
+        """The event of `node`'s ask under way, or of a new one started on a thread (lock held)."""
+        done = self._asking.get(node)
+        if done is None:
+            done = self._asking[node] = threading.Event()
+            threading.Thread(target=self._ask, args=(node, done), daemon=True, name="trainyard-fp").start()
+        return done
+
+    def _ask(self, node: str, done: threading.Event) -> None:
         try:
             fp = self._backend.node_environment(node)
         except Exception as e:  # a backend that cannot tell must not break a start
             fp = {"error": str(e)[:200]}
         with self._lock:
             self._known[node] = (time.monotonic(), fp)
-            self._refreshing.discard(node)
+            del self._asking[node]
+        done.set()
 
 
 def check(fps: Fingerprints, nodes: Sequence[str]) -> list[str]:

@@ -99,10 +99,6 @@ def _pin(ctx: LoopContext, spec: LaunchSpec, ref: ImageRef, digest: str) -> str:
     return digest
 
 
-def _attempt(s: Session, j: JobRow) -> AttemptRow | None:
-    return s.scalars(select(AttemptRow).where(AttemptRow.job_id == j.id, AttemptRow.attempt == j.attempt)).first()
-
-
 def _running(ctx: LoopContext, spec: LaunchSpec, digest: str, took: float, nodes: list[str]) -> bool:
     """CONFIGURING → RUNNING from now (the job's time starts with its ranks); False when the
     attempt is no longer the job's current one."""
@@ -113,7 +109,7 @@ def _running(ctx: LoopContext, spec: LaunchSpec, digest: str, took: float, nodes
             return False
         if j.state == JobState.CONFIGURING:
             j.state, j.reason, j.start_time = JobState.RUNNING, "None", now
-        row = _attempt(s, j)
+        row = transitions.attempt_row(s, j)
         if row is not None:
             row.started_at = now
             row.image_digest = digest
@@ -133,12 +129,12 @@ def _failed(ctx: LoopContext, spec: LaunchSpec, e: ImagePullError, node: str) ->
         if j is None or j.attempt != spec.attempt or j.state not in (JobState.CONFIGURING, JobState.COMPLETING):
             return
         data = {"kind": e.kind, "registry_fault": e.registry_fault, "node": node, "attempt": spec.attempt}
-        if not e.registry_fault or _registry_faults(s, j) + 1 >= REGISTRY_FAULTS_MAX or j.stop_kind is not None:
+        n = _registry_faults(s, j) + 1 if e.registry_fault else 0  # this one counted
+        if not e.registry_fault or n >= REGISTRY_FAULTS_MAX or j.stop_kind is not None:
             transitions.end_attempt(s, j, AttemptOutcome.FAILED, why, now, cause="image_pull")
             transitions.finish(j, JobState.FAILED, why, now)
             record(s, "scheduler", "job.failed", f"attempt {spec.attempt}: {why}", job_id=j.id, at=now, data=data)
             return
-        n = _registry_faults(s, j) + 1
         transitions.end_attempt(s, j, AttemptOutcome.REQUEUED, why, now, cause="image_pull_registry")
         transitions.back_to_queue(j, now, PULL_ERROR)
         j.retry_after = now + RETRY_PAUSE_S[min(n, len(RETRY_PAUSE_S)) - 1]
@@ -149,12 +145,11 @@ def _failed(ctx: LoopContext, spec: LaunchSpec, e: ImagePullError, node: str) ->
 
 
 def _registry_faults(s: Session, j: JobRow) -> int:
-    """The job's registry-side pull failures in a row, newest first (ended attempts' causes)."""
+    """The job's registry-side pull failures in a row just before this attempt (the earlier
+    attempts' causes, newest first)."""
     n = 0
-    for row in s.scalars(select(AttemptRow).where(AttemptRow.job_id == j.id, AttemptRow.attempt < j.attempt + 1)
+    for row in s.scalars(select(AttemptRow).where(AttemptRow.job_id == j.id, AttemptRow.attempt < j.attempt)
                          .order_by(AttemptRow.attempt.desc())):
-        if row.attempt == j.attempt:
-            continue
         if row.cause != "image_pull_registry":
             break
         n += 1
