@@ -65,18 +65,24 @@ def live(pid: int) -> bool:
     return st is not None and not st.exited
 
 
-def marked_processes(data_dir: Path) -> list[int]:
-    """Live processes whose environment carries this test's mark: anything a job left behind."""
-    needle = f"{MARK}={data_dir}\0".encode()
+def processes_with(**env: object) -> list[int]:
+    """Live processes whose environment has every NAME=VALUE of `env` (a container's processes are
+    host pids too): what a job started, found however it detached."""
+    needles = [b"\0" + f"{k}={v}\0".encode() for k, v in env.items()]
     out = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
             with open(f"/proc/{name}/environ", "rb") as f:
-                env = f.read()
+                found = b"\0" + f.read()
         except OSError:
             continue
-        if needle in env and live(int(name)):
+        if all(n in found for n in needles) and live(int(name)):
             out.append(int(name))
     return out
+
+
+def marked_processes(data_dir: Path) -> list[int]:
+    """Live processes whose environment carries this test's mark: anything a job left behind."""
+    return processes_with(**{MARK: data_dir})

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.backends.helpers import processes_with
 from tests.runtime.helpers import SCRIPT, final_by_step, torchrun
 from tests.yard_cluster import YardCluster
 from trainyard.ports import free_port
@@ -35,21 +36,7 @@ ESCAPER = Path(__file__).resolve().parents[1] / "backends" / "contain" / "escape
 
 def processes(mark: str, attempt: int | None = None) -> list[int]:
     """Live processes carrying `MARK=mark` (and of `attempt`, when given) in their environment."""
-    needles = [f"{MARK}={mark}\0".encode()] + ([f"TRAINYARD_ATTEMPT={attempt}\0".encode()] if attempt else [])
-    out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                env = b"\0" + f.read()
-            with open(f"/proc/{name}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state not in ("Z", "X") and all(b"\0" + n in env for n in needles):
-            out.append(int(name))
-    return out
+    return processes_with(**{MARK: mark}, **({"TRAINYARD_ATTEMPT": attempt} if attempt else {}))
 
 
 def wait_for(pred, timeout: float, what: str):

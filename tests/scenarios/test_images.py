@@ -33,6 +33,7 @@ import pytest
 
 from tests import image_builds, image_tools
 from tests.accounts import ROOT_ONLY, Accounts, accounts, shared_dir
+from tests.backends.helpers import processes_with
 from tests.image_registry import Registry
 from tests.recipes.helpers import TINY_PRETRAIN
 from tests.yard_cluster import YardCluster, losses
@@ -138,23 +139,6 @@ def _recipe(image: str, *shape: str) -> dict[str, Any]:
             "container": {"image": image}, "env": {"OMP_NUM_THREADS": "1"}}
 
 
-def _job_processes(job: int, attempt: int) -> list[int]:
-    """Live processes of `job`'s `attempt` (their environment says so; a container's are host pids)."""
-    needles = [f"TRAINYARD_JOB_ID={job}\0".encode(), f"TRAINYARD_ATTEMPT={attempt}\0".encode()]
-    out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                env = b"\0" + f.read()
-        except OSError:
-            continue
-        if all(b"\0" + n in env for n in needles):
-            out.append(int(name))
-    return out
-
-
 def _events(w: World, job: int) -> list[dict[str, Any]]:
     return w.yc.http.get("/api/v1/events", params={"job": job, "limit": 500}).json()["events"]
 
@@ -187,7 +171,7 @@ def test_a_recipe_in_its_image_is_preempted_and_resumes_on_the_other_node_bit_fo
     # The victim trains its remaining steps in seconds; the notice takes a few loop passes. So, as
     # the Slurm scenario does, its ranks are frozen (SIGSTOP: in the container, host pids) until the
     # plane has sent the notice; they take it at their next step boundary, as a busy job would.
-    frozen = _job_processes(job, 1)
+    frozen = processes_with(TRAINYARD_JOB_ID=job, TRAINYARD_ATTEMPT=1)
     assert frozen, "no process of the victim found"
     for pid in frozen:
         os.kill(pid, signal.SIGSTOP)
