@@ -18,6 +18,8 @@ that a router never reaches into the plane's parts.
     remove_image()                    plane's lock (`control/lifecycle/image_admin.py`)
     open_terminal()                   a command on a new pseudo-terminal in a running rank
                                       (`yard shell`: services/terminals.py, api/terminal.py)
+    sessions                          who is attached to each job now, and their last input
+                                      (`services/sessions.py`)
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from sqlalchemy.orm import Session
 from trainyard.backends.base import Terminal
 from trainyard.images.types import EntryInfo
 from trainyard.services.config import ConfigCache, ConfigVersion
+from trainyard.services.sessions import Sessions
 from trainyard.services.priority_report import PriorityReport, ShareReport
 from trainyard.spec.models import ConfigSpec
 from trainyard.store.db import Store
@@ -53,6 +56,10 @@ class Plane(Protocol):
 
     @property
     def clock(self) -> Callable[[], float]: ...
+
+    @property
+    def sessions(self) -> Sessions:
+        """Terminals and forwarded ports attached to each job (services/sessions.py)."""
 
     @property
     def api_threads(self) -> int:

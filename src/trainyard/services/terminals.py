@@ -17,6 +17,8 @@ import signal
 from dataclasses import dataclass
 from typing import Iterable
 
+from sqlalchemy.orm import Session
+
 from trainyard.backends.base import Terminal
 from trainyard.contracts import RankPlacement
 from trainyard.services import events, jobs
@@ -25,6 +27,7 @@ from trainyard.services.errors import Conflict, Forbidden, ServiceError
 from trainyard.services.plane_facade import Plane
 from trainyard.services.ranks import ranks_for
 from trainyard.states import JobState
+from trainyard.store.models import JobRow
 
 DEFAULT_ARGV: tuple[str, ...] = ()  # none: the backend starts the owner's shell (the rank's $SHELL)
 MAX_ARGS, MAX_ARG_CHARS, MAX_SIDE = 256, 4096, 1000
@@ -87,9 +90,28 @@ def parse_ask(items: Iterable[tuple[str, str]]) -> TerminalAsk:
                        cols=_int("cols", one.get("cols", "80"), 1, MAX_SIDE))
 
 
-def may_attach(by: Principal, owner: str, team: str) -> bool:
-    """Admins, and the job's owner through a member token of its team."""
-    return by.is_admin or (by.role == "member" and by.team == team and by.user == owner)
+def may_attach(by: Principal, owner: str, team: str, *, operators: bool = False) -> bool:
+    """Admins, the job's owner through a member token of its team, and operators where the
+    configuration lets them (`interactive.operators_may_attach`)."""
+    return by.is_admin or (operators and by.role == "operator") or \
+        (by.role == "member" and by.team == team and by.user == owner)
+
+
+def check_attach(s: Session, plane: Plane, by: Principal, job_id: int, what: str) -> JobRow:
+    """The job `by` may attach to (a terminal, a forwarded port: `what` says which, for the message).
+
+    Raises:
+        NotFound: no such job (or one `by` may not see). Forbidden: a job token, or not the owner,
+        an admin, nor an operator where operators may.
+    """
+    row = jobs.get(s, job_id, by)
+    if by.role == "job":
+        raise Forbidden(f"a job token cannot {what}")
+    operators = plane.configs.current(s).spec.interactive.operators_may_attach
+    if not may_attach(by, row.user, row.team, operators=operators):
+        who = "its owner {!r} and admins".format(row.user) + (" and operators" if operators else "")
+        raise Forbidden(f"a {by.role} token of {by.user!r} cannot {what} in job {job_id} (only {who} may)")
+    return row
 
 
 def open_terminal(plane: Plane, by: Principal, job_id: int, ask: TerminalAsk) -> tuple[Terminal, int, str]:
@@ -100,12 +122,7 @@ def open_terminal(plane: Plane, by: Principal, job_id: int, ask: TerminalAsk) ->
         RUNNING, or its rank is not running on the backend. ServiceError: no such rank or node.
     """
     with plane.store.session() as s:
-        row = jobs.get(s, job_id, by)
-        if by.role == "job":
-            raise Forbidden("a job token cannot open a terminal")
-        if not may_attach(by, row.user, row.team):
-            raise Forbidden(f"a {by.role} token of {by.user!r} cannot open a terminal in job {job_id} "
-                            f"(only its owner {row.user!r} and admins may)")
+        row = check_attach(s, plane, by, job_id, "open a terminal")
         if row.state != JobState.RUNNING:
             raise Conflict(f"job {job_id} is {row.state}, not RUNNING: no terminal to open")
         rank, node = _rank_of(job_id, ranks_for(row.placement or [], row.tasks_per_node), ask)

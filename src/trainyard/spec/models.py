@@ -26,6 +26,7 @@ from trainyard.sched.policy import (
 )
 from trainyard.sched.types import ALL_CLASSES, AdminReservation, JobClass, JobId, JobRequest, Quota, Team
 from trainyard.spec.images import ImagesSpec
+from trainyard.spec.interactive import InteractiveSpec
 from trainyard.spec.limits import LimitsSpec
 
 
@@ -172,6 +173,8 @@ class JobClassSpec(_Model):
     # Exit codes that retry an attempt, within max_retries (Slurm's RequeueExit): a job that does
     # not use the runtime is otherwise told by its exit code and never retried (control/rules/outcome.py).
     requeue_exit: list[Annotated[int, Field(ge=1, le=255)]] = Field(default_factory=list, max_length=255)
+    # An interactive allocation idle this long ends (IdleTimeout; spec/interactive.py says what idle is)
+    idle_timeout: OptDuration = None
     description: str = ""
 
 
@@ -565,6 +568,8 @@ class ConfigSpec(_Model):
     reservations: list[ReservationSpec] = Field(default_factory=list, max_length=1000)
     # Environment images: registries, credentials, team defaults, the nodes' caches (spec/images.py)
     images: ImagesSpec = Field(default_factory=ImagesSpec)
+    # Allocations, terminals, forwarded ports, notebooks (spec/interactive.py)
+    interactive: InteractiveSpec = Field(default_factory=InteractiveSpec)
 
     @model_validator(mode="after")
     def _references(self) -> "ConfigSpec":

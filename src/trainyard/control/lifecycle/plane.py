@@ -51,6 +51,7 @@ from trainyard.services.errors import Conflict, NotFound
 from trainyard.services.events import record
 from trainyard.services.plane_facade import API_THREADS, REQUESTS_PER_THREAD
 from trainyard.services.priority_report import PriorityReport, ShareReport
+from trainyard.services.sessions import Sessions
 from trainyard.spec.models import ConfigSpec
 from trainyard.store.db import Store
 from trainyard.store.models import JobRow
@@ -107,6 +108,8 @@ class ControlPlane:
         self.notifier = Notifier(self._notify_settings, self._class_limit, self._cluster_name, clock=clock)
         self._detach = [notices.attach(st.session, self.notifier.put) for st in (self.store, self.loop_store)]
         # `yard image pull|ls|rm` (control/lifecycle/image_admin.py), outside the lock
+        # terminals and forwarded ports attached to each job (services/sessions.py)
+        self.sessions = Sessions(clock)
         self.images = ImageAdmin(self.backend, lambda: images.registry_access(self._current_spec()))
 
     def start(self) -> None:
