@@ -79,6 +79,11 @@ class StopKind(enum.StrEnum):
     RANK_FAILED = "failed"  # one rank failed: the others are stopped
     NODE = "node"  # a node it runs on failed
     HUNG = "hung"  # its ranks stopped making progress (frozen)
+    # an interactive allocation's end (issue 38): its session's command exited (the job ends with
+    # that exit code), no terminal or port stayed attached past the connection grace, or it was idle
+    SESSION = "session"
+    LOST = "lost"
+    IDLE = "idle"
 
     @property
     def checkpoints_first(self) -> bool:

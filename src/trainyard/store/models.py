@@ -107,6 +107,9 @@ class JobRow(Base):
     # a bare job), and the manifest digest its first attempt pinned (`sha256:` + 64 hex digits),
     # which every later attempt runs
     container: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # an interactive allocation (migration 0014, issue 38): {"kind": "alloc" | "srun" | "notebook", …;
+    # "exit": its session's exit code once the session ended it}; None: a batch job
+    interactive: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     image_digest: Mapped[str | None] = mapped_column(String(71), nullable=True)
 
     # history the scheduler weighs

@@ -135,7 +135,8 @@ class Reconciler:
         cls = next((c for c in cfg.spec.classes if c.name == j.job_class), None)
         out = classify(st, j.stop_kind, jd, made_progress, sent=sent, first=first,
                        plain=not made_progress and not self._uses_runtime(s, j, jd),
-                       requeue_exit=cls.requeue_exit if cls is not None else ())
+                       requeue_exit=cls.requeue_exit if cls is not None else (),
+                       session_exit=(j.interactive or {}).get("exit"))
         nodes = {r.rank: r.node for r in ranks_for(j.placement or [], j.tasks_per_node)}
         end_notes.append(jd, j.id, j.attempt, out, st.ranks, nodes, batch=not j.command,
                          stderr_apart=stderr_apart(j.output, j.error), when=now)

@@ -142,7 +142,8 @@ def runtime_checkpointed(job_dir: JobDir, attempt: int) -> int | None:
 
 def classify(st: AttemptState, stop_kind: StopKind | str | None, job_dir: JobDir | Path,
              made_progress: bool = False, *, sent: Collection[int] | None = None,
-             first: int | None = None, plain: bool = False, requeue_exit: Collection[int] = ()) -> Outcome:
+             first: int | None = None, plain: bool = False, requeue_exit: Collection[int] = (),
+             session_exit: int | None = None) -> Outcome:
     """The attempt's outcome. `made_progress`: the job finished at least one step in this attempt
     (the runtime said so, or it committed a checkpoint); a failure before that is the user's.
     `sent`, `first`: the signals the plane sent the attempt (None: not known) and the rank it saw
@@ -150,7 +151,9 @@ def classify(st: AttemptState, stop_kind: StopKind | str | None, job_dir: JobDir
     it uses the runtime (no step reported, no metrics): a failure is told by its exit code or
     signal, as Slurm tells it (`NonZeroExitCode`, `Signal`), never as "before its first step", and
     not retried. `requeue_exit`: the class's exit codes that retry the attempt (Slurm's
-    RequeueExit), within the class's `max_retries`."""
+    RequeueExit), within the class's `max_retries`. `session_exit`: an interactive allocation's
+    session exit code (`jobs.interactive`), which is the job's when its session ended it (as salloc's
+    command's is)."""
     job_dir = JobDir(job_dir) if not isinstance(job_dir, JobDir) else job_dir
     ranks = st.ranks
     codes = [r.exit_code for r in ranks]
@@ -162,6 +165,15 @@ def classify(st: AttemptState, stop_kind: StopKind | str | None, job_dir: JobDir
     if stop_kind == StopKind.CANCEL:
         return Outcome(JobState.CANCELLED, AttemptOutcome.CANCELLED,
                        "Cancelled", code, sig, "cancelled")
+    if stop_kind == StopKind.SESSION:
+        if not session_exit:
+            return Outcome(JobState.COMPLETED, AttemptOutcome.COMPLETED, "None", 0, None, "completed")
+        return Outcome(JobState.FAILED, AttemptOutcome.FAILED, "NonZeroExitCode", session_exit, None, "exit_code")
+    if stop_kind == StopKind.LOST:
+        return Outcome(JobState.CANCELLED, AttemptOutcome.CANCELLED,
+                       "ConnectionLost", code, sig, "cancelled")
+    if stop_kind == StopKind.IDLE:
+        return Outcome(JobState.TIMEOUT, AttemptOutcome.TIMEOUT, "IdleTimeout", code, sig, "timeout")
     if stop_kind == StopKind.TIMEOUT:
         return Outcome(JobState.TIMEOUT, AttemptOutcome.TIMEOUT,
                        "TimeLimit", code, sig, "timeout")
