@@ -193,7 +193,8 @@ class Tunnel:
     network, never by the plane itself. The plane reads the job side's bytes from `read_fd` and writes
     the client's to `write_fd`: one connected socket for both (the local and fake backends), or a
     helper's stdout and stdin pipes (Slurm: a relay started by srun in the job), then `pid` is that
-    helper, the plane's child, which the caller ends and reaps. The caller closes the fds; the job
+    helper, the plane's child and the leader of its own process group, which the caller ends (the
+    group) and reaps. The caller closes the fds; the job
     side's end is an end of file on `read_fd`."""
 
     read_fd: int
@@ -203,6 +204,11 @@ class Tunnel:
 
 class BackendError(Exception):
     """A backend could not do what it was asked; the message says why."""
+
+
+class NothingListens(BackendError):
+    """`open_port`: the rank runs, but nothing listens on the port in its network (the connection
+    was refused): the job's server has not started yet, or listens elsewhere."""
 
 
 class Backend(Protocol):

@@ -87,6 +87,7 @@ from pathlib import Path
 
 from trainyard.backends import registry
 from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState, Terminal, Tunnel
+from trainyard.backends.base import NothingListens
 from trainyard.backends.launch_check import check_launch
 from trainyard.backends.rundir import terminal
 from trainyard.images.types import NOT_FOUND, CachedImage, EntryInfo, ImageConfig, ImagePullError, RegistryAccess
@@ -578,7 +579,7 @@ class FakeBackend:
             sock.setblocking(True)
             fd = sock.detach()
             return Tunnel(fd, fd)
-        raise BackendError(f"nothing listens on port {port} in job {job_id} rank {rank}")
+        raise NothingListens(f"nothing listens on port {port} in job {job_id} rank {rank}")
 
     def node_environment(self, node: str) -> dict[str, str]:
         """The node's scripted fingerprint (`FakeCluster.environments`), else every node's `ENVIRONMENT`."""

@@ -22,7 +22,7 @@ import pytest
 from tests.accounts import ROOT_ONLY, Accounts, accounts, shared_dir
 from tests.backends.helpers import NODES, make_spec, marked_processes, wait_until
 from trainyard.backends import BackendError, LocalBackend
-from trainyard.backends.base import Owner
+from trainyard.backends.base import NothingListens, Owner
 
 pytestmark = ROOT_ONLY
 
@@ -130,7 +130,7 @@ def test_nothing_listening_an_unknown_rank_and_an_ended_one_are_refused(backend,
     [port] = free_ports(1)
     launch(backend, place, users, 2, ["sh", "-c", "[ $RANK = 1 ] && exec sleep 300; exit 0"])
     wait_until(lambda: not next(a for a in backend.poll() if a.job_id == 2).ranks[0].running, 10, "rank 0 to end")
-    with pytest.raises(BackendError, match=f"nothing listens on port {port} in job 2 rank 1"):
+    with pytest.raises(NothingListens, match=f"nothing listens on port {port} in job 2 rank 1"):
         backend.open_port(2, 1, 1, port)
     with pytest.raises(BackendError, match="job 2 attempt 1 rank 2: no such running rank"):
         backend.open_port(2, 1, 2, port)

@@ -33,6 +33,7 @@ from trainyard.backends.rundir.terminal import ATTACH, DEFAULT_PATH, SIGDEF
 ANSWER_WAIT_S = 15.0  # the helper's own connect gives up after 10 s
 RELAY_WAIT_S = 60.0  # a Slurm step takes seconds to start
 MESSAGE_MAX = 4096
+NOTHING_LISTENS = "nothing listens on port"  # attach.py's and RELAY's words for a refused connection
 
 # The relay: argv[1] the port. b"+" once connected (or b"-" and why, exit 3), then stdin → socket
 # (its end: the socket's write side shut), socket → stdout, until the job's side ends.
@@ -67,7 +68,12 @@ RELAY = ("import os, socket, sys, threading\n"
 
 
 class PortError(Exception):
-    """Why no connection was made (one line: "nothing listens on port P", "rank 1 has ended")."""
+    """Why no connection was made (one line: "nothing listens on port P", "rank 1 has ended");
+    `refused`: the rank runs but nothing listens on the port."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.refused = message.startswith(NOTHING_LISTENS)
 
 
 def connect_argv(run_dir: Path, rank: int, port: int) -> list[str]:
