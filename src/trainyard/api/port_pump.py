@@ -142,7 +142,7 @@ class PortPump:
             if msg["type"] == "websocket.disconnect":
                 return
             if self.att is not None:
-                self.att.touch()
+                self.att.touch()  # plane's own: the sessions registry (services/sessions.py), no file
             if msg.get("bytes"):
                 await self._write(msg["bytes"])
             elif msg.get("text"):
