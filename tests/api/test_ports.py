@@ -245,3 +245,30 @@ def test_an_unknown_job_is_404_a_pending_one_409_and_nothing_listening_502(t, se
 def test_bad_input_names_the_field(t, port: object, q: dict, field: str) -> None:
     status, body = _refused(_url(t, t.running, port, **q), t.alice)
     assert status == 400 and body["field"] == field, body
+
+
+def test_a_helpers_pipes_are_carried_too_and_the_helper_is_reaped(t, serve, monkeypatch) -> None:
+    """The Slurm backend's kind of tunnel (a relay's stdout and stdin, its pid): the relay run here
+    directly in place of srun, through the same pump."""
+    from trainyard.backends.rundir.port import relay_argv, start_relay
+
+    srv = serve(echo)
+    started: list[int] = []
+
+    def open_port(job_id: int, attempt: int, rank: int, port: int):
+        tunnel = start_relay(relay_argv("/usr/bin/python3", port), {"PATH": "/usr/bin:/bin"})
+        started.append(tunnel.pid)
+        return tunnel
+
+    monkeypatch.setattr(t.p.backend, "open_port", open_port)
+
+    async def go() -> bytes:
+        async with _ws(_url(t, t.running, srv.port), t.alice) as ws:
+            await ws.send(b"through-pipes")
+            return await ws.recv()
+
+    assert asyncio.run(go()) == b"through-pipes"
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{started[0]}"):  # a zombie counts: the pump must reap it
+        assert time.monotonic() < deadline, "the relay was not ended and reaped"
+        time.sleep(0.05)
