@@ -14,7 +14,8 @@ Command groups live in their own modules and are wired here:
   sprio, `cli/share.py`), audit (the audit trail as JSON lines, `cli/audit.py`);
 - storage (`cli/storage.py`): the disk job dirs take per team, against quotas and the reserve;
 - image pull|ls|rm (`cli/images.py`): the nodes' image caches;
-- shell (`cli/shell.py`): a terminal in a running job's rank, through the API's WebSocket.
+- shell (`cli/shell.py`): a terminal in a running job's rank, through the API's WebSocket;
+  port-forward (`cli/port_forward.py`): a local port tunnelled to a port inside a running job.
 
 - recipes: run (train on this machine, `cli/run.py`), export (a run as a Hugging Face model,
   `cli/model_export.py`), models (the exported models and their lineage, `cli/models.py`).
@@ -32,6 +33,7 @@ from trainyard.cli import login as login_cmd
 from trainyard.cli import trace as trace_cmd
 from trainyard.cli import sim as sim_cmd
 from trainyard.cli import shell as shell_cmd
+from trainyard.cli import port_forward
 from trainyard.cli.strict import CONTEXT, StrictCommand
 
 app = typer.Typer(help="trainyard: a manager for GPU training clusters shared by several teams.",
@@ -83,6 +85,7 @@ app.command("models")(models.models)
 app.command("chaos")(chaos.chaos)
 app.command("tensorboard")(tboard.tensorboard)
 app.command("shell")(shell_cmd.shell)
+app.command("port-forward")(port_forward.port_forward)
 
 
 def main() -> None:  # `python -m trainyard.cli.main`

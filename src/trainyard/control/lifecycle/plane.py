@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator
 
 from sqlalchemy.orm import Session
 
-from trainyard.backends.base import Backend, BackendError, Terminal
+from trainyard.backends.base import Backend, BackendError, NothingListens, Terminal, Tunnel
 from trainyard.control.lifecycle import plane_files, store_audit
 from trainyard.control.reports import priority as engine_order
 from trainyard.control.lifecycle import notify
@@ -47,16 +47,19 @@ from trainyard.control.lifecycle.supervise import Supervised
 from trainyard.images.types import EntryInfo
 from trainyard.services import images, notices
 from trainyard.services.config import ConfigCache, ConfigVersion
-from trainyard.services.errors import Conflict, NotFound
+from trainyard.services.errors import BadGateway, Conflict, NotFound
 from trainyard.services.events import record
 from trainyard.services.plane_facade import API_THREADS, REQUESTS_PER_THREAD
 from trainyard.services.priority_report import PriorityReport, ShareReport
 from trainyard.services.sessions import Sessions
 from trainyard.spec.models import ConfigSpec
 from trainyard.store.db import Store
+from trainyard.states import JobState
 from trainyard.store.models import JobRow
 
 log = logging.getLogger("trainyard.plane")
+
+LAUNCH_WAIT_S = 10.0  # how long a terminal waits for an attempt the store runs and the backend not yet
 
 
 @dataclass(frozen=True)
@@ -210,14 +213,41 @@ class ControlPlane:
 
     def open_terminal(self, job_id: int, rank: int, argv: list[str], rows: int, cols: int) -> Terminal:
         """`argv` in rank `rank` of the job's current attempt, on a new pseudo-terminal (the
-        backend's `open_terminal`); a rank the backend does not run is a Conflict, not a crash."""
+        backend's `open_terminal`); a rank the backend does not run is a Conflict, not a crash.
+
+        The store says RUNNING from the commit that starts an attempt, and the loop launches it
+        after that commit: an attempt the backend does not know yet, of a job still RUNNING, is
+        waited for (up to `LAUNCH_WAIT_S`), so `yard alloc` opening its session the moment its job
+        is RUNNING gets it rather than a 409."""
+        deadline = time.monotonic() + LAUNCH_WAIT_S
+        while True:
+            with self.store.session() as s:
+                row = s.get(JobRow, job_id)
+                if row is None:
+                    raise NotFound(f"no job {job_id}")
+                attempt, running = row.attempt, row.state == JobState.RUNNING
+            try:
+                return self.backend.open_terminal(job_id, attempt, rank, argv, rows=rows, cols=cols)
+            except BackendError as e:
+                launching = running and not any(a.job_id == job_id and a.attempt == attempt
+                                                for a in self.backend.poll())
+                if not launching or time.monotonic() > deadline:
+                    raise Conflict(str(e)) from None
+            time.sleep(0.05)
+
+    def open_port(self, job_id: int, rank: int, port: int) -> Tunnel:
+        """A connection to `port` in rank `rank` of the job's current attempt (the backend's
+        `open_port`); a rank the backend does not run is a Conflict, nothing listening on the port
+        there a BadGateway (field "port": the job's server, not the job, is missing)."""
         with self.store.session() as s:
             row = s.get(JobRow, job_id)
             if row is None:
                 raise NotFound(f"no job {job_id}")
             attempt = row.attempt
         try:
-            return self.backend.open_terminal(job_id, attempt, rank, argv, rows=rows, cols=cols)
+            return self.backend.open_port(job_id, attempt, rank, port)
+        except NothingListens as e:
+            raise BadGateway(str(e), field="port") from None
         except BackendError as e:
             raise Conflict(str(e)) from None
 
