@@ -136,7 +136,7 @@ def test_alloc_gives_the_owners_shell_with_the_jobs_environment_and_exit_frees_t
     print(f"\nyard alloc to prompt: {prompt_s:.2f}s; exit to COMPLETED and GPU free: {freed_s:.2f}s")
 
 
-def test_srun_in_a_two_node_allocation_runs_on_both_nodes_and_ctrl_c_reaches_the_foreground(yard: Yard) -> None:
+def test_srun_in_a_two_node_allocation_runs_on_both_nodes(yard: Yard) -> None:
     child = yard.spawn("alloc", "-N", "2", "--gpus-per-node", "1")
     job_id = granted(child)
     nodes = yard.job(job_id)["placement"]
@@ -146,7 +146,19 @@ def test_srun_in_a_two_node_allocation_runs_on_both_nodes_and_ctrl_c_reaches_the
     child.expect_exact(PROMPT)
     child.sendline("echo N=$SLURM_JOB_NODELIST; srun hostname | sort; echo do''ne")
     child.expect(r"N=(\S+)\r\n(.*?)\r\ndone", timeout=60)
-    assert child.match.group(2).split("\r\n") == names, child.match.group(2)
+    assert child.match.group(2).split("\r\n") == names, child.match.group(2)  # each task on its node
+    child.expect_exact(PROMPT)
+    child.sendline("exit")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+
+
+def test_ctrl_c_reaches_the_foreground_command_and_the_shells_status_is_the_jobs(yard: Yard) -> None:
+    child = yard.spawn("alloc", "-G", "1")
+    job_id = granted(child)
+    child.sendline(SET_PROMPT)
+    child.expect_exact(PROMPT)
     # Ctrl-C reaches the foreground command, not the session nor `yard alloc`
     child.sendline("echo go''ne; sleep 100")
     child.expect_exact("gone")
