@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import subprocess
 import time
 
 import httpx
@@ -20,7 +22,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from tests.accounts import ROOT_ONLY, accounts, shared_dir
-from tests.plane import TWO_TEAMS, YardServer
+from tests.plane import TWO_TEAMS, YARD, YardServer
 
 pytestmark = [ROOT_ONLY, pytest.mark.xdist_group("alloc-yard-up")]
 GRACE_S = 3
@@ -115,6 +117,44 @@ def test_the_session_is_the_owners_shell_with_the_jobs_environment_and_exit_ends
     assert [e["data"]["exit"] for e in ev if e["kind"] == "job.session_end"] == [0]
 
 
+def test_a_failing_sessions_code_is_the_jobs_in_acct_and_show(up) -> None:
+    server, admin, alice, tokens, *_ = up
+    jid = _alloc(up)
+
+    async def go() -> int | None:
+        code = None
+        async with connect(_ws(server, jid, cmd="sh", rows=30),
+                           additional_headers={"Authorization": f"Bearer {tokens['alice']}"}) as ws:
+            await ws.send(b"exit 3\n")
+            async for msg in ws:
+                if isinstance(msg, str):
+                    code = json.loads(msg).get("exit", code)
+        return code
+
+    assert asyncio.run(go()) == 3
+    _wait_state(alice, jid, "FAILED")
+    acct = _yard(server, tokens["alice"], "acct", "-j", str(jid), "-o", "state,exitcode,reason%30", "-P", "-n")
+    assert acct.strip() == "FAILED|3:0|NonZeroExitCode", acct
+    show = _yard(server, tokens["alice"], "show", str(jid))
+    assert re.search(r"reason: NonZeroExitCode", show) and re.search(r"exit_code: 3", show), show
+    assert "interactive: alloc, session exited 3" in show, show
+
+
+def _wait_state(alice, jid: int, state: str, within: float = 20) -> dict:
+    deadline = time.monotonic() + within
+    while (j := alice.get(f"/api/v1/jobs/{jid}").json())["state"] != state:
+        assert time.monotonic() < deadline, j
+        time.sleep(0.1)
+    return j
+
+
+def _yard(server, token: str, *args: str) -> str:
+    p = subprocess.run([YARD, *args], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "YARD_URL": server.url, "YARD_TOKEN": token})
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
 def test_a_dropped_connection_ends_the_allocation_after_the_grace(up) -> None:
     server, admin, alice, tokens, *_ = up
     jid = _alloc(up)
@@ -134,6 +174,10 @@ def test_a_dropped_connection_ends_the_allocation_after_the_grace(up) -> None:
         assert time.monotonic() - left < GRACE_S + 10, j
         time.sleep(0.1)
     assert j["reason"] == "ConnectionLost" and "exit" not in j["interactive"]
+    acct = _yard(server, tokens["alice"], "acct", "-j", str(jid), "-o", "state,reason%30", "-P", "-n")
+    assert acct.strip() == "CANCELLED|ConnectionLost", acct
+    lost = [e for e in alice.get(f"/api/v1/jobs/{jid}/events").json()["events"] if e["kind"] == "job.connection_lost"]
+    assert len(lost) == 1 and f"{GRACE_S}s" in lost[0]["message"]
 
 
 def test_another_teams_member_and_a_job_token_get_403(up) -> None:
