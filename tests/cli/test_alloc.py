@@ -64,8 +64,9 @@ class Yard:
     def free_gpus(self) -> int:
         return sum(n["gpus_free"] for n in self.api.get("/api/v1/nodes").json()["nodes"])
 
-    def jobs(self) -> list[dict]:
-        return self.api.get("/api/v1/jobs").json()["jobs"]
+    def jobs(self, active: bool = True) -> list[dict]:
+        """The jobs not ended (`active`), or all."""
+        return self.api.get("/api/v1/jobs", params={"active": "true"} if active else {}).json()["jobs"]
 
 
 @pytest.fixture(scope="module")
@@ -251,13 +252,13 @@ def test_an_allocation_cancelled_before_it_runs_is_reported_with_its_state(yard:
 
 
 def test_bad_options_exit_2_naming_the_option_and_submit_nothing(yard: Yard) -> None:
-    before = len(yard.jobs())
+    before = len(yard.jobs(active=False))
     for args, named in ((["-G", "two"], "--gpus"), (["--output", "x.log"], "--output"), (["-t", "soon"], "time"),
                         (["-q", "no-such-class"], "class")):
         p = yard.run("alloc", *args)
         assert p.returncode == 2, (args, p.stdout, p.stderr)
         assert p.stderr.startswith("error: ") and named in p.stderr, (args, p.stderr)
-    assert len(yard.jobs()) == before
+    assert len(yard.jobs(active=False)) == before
 
 
 def test_alloc_runs_a_command_given_after_dashdash_and_exits_with_its_status(yard: Yard) -> None:
