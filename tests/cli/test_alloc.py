@@ -268,3 +268,17 @@ def test_alloc_runs_a_command_given_after_dashdash_and_exits_with_its_status(yar
     assert f"id={job_id}" in p.stdout
     assert wait_state(yard, job_id, ("FAILED",), within=10)["exit_code"] == 7
     assert json.loads(yard.run("show", str(job_id), "--json").stdout)["interactive"]["exit"] == 7
+
+
+def test_sighup_during_the_session_relinquishes_the_allocation_at_once(yard: Yard) -> None:
+    child = yard.spawn("alloc", "-G", "1")
+    job_id = granted(child)
+    child.sendline(SET_PROMPT)
+    child.expect_exact(PROMPT)
+    child.kill(signal.SIGHUP)  # the terminal closed: salloc relinquishes, it does not wait for a grace
+    child.expect_exact(f"salloc: Relinquishing job allocation {job_id}")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 128 + signal.SIGHUP, (child.exitstatus, child.signalstatus)
+    j = wait_state(yard, job_id, ("COMPLETED", "FAILED", "CANCELLED"), within=GRACE_S - 1)
+    assert j["state"] == "COMPLETED" and j["reason"] != "ConnectionLost", j

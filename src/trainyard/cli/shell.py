@@ -130,6 +130,7 @@ class Session:
     def __init__(self, ws: Any, is_tty: bool):
         self.ws, self.is_tty = ws, is_tty
         self.code: int | None = None
+        self.stopped_by = signal.SIGTERM  # the signal that ended it here, if one did
 
     async def run(self) -> Ended:
         loop = asyncio.get_running_loop()
@@ -143,14 +144,14 @@ class Session:
             else:
                 await self.ws.send(json.dumps({"pipe": True}))
             for sig in stops:
-                loop.add_signal_handler(sig, lambda: me.cancel() if me is not None else None)
+                loop.add_signal_handler(sig, self._stop, sig, me)
             sender = asyncio.create_task(self._send_input(loop))
             try:
                 await self._receive()
             finally:
                 sender.cancel()
         except asyncio.CancelledError:
-            return Ended(128 + signal.SIGTERM, "signal")
+            return Ended(128 + self.stopped_by, "signal")
         finally:
             for sig in (*stops, signal.SIGWINCH):
                 loop.remove_signal_handler(sig)
@@ -160,6 +161,11 @@ class Session:
             typer.echo("error: the connection to the trainyard server was lost", err=True)
             return Ended(EXIT_UNAVAILABLE, "lost")
         return Ended(self.code, "exit")
+
+    def _stop(self, sig: signal.Signals, task: asyncio.Task | None) -> None:
+        self.stopped_by = sig
+        if task is not None:
+            task.cancel()
 
     def _resized(self) -> None:
         rows, cols = size()
