@@ -75,3 +75,15 @@ def test_dir_mode_leaves_the_hosts_name(tmp_path) -> None:
                 be.release(a.job_id, a.attempt)
 
 
+
+
+def test_a_name_the_host_maps_already_keeps_its_one_address(monkeypatch, tmp_path) -> None:
+    from trainyard.backends.contain import private_tmp
+
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 localhost\n127.0.1.1 vm vm.local  # the machine\n")
+    monkeypatch.setattr(private_tmp, "HOSTS", str(hosts))
+    text = private_tmp.hosts_text(["vm", "vm-2", "bad name"])
+    assert text.startswith(hosts.read_text())
+    assert [line for line in text.splitlines() if "vm" in line and not line.startswith("#")] == \
+        ["127.0.1.1 vm vm.local  # the machine", "127.0.0.1 vm-2"]

@@ -30,11 +30,12 @@ Either way TMPDIR is set for the ranks (/tmp, or the directory).
 
 The emulated node's name (tmpfs mode only, where ranks have a mount namespace): each node's plan
 also carries `hostname` (the node's name) and `hosts`, a file `<root>/hosts` (root's, 0644, out of
-the jobs' reach) holding the host's /etc/hosts and a line mapping every emulated node of the
-cluster to 127.0.0.1. The runner gives the rank a UTS namespace of its own with that hostname and
-binds the file on /etc/hosts in its mount namespace, so `hostname` in a rank of node-1 says node-1,
-and a rank that resolves its own or a peer's name (gloo does) gets a usable address. In dir mode
-nothing changes: a hostname that does not resolve would break more than it shows.
+the jobs' reach) holding the host's /etc/hosts and a line mapping each emulated node of the cluster
+that it does not map already to 127.0.0.1 (one address per name: `hostname -i` prints them all).
+The runner gives the rank a UTS namespace of its own with that hostname and binds the file on
+/etc/hosts in its mount namespace, so `hostname` in a rank of node-1 says node-1, and a rank that
+resolves its own or a peer's name (gloo does) gets a usable address. In dir mode nothing changes:
+a hostname that does not resolve would break more than it shows.
 
 What a job must still reach under the host's /tmp: a workdir, job dir or checkpoint dir under
 /tmp (a scratch checkout, a test's data dir) would be hidden by the private /tmp. The top
@@ -278,7 +279,10 @@ def hosts_text(names: Iterable[str]) -> str:
         base = "127.0.0.1 localhost\n"
     if base and not base.endswith("\n"):
         base += "\n"
-    ok = [n for n in names if _SAFE.match(n)]
+    # a name the host maps already keeps its one address (`hostname -i` prints every one it finds:
+    # two would make MASTER_ADDR="127.0.0.1 127.0.0.1", as a site's template sets it)
+    known = {w for line in base.splitlines() for w in line.split("#", 1)[0].split()[1:]}
+    ok = [n for n in names if _SAFE.match(n) and n not in known]
     return base + "# trainyard: the emulated nodes of this cluster (backends/contain/private_tmp.py)\n" + \
         "".join(f"127.0.0.1 {n}\n" for n in ok)
 
