@@ -74,18 +74,19 @@ def alloc(ctx: typer.Context, **options: Any) -> None:
 def allocate(kind: str, cmd: list[str], options: dict[str, Any], tool: str) -> int:
     """Ask, wait, run the session, end: the exit status (see the module docstring)."""
     body, where = request(kind, options)  # bad options: exit 2 before anything is sent
-    c, job_id = Client(), None
-    with stops_raise():
-        try:
+    c, job_id, job = Client(), None, None
+    try:
+        with on_stop_signals(raise_stop):
             job_id = submit(c, body, where, tool)
             tell(tool, f"Pending job allocation {job_id}")
             job = wait_for_start(c, job_id, tool)
-        except Stop:
+    except Stop:
+        with on_stop_signals(signal.SIG_IGN):  # a second Ctrl-C does not stop the revoking
             if job_id is None:  # before the plane answered: whether it made the job is not known
                 tell(tool, "error: interrupted while the allocation was being asked for (see yard queue --me)")
             else:
                 revoke(c, job_id, tool)
-            return EXIT_FAILED
+        return EXIT_FAILED
     if job is None:
         return EXIT_FAILED
     return run_session(c, job_id, cmd, tool)
@@ -109,16 +110,21 @@ def tell(tool: str, text: str) -> None:
     typer.echo(f"{tool}: {clean(text)}", err=True)
 
 
-class stops_raise:
-    """Within it, SIGINT, SIGTERM and SIGHUP raise `Stop` (the default handlers back after)."""
+def raise_stop(signum: int, _frame: FrameType | None) -> None:
+    raise Stop(signum)
+
+
+class on_stop_signals:
+    """Within it, SIGINT, SIGTERM and SIGHUP go to `handler` (`raise_stop`, or `signal.SIG_IGN`
+    while the allocation is being ended); the handlers before are back after."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
-    def __enter__(self) -> None:
-        def raise_stop(signum: int, _frame: FrameType | None) -> None:
-            raise Stop(signum)
+    def __init__(self, handler: Any):
+        self.handler = handler
 
-        self.saved = {s: signal.signal(s, raise_stop) for s in self.SIGNALS}
+    def __enter__(self) -> None:
+        self.saved = {s: signal.signal(s, self.handler) for s in self.SIGNALS}
 
     def __exit__(self, *exc: object) -> None:
         for s, h in self.saved.items():
@@ -128,7 +134,7 @@ class stops_raise:
 def wait_for_start(c: Client, job_id: int, tool: str, *, now: Callable[[], float] = time.time) -> dict | None:
     """Poll the job until it runs: its view then; None (reported, with its state and reason) when
     it ended first. Shows the wait on stderr (see the module docstring). Raises `Stop` from a
-    signal when the caller lets them (`stops_raise`)."""
+    signal when the caller lets them (`on_stop_signals(raise_stop)`)."""
     line = StatusLine(tool, job_id, sys.stderr.isatty())
     started, polls, granted = now(), 0, False
     try:
@@ -221,6 +227,12 @@ def run_session(c: Client, job_id: int, cmd: list[str], tool: str) -> int:
         ended = asyncio.run(_session(url, token(), sys.stdin.isatty()))
     except KeyboardInterrupt:  # Ctrl-C with stdin not a terminal (raw mode sends it as a byte)
         ended = shell.Ended(128 + signal.SIGINT, "signal")
+    with on_stop_signals(signal.SIG_IGN):  # the allocation being ended: no traceback from a Ctrl-C
+        return _end(c, job_id, ended, tool)
+
+
+def _end(c: Client, job_id: int, ended: shell.Ended, tool: str) -> int:
+    """After the session: say so, release what the plane does not end by itself; the exit status."""
     if ended.how == "exit":
         tell(tool, f"Relinquishing job allocation {job_id}")
         settle(c, job_id)
