@@ -144,7 +144,7 @@ def test_a_class_without_idle_timeout_and_a_batch_job_never_end_idle(fp):
 
 def test_cpu_is_read_every_few_seconds_not_every_pass(fp):
     """A pass a second, a sample every SAMPLE_S per job: the backend is not asked each pass."""
-    j = allocation(fp, interactive={"kind": "alloc"})
+    allocation(fp, interactive={"kind": "alloc"})
     asked: list[float] = []
     real = fp.backend.cpu_seconds
 
