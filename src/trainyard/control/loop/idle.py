@@ -65,14 +65,16 @@ def when(t: float) -> str:
 
 
 class IdleAllocations:
-    """The step (module docstring). `sessions`: the plane's registry of terminals and ports."""
+    """The step (module docstring); the plane's terminals and ports are `ctx.sessions`."""
 
-    def __init__(self, ctx: LoopContext, sessions: Sessions) -> None:
-        self.ctx, self.sessions = ctx, sessions
+    def __init__(self, ctx: LoopContext) -> None:
+        self.ctx = ctx
         self._tracks: dict[int, _Track] = {}
 
     def run(self, now: float) -> None:
-        ctx, sessions = self.ctx, self.sessions
+        ctx, sessions = self.ctx, self.ctx.sessions
+        if sessions is None:  # no API attaches here (a loop tested alone): nothing is watched
+            return
         with ctx.store.session() as s:
             spec = ctx.configs.current(s).spec
             timeouts = {c.name: c.idle_timeout for c in spec.classes if c.idle_timeout}

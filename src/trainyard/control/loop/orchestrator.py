@@ -44,7 +44,6 @@ from trainyard.control.lifecycle.supervise import Supervised
 from trainyard.control.lifecycle.store_audit import SeenRecord
 from trainyard.sched.policy import Policy
 from trainyard.services.config import ConfigCache
-from trainyard.services.sessions import Sessions
 from trainyard.spec.models import HealthSpec
 from trainyard.store.db import Store
 
@@ -72,12 +71,10 @@ class ControlLoop:
     def __init__(self, store: Store, backend: Backend, data_dir: Path, configs: ConfigCache,
                  write_lock: threading.RLock, *, policy: Policy | None = None, params: LoopParams | None = None,
                  api_url: str | None = None, clock: Callable[[], float] = time.time,
-                 holds: Callable[[], Any] | None = None, sessions: Sessions | None = None):
+                 holds: Callable[[], Any] | None = None):
         """`policy`: a fixed policy; None (the plane's default) runs the one the configuration in
         force names. `clock`: the time every step judges by (a fake one in the loop's tests).
-        `holds`: the storage meter's (control/lifecycle/storage.py), read by the schedule step.
-        `sessions`: the plane's terminals and ports (services/sessions.py; None: a registry of
-        the loop's own, which nothing attaches to)."""
+        `holds`: the storage meter's (control/lifecycle/storage.py), read by the schedule step."""
         self.ctx = ctx = LoopContext(store, backend, Path(data_dir), configs, write_lock, params or LoopParams(),
                                      clock, api_url, holds, Fingerprints(backend))
         self.stats = LoopStats()
@@ -90,8 +87,7 @@ class ControlLoop:
         frozen = FrozenRanks(ctx.params.hung_after_s)
         self.reconcile = Reconciler(ctx, frozen)
         self.node_watch = NodeWatch(ctx, self.health, frozen)
-        self.sessions = sessions if sessions is not None else Sessions(clock)
-        self.idle = IdleAllocations(ctx, self.sessions)
+        self.idle = IdleAllocations(ctx)
         self.stops = Stops(ctx)
         self.dependencies = Dependencies(ctx)
         self.scheduler = Scheduler(ctx, self.health, policy)
