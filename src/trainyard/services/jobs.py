@@ -26,7 +26,7 @@ from trainyard.spec import io_patterns, mail_types
 from trainyard.backends.base import Owner
 from trainyard.contracts import JobDir
 from trainyard.spec.parsing import parse_begin, parse_mem_mib
-from trainyard.services import arrays, dependencies, images, limits, notices, output_paths, owners, placement_ask, reservations, transitions
+from trainyard.services import allocations, arrays, dependencies, images, limits, notices, output_paths, owners, placement_ask, reservations, transitions
 from trainyard.services.auth import Principal
 from trainyard.services.config import ConfigVersion
 from trainyard.services.errors import Conflict, Forbidden, NotFound, ServiceError
@@ -133,6 +133,8 @@ class JobSubmit(BaseModel):
                                     description="as sbatch --reservation: the admin reservation to run in")
     # its environment image, pyxis's --container-* (services/images.py); None: the team's default, if any
     container: images.ContainerSubmit | None = None
+    # an interactive allocation (`yard alloc`, `srun --pty`, `yard notebook`: services/allocations.py)
+    interactive: allocations.InteractiveAsk | None = None
 
     @field_validator("signal")
     @classmethod
@@ -361,14 +363,17 @@ def with_defaults(sub: JobSubmit, cfg: ConfigVersion) -> JobSubmit:
     """`sub` as sbatch completes it: a batch script's output in `slurm-%j.out` (an array's in
     `slurm-%A_%a.out`) when no `--output` is given; `-p` by an alias (`cluster.pools`) as the pool it
     names; `--gpus-per-task` as the GPUs it implies (its tasks' count times it, sbatch's rule) with
-    `SLURM_GPUS_PER_TASK` in the job's environment.
+    `SLURM_GPUS_PER_TASK` in the job's environment; an interactive allocation's hold and class
+    (`allocations.defaults`), and no `slurm-%j.out` for it.
 
     Raises:
         ServiceError: an unknown pool (naming the pools and their aliases), or `--gpus-per-task`
             with `--gpus`/`--gpus-per-node`.
     """
     update: dict[str, Any] = {}
-    if sub.script is not None and sub.output is None:
+    if sub.interactive is not None:  # the hold as its script, its class (services/allocations.py)
+        update.update(allocations.defaults(sub.interactive, sub.name, sub.command, sub.script, sub.job_class, cfg))
+    elif sub.script is not None and sub.output is None:
         update["output"] = DEFAULT_ARRAY_OUTPUT if sub.array else DEFAULT_OUTPUT
     names = cfg.spec.cluster.pool_names()
     if sub.pool not in names:
@@ -500,6 +505,7 @@ def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_d
         stop_since=None, stop_stage=0, array_job_id=None, array_task_id=spec.indices[0] if spec else None,
         array_throttle=spec.throttle if spec else None, dir_key=JobDir.new_key(), ntasks=sub.ntasks, **where,
         container=container.to_record() if container is not None else None, image_digest=None,
+        interactive=allocations.record_of(sub.interactive),
     )
     for column in REQUEST_FIELDS:  # a field the engine takes as is: submitted under its own name
         if column not in values:
@@ -630,7 +636,8 @@ _SHOWN: tuple[tuple[str, str], ...] = (("id", "id"), ("name", "name"), ("user", 
           ("command", "command"),
           ("workdir", "workdir"), ("env", "env"), ("output", "output"), ("error", "error"),
           ("open_mode", "open_mode"), ("mail_type", "mail_type"), ("mail_user", "mail_user"),
-          ("container", "container"), ("image_digest", "image_digest"))
+          ("container", "container"), ("image_digest", "image_digest"),
+          ("interactive", "interactive"))
 # a field the engine reads as is (marked `engine()` in store.models) is shown under its own name
 _SHOWN += tuple((c, c) for c in REQUEST_FIELDS if c not in {col for _, col in _SHOWN})
 _KEYS = tuple(k for k, _ in _SHOWN)

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from trainyard import jobfs
 from trainyard.api.deps import JobId, plane, principal, session, storable_input
 from trainyard.api.queries import JobsQuery, LogQuery
-from trainyard.services import events, job_logs, jobs, progress, units
+from trainyard.services import allocations, events, job_logs, jobs, progress, units
 from trainyard.services.auth import Principal
 from trainyard.services.plane_facade import Plane
 
@@ -47,8 +47,15 @@ def _action(fn: Callable[..., Any]) -> Callable[..., dict[str, Any]]:
     return handler
 
 
-for _name, _fn in (("cancel", jobs.cancel), ("hold", jobs.hold), ("release", jobs.release), ("requeue", jobs.requeue)):
+for _name, _fn in (("cancel", jobs.cancel), ("hold", jobs.hold), ("requeue", jobs.requeue)):
     router.add_api_route(f"/{{job_id}}/{_name}", _action(_fn), methods=["POST"], name=f"{_name}_job")
+
+
+@router.post("/{job_id}/release", name="release_job")
+def release(job_id: JobId, by: Principal = Depends(principal), cp: Plane = Depends(plane)) -> dict[str, Any]:
+    """A held job's hold released (scontrol's); an interactive allocation that is not held ended
+    normally (salloc's relinquish: services/allocations.py)."""
+    return allocations.release(cp, job_id, by)
 
 
 @router.get("/{job_id}/events")
