@@ -43,13 +43,19 @@ def fp(tmp_path):
     p.stop()
 
 
-def allocation(fp: FakePlane, job_class: str = "interactive", interactive: dict | None = None) -> dict:
-    """A running job of `job_class`, marked as an allocation (None: left a batch job)."""
+def allocation(fp: FakePlane, job_class: str = "interactive", interactive: dict | None = None,
+               attach: bool = True) -> dict:
+    """A running job of `job_class`, marked as an allocation (None: left a batch job), with a
+    forwarded port attached (no terminal to warn; it keeps the connection grace away) unless not
+    `attach`."""
     j = fp.submit(command=FOREVER, team="vision", **{"class": job_class})
     if interactive is not None:
         with fp.cp.store.session.begin() as s:
             s.get(JobRow, j["id"]).interactive = interactive
-    return fp.wait(j["id"], "RUNNING")
+    running = fp.wait(j["id"], "RUNNING")
+    if attach:
+        fp.cp.sessions.attach(j["id"], None)
+    return running
 
 
 def kinds(fp: FakePlane, job_id: int) -> list[str]:
@@ -57,7 +63,7 @@ def kinds(fp: FakePlane, job_id: int) -> list[str]:
 
 
 def test_an_idle_allocation_is_warned_once_then_ends_with_idle_timeout(fp):
-    j = allocation(fp, interactive={"kind": "alloc"})
+    j = allocation(fp, interactive={"kind": "alloc"}, attach=False)
     told: list[str] = []
     fp.cp.sessions.attach(j["id"], told.append)  # a terminal: attaching counts as input
     since = fp.clock()
@@ -84,7 +90,7 @@ def test_an_idle_allocation_is_warned_once_then_ends_with_idle_timeout(fp):
 
 
 def test_input_after_the_warning_starts_a_new_stretch_with_a_new_warning(fp):
-    j = allocation(fp, interactive={"kind": "alloc"})
+    j = allocation(fp, interactive={"kind": "alloc"}, attach=False)
     told: list[str] = []
     att = fp.cp.sessions.attach(j["id"], told.append)
     fp.until(lambda: told, within=TIMEOUT)
