@@ -120,7 +120,7 @@ class IdleAllocations:
         tr.cpu, tr.cpu_at = cpu, now
 
     def _warn(self, sessions: Sessions, job_id: int, attempt: int, now: float, since: float, ends: float) -> None:
-        text = (f"yard: job {job_id} has been idle for {now - since:.0f} s (no input, no CPU or GPU use); "
+        text = (f"job {job_id} has been idle for {now - since:.0f} s (no input, no CPU or GPU use); "
                 f"it ends at {when(ends)} (in {max(0.0, ends - now):.0f} s) with reason IdleTimeout unless "
                 "there is input: press any key to keep it")
         told = sessions.warn(job_id, text)
