@@ -14,7 +14,6 @@ The step's logic to the fake second: tests/control/loop/test_idle.py.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import subprocess
 import time
