@@ -13,6 +13,8 @@ requeue or time anything out; the control loop does that and calls `signal`/`rel
     release(job, attempt)            SIGKILL what is left, forget the run state (logs stay)
     watch(wake)                      call wake() when a rank may have ended (news, not a fact:
                                      the loop then polls at once, not at its next tick)
+    cpu_seconds(job, attempt)        CPU time its processes used so far (None: cannot tell)
+    gpu_percent(job, attempt)        its busiest GPU's utilization now (None: NVML cannot read it)
     close()                          stop watching; running ranks keep running
     open_terminal(job, attempt, rank, argv)   a command on a new pty in a running rank's place
     open_port(job, attempt, rank, port)       a TCP connection to a port inside a running rank
@@ -257,6 +259,20 @@ class Backend(Protocol):
     # network, made as the job's owner from inside the rank's place (its cgroups and namespaces).
     # Raises BackendError when the rank is not running or nothing listens on the port there.
     def open_port(self, job_id: int, attempt: int, rank: int, port: int) -> Tunnel: ...
+
+    def cpu_seconds(self, job_id: int, attempt: int) -> float | None:
+        """How busy an attempt is (issue 38: idle interactive allocations give their GPUs back): the
+        CPU time, user + system in seconds, its processes on all its nodes have used since it
+        started, exited ones and those a terminal started in a rank included; None when the
+        backend cannot tell (an attempt it does not know, no accounting). The caller turns two
+        readings into a rate; a reading lower than the one before means "counted anew"."""
+        ...
+
+    def gpu_percent(self, job_id: int, attempt: int) -> float | None:
+        """The busiest of the attempt's GPUs right now, as NVML's utilization (percent of the last
+        sample period a kernel ran); None where NVML cannot read them (no NVML, emulated GPUs, GPUs
+        on hosts the backend does not reach)."""
+        ...
 
     # What a bare job's training process would see on `node` (`backends.environment.fingerprint`:
     # python, torch, cuda, nccl, driver); {"error": why} when the node cannot tell. May take seconds.

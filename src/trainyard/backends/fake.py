@@ -52,6 +52,10 @@ progress and is `stopped`; signals other than SIGKILL wait until it continues, a
 `kill_node` makes the node's unfinished ranks `lost`. Every signal sent (`signal`, `kill_rank`) is
 recorded in `signals` with the fake time, so a test can assert the stop sequence.
 
+Usage. How busy an attempt is (`cpu_seconds`, `gpu_percent`: the idle allocations' facts) is
+scripted with `set_usage(job, attempt, cpu_percent=, gpu_percent=)`: CPU seconds count on the
+clock at that rate; an attempt never scripted is idle (0 s) with no NVML (None).
+
 Reattach. The state lives in a `FakeCluster`, one per data dir in this process (or passed in):
 a new `FakeBackend` on the same data dir sees the attempts an earlier one left, as a restarted
 plane's LocalBackend does from disk. `close()` forgets them in that backend only.
@@ -215,6 +219,16 @@ class _Attempt:
         return JobDir(self.spec.job_dir)
 
 
+@dataclass
+class _Usage:
+    """An attempt's scripted use (`FakeBackend.set_usage`): CPU seconds counted at `cpu_percent`."""
+
+    at: float  # fake time up to which `cpu_s` is counted
+    cpu_s: float = 0.0
+    cpu_percent: float = 0.0
+    gpu_percent: float | None = None
+
+
 # what every fake node's jobs see unless a test says otherwise (FakeCluster.environments)
 ENVIRONMENT = {"python": "3.11.7", "torch": "2.13.0+cpu", "cuda": "none", "nccl": "none", "driver": "none"}
 
@@ -242,6 +256,8 @@ class FakeCluster:
         # node -> its environment fingerprint (backends/environment.py); absent: ENVIRONMENT
         self.environments: dict[str, dict[str, str]] = {}
         self._next_pid = 100_000
+        # (job, attempt) -> what `cpu_seconds` and `gpu_percent` report (FakeBackend.set_usage)
+        self.usage: dict[tuple[int, int], _Usage] = {}
         subscribe = getattr(clock, "subscribe", None)
         if subscribe is not None:  # a FakeClock: things happen as time passes, not only when asked
             subscribe(self.tick)
@@ -271,6 +287,13 @@ class FakeCluster:
         unsubscribe = getattr(c.clock, "unsubscribe", None) if c is not None else None
         if c is not None and unsubscribe is not None:
             unsubscribe(c.tick)
+
+    def usage_now(self, job_id: int, attempt: int, now: float) -> _Usage:
+        """The attempt's scripted use, its CPU seconds counted up to `now` (made on first use)."""
+        u = self.usage.setdefault((job_id, attempt), _Usage(at=now))
+        u.cpu_s += u.cpu_percent / 100 * max(0.0, now - u.at)
+        u.at = max(u.at, now)
+        return u
 
     def pid(self) -> int:
         self._next_pid += 1
@@ -580,6 +603,32 @@ class FakeBackend:
             fd = sock.detach()
             return Tunnel(fd, fd)
         raise NothingListens(f"nothing listens on port {port} in job {job_id} rank {rank}")
+
+    def cpu_seconds(self, job_id: int, attempt: int) -> float | None:
+        """Scripted (`set_usage`): the CPU seconds the attempt has used at its scripted rate, on the
+        clock, while it runs; 0 for one never scripted, None for one not known here."""
+        with self.cluster.lock:
+            if self._attempt(job_id, attempt) is None:
+                return None
+            return self.cluster.usage_now(job_id, attempt, self.clock()).cpu_s
+
+    def gpu_percent(self, job_id: int, attempt: int) -> float | None:
+        """Scripted (`set_usage`): None (no NVML) unless a test gave the attempt a GPU rate."""
+        with self.cluster.lock:
+            if self._attempt(job_id, attempt) is None:
+                return None
+            return self.cluster.usage_now(job_id, attempt, self.clock()).gpu_percent
+
+    def set_usage(self, job_id: int, attempt: int, *, cpu_percent: float | None = None,
+                  gpu_percent: float | None | str = "keep") -> None:
+        """Emulation: from now on the attempt uses `cpu_percent` of one CPU (None: unchanged) and
+        its busiest GPU reads `gpu_percent` (None: NVML cannot read it; "keep": unchanged)."""
+        with self.cluster.lock:
+            u = self.cluster.usage_now(job_id, attempt, self.clock())
+            if cpu_percent is not None:
+                u.cpu_percent = cpu_percent
+            if gpu_percent != "keep":
+                u.gpu_percent = None if gpu_percent is None else float(gpu_percent)
 
     def node_environment(self, node: str) -> dict[str, str]:
         """The node's scripted fingerprint (`FakeCluster.environments`), else every node's `ENVIRONMENT`."""

@@ -13,6 +13,9 @@ mail types, what is sent):
     requeue          it went back to the queue (REQUEUE)
     invalid_depend   its dependency can never be met (INVALID_DEPEND)
     end              it ended for good (END, or FAIL when it failed)
+    idle_warning     an idle interactive allocation is about to end (IdleTimeout; issue 38,
+                     control/loop/idle.py): noted whatever the job's mail types (`always`), since
+                     `yard alloc` asks for none and the owner should hear before losing the GPUs
 """
 
 from __future__ import annotations
@@ -38,14 +41,17 @@ def payload(j: JobRow, kind: str, now: float) -> dict[str, Any]:
             "time_limit_s": j.time_limit_s, "time": now}
 
 
-def note(j: JobRow, kind: str, now: float, s: Session | None = None) -> None:
-    """Note `kind` for `j` in its session's transaction, if the job asked for any mail."""
-    if not j.mail_type:
+def note(j: JobRow, kind: str, now: float, s: Session | None = None, *, always: bool = False,
+         extra: dict[str, Any] | None = None) -> None:
+    """Note `kind` for `j` in its session's transaction, if the job asked for any mail (or
+    `always`: a note the notifier sends whatever the mail types); `extra`: facts of this note
+    beside the job's (they go into the webhook's JSON)."""
+    if not j.mail_type and not always:
         return
     s = s if s is not None else object_session(j)
     if s is None:
         return
-    s.info.setdefault(KEY, []).append(payload(j, kind, now))
+    s.info.setdefault(KEY, []).append({**payload(j, kind, now), **(extra or {})})
 
 
 def attach(factory: sessionmaker[Session], sink: Callable[[list[dict[str, Any]]], None]) -> Callable[[], None]:

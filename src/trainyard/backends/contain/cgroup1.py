@@ -10,6 +10,9 @@ cpu hierarchies (what Slurm's proctrack/cgroup and task/cgroup use on v1 machine
     devices  per rank, `c 195:<minor>` of every GPU the rank was not given is denied (Slurm's
              ConstrainDevices): opening another rank's GPU fails with EPERM
     cpu      per rank, CFS bandwidth cpu.cfs_quota_us = cpus x cpu.cfs_period_us
+    cpuacct  accounting only: cpuacct.usage of the attempt's directory is the CPU time all its
+             processes used (`contain.usage`: how busy an interactive allocation is); where cpu
+             and cpuacct are mounted together (`cpu,cpuacct`) it is the cpu directory itself
 
 Only the freezer is required (without it v1 cannot track an attempt); each other hierarchy is
 used when it is mounted and writable, and `summary` says which. A job whose limits need one that
@@ -26,7 +29,7 @@ from trainyard.backends.contain import cgroupfs
 from trainyard.backends.contain.common import ContainmentError, Needs, attempt_key_names, base_name, pids_plan
 from trainyard.backends.contain.mounts import Hierarchies
 
-USED = ("freezer", "pids", "memory", "devices", "cpu")
+USED = ("freezer", "pids", "memory", "devices", "cpu", "cpuacct")
 CFS_PERIOD_US = 100_000
 
 
@@ -43,6 +46,8 @@ class Cgroup1:
                 problems.append(f"{c}: not mounted")
                 continue
             d = os.path.join(own, "trainyard", base_name(data_dir))
+            if d in self.base.values():
+                continue  # co-mounted with one already used (cpu,cpuacct): one directory serves both
             try:
                 cgroupfs.make(d)
             except OSError as e:
@@ -112,6 +117,9 @@ class Cgroup1:
             for d in top.values():
                 cgroupfs.remove(d)
             raise ContainmentError(f"cannot set up the attempt's cgroups: {e.filename}: {e.strerror}") from e
+        acct = [t for c, t in top.items() if c in ("cpuacct", "cpu") and os.path.exists(os.path.join(t, "cpuacct.usage"))]
+        if acct:
+            record["cpuacct"] = acct[0]  # the attempt's CPU time, all its ranks (`contain.usage`)
         return record
 
     def close(self) -> None:

@@ -107,6 +107,8 @@ from trainyard.images.types import CachedImage, EntryInfo, RegistryAccess
 from trainyard.spec.image_ref import parse_image
 from trainyard.backends.launch_check import check_launch
 from trainyard.backends.contain import ops as contain_ops
+from trainyard.backends.contain import usage as contain_usage
+from trainyard.backends.local import gpu_use
 from trainyard.backends.contain import private_tmp
 from trainyard.backends.contain.devices import Device, gpu_devices
 from trainyard.backends.environment import fingerprint
@@ -567,6 +569,36 @@ class LocalBackend(WatchesExits):
         except OSError as e:
             raise BackendError(f"{where}: cannot start the connection's helper: {e}") from e
         return Tunnel(fd, fd)
+
+    def cpu_seconds(self, job_id: int, attempt: int) -> float | None:
+        """CPU seconds of the attempt's cell (`contain.usage`: the cgroup's own counter, or /proc
+        in the subreaper mode); None for an attempt this backend does not run, or one recorded
+        without a cell (process groups only: nothing counts what their sessions left)."""
+        with self._lock:
+            att = self._attempts.get((job_id, attempt))
+            if att is None or att.cell is None:
+                return None
+            runners: list[int] = []
+            if att.cell.get("mode") == "subreaper":
+                runners = _runner_pids([rec for r in range(att.world_size)
+                                        if (rec := jobfs.read_record(att.run_dir / f"rank-{r}.json"))])
+            return contain_usage.cpu_seconds(att.cell, runners)
+
+    def gpu_percent(self, job_id: int, attempt: int) -> float | None:
+        """The busiest of the attempt's GPUs by NVML (`local.gpu_use`), when its nodes are slices
+        of this machine's real GPUs; None for emulated GPUs, an attempt without GPUs, or no NVML."""
+        with self._lock:
+            att = self._attempts.get((job_id, attempt))
+            if att is None:
+                return None
+            meta = jobfs.read_record(att.run_dir / "attempt.json") or {}
+            found: set[int] = set()
+            for r in meta.get("allocation") or meta.get("ranks") or []:
+                n = self._nodes.get(str(r.get("node")))
+                if n is None or n.gpu_model == EMULATED_MODEL:
+                    return None
+                found.update(self._offsets.get(n.name, 0) + int(g) for g in r.get("gpus") or [])
+        return gpu_use.busiest(sorted(found)) if found else None
 
     def node_environment(self, node: str) -> dict[str, str]:
         """What a bare job's interpreter (`job_python`) sees on `node` (backends/environment.py).

@@ -343,6 +343,16 @@ class SlurmBackend(WatchesExits):
         except OSError as e:
             raise BackendError(f"{where}: cannot start the relay: {e}") from e
 
+    def cpu_seconds(self, job_id: int, attempt: int) -> float | None:
+        """None: not read. Slurm keeps the figure (the job's cgroup under slurmd, `sstat`'s
+        TotalCPU), but on another host or by a command per job and pass; an idle allocation here
+        is told by its terminal input alone (docs/control-plane.md, "Idle allocations")."""
+        return None
+
+    def gpu_percent(self, job_id: int, attempt: int) -> float | None:
+        """None: the job's GPUs are on Slurm's nodes, which this plane's NVML does not see."""
+        return None
+
     def node_environment(self, node: str) -> dict[str, str]:
         """Not asked of Slurm's nodes (it would take a job step): {"error"}, which the check skips."""
         return {"error": "the Slurm backend does not fingerprint its nodes"}

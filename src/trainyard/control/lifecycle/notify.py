@@ -17,6 +17,9 @@ What is sent (spec/mail_types.py for the types):
   starts stopping it at its time limit; INVALID_DEPEND when its dependency can never be met.
 - At its end one message: FAIL if it asked for FAIL and ended FAILED, TIMEOUT, NODE_FAIL or
   OUT_OF_MEMORY, else END if it asked for END (any final state, CANCELLED included).
+- IDLE_WARNING when an idle interactive allocation is about to end (`idle_ends_at`, `idle_since`
+  in the JSON), whatever its mail types: `yard alloc` asks for none, and an owner about to lose
+  the GPUs should hear of it (control/loop/idle.py; once per idle stretch).
 - TIME_LIMIT_50/80/90 when a running attempt has run that share of its limit (its own --time, or
   its class's max run time when shorter or alone): clocks kept here from each BEGIN and stopped
   by the attempt's end or requeue. A restarted plane sets them again for the jobs running then
@@ -88,6 +91,9 @@ def subject(event: str, p: dict[str, Any]) -> str:
         return f"{head} Reached {int(TIME_FRACTIONS[event] * 100)}% of time limit, Run time {_hms(ran)}"
     if event == "INVALID_DEPEND":
         return f"{head} Invalid dependency"
+    if event == "IDLE_WARNING":
+        ends = p.get("idle_ends_at") or p["time"]
+        return f"{head} Idle, ends at {iso(ends)} (IdleTimeout) unless used, in {_hms(ends - p['time'])}"
     return f"{head} {event}"
 
 
@@ -155,6 +161,9 @@ class Notifier:
             self._clock_start(p, late=True)
             if "BEGIN" in want:
                 self._send("BEGIN", p)
+            return
+        if kind == "idle_warning":  # noted for every allocation, whatever it asked (module docstring)
+            self._send("IDLE_WARNING", p)
             return
         if kind in ("end", "requeue", "time_limit"):
             self._attempt[p["job_id"]] = 0  # this attempt's TIME_LIMIT_NN clocks stop

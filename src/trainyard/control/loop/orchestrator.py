@@ -4,6 +4,7 @@
     1.  reconcile     (control/loop/reconcile.py)    store ↔ backend: orphans, lost launches, outcomes
     1b. node watch    (control/loop/node_watch.py)   node health: down, suspect, remediate, return; hung jobs
     1c. interactive   (control/loop/interactive.py)  allocations with no one attached past their grace
+    1d. idle          (control/loop/idle.py)         idle interactive allocations: warning, then IdleTimeout
     2.  stops         (control/loop/stops.py)        time limits; notice → SIGTERM → SIGKILL
     3.  dependencies  (control/loop/dependencies.py) `--dependency` met or never
     4.  schedule      (control/loop/schedule.py)     snapshot → policy.cycle() → preempt, start, reasons
@@ -35,6 +36,7 @@ from trainyard.control.loop.dependencies import Dependencies
 from trainyard.control.loop.fingerprints import Fingerprints
 from trainyard.control.loop.frozen import FrozenRanks
 from trainyard.control.loop.interactive import Interactive
+from trainyard.control.loop.idle import IdleAllocations
 from trainyard.control.health import HealthChecker
 from trainyard.control.loop.node_watch import NodeWatch
 from trainyard.control.loop.reconcile import Reconciler
@@ -90,6 +92,7 @@ class ControlLoop:
         self.reconcile = Reconciler(ctx, frozen)
         self.node_watch = NodeWatch(ctx, self.health, frozen)
         self.interactive = Interactive(ctx)
+        self.idle = IdleAllocations(ctx)
         self.stops = Stops(ctx)
         self.dependencies = Dependencies(ctx)
         self.scheduler = Scheduler(ctx, self.health, policy)
@@ -184,6 +187,8 @@ class ControlLoop:
         done("node_watch")
         self.interactive.run(facts, now)
         done("interactive")
+        self.idle.run(now)  # before the stops: an allocation that ran out is signalled this pass
+        done("idle")
         self.stops.run(now, launching)
         done("stops")
         self.dependencies.run(now)
