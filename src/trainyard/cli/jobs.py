@@ -19,6 +19,7 @@ from trainyard.cli.common import EXIT_BAD_INPUT, fail
 from trainyard.cli.export import ExportError, job_env, parse_export
 from trainyard.cli.render import clock, duration, gpu_indices, nodelist, print_json, table
 from trainyard.cli.safe_text import clean
+from trainyard.cli.shared_options import with_options
 from trainyard.cli.strict import AFTER_DASHDASH
 from trainyard.spec import io_patterns
 from trainyard.cli.sbatch import SbatchError, gpu_spec, open_mode, parse_sbatch, slurm_time
@@ -47,8 +48,8 @@ def _looks_like_script(args: list[str]) -> bool:
     return head.startswith(b"#!") or b"#SBATCH" in head
 
 
-def submit(
-    ctx: typer.Context,
+def job_request(
+    args: list[str], after_dashdash: bool, interactive: Optional[dict[str, Any]],
     nodes: Optional[str] = typer.Option(None, "-N", "--nodes", help="nodes: a number or a range MIN-MAX (elastic)"),
     gpus_per_node: Optional[str] = typer.Option(None, "--gpus-per-node", help="GPUs on each node: N or TYPE:N "
                                                 "(a GPU model, e.g. a100:4: only nodes of that model)"),
@@ -130,7 +131,6 @@ def submit(
     reservation: Optional[str] = typer.Option(None, "--reservation",
                                               help="run in this admin reservation (yard reservation list), on its "
                                                    "nodes while it is active"),
-    parsable: bool = typer.Option(False, "--parsable", help="print only the job id (for scripts, as sbatch)"),
     recipe: Optional[str] = typer.Option(None, "--recipe", help="a training recipe (llama-pretrain, gemma-pretrain, "
                                          "sft, rl, or a YAML file) instead of a command"),
     sets: list[str] = typer.Option([], "--set", help="with --recipe: override a recipe field, KEY=VALUE (repeatable)"),
@@ -154,14 +154,15 @@ def submit(
     c_remap_root: Optional[bool] = typer.Option(None, "--container-remap-root/--no-container-remap-root",
                                                 help="as pyxis: be root inside the container (still you outside; "
                                                      "default: no)"),
-    as_json: bool = JSON,
-) -> None:
-    """Submit a job: `yard submit OPTIONS -- COMMAND…`, `yard submit OPTIONS SCRIPT` (#SBATCH lines honoured),
-    or `yard submit OPTIONS --recipe RECIPE [--set KEY=VALUE …]`.
-
-    Prints the job id."""
-    args = list(ctx.args)
-    body: dict[str, Any] = {}
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The request `POST /api/v1/jobs` gets for `yard submit`'s options and words (`args`: the command
+    or script; `after_dashdash`: they came after `--`), and where each field came from when a script's
+    #SBATCH line gave it (named in a refusal); every bad option is exit 2 naming it (`fail`) before
+    anything is sent. Its parameters are the options of `yard submit` and, but for the batch-only
+    ones, of `yard alloc`, `yard srun --pty` and `yard notebook` (cli/shared_options.py): called
+    with all of them. `interactive` (`{"kind": …}`): an allocation, whose job needs no command (the
+    plane holds it); its `args` are not the job's."""
+    body: dict[str, Any] = {"interactive": interactive} if interactive is not None else {}
     sbatch_lines: dict[str, str] = {}  # the #SBATCH line of each field a script gave (named in a refusal)
     try:
         model_g, gpus_n = (None, None) if gpus is None else gpu_spec(gpus, "--gpus")
@@ -235,9 +236,11 @@ def submit(
             fail("--wrap: give a command to wrap or a command/script, not both (as sbatch)")
         body["script"] = f"#!/bin/sh\n# This script was created by yard submit --wrap.\n\n{wrap}\n"
         body["name"] = "wrap"  # sbatch's name for it
+    elif interactive is not None:
+        pass  # the plane's hold script (services/allocations.py); a session runs in it
     elif not args:
         fail("give a command after `--` or a batch script")
-    elif len(args) > 1 and not ctx.meta.get(AFTER_DASHDASH) and _looks_like_script(args[:1]):
+    elif len(args) > 1 and not after_dashdash and _looks_like_script(args[:1]):
         # sbatch would pass them to the script; trainyard's batch scripts take none yet, and running
         # the script as a plain command instead would quietly drop its #SBATCH lines
         fail(f"{args[0]}: arguments after a batch script ({' '.join(args[1:])}) are not passed to it; put "
@@ -325,6 +328,18 @@ def submit(
         body["env"] = envs
     if body.get("mail_type") == "NONE":  # the command line's NONE over a script's --mail-type
         body["mail_type"] = None
+    return body, sbatch_lines
+
+
+@with_options(job_request, drop=("args", "after_dashdash", "interactive"))
+def submit(ctx: typer.Context,
+           parsable: bool = typer.Option(False, "--parsable", help="print only the job id (for scripts, as sbatch)"),
+           as_json: bool = JSON, **options: Any) -> None:
+    """Submit a job: `yard submit OPTIONS -- COMMAND…`, `yard submit OPTIONS SCRIPT` (#SBATCH lines honoured),
+    or `yard submit OPTIONS --recipe RECIPE [--set KEY=VALUE …]`.
+
+    Prints the job id."""
+    body, sbatch_lines = job_request(list(ctx.args), bool(ctx.meta.get(AFTER_DASHDASH)), None, **options)
     job = Client().post("/api/v1/jobs", json=body, where=sbatch_lines)
     for w in job.pop("warnings", None) or ():
         typer.echo(f"warning: {w}", err=True)

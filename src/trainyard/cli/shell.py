@@ -22,6 +22,7 @@ import signal
 import sys
 import termios
 import tty
+from dataclasses import dataclass
 from typing import Any, Optional
 from urllib.parse import urlencode
 
@@ -42,23 +43,26 @@ def shell(job: int = typer.Argument(..., min=1, help="a running job's id"),
     """A shell (or CMD) in a running job's rank, as its owner, with the rank's environment."""
     if rank is not None and node is not None:
         fail("give --rank or --node, not both")
-    url = ws_url(server_url(), job, rank, node, cmd or [], *_size())
+    url = ws_url(server_url(), job, rank, node, cmd or [], *size())
     raise typer.Exit(asyncio.run(attach(url, token(), sys.stdin.isatty())))
 
 
-def ws_url(base: str, job: int, rank: int | None, node: str | None, argv: list[str], rows: int, cols: int) -> str:
-    """The route's ws(s) address for the API's http(s) one, with the query."""
+def ws_url(base: str, job: int, rank: int | None, node: str | None, argv: list[str], rows: int, cols: int,
+           session: bool = False) -> str:
+    """The route's ws(s) address for the API's http(s) one, with the query (`session`: the terminal
+    is an allocation's session, `yard alloc`'s: its end ends the job)."""
     scheme, sep, rest = base.partition("://")
     if not sep or scheme not in ("http", "https"):
         fail(f"YARD_URL: {base!r} is not an http:// or https:// address")
     q: list[tuple[str, Any]] = [("rows", rows), ("cols", cols)]
+    q += [("session", 1)] if session else []
     q += [("rank", rank)] if rank is not None else []
     q += [("node", node)] if node is not None else []
     q += [("cmd", a) for a in argv]
     return f"{'wss' if scheme == 'https' else 'ws'}://{rest.rstrip('/')}/api/v1/jobs/{job}/terminal?{urlencode(q)}"
 
 
-def _size() -> tuple[int, int]:
+def size() -> tuple[int, int]:
     """(rows, columns) of the terminal this runs on (not $LINES/$COLUMNS, which a resize leaves stale)."""
     for fd in (0, 1, 2):
         try:
@@ -79,34 +83,55 @@ def _refusal(status: int, body: bytes | bytearray) -> str:
         return f"HTTP {status}"
 
 
+@dataclass
+class Ended:
+    """How a terminal ended: `code` is the exit status for the command; `how` is "exit" (the remote
+    command's status), "refused" (the server said no: `status`, `message`), "unreachable", "lost"
+    (the connection went before an exit status came) or "signal" (SIGTERM/SIGHUP here)."""
+
+    code: int
+    how: str
+    status: int | None = None
+    message: str = ""
+
+
 async def attach(url: str, tok: str | None, is_tty: bool) -> int:
     """Connect, carry the bytes, and return the exit status (see the module docstring)."""
-    from websockets.asyncio.client import connect
+    ws = await connect(url, tok)
+    if isinstance(ws, Ended):
+        typer.echo(f"error: {ws.message}", err=True)
+        return ws.code
+    async with ws:
+        return (await Session(ws, is_tty).run()).code
+
+
+async def connect(url: str, tok: str | None) -> Any:
+    """The WebSocket, open; or `Ended` ("refused" or "unreachable", with the one-line reason), nothing printed."""
+    from websockets.asyncio.client import connect as ws_connect
     from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 
     try:
-        ws = await connect(url, additional_headers={"Authorization": f"Bearer {tok or ''}"}, compression=None,
-                           max_size=2**22, open_timeout=30, ping_interval=20, ping_timeout=60)
+        return await ws_connect(url, additional_headers={"Authorization": f"Bearer {tok or ''}"}, compression=None,
+                                max_size=2**22, open_timeout=30, ping_interval=20, ping_timeout=60)
     except InvalidStatus as e:
         status = e.response.status_code
-        typer.echo(f"error: {clean(_refusal(status, e.response.body or b''))}", err=True)
-        return EXIT_BAD_INPUT if 400 <= status < 500 else EXIT_UNAVAILABLE
+        return Ended(EXIT_BAD_INPUT if 400 <= status < 500 else EXIT_UNAVAILABLE, "refused", status,
+                     clean(_refusal(status, e.response.body or b"")))
     except InvalidURI as e:
-        typer.echo(f"error: YARD_URL: {clean(str(e))}", err=True)
-        return EXIT_BAD_INPUT
+        return Ended(EXIT_BAD_INPUT, "refused", None, f"YARD_URL: {clean(str(e))}")
     except (OSError, InvalidHandshake, asyncio.TimeoutError) as e:
-        typer.echo(f"error: cannot reach the trainyard server at {url.split('/api/')[0]}: {clean(str(e))}", err=True)
-        return EXIT_UNAVAILABLE
-    async with ws:
-        return await _Session(ws, is_tty).run()
+        return Ended(EXIT_UNAVAILABLE, "unreachable", None,
+                     f"cannot reach the trainyard server at {url.split('/api/')[0]}: {clean(str(e))}")
 
 
-class _Session:
+class Session:
+    """One open terminal's bytes both ways, the local terminal raw meanwhile (see the module docstring)."""
+
     def __init__(self, ws: Any, is_tty: bool):
         self.ws, self.is_tty = ws, is_tty
         self.code: int | None = None
 
-    async def run(self) -> int:
+    async def run(self) -> Ended:
         loop = asyncio.get_running_loop()
         saved = termios.tcgetattr(0) if self.is_tty else None
         me = asyncio.current_task()
@@ -125,7 +150,7 @@ class _Session:
             finally:
                 sender.cancel()
         except asyncio.CancelledError:
-            return 128 + signal.SIGTERM
+            return Ended(128 + signal.SIGTERM, "signal")
         finally:
             for sig in (*stops, signal.SIGWINCH):
                 loop.remove_signal_handler(sig)
@@ -133,11 +158,11 @@ class _Session:
                 termios.tcsetattr(0, termios.TCSADRAIN, saved)
         if self.code is None:
             typer.echo("error: the connection to the trainyard server was lost", err=True)
-            return EXIT_UNAVAILABLE
-        return self.code
+            return Ended(EXIT_UNAVAILABLE, "lost")
+        return Ended(self.code, "exit")
 
     def _resized(self) -> None:
-        rows, cols = _size()
+        rows, cols = size()
         asyncio.ensure_future(self._send(json.dumps({"resize": [rows, cols]})))
 
     async def _send(self, msg: str | bytes) -> None:
