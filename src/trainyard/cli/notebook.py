@@ -36,14 +36,32 @@ PyPI at start).
 
 from __future__ import annotations
 
+import json
 import secrets
 import shlex
+import socket
+import time
+import urllib.error
+import urllib.request
+from typing import Any, Callable
 
+import typer
+
+from trainyard.cli import alloc, jobs
+from trainyard.cli.client import Client
+from trainyard.cli.common import fail
+from trainyard.cli.http import TransportError
+from trainyard.cli.safe_text import clean, clean_lines
+from trainyard.cli.shared_options import with_options
 from trainyard.contracts import JobVar
 
+TOOL = "notebook"  # the prefix of its lines on stderr (the wait's are salloc's words: cli/alloc.py)
 REMOTE_PORTS = (20000, 32768)  # JupyterLab's port in the job: [low, high)
 START_TIMEOUT_S = 120.0  # from the allocation's start to JupyterLab answering
 DEFAULT_JUPYTER = "jupyter lab"
+EXIT_FAILED = 1
+WATCH_S = 2.0  # how often the job's state is read while the notebook is served
+LOG_TAIL = 2048  # bytes of the job's log shown when it ends before JupyterLab answered
 
 # JupyterLab's options after the command: loopback only (the forwarded port is the way in), this port
 # or nothing (the client forwards to it), the job's working directory as its root, no network.
@@ -90,3 +108,154 @@ command -v "$jupyter" >/dev/null 2>&1 || {{
        "environment or image, or give --jupyter" >&2; exit 127; }}
 exec {words}
 """
+
+
+@with_options(jobs.job_request, drop=(*alloc.NOT_OPTIONS, *alloc.BATCH_ONLY))
+def notebook(port: int = typer.Option(0, "--port", min=0, max=65535,
+                                      help="the local port to serve the notebook on (default: a free one)"),
+             jupyter: str = typer.Option(DEFAULT_JUPYTER, "--jupyter", help="the command that starts JupyterLab in "
+                                         "the job, from its image or environment (its PATH is your shell's)"),
+             **options: Any) -> None:
+    """JupyterLab in an interactive allocation (yard alloc's options), on a local URL through a
+    forwarded port: waits for the allocation, prints http://127.0.0.1:PORT/lab?token=… once
+    JupyterLab answers, and serves it until Ctrl-C, which ends the allocation."""
+    words = shlex.split(jupyter)
+    if not words:
+        fail("--jupyter: give the command that starts JupyterLab (default: jupyter lab)")
+    listener = bind_local(port)
+    raise typer.Exit(run(listener, words, options))
+
+
+def bind_local(port: int) -> socket.socket:
+    """The local listener, bound before the job is asked for so that its URL is known; exit 2 when
+    the port is taken."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind(("127.0.0.1", port))
+    except OSError as e:
+        sock.close()
+        fail(f"--port: cannot listen on 127.0.0.1:{port}: {e.strerror}")
+    sock.listen(64)
+    return sock
+
+
+def run(listener: socket.socket, words: list[str], options: dict[str, Any]) -> int:
+    """Ask, wait, forward, serve, release: the exit status (see the module docstring)."""
+    token, remote = new_token(), remote_port()
+    url = lab_url(listener.getsockname()[1], token)
+    body, where = jobs.job_request([], False, {"kind": "notebook", "port": remote, "token": token, "url": url},
+                                   **options, **alloc.BATCH_ONLY)
+    body["script"] = jupyter_script(words, remote)
+    body["name"] = body.get("name") or "notebook"
+    c, job_id = Client(), None
+    with alloc.stops_raise():
+        try:
+            job_id = alloc.submit(c, body, where, TOOL)
+            alloc.tell(TOOL, f"Pending job allocation {job_id}")
+            job = alloc.wait_for_start(c, job_id, TOOL)
+        except alloc.Stop:
+            if job_id is None:
+                alloc.tell(TOOL, "error: interrupted while the allocation was being asked for (see yard queue --me)")
+            else:
+                alloc.revoke(c, job_id, TOOL)
+            return EXIT_FAILED
+    if job is None:
+        return EXIT_FAILED
+    return serve(c, job_id, listener, remote, token, url)
+
+
+def serve(c: Client, job_id: int, listener: socket.socket, remote: int, token: str, url: str) -> int:
+    """Forward the listener to JupyterLab's port in the job, wait until it answers, print its URL and
+    serve until a signal (release: 0) or the job's end (1)."""
+    stop_forwarding = start_forward(listener, job_id, remote)
+    base = url.split("/lab?")[0]
+    try:
+        with alloc.stops_raise():
+            try:
+                if not wait_ready(c, job_id, base, token):
+                    return EXIT_FAILED
+                typer.echo(url)
+                alloc.tell(TOOL, f"JupyterLab of job {job_id} is served on {base}/lab (Ctrl-C ends the allocation)")
+                while (ended := ended_state(c, job_id)) is None:
+                    time.sleep(WATCH_S)
+                alloc.tell(TOOL, f"error: job allocation {job_id} ended: {ended}")
+                return EXIT_FAILED
+            except alloc.Stop:
+                alloc.relinquish(c, job_id, TOOL)
+                alloc.settle(c, job_id)
+                return 0
+    finally:
+        stop_forwarding()
+
+
+def wait_ready(c: Client, job_id: int, base: str, token: str, *, timeout: float = START_TIMEOUT_S) -> bool:
+    """Ask JupyterLab through the forwarded port until it answers (True); False, said, when the job
+    ended first (with its log's tail) or `timeout` passed."""
+    deadline, next_watch = time.monotonic() + timeout, 0.0
+    while True:
+        if lab_answers(base, token):
+            return True
+        if time.monotonic() >= next_watch:
+            ended = ended_state(c, job_id)
+            if ended is not None:
+                alloc.tell(TOOL, f"error: job {job_id} ended before JupyterLab answered: {ended}")
+                tail = log_tail(c, job_id)
+                if tail:
+                    typer.echo(f"--- the end of its log ---\n{tail}", err=True)
+                return False
+            next_watch = time.monotonic() + WATCH_S
+        if time.monotonic() >= deadline:
+            alloc.tell(TOOL, f"error: JupyterLab did not answer within {timeout:.0f}s; job {job_id} is "
+                       f"released (its log: yard logs {job_id})")
+            alloc.relinquish(c, job_id, TOOL)
+            return False
+        time.sleep(0.5)
+
+
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # 127.0.0.1: never through a proxy
+
+
+def lab_answers(base: str, token: str) -> bool:
+    """JupyterLab answers `/api/status` with the token (HTTP 200, its JSON)."""
+    req = urllib.request.Request(f"{base}/api/status", headers={"Authorization": f"token {token}"})
+    try:
+        with _DIRECT.open(req, timeout=10) as r:
+            return r.status == 200 and isinstance(json.loads(r.read(65536)), dict)
+    except (OSError, ValueError, urllib.error.URLError):
+        return False
+
+
+def ended_state(c: Client, job_id: int) -> str | None:
+    """None while the job runs; else its state and reason, as one phrase."""
+    try:
+        r = c.http.request("GET", f"/api/v1/jobs/{job_id}")
+    except TransportError:
+        return None  # the plane unreachable for a moment: the job is not known to have ended
+    if r.status_code != 200:
+        return None
+    job = r.json()
+    if job.get("state") in ("RUNNING", "CONFIGURING"):
+        return None
+    reason = job.get("reason")
+    return clean(f"{job.get('state')}" + (f" ({reason})" if reason not in (None, "", "None") else ""))
+
+
+def log_tail(c: Client, job_id: int) -> str:
+    """The last LOG_TAIL bytes of rank 0's log, whole lines ('' when unreadable)."""
+    try:
+        r = c.http.request("GET", f"/api/v1/jobs/{job_id}/logs", params={"rank": 0, "offset": -LOG_TAIL})
+    except TransportError:
+        return ""
+    if r.status_code != 200:
+        return ""
+    lines = r.text.splitlines()
+    return clean_lines("\n".join(lines[1:] if len(r.text) >= LOG_TAIL else lines))
+
+
+def start_forward(listener: socket.socket, job_id: int, remote: int) -> Callable[[], None]:
+    """Serve `listener` with `yard port-forward`'s in-process forwarder to `remote` in rank 0 of
+    `job_id`; returns the function that stops it."""
+    from trainyard.cli import port_forward
+
+    fwd = port_forward.forward(job_id, remote, listener=listener)
+    return fwd.stop
