@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import queue
+import re
+import signal
 import subprocess
 import sys
 import threading
@@ -21,8 +24,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Iterator
 
+import httpx
 import pytest
 
+from tests.api.test_dashboard_browser import login
+from tests.browser import artifacts_dir, browser_available, chromium_path
+from tests.cli.yard_process import yard_process
+from tests.plane import YARD
 from trainyard.cli.notebook import jupyter_script, new_token, remote_port
 
 VENV_BIN = str(Path(sys.executable).parent)
@@ -137,3 +145,125 @@ def test_the_script_refuses_to_start_without_its_token(tmp_path, job_view):
     script.write_text(jupyter_script(["no-such-jupyter", "lab"], remote_port()))
     p = subprocess.run(["/bin/sh", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 127 and "no-such-jupyter not found on the job's PATH" in p.stderr, p.stderr
+
+
+# --- `yard notebook` end to end: a real `yard up` (local backend), JupyterLab in the job -------------
+
+
+@pytest.fixture(scope="module")
+def yard(tmp_path_factory):
+    yield from yard_process(tmp_path_factory, "notebook")
+
+
+@pytest.fixture(scope="module")
+def people(yard) -> dict[str, str]:
+    """Tokens: the notebook's owner (alice, vision), a teammate, a member of another team."""
+    c = httpx.Client(base_url=yard.server.url, headers={"Authorization": f"Bearer {yard.server.token}"}, timeout=10)
+    out = {}
+    for name, user, team in (("owner", "alice", "vision"), ("teammate", "bob", "vision"), ("other", "nora", "nlp")):
+        r = c.post("/api/v1/tokens", json={"user": user, "role": "member", "team": team})
+        assert r.status_code == 201, r.text
+        out[name] = r.json()["token"]
+    return out
+
+
+class Notebook:
+    """`yard notebook` as a subprocess: its URL from stdout, its job id from stderr."""
+
+    def __init__(self, yard, tok: str, *args: str, cwd: Path):
+        self.err = cwd / "notebook.err"
+        env = {**os.environ, "YARD_URL": yard.server.url, "YARD_TOKEN": tok,
+               "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}"}  # as in an activated venv
+        with open(self.err, "wb") as err:
+            self.proc = subprocess.Popen([YARD, "notebook", *args], env=env, cwd=cwd, stdout=subprocess.PIPE,
+                                         stderr=err, text=True)
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [self.lines.put(x) for x in self.proc.stdout], daemon=True).start()
+
+    def url(self, timeout: float) -> str:
+        try:
+            return self.lines.get(timeout=timeout).strip()
+        except queue.Empty:
+            raise AssertionError(f"no URL in {timeout}s; stderr:\n{self.err.read_text()}") from None
+
+    def job_id(self) -> int:
+        m = re.search(r"Pending job allocation (\d+)", self.err.read_text())
+        assert m, self.err.read_text()
+        return int(m.group(1))
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("notebook-yard-up")
+def test_yard_notebook_serves_jupyterlab_through_the_forwarded_port_and_the_dashboard_links_it(
+        yard, people, tmp_path):
+    reason = jupyter_missing()
+    if reason:
+        pytest.skip(reason)
+    (tmp_path / "analysis.ipynb").write_text(json.dumps({"cells": [], "metadata": {}, "nbformat": 4,
+                                                         "nbformat_minor": 5}))
+    t0 = time.monotonic()
+    nb = Notebook(yard, people["owner"], "-G", "1", "-A", "vision", cwd=tmp_path)
+    try:
+        url = nb.url(timeout=120)
+        took = time.monotonic() - t0
+        print(f"yard notebook printed its URL {took:.1f}s after it started")
+        m = re.fullmatch(r"http://127\.0\.0\.1:(\d+)/lab\?token=([A-Za-z0-9_-]{40,})", url)
+        assert m, url
+        base, token = f"http://127.0.0.1:{m.group(1)}", m.group(2)
+        status, html = get(url)
+        assert status == 200 and "<title>JupyterLab</title>" in html
+        status, body = get(f"{base}/api/status", {"Authorization": f"token {token}"})
+        assert status == 200 and "started" in json.loads(body)
+        assert get(f"{base}/api/status")[0] == 403  # the forwarded port alone is not enough: the token
+        status, listing = get(f"{base}/api/contents", {"Authorization": f"token {token}"})
+        assert "analysis.ipynb" in {x["name"] for x in json.loads(listing)["content"]}  # the job's working dir
+        job = nb.job_id()
+        shown = json.loads(yard("show", str(job), "--json", env_extra={"YARD_TOKEN": people["owner"]}).stdout)
+        assert shown["state"] == "RUNNING" and shown["class"] == "interactive"
+        assert shown["interactive"] == {"kind": "notebook", "port": shown["interactive"]["port"], "token": token,
+                                        "url": url}
+        for who in ("teammate", "other"):
+            p = yard("show", str(job), "--json", env_extra={"YARD_TOKEN": people[who]}, ok=False)
+            assert token not in p.stdout + p.stderr, who
+        log = yard("logs", str(job)).stdout
+        assert "/lab?token=..." in log and token not in log, log
+        browse_the_link(yard.server.url, people, job, url)
+        nb.proc.send_signal(signal.SIGINT)
+        assert nb.proc.wait(timeout=30) == 0, nb.err.read_text()
+        assert "Relinquishing job allocation" in nb.err.read_text()
+        assert json.loads(yard("show", str(job), "--json").stdout)["state"] == "COMPLETED"
+    finally:
+        if nb.proc.poll() is None:
+            nb.proc.kill()
+            nb.proc.wait()
+
+
+def browse_the_link(server: str, people: dict[str, str], job: int, url: str) -> None:
+    """The dashboard's job page in headless Chromium: the owner follows "Open notebook" to
+    JupyterLab; a member of another team sees that it is a notebook, and no link."""
+    reason = browser_available()
+    if reason:
+        print(f"the dashboard's part not run: {reason}")
+        return
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(chromium_path()), headless=True)
+        try:
+            page = login(browser, server, people["owner"])
+            page.goto(f"{server}/ui/jobs/{job}")
+            link = page.locator("#open-notebook")
+            assert link.get_attribute("href") == url
+            with page.context.expect_page() as opened:
+                link.click()
+            lab = opened.value
+            lab.wait_for_selector("#jp-main-dock-panel", timeout=60_000)  # JupyterLab's main panel, drawn
+            assert "JupyterLab" in lab.title(), lab.title()
+            lab.screenshot(path=str(artifacts_dir() / "notebook-jupyterlab.png"))
+            other = login(browser, server, people["other"])
+            other.goto(f"{server}/ui/jobs/{job}")
+            assert other.locator("td.interactive").get_attribute("data-kind") == "notebook"
+            assert other.locator("#open-notebook").count() == 0
+            assert url.split("token=")[1] not in other.content()
+        finally:
+            browser.close()
