@@ -14,6 +14,8 @@ requeue or time anything out; the control loop does that and calls `signal`/`rel
     watch(wake)                      call wake() when a rank may have ended (news, not a fact:
                                      the loop then polls at once, not at its next tick)
     close()                          stop watching; running ranks keep running
+    open_terminal(job, attempt, rank, argv)   a command on a new pty in a running rank's place
+    open_port(job, attempt, rank, port)       a TCP connection to a port inside a running rank
 
 An attempt is the unit: `(job_id, attempt)` names it, `attempt` increments on every requeue, so
 a late fact about attempt 1 can never be confused with attempt 2. Each rank is reported with
@@ -184,8 +186,29 @@ class Terminal:
     pid: int
 
 
+@dataclass(frozen=True)
+class Tunnel:
+    """A byte stream to `127.0.0.1:PORT` as a running rank sees it (`Backend.open_port`, issue 38:
+    `yard port-forward`, `yard notebook`), connected by a process of the job's owner in the rank's
+    network, never by the plane itself. The plane reads the job side's bytes from `read_fd` and writes
+    the client's to `write_fd`: one connected socket for both (the local and fake backends), or a
+    helper's stdout and stdin pipes (Slurm: a relay started by srun in the job), then `pid` is that
+    helper, the plane's child and the leader of its own process group, which the caller ends (the
+    group) and reaps. The caller closes the fds; the job
+    side's end is an end of file on `read_fd`."""
+
+    read_fd: int
+    write_fd: int
+    pid: int | None = None
+
+
 class BackendError(Exception):
     """A backend could not do what it was asked; the message says why."""
+
+
+class NothingListens(BackendError):
+    """`open_port`: the rank runs, but nothing listens on the port in its network (the connection
+    was refused): the job's server has not started yet, or listens elsewhere."""
 
 
 class Backend(Protocol):
@@ -229,6 +252,11 @@ class Backend(Protocol):
     # pseudo-terminal of `rows` x `cols`. Raises BackendError when the rank is not running.
     def open_terminal(self, job_id: int, attempt: int, rank: int, argv: list[str], *, rows: int = 24,
                       cols: int = 80, term: str = "xterm-256color") -> Terminal: ...
+
+    # A TCP connection to `port` on the loopback address (127.0.0.1, then ::1) of a running rank's
+    # network, made as the job's owner from inside the rank's place (its cgroups and namespaces).
+    # Raises BackendError when the rank is not running or nothing listens on the port there.
+    def open_port(self, job_id: int, attempt: int, rank: int, port: int) -> Tunnel: ...
 
     # What a bare job's training process would see on `node` (`backends.environment.fingerprint`:
     # python, torch, cuda, nccl, driver); {"error": why} when the node cannot tell. May take seconds.

@@ -77,6 +77,7 @@ import math
 import os
 import shutil
 import signal as _signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -85,7 +86,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from trainyard.backends import registry
-from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState, Terminal
+from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState, Terminal, Tunnel
+from trainyard.backends.base import NothingListens
 from trainyard.backends.launch_check import check_launch
 from trainyard.backends.rundir import terminal
 from trainyard.images.types import NOT_FOUND, CachedImage, EntryInfo, ImageConfig, ImagePullError, RegistryAccess
@@ -548,6 +550,36 @@ class FakeBackend:
             return terminal.spawn(terminal.with_ctty(command, cwd=workdir), env, rows, cols)
         except OSError as e:
             raise BackendError(f"{where}: cannot open a terminal: {e}") from e
+
+    def open_port(self, job_id: int, attempt: int, rank: int, port: int) -> Tunnel:
+        """Emulation: a plain connection from this process to `port` on this machine's loopback
+        (127.0.0.1, then ::1), for a running rank: the fake ranks are no processes, so there is no
+        rank's network or owner to connect as. Errors as a real backend's.
+
+        Raises:
+            BackendError: no such attempt or rank here, its node is down, the rank has ended, or
+                nothing listens on `port`.
+        """
+        where = f"job {job_id} attempt {attempt} rank {rank}"
+        with self.cluster.lock:
+            att = self._attempt(job_id, attempt)
+            if att is None or not 0 <= rank < len(att.ranks):
+                raise BackendError(f"{where}: no such running rank on the {self.name} backend")
+            rk = att.ranks[rank]
+            if (state := self._state(rk.node)) != "up":
+                raise BackendError(f"{where}: its node {rk.node} is {state}")
+            self.cluster.advance(att, rk, self.clock())
+            if rk.ended is not None:
+                raise BackendError(f"{where}: the rank is not running (it has ended)")
+        for host in ("127.0.0.1", "::1"):
+            try:
+                sock = socket.create_connection((host, port), timeout=10)
+            except OSError:
+                continue
+            sock.setblocking(True)
+            fd = sock.detach()
+            return Tunnel(fd, fd)
+        raise NothingListens(f"nothing listens on port {port} in job {job_id} rank {rank}")
 
     def node_environment(self, node: str) -> dict[str, str]:
         """The node's scripted fingerprint (`FakeCluster.environments`), else every node's `ENVIRONMENT`."""

@@ -18,6 +18,8 @@ that a router never reaches into the plane's parts.
     remove_image()                    plane's lock (`control/lifecycle/image_admin.py`)
     open_terminal()                   a command on a new pseudo-terminal in a running rank
                                       (`yard shell`: services/terminals.py, api/terminal.py)
+    open_port()                       a connection to a port inside a running rank
+                                      (`yard port-forward`: services/ports.py, api/port_pump.py)
     sessions                          who is attached to each job now, and their last input
                                       (`services/sessions.py`)
 """
@@ -30,7 +32,7 @@ from typing import Any, Callable, Protocol
 
 from sqlalchemy.orm import Session
 
-from trainyard.backends.base import Terminal
+from trainyard.backends.base import Terminal, Tunnel
 from trainyard.images.types import EntryInfo
 from trainyard.services.config import ConfigCache, ConfigVersion
 from trainyard.services.sessions import Sessions
@@ -111,3 +113,9 @@ class Plane(Protocol):
         """`argv` in rank `rank` of the job's current attempt, as its owner, on a new pseudo-terminal
         of `rows` x `cols` (the backend's `open_terminal`). Raises Conflict when the rank is not
         running there. The caller owns the result: it closes the fd and reaps the pid."""
+
+    def open_port(self, job_id: int, rank: int, port: int) -> Tunnel:
+        """A TCP connection to `port` on the loopback of rank `rank` of the job's current attempt,
+        made as its owner in the rank's network (the backend's `open_port`). Raises Conflict when
+        the rank is not running there or nothing listens on the port. The caller owns the result:
+        it closes the fds and ends and reaps the helper's pid, if any."""

@@ -100,7 +100,9 @@ from trainyard.backends.local import batch
 from trainyard.backends.local import container
 from trainyard.backends.rundir import job_tools
 from trainyard.backends.rundir import terminal
-from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState, Terminal
+from trainyard.backends.rundir import port as rank_port
+from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState, Terminal, Tunnel
+from trainyard.backends.base import NothingListens
 from trainyard.images.types import CachedImage, EntryInfo, RegistryAccess
 from trainyard.spec.image_ref import parse_image
 from trainyard.backends.launch_check import check_launch
@@ -530,6 +532,41 @@ class LocalBackend(WatchesExits):
             if leader is not None:
                 self._terminals.setdefault((job_id, attempt), []).append((t.pid, leader.start_time))
             return t
+
+    def open_port(self, job_id: int, attempt: int, rank: int, port: int) -> Tunnel:
+        """A TCP connection to `port` on the loopback of `rank`'s network, made as the owner from the
+        rank's place (`rundir/attach.py --connect`, through `rundir/port.py`: the rank's process
+        checked again, its cgroups, its namespaces, the owner's identity); the plane gets the
+        connected socket. The helper is checked for and started outside the backend's lock.
+
+        Raises:
+            BackendError: no such attempt or rank here, its node is down, the rank is not running or
+                is stopped, nothing listens on `port` there, or the helper could not be started.
+        """
+        where = f"job {job_id} rank {rank}"
+        with self._lock:
+            att = self._attempts.get((job_id, attempt))
+            if att is None or not 0 <= rank < att.world_size:
+                raise BackendError(f"job {job_id} attempt {attempt} rank {rank}: no such running rank on the "
+                                   f"{self.name} backend")
+            node = att.nodes.get(rank)
+            if node is not None and (state := self._node_state(node)) != "up":
+                raise BackendError(f"{where}: its node {node} is {state}")
+            st = self._rank_state(att, rank)
+            if not st.running:
+                raise BackendError(f"{where}: the rank is not running (it has ended)")
+            if st.stopped:
+                raise BackendError(f"{where}: the rank is stopped (its node or the rank hangs)")
+            run_dir = att.run_dir
+        try:
+            fd = rank_port.connect_in_rank(run_dir, rank, port)
+        except rank_port.PortError as e:
+            if e.refused:
+                raise NothingListens(f"nothing listens on port {port} in job {job_id} rank {rank}") from None
+            raise BackendError(f"{where}: {e}") from None
+        except OSError as e:
+            raise BackendError(f"{where}: cannot start the connection's helper: {e}") from e
+        return Tunnel(fd, fd)
 
     def node_environment(self, node: str) -> dict[str, str]:
         """What a bare job's interpreter (`job_python`) sees on `node` (backends/environment.py).

@@ -1,6 +1,8 @@
-"""A command in a running rank's place: the helper behind `Backend.open_terminal` (issue 38, `yard shell`).
+"""A command in a running rank's place: the helper behind `Backend.open_terminal` (issue 38, `yard shell`)
+and `Backend.open_port` (`yard port-forward`).
 
 Usage: python -I -S attach.py <run-dir> <rank> [-- <argv...>]
+       python -I -S attach.py <run-dir> <rank> --connect <port>
 
 The plane (root) starts this on a new pseudo-terminal (`rundir/terminal.py`: a new session whose
 stdin, stdout and stderr are the pty's slave); it execs `argv` where the rank's command runs, so
@@ -35,6 +37,14 @@ the command is in the same cell as the rank and sees what it sees:
 An error before the exec is one line on the terminal and exit 126 (127: the command is not found),
 as the rank runner's. Standard library only, run with `-I -S`: nothing of the job's environment
 or workdir changes how it runs.
+
+With `--connect PORT` (`rundir/port.py` starts it, fd 0 a unix socket to the plane) it does steps
+2-5 (also entering the rank's network namespace, where the rank has one of its own), then, as the
+owner, connects a TCP socket to 127.0.0.1:PORT (then [::1]:PORT) in the rank's network and hands
+the connected socket to the plane over fd 0 (SCM_RIGHTS, with the message b"ok"), or sends one line
+`error: <why>` ("nothing listens on port P"), and exits. The connection is the owner's: the socket
+was made by a process with the owner's identity, inside the rank's cgroups (cgroup socket filters
+apply to it as to the rank's own), so the root plane only ever reads and writes it.
 """
 
 from __future__ import annotations
@@ -44,15 +54,18 @@ import errno
 import json
 import os
 import signal
+import socket
 import stat
 import sys
 import warnings  # noqa: F401  os.execvpe imports it; after setuid the owner may not read the stdlib
+import array  # noqa: F401  socket.send_fds imports it, after setuid (lib-dynload may be root's alone)
 
 NOT_FOUND_EXIT = 127
 CANNOT_EXECUTE_EXIT = 126
 ENV_MAX = 1 << 20  # bytes of the rank's environment read at most
 RECORD_MAX = 1 << 20  # bytes of a run-dir record read at most
-CLONE_NEWNS, CLONE_NEWUSER = 0x20000, 0x10000000
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x20000, 0x10000000, 0x40000000
+CONNECT_TIMEOUT_S = 10.0
 PR_SET_DUMPABLE = 4
 RESET = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2,
          signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
@@ -189,6 +202,12 @@ def default_shell(env: dict[str, str]) -> list[str]:
 
 def prepare(run_dir: str, rank: int, argv: list[str]) -> tuple[list[str], dict[str, str]]:
     """Everything of steps 2-5 (see the module docstring); (argv, env) to execute."""
+    env = enter(run_dir, rank)
+    return (argv or default_shell(env)), env
+
+
+def enter(run_dir: str, rank: int) -> dict[str, str]:
+    """Steps 2-5: this process in the rank's cgroups and namespaces, as the owner; the rank's environment."""
     try:
         meta = json.loads(read_bounded(os.path.join(run_dir, "attempt.json"), RECORD_MAX))
     except (OSError, ValueError) as e:
@@ -197,7 +216,7 @@ def prepare(run_dir: str, rank: int, argv: list[str]) -> tuple[list[str], dict[s
     plan = (meta.get("contain") or {}).get(str(rank)) or {}
     pid, start = rank_process(run_dir, rank)
     try:
-        mnt, user = _ns_fd(pid, "mnt"), _ns_fd(pid, "user")
+        net, mnt, user = _ns_fd(pid, "net"), _ns_fd(pid, "mnt"), _ns_fd(pid, "user")
         root = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         env = _environ(pid)
     except OSError as e:
@@ -219,6 +238,8 @@ def prepare(run_dir: str, rank: int, argv: list[str]) -> tuple[list[str], dict[s
     # Not dumpable until the exec: once in a remapped container's user namespace, its root (the job)
     # holds CAP_SYS_PTRACE there, and this process still has the host's uid 0 until setresuid.
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    if net is not None:  # while root on the host: a rank of its own network (its loopback, its ports)
+        _setns(libc, net, CLONE_NEWNET, "network")
     if mnt is not None:
         _setns(libc, mnt, CLONE_NEWNS, "mount")
     if user is not None:
@@ -246,12 +267,54 @@ def prepare(run_dir: str, rank: int, argv: list[str]) -> tuple[list[str], dict[s
         except OSError:
             continue
     env["TERM"] = os.environ.get("TERM") or env.get("TERM") or "xterm-256color"
-    return (argv or default_shell(env)), env
+    return env
+
+
+def connect(port: int) -> socket.socket:
+    """A TCP socket connected to `port` on this network's loopback, IPv4 first (what a server bound
+    to "localhost" or 0.0.0.0 listens on), then IPv6; raises Refused naming the port otherwise."""
+    errors: list[OSError] = []
+    for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+        try:
+            sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        except OSError as e:  # no IPv6 here
+            errors.append(e)
+            continue
+        sock.settimeout(CONNECT_TIMEOUT_S)
+        try:
+            sock.connect((host, port))
+        except OSError as e:
+            sock.close()
+            errors.append(e)
+            continue
+        sock.setblocking(True)
+        return sock
+    if any(isinstance(e, ConnectionRefusedError) for e in errors):
+        raise Refused(f"nothing listens on port {port}")
+    raise Refused(f"cannot connect to port {port}: {errors[0].strerror or errors[0] if errors else '?'}")
+
+
+def connect_main(run_dir: str, rank: int, port: int) -> int:
+    """`--connect`: the connected socket to the plane over fd 0, or one line of why not."""
+    plane = socket.socket(fileno=0)
+    try:
+        enter(run_dir, rank)
+        sock = connect(port)
+    except Refused as e:
+        plane.send(f"error: {e}".encode(errors="replace")[:4000])
+        return e.code
+    except Exception as e:  # noqa: BLE001 - the plane gets a line whatever happened
+        plane.send(f"error: {type(e).__name__}: {e}".encode(errors="replace")[:4000])
+        return CANNOT_EXECUTE_EXIT
+    socket.send_fds(plane, [b"ok"], [sock.fileno()])
+    return 0
 
 
 def main(args: list[str]) -> int:
+    if len(args) == 4 and args[2] == "--connect" and args[3].isdigit() and args[1].isdigit():
+        return connect_main(args[0], int(args[1]), int(args[3]))
     if len(args) < 2 or (len(args) > 2 and args[2] != "--"):
-        print("usage: attach.py <run-dir> <rank> [-- <argv...>]", file=sys.stderr)
+        print("usage: attach.py <run-dir> <rank> [-- <argv...>] | --connect <port>", file=sys.stderr)
         return 2
     import fcntl
     import termios

@@ -63,10 +63,12 @@ from trainyard import jobfs
 from trainyard.backends import registry
 from trainyard.backends.rundir import job_tools
 from trainyard.backends.rundir import terminal
+from trainyard.backends.rundir import port as rank_port
 from trainyard.backends.slurm import env as slurm_env
 from trainyard.backends.rundir.attempt_dir import open_attempt
 from trainyard.backends.rundir.exit_watch import ExitWatch, WatchesExits
-from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState, Terminal
+from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState, Terminal, Tunnel
+from trainyard.backends.base import NothingListens
 from trainyard.backends.slurm import pyxis
 from trainyard.images.types import UNSUPPORTED, CachedImage, EntryInfo, ImageConfig, ImagePullError, RegistryAccess
 from trainyard.contracts import NOTICE_SIGNAL, JobDir
@@ -298,6 +300,48 @@ class SlurmBackend(WatchesExits):
             return terminal.spawn(terminal.with_ctty(srun), {**self._env, "TERM": term}, rows, cols)
         except OSError as e:
             raise BackendError(f"{where}: cannot open a terminal: {e}") from e
+
+    def open_port(self, job_id: int, attempt: int, rank: int, port: int) -> Tunnel:
+        """Slurm's own way in, as `open_terminal`'s: `runuser -u <owner> -- srun --jobid=<the batch
+        job> --overlap -N1 -n1 -w <the rank's node> python3 -I -S -c RELAY <port>` with pipes
+        (`rundir/port.py`): the relay, a step of the job's as the owner on the rank's node,
+        connects to the port on the node's loopback and copies bytes both ways; the Tunnel's `pid`
+        is runuser's (its own process group). A container rank's network is the node's (pyxis
+        shares it). Untested here: the Slurm test cluster (tests/slurm_cluster.py) takes minutes
+        to start.
+
+        Raises:
+            BackendError: no such attempt or rank here, its node is down, the rank has ended, or
+                nothing listens on `port` there.
+        """
+        where = f"job {job_id} rank {rank}"
+        with self._lock:
+            att = self._attempts.get((job_id, attempt))
+            if att is None or not 0 <= rank < att.world_size:
+                raise BackendError(f"job {job_id} attempt {attempt} rank {rank}: no such running rank on the "
+                                   f"{self.name} backend")
+            states = self._job_states([att.slurm_id])
+            nodes = self._nodes()
+            down = {n for n, kv in nodes.items() if not node_health(kv.get("State", "UNKNOWN"))[0]}
+            st = self._rank_state(att, rank, None if states is None else states.get(att.slurm_id), down)
+            node = att.nodes.get(rank)
+            if node in down:
+                raise BackendError(f"{where}: its node {node} is down")
+            if not st.running:
+                raise BackendError(f"{where}: the rank is not running (it has ended)")
+            owner = att.owner
+        srun = [self._bin["srun"], f"--jobid={att.slurm_id}", "--overlap", "-N1", "-n1",
+                *([f"--nodelist={node}"] if node else []), *rank_port.relay_argv("python3", port)]
+        if owner is not None:
+            srun = [self._bin["runuser"], "-u", owner, "--", *srun]
+        try:
+            return rank_port.start_relay(srun, dict(self._env))
+        except rank_port.PortError as e:
+            if e.refused:
+                raise NothingListens(f"nothing listens on port {port} in job {job_id} rank {rank}") from None
+            raise BackendError(f"{where}: {e}") from None
+        except OSError as e:
+            raise BackendError(f"{where}: cannot start the relay: {e}") from e
 
     def node_environment(self, node: str) -> dict[str, str]:
         """Not asked of Slurm's nodes (it would take a job step): {"error"}, which the check skips."""

@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator
 
 from sqlalchemy.orm import Session
 
-from trainyard.backends.base import Backend, BackendError, Terminal
+from trainyard.backends.base import Backend, BackendError, NothingListens, Terminal, Tunnel
 from trainyard.control.lifecycle import plane_files, store_audit
 from trainyard.control.reports import priority as engine_order
 from trainyard.control.lifecycle import notify
@@ -47,7 +47,7 @@ from trainyard.control.lifecycle.supervise import Supervised
 from trainyard.images.types import EntryInfo
 from trainyard.services import images, notices
 from trainyard.services.config import ConfigCache, ConfigVersion
-from trainyard.services.errors import Conflict, NotFound
+from trainyard.services.errors import BadGateway, Conflict, NotFound
 from trainyard.services.events import record
 from trainyard.services.plane_facade import API_THREADS, REQUESTS_PER_THREAD
 from trainyard.services.priority_report import PriorityReport, ShareReport
@@ -217,6 +217,22 @@ class ControlPlane:
             attempt = row.attempt
         try:
             return self.backend.open_terminal(job_id, attempt, rank, argv, rows=rows, cols=cols)
+        except BackendError as e:
+            raise Conflict(str(e)) from None
+
+    def open_port(self, job_id: int, rank: int, port: int) -> Tunnel:
+        """A connection to `port` in rank `rank` of the job's current attempt (the backend's
+        `open_port`); a rank the backend does not run is a Conflict, nothing listening on the port
+        there a BadGateway (field "port": the job's server, not the job, is missing)."""
+        with self.store.session() as s:
+            row = s.get(JobRow, job_id)
+            if row is None:
+                raise NotFound(f"no job {job_id}")
+            attempt = row.attempt
+        try:
+            return self.backend.open_port(job_id, attempt, rank, port)
+        except NothingListens as e:
+            raise BadGateway(str(e), field="port") from None
         except BackendError as e:
             raise Conflict(str(e)) from None
 
