@@ -14,6 +14,12 @@ caller who may not. Once accepted, `Pump` carries:
                             the signal), a normal close
     the client goes away  → SIGHUP to the process's group and the terminal's foreground group,
                             SIGKILL after `HANGUP_GRACE_S`; the process is always reaped here.
+
+Every terminal registers in the plane's `sessions` (services/sessions.py): attached when accepted,
+touched by each binary frame (input), detached at the end; the loop's warnings reach the client as
+`\r\n[yard] <text>\r\n` in its output. An allocation's session (`session=1`) ends the allocation
+when its process exits (`terminals.session_ended`, before the exit frame goes out); when the
+client goes away it ends nothing (the loop's connection grace does).
 """
 
 from __future__ import annotations
@@ -22,11 +28,12 @@ import asyncio
 import errno
 import fcntl
 import json
+import logging
 import os
 import signal
 import struct
 import termios
-from typing import Any
+from typing import Any, Callable
 
 from fastapi import WebSocket
 from fastapi.responses import JSONResponse
@@ -36,6 +43,9 @@ from trainyard.api import deps
 from trainyard.backends.base import Terminal
 from trainyard.services import terminals
 from trainyard.services.errors import ServiceError
+from trainyard.services.sessions import Attachment, Sessions
+
+log = logging.getLogger("trainyard.api.terminal")
 
 HANGUP_GRACE_S = 3.0
 CHUNK = 65536
@@ -51,6 +61,7 @@ async def serve(ws: WebSocket, job_text: str) -> None:
         ask = terminals.parse_ask(ws.query_params.multi_items())
         by = await deps.principal(ws.headers.get("authorization"), cp)
         term, _, _ = await run_in_threadpool(terminals.open_terminal, cp, by, job_id, ask)
+        on_exit = (lambda code: terminals.session_ended(cp, by, job_id, code)) if ask.session else None
     except ServiceError as e:
         await _refuse(ws, e.status, e.message, e.field)
         return
@@ -59,7 +70,7 @@ async def serve(ws: WebSocket, job_text: str) -> None:
     except BaseException:
         terminals.discard(term)
         raise
-    await Pump(ws, term).run()
+    await Pump(ws, term, job_id=job_id, sessions=cp.sessions, on_exit=on_exit).run()
 
 
 async def _refuse(ws: WebSocket, status: int, message: str, field: str | None) -> None:
@@ -93,10 +104,15 @@ def _signal_all(term: Terminal, sig: int) -> None:
 
 
 class Pump:
-    """One accepted terminal's life (see the module docstring)."""
+    """One accepted terminal's life (see the module docstring). `sessions`, `job_id`: the registry
+    it attaches to; `on_exit(code)`: called (on a worker thread) when the process exits while the
+    client is there (an allocation's session)."""
 
-    def __init__(self, ws: WebSocket, term: Terminal):
+    def __init__(self, ws: WebSocket, term: Terminal, *, job_id: int | None = None, sessions: Sessions | None = None,
+                 on_exit: Callable[[int], None] | None = None):
         self.ws, self.term = ws, term
+        self.job_id, self.sessions, self.on_exit = job_id, sessions, on_exit
+        self.attachment: Attachment | None = None
         self.out: asyncio.Queue[bytes | None] = asyncio.Queue()
         self.status: int | None = None  # the wait status, once reaped
         self.reading = False
@@ -105,6 +121,8 @@ class Pump:
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         os.set_blocking(self.term.fd, False)
+        if self.sessions is not None and self.job_id is not None:
+            self.attachment = self.sessions.attach(self.job_id, lambda text: self._notify(loop, text))
         self._read_on(loop)
         exited = asyncio.Event()
         pidfd = self._watch_exit(loop, exited)
@@ -117,11 +135,15 @@ class Pump:
                 receiver.cancel()
                 self._drain()
                 await sender
+                await self._reap_soon()
+                await self._exited()
                 await self._send_exit()
             else:  # the client went away (or sent what cannot be read): hang up
                 sender.cancel()
                 await self._hang_up(exited)
         finally:
+            if self.attachment is not None:
+                self.attachment.detach()
             for t in (sender, receiver, ended):
                 t.cancel()
             self._read_off(loop)
@@ -172,6 +194,21 @@ class Pump:
         except asyncio.TimeoutError:
             _signal_all(self.term, signal.SIGKILL)
         await run_in_threadpool(self._reap, True)
+
+    async def _exited(self) -> None:
+        """The process ended with the client there: `on_exit` told its code (its failure is logged,
+        never the client's problem: the allocation then ends by its grace or time limit)."""
+        if self.on_exit is None or self.status is None:
+            return
+        try:
+            await run_in_threadpool(self.on_exit, terminals.exit_code(self.status))
+        except Exception:  # noqa: BLE001
+            log.exception("job %s: the session's end could not be recorded", self.job_id)
+
+    def _notify(self, loop: asyncio.AbstractEventLoop, text: str) -> None:
+        """From any thread: `text` into the client's output as a line of its own."""
+        line = f"\r\n[yard] {text}\r\n".encode(errors="replace")
+        loop.call_soon_threadsafe(self.out.put_nowait, line)
 
     async def _send_exit(self) -> None:
         await self._reap_soon()
@@ -257,6 +294,8 @@ class Pump:
             if msg["type"] == "websocket.disconnect":
                 return
             if msg.get("bytes"):
+                if self.attachment is not None:
+                    self.attachment.touch()  # plane's own: the sessions registry's clock, no file
                 await self._write(msg["bytes"])
             elif msg.get("text"):
                 self._control(msg["text"])

@@ -445,6 +445,10 @@ def show(job_id: str = typer.Argument(..., help="job id, or ARRAY_TASK (42_3)"),
         typer.echo(f"{'recorded options':>22}: {clean(recorded.shown(j.get('env')))} (not acted on: "
                    "cli/recorded.py)")
     typer.echo(f"{'command':>22}: {clean(' '.join(j['command'] or [])) or '(batch script)'}")
+    if j.get("interactive"):  # an allocation (issue 38): its kind, and its session's exit once it ended it
+        ia = j["interactive"]
+        typer.echo(f"{'interactive':>22}: {clean(ia.get('kind'))}"
+                   + (f", session exited {clean(ia['exit'])}" if ia.get("exit") is not None else ""))
     if image_view.image_line(j.get("container"), j.get("image_digest")):
         typer.echo(f"{'image':>22}: {clean(image_view.image_line(j['container'], j.get('image_digest')))}")
         if image_view.options_line(j["container"]):

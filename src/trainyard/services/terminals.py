@@ -5,6 +5,12 @@ The WebSocket route (`api/routers/terminal.py`) parses its query here (`parse_as
 (`Plane.open_terminal`) and records the attach in the audit trail (`job.attach`: who, rank, node,
 command), or kills the process when it cannot; `api/terminal.py` then carries its bytes.
 
+`session=1` (`yard alloc`, `yard srun --pty`): the terminal is an interactive allocation's session.
+It opens in rank 0 (the first node: where the allocation's hold runs, with the whole allocation's
+environment); refused (400, `session`) for a job that is not interactive. When its process exits,
+`session_ended` stores the code and ends the allocation (services/allocations.py); a client that
+goes away ends nothing (the connection grace does: control/loop/interactive.py).
+
 Who may: the job's owner (a member token of the job's team whose user is the job's) and admins.
 Operators, viewers, other members of the team, other teams and job tokens may not (403), and
 are refused before anything starts: a terminal runs as the job's owner, so it is theirs alone.
@@ -21,7 +27,7 @@ from sqlalchemy.orm import Session
 
 from trainyard.backends.base import Terminal
 from trainyard.contracts import RankPlacement
-from trainyard.services import events, jobs
+from trainyard.services import allocations, events, jobs
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Conflict, Forbidden, ServiceError
 from trainyard.services.plane_facade import Plane
@@ -35,13 +41,15 @@ MAX_ARGS, MAX_ARG_CHARS, MAX_SIDE = 256, 4096, 1000
 
 @dataclass(frozen=True)
 class TerminalAsk:
-    """What the client asked for: a rank or a node (neither: rank 0), the command, the size."""
+    """What the client asked for: a rank or a node (neither: rank 0), the command, the size,
+    whether it is the allocation's session."""
 
     rank: int | None = None
     node: str | None = None
     argv: tuple[str, ...] = DEFAULT_ARGV
     rows: int = 24
     cols: int = 80
+    session: bool = False
 
 
 def _int(name: str, text: str, low: int, high: int) -> int:
@@ -60,7 +68,7 @@ def parse_job_id(text: str) -> int:
 
 
 def parse_ask(items: Iterable[tuple[str, str]]) -> TerminalAsk:
-    """The route's query (`rank` or `node`, `cmd` repeated for argv, `rows`, `cols`) checked.
+    """The route's query (`rank` or `node`, `cmd` repeated for argv, `rows`, `cols`, `session`) checked.
 
     Raises:
         ServiceError: an unknown, repeated or bad parameter, named.
@@ -74,8 +82,8 @@ def parse_ask(items: Iterable[tuple[str, str]]) -> TerminalAsk:
             if len(argv) >= MAX_ARGS or len(value) > MAX_ARG_CHARS:
                 raise ServiceError(f"cmd: at most {MAX_ARGS} arguments of {MAX_ARG_CHARS} characters", field="cmd")
             argv.append(value)
-        elif name not in ("rank", "node", "rows", "cols"):
-            raise ServiceError(f"unknown parameter {name!r} (rank, node, cmd, rows, cols)", field=name)
+        elif name not in ("rank", "node", "rows", "cols", "session"):
+            raise ServiceError(f"unknown parameter {name!r} (rank, node, cmd, rows, cols, session)", field=name)
         elif name in one:
             raise ServiceError(f"{name}: given twice", field=name)
         else:
@@ -84,10 +92,22 @@ def parse_ask(items: Iterable[tuple[str, str]]) -> TerminalAsk:
         raise ServiceError("give rank or node, not both", field="node")
     if argv and not argv[0]:
         raise ServiceError("cmd: the command is empty", field="cmd")
-    return TerminalAsk(rank=_int("rank", one["rank"], 0, 2**31 - 1) if "rank" in one else None,
-                       node=one.get("node") or None, argv=tuple(argv) or DEFAULT_ARGV,
+    rank = _int("rank", one["rank"], 0, 2**31 - 1) if "rank" in one else None
+    session = _flag("session", one.get("session", "0"))
+    if session and (one.get("node") or rank):
+        raise ServiceError("session: an allocation's session opens in rank 0 (its first node); give no rank or node",
+                           field="session")
+    return TerminalAsk(rank=rank, node=one.get("node") or None, argv=tuple(argv) or DEFAULT_ARGV,
                        rows=_int("rows", one.get("rows", "24"), 1, MAX_SIDE),
-                       cols=_int("cols", one.get("cols", "80"), 1, MAX_SIDE))
+                       cols=_int("cols", one.get("cols", "80"), 1, MAX_SIDE), session=session)
+
+
+def _flag(name: str, text: str) -> bool:
+    if text.lower() in ("1", "true", "yes"):
+        return True
+    if text.lower() in ("0", "false", "no", ""):
+        return False
+    raise ServiceError(f"{name}: give 1 or 0, not {text[:40]!r}", field=name)
 
 
 def may_attach(by: Principal, owner: str, team: str, *, operators: bool = False) -> bool:
@@ -123,19 +143,33 @@ def open_terminal(plane: Plane, by: Principal, job_id: int, ask: TerminalAsk) ->
     """
     with plane.store.session() as s:
         row = check_attach(s, plane, by, job_id, "open a terminal")
+        if ask.session and row.interactive is None:
+            raise ServiceError(f"session: job {job_id} is not an interactive allocation (a session is "
+                               "`yard alloc`'s; `yard shell` opens a terminal in any running job)", field="session")
         if row.state != JobState.RUNNING:
             raise Conflict(f"job {job_id} is {row.state}, not RUNNING: no terminal to open")
         rank, node = _rank_of(job_id, ranks_for(row.placement or [], row.tasks_per_node), ask)
     term = plane.open_terminal(job_id, rank, list(ask.argv), ask.rows, ask.cols)
     try:
         with plane.transaction() as s:
-            events.record(s, by.user, "job.attach", f"{by.user} opened a terminal in rank {rank} on {node}: "
+            what = "the allocation's session" if ask.session else "a terminal"
+            events.record(s, by.user, "job.attach", f"{by.user} opened {what} in rank {rank} on {node}: "
                           f"{' '.join(ask.argv)[:200] or 'a shell'}", job_id=job_id, node=node,
-                          data={"user": by.user, "role": by.role, "rank": rank, "node": node, "argv": list(ask.argv)})
+                          data={"user": by.user, "role": by.role, "rank": rank, "node": node, "argv": list(ask.argv),
+                                "session": ask.session})
     except BaseException:
         discard(term)  # no terminal that the audit trail does not show
         raise
     return term, rank, node
+
+
+def session_ended(plane: Plane, by: Principal, job_id: int, code: int) -> None:
+    """An allocation's session process exited with `code` (`api/terminal.py`'s pump): the
+    allocation ends with it (`allocations.end_session`), the loop woken at once."""
+    with plane.transaction() as s:
+        stop = allocations.end_session(s, job_id, code, plane.clock(), actor=by.user)
+    if stop:
+        plane.wake()
 
 
 def _rank_of(job_id: int, ranks: list[RankPlacement], ask: TerminalAsk) -> tuple[int, str]:

@@ -28,6 +28,14 @@ a job can read what another job left there, or plant files for it.
 
 Either way TMPDIR is set for the ranks (/tmp, or the directory).
 
+The emulated node's name (tmpfs mode only, where ranks have a mount namespace): each node's plan
+also carries `hostname` (the node's name) and `hosts`, a file `<root>/hosts` (root's, 0644, out of
+the jobs' reach) holding the host's /etc/hosts and a line mapping every emulated node of the
+cluster to 127.0.0.1. The runner gives the rank a UTS namespace of its own with that hostname and
+binds the file on /etc/hosts in its mount namespace, so `hostname` in a rank of node-1 says node-1,
+and a rank that resolves its own or a peer's name (gloo does) gets a usable address. In dir mode
+nothing changes: a hostname that does not resolve would break more than it shows.
+
 What a job must still reach under the host's /tmp: a workdir, job dir or checkpoint dir under
 /tmp (a scratch checkout, a test's data dir) would be hidden by the private /tmp. The top
 directory under /tmp of each (`/tmp/<name>`) is bound back at its place in the job's namespace,
@@ -87,19 +95,25 @@ class PrivateTmp:
                 + (f" [{self.why}]" if self.why else ""))
 
     def prepare(self, key: str, node_mem_mib: Mapping[str, int | None], run_dir: str,
-                owner: tuple[int, int] | None, expose: Iterable[str] = ()) -> dict[str, dict]:
+                owner: tuple[int, int] | None, expose: Iterable[str] = (),
+                names: Iterable[str] = ()) -> dict[str, dict]:
         """Make each node's private tmp for attempt `key`; node -> the plan its ranks' runners
         read (attempt.json's `contain[<rank>].tmp`). `owner`: (uid, gid) the ranks run as (None:
-        the plane's own); `expose`: paths under /tmp the job must still reach (workdir, job dir).
+        the plane's own); `expose`: paths under /tmp the job must still reach (workdir, job dir);
+        `names`: every emulated node's name, for the ranks' /etc/hosts (tmpfs mode; none: the
+        host's name and /etc/hosts stay).
 
         Raises:
             ContainmentError: a mount or directory could not be made (what is made is undone).
         """
         plans: dict[str, dict] = {}
+        hosts = hosts_text(names) if names else None
         try:
             for node, mem in node_mem_mib.items():
                 if self.mode == "tmpfs":
                     plans[node] = self._mount(key, node, mem, exposed(expose))
+                    if hosts is not None:
+                        plans[node].update(named(plans[node]["root"], node, hosts))
                 else:
                     plans[node] = _own_dir(os.path.join(run_dir, f"tmp.{safe_name(node)}"), owner)
         except OSError as e:
@@ -249,3 +263,33 @@ def _unmount(d: str) -> bool:
     except OSError as e:
         return e.errno == errno.ENOENT
     return True
+
+
+HOSTS = "/etc/hosts"
+MAX_HOSTS_BYTES = 1 << 20
+
+
+def hosts_text(names: Iterable[str]) -> str:
+    """The host's /etc/hosts (the system's, read bounded) and the emulated nodes on 127.0.0.1."""
+    try:
+        with open(HOSTS, "rb") as f:  # plane's own: the system's file, not a job's
+            base = f.read(MAX_HOSTS_BYTES).decode(errors="replace")
+    except OSError:
+        base = "127.0.0.1 localhost\n"
+    if base and not base.endswith("\n"):
+        base += "\n"
+    ok = [n for n in names if _SAFE.match(n)]
+    return base + "# trainyard: the emulated nodes of this cluster (backends/contain/private_tmp.py)\n" + \
+        "".join(f"127.0.0.1 {n}\n" for n in ok)
+
+
+def named(root: str, node: str, hosts: str) -> dict[str, str]:
+    """The node's name and hosts file for its ranks' plan (`hostname`, `hosts`); the file written
+    in the tmpfs's root directory (root's, out of the jobs' reach), 0644."""
+    path = os.path.join(root, "hosts")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)  # plane's own: a fresh tmpfs
+    with os.fdopen(fd, "w") as f:
+        f.write(hosts)
+    os.chmod(path, 0o644)  # plane's own: whatever the umask
+    return {"hostname": node, "hosts": path}
+

@@ -722,7 +722,8 @@ class LocalBackend(WatchesExits):
         owner = (spec.owner.uid, spec.owner.gid) if spec.owner is not None else None
         try:
             tmp = self._tmp.prepare(needs.key, {r.node: needs.node_mem_mib.get(r.node) for r in needs.ranks},
-                                    str(run_dir), owner, [spec.workdir, spec.job_dir, spec.checkpoint_dir])
+                                    str(run_dir), owner, [spec.workdir, spec.job_dir, spec.checkpoint_dir],
+                                    names=[n.name for n in self._node_list])
         except contain.ContainmentError as e:
             contain_ops.remove(cell)
             raise BackendError(f"job {spec.job_id} attempt {spec.attempt}: {e}") from e

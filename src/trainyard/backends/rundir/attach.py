@@ -16,14 +16,14 @@ the command is in the same cell as the rank and sees what it sees:
    start time, no exit record, the child alive, a child *of that runner* (a subreaper's: the
    container's process is re-parented to it), started after it. A pid that was recycled, or a rank
    that ended, is refused;
-3. it opens the rank process's mount namespace, its user namespace (when it differs: a container
-   with `--container-remap-root`), its root directory, and reads its environment
+3. it opens the rank process's mount namespace, its UTS namespace (the emulated node's name), its
+   user namespace (when it differs: a container with `--container-remap-root`), its root directory, and reads its environment
    (`/proc/<pid>/environ`, at most ENV_MAX bytes), then checks the process is still the same one,
    so every descriptor is the rank's;
 4. it joins the rank's cgroups: for each `join` directory of the plan, the cgroup of it (or below
    it: a container's) that holds the rank's process, by writing its pid to `cgroup.procs` as the
    runner does: limits, freezer, the drain at the rank's end and the attempt's release reach it;
-5. it enters the mount namespace (`setns`, through ctypes: the rank's private /tmp, a container's
+5. it enters the mount and UTS namespaces (`setns`, through ctypes: the rank's private /tmp, a container's
    image as its root, `chroot` to the rank's root), takes the owner's identity (setgroups, setgid,
    setuid from attempt.json's `owner`; never root when the job has an owner; with a remapped
    container: the owner's groups on the host, then uid and gid 0 inside the user namespace, which
@@ -64,7 +64,7 @@ NOT_FOUND_EXIT = 127
 CANNOT_EXECUTE_EXIT = 126
 ENV_MAX = 1 << 20  # bytes of the rank's environment read at most
 RECORD_MAX = 1 << 20  # bytes of a run-dir record read at most
-CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x20000, 0x10000000, 0x40000000
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWUTS = 0x20000, 0x10000000, 0x40000000, 0x04000000
 CONNECT_TIMEOUT_S = 10.0
 PR_SET_DUMPABLE = 4
 RESET = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2,
@@ -216,7 +216,7 @@ def enter(run_dir: str, rank: int) -> dict[str, str]:
     plan = (meta.get("contain") or {}).get(str(rank)) or {}
     pid, start = rank_process(run_dir, rank)
     try:
-        net, mnt, user = _ns_fd(pid, "net"), _ns_fd(pid, "mnt"), _ns_fd(pid, "user")
+        net, mnt, user, uts = _ns_fd(pid, "net"), _ns_fd(pid, "mnt"), _ns_fd(pid, "user"), _ns_fd(pid, "uts")
         root = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         env = _environ(pid)
     except OSError as e:
@@ -242,6 +242,8 @@ def enter(run_dir: str, rank: int) -> dict[str, str]:
         _setns(libc, net, CLONE_NEWNET, "network")
     if mnt is not None:
         _setns(libc, mnt, CLONE_NEWNS, "mount")
+    if uts is not None:  # the emulated node's name (backends/contain/private_tmp.py)
+        _setns(libc, uts, CLONE_NEWUTS, "UTS")
     if user is not None:
         _setns(libc, user, CLONE_NEWUSER, "user")
     try:

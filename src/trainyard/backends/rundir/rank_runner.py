@@ -40,7 +40,9 @@ each `expose` path (the host's /tmp/<name> holding the job's workdir or job dir)
 (seteuid: the kernel checks the owner's access, so a bind never shows what the owner could not
 reach), binds `<root>/tmp` on /tmp and `<root>/shm` on /dev/shm, and binds the opened paths back
 on /tmp/<name>; `dir` {path}: TMPDIR is that directory. TMPDIR is /tmp with a tmpfs. Python has
-no unshare or mount: they are libc's, through ctypes.
+no unshare or mount: they are libc's, through ctypes. With `hostname` and `hosts` in the tmpfs plan
+(the emulated node's name, `private_tmp.named`) the child also unshares its UTS namespace and takes
+the node's name, and binds `hosts` on /etc/hosts, so the node's name resolves in the rank.
 
 A full data disk cannot lose the exit record: before the command starts, the runner reserves
 `rank-<r>.exit.reserve` (RESERVE_BYTES of blanks, fsynced). When the ordinary write fails for
@@ -93,7 +95,7 @@ RESET_IN_CHILD = SURVIVE + (signal.SIGPIPE, signal.SIGXFSZ)
 PR_SET_CHILD_SUBREAPER = 36
 DRAIN_TIMEOUT_S = 30.0
 PIDS_POLL_S = 0.2  # how often a rank with a pids limit reads pids.events
-CLONE_NEWNS = 0x20000
+CLONE_NEWNS, CLONE_NEWUTS = 0x20000, 0x04000000
 MS_BIND, MS_REC, MS_SLAVE = 0x1000, 0x4000, 0x80000
 RESERVE_BYTES = 4096  # room for the exit record, taken before the command starts
 RETRY_S = 1.0
@@ -246,7 +248,10 @@ def _private_tmp(tmp: dict, owner: dict | None) -> None:
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
-    _libc_call(libc, "unshare", CLONE_NEWNS)
+    name = (tmp.get("hostname") or "").encode()
+    _libc_call(libc, "unshare", CLONE_NEWNS | (CLONE_NEWUTS if name else 0))
+    if name:
+        _libc_call(libc, "sethostname", name, len(name))
     _libc_call(libc, "mount", None, b"/", None, MS_REC | MS_SLAVE, None)
     # Every source is opened before anything is mounted over /tmp (the tmpfs itself may lie under
     # the host's /tmp, as the data dir of a test does); a mount then takes it by descriptor.
@@ -256,6 +261,8 @@ def _private_tmp(tmp: dict, owner: dict | None) -> None:
                       "/dev/shm", MS_BIND))
     binds += [(fd, target, MS_BIND | MS_REC) for target in tmp.get("expose") or []
               if (fd := _open_as(owner, target)) is not None]
+    if tmp.get("hosts") and os.path.isfile("/etc/hosts"):  # the plane's file, in its 0700 tmpfs root
+        binds.append((os.open(tmp["hosts"], os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC), "/etc/hosts", MS_BIND))
     for fd, target, flags in binds:
         _libc_call(libc, "mount", f"/proc/self/fd/{fd}".encode(), target.encode(), None, flags, None)
         os.close(fd)

@@ -98,9 +98,12 @@ class ControlPlane:
         # job dirs' bytes per team against their quotas, and the disk reserve, beside the loop
         self.storage = StorageMeter(self.loop_store, self.configs, self.lock, self.data_dir, clock=clock,
                                     wake=lambda: self.loop.wake())
+        # terminals and forwarded ports attached to each job (services/sessions.py), which the
+        # loop's interactive step reads
+        self.sessions = Sessions(clock)
         self.loop = ControlLoop(self.loop_store, self.backend, self.data_dir, self.configs, self.lock,
                                 params=parts.loop_params, api_url=parts.api_url, clock=clock,
-                                holds=self.storage.holds)
+                                holds=self.storage.holds, sessions=self.sessions)
         self.liveness = Liveness(self.store, self.data_dir, self.loop, threads=lambda: self.threads)
         # finished jobs past the configured retention, purged in batches beside the loop
         self.retention = Retention(self.loop_store, self.configs, self.lock, self.data_dir, clock=clock)
@@ -108,8 +111,6 @@ class ControlPlane:
         self.notifier = Notifier(self._notify_settings, self._class_limit, self._cluster_name, clock=clock)
         self._detach = [notices.attach(st.session, self.notifier.put) for st in (self.store, self.loop_store)]
         # `yard image pull|ls|rm` (control/lifecycle/image_admin.py), outside the lock
-        # terminals and forwarded ports attached to each job (services/sessions.py)
-        self.sessions = Sessions(clock)
         self.images = ImageAdmin(self.backend, lambda: images.registry_access(self._current_spec()))
 
     def start(self) -> None:

@@ -18,6 +18,7 @@ from typing import Any, Callable
 from trainyard.backends.base import AttemptState, Backend, NodeInfo
 from trainyard.contracts import JobDir
 from trainyard.services.config import ConfigCache
+from trainyard.services.sessions import Sessions
 from trainyard.store.db import Store
 from trainyard.store.models import JobRow
 
@@ -85,6 +86,9 @@ class LoopContext:
     # team over its storage quota, the reserve crossed; None: nothing measured (tests of the loop)
     holds: Callable[[], Any] | None = None
     fingerprints: Any = None  # control.loop.fingerprints.Fingerprints: the nodes' environments, for bare gangs
+    # who is attached to each job (the plane's `sessions`, services/sessions.py); None: nothing
+    # attaches (tests of the loop without an API), and interactive allocations are not watched
+    sessions: Sessions | None = None
 
     def job_dir(self, j: JobRow) -> JobDir:
         """The job's directory (`contracts.JobDir`, keyed by the row's `dir_key`)."""

@@ -3,6 +3,7 @@
     facts = poll() + inventory()          what runs and which nodes are healthy, read once
     1.  reconcile     (control/loop/reconcile.py)    store ↔ backend: orphans, lost launches, outcomes
     1b. node watch    (control/loop/node_watch.py)   node health: down, suspect, remediate, return; hung jobs
+    1c. interactive   (control/loop/interactive.py)  allocations with no one attached past their grace
     2.  stops         (control/loop/stops.py)        time limits; notice → SIGTERM → SIGKILL
     3.  dependencies  (control/loop/dependencies.py) `--dependency` met or never
     4.  schedule      (control/loop/schedule.py)     snapshot → policy.cycle() → preempt, start, reasons
@@ -33,6 +34,7 @@ from trainyard.control.loop.context import Facts, LoopContext, LoopParams, LoopS
 from trainyard.control.loop.dependencies import Dependencies
 from trainyard.control.loop.fingerprints import Fingerprints
 from trainyard.control.loop.frozen import FrozenRanks
+from trainyard.control.loop.interactive import Interactive
 from trainyard.control.health import HealthChecker
 from trainyard.control.loop.node_watch import NodeWatch
 from trainyard.control.loop.reconcile import Reconciler
@@ -42,6 +44,7 @@ from trainyard.control.lifecycle.supervise import Supervised
 from trainyard.control.lifecycle.store_audit import SeenRecord
 from trainyard.sched.policy import Policy
 from trainyard.services.config import ConfigCache
+from trainyard.services.sessions import Sessions
 from trainyard.spec.models import HealthSpec
 from trainyard.store.db import Store
 
@@ -69,12 +72,13 @@ class ControlLoop:
     def __init__(self, store: Store, backend: Backend, data_dir: Path, configs: ConfigCache,
                  write_lock: threading.RLock, *, policy: Policy | None = None, params: LoopParams | None = None,
                  api_url: str | None = None, clock: Callable[[], float] = time.time,
-                 holds: Callable[[], Any] | None = None):
+                 holds: Callable[[], Any] | None = None, sessions: Sessions | None = None):
         """`policy`: a fixed policy; None (the plane's default) runs the one the configuration in
         force names. `clock`: the time every step judges by (a fake one in the loop's tests).
-        `holds`: the storage meter's (control/lifecycle/storage.py), read by the schedule step."""
+        `holds`: the storage meter's (control/lifecycle/storage.py), read by the schedule step.
+        `sessions`: the plane's registry of attached terminals and ports (services/sessions.py)."""
         self.ctx = ctx = LoopContext(store, backend, Path(data_dir), configs, write_lock, params or LoopParams(),
-                                     clock, api_url, holds, Fingerprints(backend))
+                                     clock, api_url, holds, Fingerprints(backend), sessions)
         self.stats = LoopStats()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -85,6 +89,7 @@ class ControlLoop:
         frozen = FrozenRanks(ctx.params.hung_after_s)
         self.reconcile = Reconciler(ctx, frozen)
         self.node_watch = NodeWatch(ctx, self.health, frozen)
+        self.interactive = Interactive(ctx)
         self.stops = Stops(ctx)
         self.dependencies = Dependencies(ctx)
         self.scheduler = Scheduler(ctx, self.health, policy)
@@ -177,6 +182,8 @@ class ControlLoop:
         done("reconcile")
         self.node_watch.run(facts, now)
         done("node_watch")
+        self.interactive.run(facts, now)
+        done("interactive")
         self.stops.run(now, launching)
         done("stops")
         self.dependencies.run(now)
