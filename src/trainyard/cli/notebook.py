@@ -43,12 +43,13 @@ import socket
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Callable
+from typing import Any
 
 import typer
 
 from trainyard.cli import alloc, jobs
-from trainyard.cli.client import Client
+from trainyard.cli.client import Client, server_url
+from trainyard.cli.client import token as user_token
 from trainyard.cli.common import fail
 from trainyard.cli.http import TransportError
 from trainyard.cli.safe_text import clean, clean_lines
@@ -135,8 +136,7 @@ def bind_local(port: int) -> socket.socket:
     except OSError as e:
         sock.close()
         fail(f"--port: cannot listen on 127.0.0.1:{port}: {e.strerror}")
-    sock.listen(64)
-    return sock
+    return sock  # bound, not listening: a browser is refused rather than left hanging until it serves
 
 
 def run(listener: socket.socket, words: list[str], options: dict[str, Any]) -> int:
@@ -165,36 +165,44 @@ def run(listener: socket.socket, words: list[str], options: dict[str, Any]) -> i
 
 
 def serve(c: Client, job_id: int, listener: socket.socket, remote: int, token: str, url: str) -> int:
-    """Forward the listener to JupyterLab's port in the job, wait until it answers, print its URL and
-    serve until a signal (release: 0) or the job's end (1)."""
-    stop_forwarding = start_forward(listener, job_id, remote)
+    """Forward the local port to JupyterLab's port in the job, wait until it answers, print its URL
+    and serve until a signal (release: 0), the job's end or the forward's (1)."""
     base = url.split("/lab?")[0]
-    try:
-        with alloc.stops_raise():
-            try:
-                if not wait_ready(c, job_id, base, token):
-                    return EXIT_FAILED
-                typer.echo(url)
-                alloc.tell(TOOL, f"JupyterLab of job {job_id} is served on {base}/lab (Ctrl-C ends the allocation)")
-                while (ended := ended_state(c, job_id)) is None:
-                    time.sleep(WATCH_S)
-                alloc.tell(TOOL, f"error: job allocation {job_id} ended: {ended}")
+    with alloc.stops_raise():
+        fwd = None
+        try:
+            fwd = start_forward(c, job_id, listener, remote)
+            if fwd is None or not wait_ready(c, job_id, base, token, fwd):
                 return EXIT_FAILED
-            except alloc.Stop:
-                alloc.relinquish(c, job_id, TOOL)
-                alloc.settle(c, job_id)
-                return 0
-    finally:
-        stop_forwarding()
+            typer.echo(url)
+            alloc.tell(TOOL, f"JupyterLab of job {job_id} is served on {base}/lab (Ctrl-C ends the allocation)")
+            fwd.quiet = False
+            while (ended := ended_state(c, job_id)) is None and fwd.serving:
+                time.sleep(WATCH_S)
+            alloc.tell(TOOL, f"error: job allocation {job_id} ended: {ended}" if ended is not None else
+                       f"error: the forwarded port of job {job_id} ended: {fwd.error}")
+            return EXIT_FAILED
+        except alloc.Stop:
+            alloc.relinquish(c, job_id, TOOL)
+            alloc.settle(c, job_id)
+            return 0
+        finally:
+            if fwd is not None:
+                fwd.stop()
 
 
-def wait_ready(c: Client, job_id: int, base: str, token: str, *, timeout: float = START_TIMEOUT_S) -> bool:
+def wait_ready(c: Client, job_id: int, base: str, token: str, fwd: "Forwarding", *,
+               timeout: float = START_TIMEOUT_S) -> bool:
     """Ask JupyterLab through the forwarded port until it answers (True); False, said, when the job
-    ended first (with its log's tail) or `timeout` passed."""
+    ended first (with its log's tail), the forward ended, or `timeout` passed (then released)."""
     deadline, next_watch = time.monotonic() + timeout, 0.0
     while True:
         if lab_answers(base, token):
             return True
+        if not fwd.serving:
+            alloc.tell(TOOL, f"error: {fwd.error}")
+            alloc.relinquish(c, job_id, TOOL)
+            return False
         if time.monotonic() >= next_watch:
             ended = ended_state(c, job_id)
             if ended is not None:
@@ -205,8 +213,8 @@ def wait_ready(c: Client, job_id: int, base: str, token: str, *, timeout: float 
                 return False
             next_watch = time.monotonic() + WATCH_S
         if time.monotonic() >= deadline:
-            alloc.tell(TOOL, f"error: JupyterLab did not answer within {timeout:.0f}s; job {job_id} is "
-                       f"released (its log: yard logs {job_id})")
+            last = f" (last: {fwd.last})" if fwd.last else ""
+            alloc.tell(TOOL, f"error: JupyterLab did not answer within {timeout:.0f}s{last}; its log: yard logs {job_id}")
             alloc.relinquish(c, job_id, TOOL)
             return False
         time.sleep(0.5)
@@ -252,10 +260,47 @@ def log_tail(c: Client, job_id: int) -> str:
     return clean_lines("\n".join(lines[1:] if len(r.text) >= LOG_TAIL else lines))
 
 
-def start_forward(listener: socket.socket, job_id: int, remote: int) -> Callable[[], None]:
-    """Serve `listener` with `yard port-forward`'s in-process forwarder to `remote` in rank 0 of
-    `job_id`; returns the function that stops it."""
+class Forwarding:
+    """`yard port-forward`'s in-process forward (`port_forward.forward`) and its lines: kept quiet
+    while JupyterLab starts (nothing listens on its port yet: expected), said once it serves."""
+
+    def __init__(self) -> None:
+        self.quiet, self.last = True, ""
+        self.fwd: Any = None
+
+    def say(self, line: str) -> None:
+        self.last = line
+        if not self.quiet:
+            alloc.tell(TOOL, line)
+
+    @property
+    def serving(self) -> bool:
+        return bool(self.fwd is not None and self.fwd.serving)
+
+    @property
+    def error(self) -> str:
+        return str(getattr(self.fwd, "error", None) or self.last or "stopped")
+
+    def stop(self) -> None:
+        if self.fwd is not None:
+            self.fwd.stop()
+
+
+def start_forward(c: Client, job_id: int, listener: socket.socket, remote: int) -> Forwarding | None:
+    """Forward the local port (held by `listener` until now, then listened on by the forward) to
+    `remote` in rank 0 of `job_id`; None, said and released, when it cannot."""
     from trainyard.cli import port_forward
 
-    fwd = port_forward.forward(job_id, remote, listener=listener)
-    return fwd.stop
+    local = listener.getsockname()[1]
+    listener.close()
+    out = Forwarding()
+    try:
+        out.fwd = port_forward.forward(server_url(), user_token(), job_id, remote, local=local, say=out.say)
+    except port_forward.Refused as e:
+        alloc.tell(TOOL, f"error: forwarding to job {job_id}: {e.message}")
+    except OSError as e:
+        alloc.tell(TOOL, f"error: cannot listen on 127.0.0.1:{local} any more: {e.strerror or e}")
+    else:
+        return out
+    alloc.relinquish(c, job_id, TOOL)
+    return None
