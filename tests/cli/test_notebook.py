@@ -30,7 +30,7 @@ import pytest
 from tests.api.test_dashboard_browser import login
 from tests.browser import artifacts_dir, browser_available, chromium_path
 from tests.cli.yard_process import yard_process
-from tests.plane import YARD
+from tests.plane import TWO_TEAMS, YARD
 from trainyard.cli.notebook import jupyter_script, new_token, remote_port
 
 VENV_BIN = str(Path(sys.executable).parent)
@@ -150,9 +150,14 @@ def test_the_script_refuses_to_start_without_its_token(tmp_path, job_view):
 # --- `yard notebook` end to end: a real `yard up` (local backend), JupyterLab in the job -------------
 
 
+GRACE_S = 3  # the plane's connection grace here: a notebook must outlive it with no browser attached
+
+
 @pytest.fixture(scope="module")
 def yard(tmp_path_factory):
-    yield from yard_process(tmp_path_factory, "notebook")
+    cfg = tmp_path_factory.mktemp("notebook-config") / "cluster.yaml"
+    cfg.write_text(TWO_TEAMS.read_text() + f"interactive: {{connection_grace: {GRACE_S}s}}\n")
+    yield from yard_process(tmp_path_factory, "notebook", config_file=cfg)
 
 
 @pytest.fixture(scope="module")
@@ -218,6 +223,7 @@ def test_yard_notebook_serves_jupyterlab_through_the_forwarded_port_and_the_dash
         status, listing = get(f"{base}/api/contents", {"Authorization": f"token {token}"})
         assert "analysis.ipynb" in {x["name"] for x in json.loads(listing)["content"]}  # the job's working dir
         job = nb.job_id()
+        time.sleep(GRACE_S + 2)  # no browser, no request: yard notebook's own terminal keeps it attached
         shown = json.loads(yard("show", str(job), "--json", env_extra={"YARD_TOKEN": people["owner"]}).stdout)
         assert shown["state"] == "RUNNING" and shown["class"] == "interactive"
         assert shown["interactive"] == {"kind": "notebook", "port": shown["interactive"]["port"], "token": token,
@@ -258,6 +264,7 @@ def browse_the_link(server: str, people: dict[str, str], job: int, url: str) -> 
                 link.click()
             lab = opened.value
             lab.wait_for_selector("#jp-main-dock-panel", timeout=60_000)  # JupyterLab's main panel, drawn
+            lab.get_by_text("analysis.ipynb").first.wait_for(timeout=60_000)  # its file browser: the job's dir
             assert "JupyterLab" in lab.title(), lab.title()
             lab.screenshot(path=str(artifacts_dir() / "notebook-jupyterlab.png"))
             other = login(browser, server, people["other"])
@@ -267,3 +274,27 @@ def browse_the_link(server: str, people: dict[str, str], job: int, url: str) -> 
             assert url.split("token=")[1] not in other.content()
         finally:
             browser.close()
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("notebook-yard-up")
+def test_a_notebook_whose_client_is_gone_ends_after_the_connection_grace(yard, people, tmp_path):
+    reason = jupyter_missing()
+    if reason:
+        pytest.skip(reason)
+    nb = Notebook(yard, people["owner"], "-G", "1", "-A", "vision", cwd=tmp_path)
+    try:
+        nb.url(timeout=120)
+        job = nb.job_id()
+        nb.proc.kill()  # no release: as a laptop that went to sleep
+        nb.proc.wait()
+        t0 = time.monotonic()
+        while (j := json.loads(yard("show", str(job), "--json").stdout))["state"] in ("RUNNING", "COMPLETING"):
+            assert time.monotonic() - t0 < GRACE_S + 20, j
+            time.sleep(0.3)
+        assert (j["state"], j["reason"]) == ("CANCELLED", "ConnectionLost"), j
+        assert time.monotonic() - t0 >= GRACE_S - 1.5  # not at once: after the grace
+    finally:
+        if nb.proc.poll() is None:
+            nb.proc.kill()
+            nb.proc.wait()

@@ -36,10 +36,12 @@ PyPI at start).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import shlex
 import socket
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -169,7 +171,7 @@ def serve(c: Client, job_id: int, listener: socket.socket, remote: int, token: s
     and serve until a signal (release: 0), the job's end or the forward's (1)."""
     base = url.split("/lab?")[0]
     with alloc.stops_raise():
-        fwd = None
+        fwd, keeper = None, None
         try:
             fwd = start_forward(c, job_id, listener, remote)
             if fwd is None or not wait_ready(c, job_id, base, token, fwd):
@@ -177,6 +179,7 @@ def serve(c: Client, job_id: int, listener: socket.socket, remote: int, token: s
             typer.echo(url)
             alloc.tell(TOOL, f"JupyterLab of job {job_id} is served on {base}/lab (Ctrl-C ends the allocation)")
             fwd.quiet = False
+            keeper = Keeper(job_id)
             while (ended := ended_state(c, job_id)) is None and fwd.serving:
                 time.sleep(WATCH_S)
             alloc.tell(TOOL, f"error: job allocation {job_id} ended: {ended}" if ended is not None else
@@ -187,6 +190,8 @@ def serve(c: Client, job_id: int, listener: socket.socket, remote: int, token: s
             alloc.settle(c, job_id)
             return 0
         finally:
+            if keeper is not None:
+                keeper.stop()
             if fwd is not None:
                 fwd.stop()
 
@@ -304,3 +309,78 @@ def start_forward(c: Client, job_id: int, listener: socket.socket, remote: int) 
         return out
     alloc.relinquish(c, job_id, TOOL)
     return None
+
+
+class Keeper:
+    """`yard notebook`'s own connection to its job while it serves: a terminal in rank 0 running
+    `cat`, which reads the input it never gets. It makes the allocation "attached" for as long as
+    this command runs (the plane's connection grace ends an allocation with nothing attached,
+    control/loop/interactive.py: a notebook whose browser tab is closed is still in use while its
+    `yard notebook` runs; this command's end, or its lost connection, starts the grace). Opening it
+    counts as input once, nothing after (it sends nothing), so the idle timeout still sees an
+    unused notebook; the plane's warnings to the job's terminals (an idle notebook about to end)
+    arrive through it and are printed. Reopened when it drops; given up when refused (then only
+    the browser's connections keep the allocation)."""
+
+    RETRY_S = 2.0
+
+    def __init__(self, job_id: int) -> None:
+        from trainyard.cli import shell
+
+        self.url = shell.ws_url(server_url(), job_id, None, None, ["cat"], 24, 80)
+        self.tok = user_token()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.task: asyncio.Task[None] | None = None
+        ready = threading.Event()
+        self.thread = threading.Thread(target=self._main, args=(ready,), name=f"notebook-keeper-{job_id}",
+                                       daemon=True)
+        self.thread.start()
+        ready.wait(5)
+
+    def _main(self, ready: threading.Event) -> None:
+        async def main() -> None:
+            self.loop, self.task = asyncio.get_running_loop(), asyncio.current_task()
+            ready.set()
+            await self._keep()
+        try:
+            asyncio.run(main())
+        except asyncio.CancelledError:
+            pass
+
+    async def _keep(self) -> None:
+        from trainyard.cli import shell
+
+        while True:
+            ws = await shell.connect(self.url, self.tok)
+            if isinstance(ws, shell.Ended):
+                if ws.how == "refused" and ws.status != 409:
+                    alloc.tell(TOOL, f"warning: no terminal to keep the allocation attached ({ws.message}); "
+                               "the plane's connection grace applies while no browser is connected")
+                    return
+                await asyncio.sleep(self.RETRY_S)
+                continue
+            async with ws:
+                await ws.send(json.dumps({"pipe": True}))
+                await self._say(ws)
+            await asyncio.sleep(self.RETRY_S)
+
+    async def _say(self, ws: Any) -> None:
+        """The plane's lines to the job's terminals (`[yard] …`), on stderr, until the terminal ends."""
+        from websockets.exceptions import ConnectionClosed
+
+        try:
+            async for msg in ws:
+                if isinstance(msg, bytes):
+                    for line in msg.decode(errors="replace").splitlines():
+                        if line.strip():
+                            alloc.tell(TOOL, line.strip())
+        except ConnectionClosed:
+            pass
+
+    def stop(self) -> None:
+        if self.loop is not None and self.task is not None and not self.loop.is_closed():
+            try:
+                self.loop.call_soon_threadsafe(self.task.cancel)
+            except RuntimeError:
+                pass
+        self.thread.join(5)
