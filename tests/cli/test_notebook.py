@@ -14,6 +14,7 @@ import os
 import queue
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -29,7 +30,7 @@ import pytest
 
 from tests.api.test_dashboard_browser import login
 from tests.browser import artifacts_dir, browser_available, chromium_path
-from tests.cli.yard_process import yard_process
+from tests.cli.yard_process import stored, yard_process
 from tests.plane import TWO_TEAMS, YARD
 from trainyard.cli.notebook import jupyter_script, new_token, remote_port
 
@@ -298,3 +299,23 @@ def test_a_notebook_whose_client_is_gone_ends_after_the_connection_grace(yard, p
         if nb.proc.poll() is None:
             nb.proc.kill()
             nb.proc.wait()
+
+
+@pytest.mark.xdist_group("notebook-yard-up")
+def test_a_notebook_that_cannot_start_says_why_and_bad_options_are_refused(yard, people, tmp_path):
+    env = {"YARD_TOKEN": people["owner"]}
+    p = yard("notebook", "-G", "1", "-A", "vision", "--jupyter", "no-such-jupyter lab", env_extra=env, ok=False)
+    assert p.returncode == 1, p.stderr
+    assert "ended before JupyterLab answered: FAILED" in p.stderr, p.stderr
+    assert "no-such-jupyter not found on the job's PATH" in p.stderr, p.stderr  # the tail of its log
+    assert p.stdout == ""  # no URL
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        p = yard("notebook", "-G", "1", "-A", "vision", "--port", str(taken.getsockname()[1]), env_extra=env, ok=False)
+    assert p.returncode == 2 and "--port: cannot listen on 127.0.0.1:" in p.stderr, p.stderr
+    p = yard("notebook", "-G", "1", "-A", "vision", "--jupyter", " ", env_extra=env, ok=False)
+    assert p.returncode == 2 and "--jupyter" in p.stderr, p.stderr
+    p = yard("notebook", "-G", "1", "-A", "vision", "--array", "0-3", env_extra=env, ok=False)
+    assert p.returncode == 2 and "--array" in p.stderr, p.stderr  # a batch-only option of yard submit
+    assert not [j for j in stored(yard) if j["state"] in ("PENDING", "RUNNING")]  # nothing left behind

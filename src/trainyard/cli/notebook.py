@@ -204,17 +204,14 @@ def wait_ready(c: Client, job_id: int, base: str, token: str, fwd: "Forwarding",
     while True:
         if lab_answers(base, token):
             return True
-        if not fwd.serving:
-            alloc.tell(TOOL, f"error: {fwd.error}")
-            alloc.relinquish(c, job_id, TOOL)
-            return False
-        if time.monotonic() >= next_watch:
+        if not fwd.serving or time.monotonic() >= next_watch:
             ended = ended_state(c, job_id)
+            if ended is None and not fwd.serving:
+                alloc.tell(TOOL, f"error: {fwd.error}")
+                alloc.relinquish(c, job_id, TOOL)
+                return False
             if ended is not None:
-                alloc.tell(TOOL, f"error: job {job_id} ended before JupyterLab answered: {ended}")
-                tail = log_tail(c, job_id)
-                if tail:
-                    typer.echo(f"--- the end of its log ---\n{tail}", err=True)
+                report_end(c, job_id, ended)
                 return False
             next_watch = time.monotonic() + WATCH_S
         if time.monotonic() >= deadline:
@@ -251,6 +248,17 @@ def ended_state(c: Client, job_id: int) -> str | None:
         return None
     reason = job.get("reason")
     return clean(f"{job.get('state')}" + (f" ({reason})" if reason not in (None, "", "None") else ""))
+
+
+def report_end(c: Client, job_id: int, ended: str) -> None:
+    """The job ended before JupyterLab answered: its state and reason (once it has ended, if it was
+    still COMPLETING), and the end of its log."""
+    alloc.settle(c, job_id)
+    ended = ended_state(c, job_id) or ended
+    alloc.tell(TOOL, f"error: job {job_id} ended before JupyterLab answered: {ended}")
+    tail = log_tail(c, job_id)
+    if tail:
+        typer.echo(f"--- the end of its log ---\n{tail}", err=True)
 
 
 def log_tail(c: Client, job_id: int) -> str:
@@ -302,6 +310,10 @@ def start_forward(c: Client, job_id: int, listener: socket.socket, remote: int) 
     try:
         out.fwd = port_forward.forward(server_url(), user_token(), job_id, remote, local=local, say=out.say)
     except port_forward.Refused as e:
+        ended = ended_state(c, job_id)
+        if ended is not None:  # JupyterLab failed at once (not found, its port taken)
+            report_end(c, job_id, ended)
+            return None
         alloc.tell(TOOL, f"error: forwarding to job {job_id}: {e.message}")
     except OSError as e:
         alloc.tell(TOOL, f"error: cannot listen on 127.0.0.1:{local} any more: {e.strerror or e}")
