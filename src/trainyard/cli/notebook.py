@@ -2,9 +2,10 @@
 allocation, served on a local URL through a forwarded port (issue 38, Deliver 4).
 
 The steps, as a person would take them by hand with `yard alloc`, `jupyter lab` and `yard port-forward`:
-1. a local listener first (LOCAL, default a free port), so that the URL is known before the job
-   exists; a random token (`secrets.token_urlsafe`) and a port for JupyterLab in the job (REMOTE, at
-   random below Linux's ephemeral range, so no client socket on the node holds it);
+1. the local port first (LOCAL, default a free one: bound, so that the URL is known before the job
+   exists, and listened on once the forward starts); a random token (`secrets.token_urlsafe`) and a
+   port for JupyterLab in the job (REMOTE, at random below Linux's ephemeral range, so no client
+   socket on the node holds it);
 2. an interactive job of kind "notebook" (`yard submit`'s options, `cli/jobs.py` `job_request`; the
    interactive class unless `-q` says otherwise) whose batch script (`jupyter_script`) starts
    JupyterLab on 127.0.0.1:REMOTE of the allocation's first node, in the job's working directory, as
@@ -17,7 +18,8 @@ The steps, as a person would take them by hand with `yard alloc`, `jupyter lab` 
 5. `http://127.0.0.1:LOCAL/lab?token=TOKEN` printed on stdout (the only line there), then served
    until Ctrl-C (or SIGTERM/SIGHUP), which releases the allocation (`POST /jobs/{id}/release`:
    COMPLETED) and exits 0; a job that ends meanwhile (its time limit, its idle timeout) is said,
-   exit 1.
+   exit 1. Meanwhile `Keeper` holds the allocation attached (the plane's connection grace) and
+   prints the plane's warnings.
 
 The token is a secret: whoever has it is the owner inside JupyterLab (a terminal, the owner's files).
 The rest of the job's team reads the job's env, command and logs, so the token is in none of them:
