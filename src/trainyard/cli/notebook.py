@@ -170,27 +170,32 @@ def run(listener: socket.socket, words: list[str], options: dict[str, Any]) -> i
 
 def serve(c: Client, job_id: int, listener: socket.socket, remote: int, token: str, url: str) -> int:
     """Forward the local port to JupyterLab's port in the job, wait until it answers, print its URL
-    and serve until a signal (release: 0), the job's end or the forward's (1)."""
+    and serve until a signal (released: 0; 1 before the URL was printed), the job's end or the
+    forward's (1)."""
     base = url.split("/lab?")[0]
     with alloc.stops_raise():
-        fwd, keeper = None, None
+        fwd, keeper, served = None, None, False
         try:
             fwd = start_forward(c, job_id, listener, remote)
             if fwd is None or not wait_ready(c, job_id, base, token, fwd):
                 return EXIT_FAILED
             typer.echo(url)
+            served = True
             alloc.tell(TOOL, f"JupyterLab of job {job_id} is served on {base}/lab (Ctrl-C ends the allocation)")
             fwd.quiet = False
             keeper = Keeper(job_id)
             while (ended := ended_state(c, job_id)) is None and fwd.serving:
                 time.sleep(WATCH_S)
-            alloc.tell(TOOL, f"error: job allocation {job_id} ended: {ended}" if ended is not None else
-                       f"error: the forwarded port of job {job_id} ended: {fwd.error}")
+            if ended is not None:
+                alloc.tell(TOOL, f"error: job allocation {job_id} ended: {ended}")
+            else:  # the notebook cannot be reached any more: no use holding its GPUs
+                alloc.tell(TOOL, f"error: the forwarded port of job {job_id} ended: {fwd.error}")
+                alloc.relinquish(c, job_id, TOOL)
             return EXIT_FAILED
-        except alloc.Stop:
+        except alloc.Stop:  # Ctrl-C, SIGTERM, SIGHUP: the allocation released (0 once it was served)
             alloc.relinquish(c, job_id, TOOL)
             alloc.settle(c, job_id)
-            return 0
+            return 0 if served else EXIT_FAILED
         finally:
             if keeper is not None:
                 keeper.stop()
