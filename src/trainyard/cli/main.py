@@ -15,8 +15,9 @@ Command groups live in their own modules and are wired here:
 - storage (`cli/storage.py`): the disk job dirs take per team, against quotas and the reserve;
 - image pull|ls|rm (`cli/images.py`): the nodes' image caches;
 - shell (`cli/shell.py`): a terminal in a running job's rank, through the API's WebSocket;
+  alloc (salloc, `cli/alloc.py`) and srun --pty (`cli/srun_cmd.py`): an interactive allocation and its session;
+  notebook (`cli/notebook.py`): JupyterLab in an allocation, on a local URL through a forwarded port;
   port-forward (`cli/port_forward.py`): a local port tunnelled to a port inside a running job.
-  alloc (salloc, `cli/alloc.py`) and srun --pty (`cli/srun_cmd.py`): an interactive allocation and its session.
 
 - recipes: run (train on this machine, `cli/run.py`), export (a run as a Hugging Face model,
   `cli/model_export.py`), models (the exported models and their lineage, `cli/models.py`).
@@ -34,9 +35,10 @@ from trainyard.cli import login as login_cmd
 from trainyard.cli import trace as trace_cmd
 from trainyard.cli import sim as sim_cmd
 from trainyard.cli import shell as shell_cmd
-from trainyard.cli import port_forward
 from trainyard.cli import alloc as alloc_cmd
 from trainyard.cli import srun_cmd
+from trainyard.cli import notebook as notebook_cmd
+from trainyard.cli import port_forward
 from trainyard.cli.strict import CONTEXT, StrictCommand
 
 app = typer.Typer(help="trainyard: a manager for GPU training clusters shared by several teams.",
@@ -88,9 +90,10 @@ app.command("models")(models.models)
 app.command("chaos")(chaos.chaos)
 app.command("tensorboard")(tboard.tensorboard)
 app.command("shell")(shell_cmd.shell)
-app.command("port-forward")(port_forward.port_forward)
 app.command("alloc", cls=StrictCommand, context_settings=CONTEXT)(alloc_cmd.alloc)
 app.command("srun", cls=StrictCommand, context_settings=CONTEXT)(srun_cmd.srun)
+app.command("notebook", cls=StrictCommand)(notebook_cmd.notebook)
+app.command("port-forward")(port_forward.port_forward)
 
 
 def main() -> None:  # `python -m trainyard.cli.main`

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy.orm import Session
 
 from trainyard.services import events, transitions
@@ -49,11 +49,24 @@ while :; do sleep 3600; done
 
 
 class InteractiveAsk(BaseModel):
-    """The submit's `interactive` field: which interactive command made the job."""
+    """The submit's `interactive` field: which interactive command made the job and, for `yard
+    notebook` (cli/notebook.py), where JupyterLab listens in the job (`port`), its token and the
+    local URL its client serves it on (`url`, with the token: the dashboard's "Open notebook"
+    link). The token and the URL are the owner's secret: `shown` keeps them from everyone else."""
 
     model_config = ConfigDict(extra="forbid")
 
     kind: Kind
+    port: int | None = Field(None, ge=1, le=65535)
+    token: str | None = Field(None, min_length=16, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")
+    url: str | None = Field(None, max_length=2000, pattern=r"^https?://[^\s]+$")
+
+    @model_validator(mode="after")
+    def _notebook_only(self) -> "InteractiveAsk":
+        given = [k for k in ("port", "token", "url") if getattr(self, k) is not None]
+        if given and self.kind != "notebook":
+            raise ValueError(f"interactive.{given[0]}: only a notebook (kind notebook) has one")
+        return self
 
 
 def defaults(ask: InteractiveAsk, name: str, command: list[str], script: str | None, job_class: str | None,
@@ -74,7 +87,26 @@ def defaults(ask: InteractiveAsk, name: str, command: list[str], script: str | N
 
 def record_of(ask: InteractiveAsk | None) -> dict[str, Any] | None:
     """The stored `jobs.interactive` of a submission."""
-    return None if ask is None else {"kind": ask.kind}
+    return None if ask is None else ask.model_dump(exclude_none=True)
+
+
+SECRET = ("token", "url")  # a notebook's: whoever has them uses the owner's JupyterLab
+
+
+def public(rec: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What anyone who sees the job sees of its interactive record: not a notebook's token or URL."""
+    return None if rec is None else {k: v for k, v in rec.items() if k not in SECRET}
+
+
+def shown(rec: dict[str, Any] | None, by: Principal | None, job: JobRow) -> dict[str, Any] | None:
+    """The record as `by` may see it: whole for the job's owner (a member token of its team), admins
+    and the job's own token (the notebook's script reads its token with it: cli/notebook.py);
+    `public` for the rest. Others of the team read the job's env, command and logs, so the token is
+    in none of them."""
+    if rec is None or by is None or by.is_admin or by.job_id == job.id or \
+            (by.role == "member" and by.team == job.team and by.user == job.user):
+        return rec
+    return public(rec)
 
 
 def end_session(s: Session, job_id: int, code: int, now: float, *, actor: str) -> bool:

@@ -643,6 +643,7 @@ _SHOWN += tuple((c, c) for c in REQUEST_FIELDS if c not in {col for _, col in _S
 _KEYS = tuple(k for k, _ in _SHOWN)
 _COLUMNS = tuple(c for _, c in _SHOWN)
 _MEM, _TEAM, _CONTAINER = _COLUMNS.index("gpu_mem_mib"), _COLUMNS.index("team"), _COLUMNS.index("container")
+_INTERACTIVE = _COLUMNS.index("interactive")
 _PRIVATE = tuple(_COLUMNS.index(c) for c in ("command", "workdir", "env", "mail_user"))
 
 
@@ -660,11 +661,16 @@ def _shown(values: list[Any], by: Principal | None) -> dict[str, Any]:
         for i in _PRIVATE:
             values[i] = None
         values[_CONTAINER] = _public_container(values[_CONTAINER])
+    if by is not None:  # a notebook's token: only `job_dict` shows it, to whom it belongs
+        values[_INTERACTIVE] = allocations.public(values[_INTERACTIVE])
     return dict(zip(_KEYS, values))
 
 
 def job_dict(j: JobRow, by: Principal | None = None) -> dict[str, Any]:
-    return _shown([getattr(j, c) for c in _COLUMNS], by)
+    out = _shown([getattr(j, c) for c in _COLUMNS], by)
+    if j.interactive is not None:
+        out["interactive"] = allocations.shown(j.interactive, by, j)
+    return out
 
 
 def get(s: Session, job_id: int, by: Principal) -> JobRow:
@@ -738,10 +744,13 @@ def list_job_dicts(s: Session, by: Principal, *, states: list[str] | None = None
     mem = keys.index("gpu_mem_gb") if "gpu_mem_gb" in keys else None
     private = [i for i, c in enumerate(cols) if _COLUMNS.index(c) in _PRIVATE]
     boxed = cols.index("container") if "container" in cols else None
+    session = cols.index("interactive") if "interactive" in cols else None
     out = []
     for r in s.execute(q):
         values = list(r)
         row_team = values.pop()
+        if session is not None:  # a listing never shows a notebook's token (`job_dict` may)
+            values[session] = allocations.public(values[session])
         if mem is not None and values[mem] is not None:
             values[mem] = values[mem] / 1024
         if (private or boxed is not None) and not (by is None or by.can_manage_team(row_team)):

@@ -216,8 +216,7 @@ def enter(run_dir: str, rank: int) -> dict[str, str]:
     plan = (meta.get("contain") or {}).get(str(rank)) or {}
     pid, start = rank_process(run_dir, rank)
     try:
-        net, mnt, user = _ns_fd(pid, "net"), _ns_fd(pid, "mnt"), _ns_fd(pid, "user")
-        uts = _ns_fd(pid, "uts")
+        net, mnt, user, uts = _ns_fd(pid, "net"), _ns_fd(pid, "mnt"), _ns_fd(pid, "user"), _ns_fd(pid, "uts")
         root = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         env = _environ(pid)
     except OSError as e:
