@@ -20,7 +20,8 @@ runs there with the same contract (skipped, with the reason, where a backend run
 without pyxis); every rank or none on a command that cannot run; re-attach by a new backend on the same data dir after
 close(); release ends what is left and forgets the attempt; a rank's end is news to `watch(wake)`;
 a terminal in a running rank (`open_terminal`) runs on its node and passes its exit status on, and
-one in a rank that is not there is refused.
+one in a rank that is not there is refused; a port in a running rank (`open_port`) carries bytes
+both ways, and nothing listening, or no such rank, is refused clearly.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -41,7 +43,7 @@ from tests import image_builds, image_tools
 from tests.backends.helpers import MARK, marked_processes
 from tests.backends.terminal_io import Screen
 from tests.image_registry import Registry
-from trainyard.backends.base import AttemptState, Backend, BackendError, ContainerLaunch, LaunchSpec
+from trainyard.backends.base import AttemptState, Backend, BackendError, ContainerLaunch, LaunchSpec, NothingListens
 from trainyard.contracts import RankPlacement
 from trainyard.backends.fake import FakeBackend, FakeCluster
 from trainyard.clock import FakeClock
@@ -431,4 +433,44 @@ class Conformance:
         h.backend.release(9, 1)
         with pytest.raises(BackendError, match="job 9 attempt 1 rank 0"):
             h.backend.open_terminal(9, 1, 0, [])
+        h.wait(lambda: not h.leftovers(), 30, "nothing left running after release")
+
+    def test_a_port_in_a_running_rank_carries_bytes_both_ways_and_refuses_clearly(self, harness: Harness) -> None:
+        """`open_port`: a connection to the loopback as the rank sees it (the test's own listener,
+        since the ranks share this machine's network), bytes both ways, the job side's end an end
+        of file; nothing listening is NothingListens; an unknown or released rank, BackendError."""
+        h = harness
+        h.backend.launch(h.spec(10, h.command()))  # runs until killed
+        h.wait_running(10)
+        with socket.create_server(("127.0.0.1", 0)) as server:
+            port = server.getsockname()[1]
+            server.settimeout(30 * h.patience)
+            tunnel = h.backend.open_port(10, 1, 2, port)
+            try:
+                conn, _ = server.accept()
+                with conn:
+                    os.write(tunnel.write_fd, b"ping")
+                    assert conn.recv(4) == b"ping"
+                    conn.sendall(b"pong")
+                    got = b""
+                    while len(got) < 4:
+                        got += os.read(tunnel.read_fd, 4 - len(got))
+                    assert got == b"pong"
+                assert os.read(tunnel.read_fd, 1) == b""  # the job side closed
+            finally:
+                for fd in {tunnel.read_fd, tunnel.write_fd}:
+                    os.close(fd)
+                if tunnel.pid is not None:
+                    try:
+                        os.killpg(tunnel.pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+                    os.waitpid(tunnel.pid, 0)
+        with pytest.raises(NothingListens, match="nothing listens on port"):
+            h.backend.open_port(10, 1, 0, port)  # the listener is closed
+        with pytest.raises(BackendError, match="rank 4"):
+            h.backend.open_port(10, 1, 4, port)
+        h.backend.release(10, 1)
+        with pytest.raises(BackendError, match="rank 0"):
+            h.backend.open_port(10, 1, 0, port)
         h.wait(lambda: not h.leftovers(), 30, "nothing left running after release")
