@@ -143,3 +143,24 @@ def test_an_unknown_job_is_404_and_a_pending_one_409(t) -> None:
 def test_bad_input_names_the_field(t, q: dict, field: str) -> None:
     status, body = _refused(_url(t, t.running, **q), t.alice)
     assert status == 400 and body["field"] == field, body
+
+
+def test_operators_may_where_the_configuration_lets_them(t) -> None:
+    """`interactive.operators_may_attach: true`: an operator's terminal opens (and is audited as
+    theirs); a viewer still may not; back to false, the operator is refused again."""
+    admin = t.p.client(t.p.admin_token)
+    text = admin.get("/api/v1/cluster/config").json()["text"]
+
+    def apply(extra: str) -> None:
+        r = admin.post("/api/v1/cluster/config", json={"text": text + extra, "message": "operators"})
+        assert r.status_code == 200, r.text
+    apply("\ninteractive: {operators_may_attach: true}\n")
+    try:
+        _, code = asyncio.run(_session(_url(t, t.running, cmd=["true"]), t.operator))
+        assert code == 0
+        assert t.events()[-1]["data"]["role"] == "operator"
+        assert _refused(_url(t, t.running, cmd=["true"]), t.viewer)[0] == 403
+    finally:
+        apply("\ninteractive: {operators_may_attach: false}\n")
+    status, body = _refused(_url(t, t.running, cmd=["true"]), t.operator)
+    assert status == 403 and "operators" not in body["detail"]
