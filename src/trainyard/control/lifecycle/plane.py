@@ -211,7 +211,8 @@ class ControlPlane:
     def remove_image(self, target: str, nodes: list[str]) -> list[dict[str, Any]]:
         return self.images.remove(target, nodes)
 
-    def open_terminal(self, job_id: int, rank: int, argv: list[str], rows: int, cols: int) -> Terminal:
+    def open_terminal(self, job_id: int, rank: int, argv: list[str], rows: int, cols: int, *,
+                      session: bool = False) -> Terminal:
         """`argv` in rank `rank` of the job's current attempt, on a new pseudo-terminal (the
         backend's `open_terminal`); a rank the backend does not run is a Conflict, not a crash.
 
@@ -227,7 +228,7 @@ class ControlPlane:
                     raise NotFound(f"no job {job_id}")
                 attempt, running = row.attempt, row.state == JobState.RUNNING
             try:
-                return self.backend.open_terminal(job_id, attempt, rank, argv, rows=rows, cols=cols)
+                return self.backend.open_terminal(job_id, attempt, rank, argv, rows=rows, cols=cols, session=session)
             except BackendError as e:
                 launching = running and not any(a.job_id == job_id and a.attempt == attempt
                                                 for a in self.backend.poll())
