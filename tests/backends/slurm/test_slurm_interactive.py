@@ -178,7 +178,7 @@ def test_alloc_two_nodes_the_allocations_environment_srun_on_both_and_exit_compl
     assert got[8] == site.acc.user("alice"), got  # the owner, never root (the plane is root)
     child.expect_exact(PROMPT)
     # salloc's interactive step: a plain srun starts a task on each node of the allocation
-    child.sendline("srun bash -c 'echo task-$SLURM_PROCID-of-$SLURM_NTASKS on $SLURMD_NODENAME as $(id -un)' | sort; "
+    child.sendline("srun bash -c 'echo t''ask-$SLURM_PROCID-of-$SLURM_NTASKS on $SLURMD_NODENAME as $(id -un)' | sort; "
                    "echo do''ne")
     child.expect(r"(task-[\s\S]*?)\r\ndone", timeout=60)
     user = site.acc.user("alice")

@@ -339,8 +339,10 @@ class SlurmBackend(WatchesExits):
             if not st.running:
                 raise BackendError(f"{where}: the rank is not running (it has ended)")
             owner = att.owner
-        srun = [self._bin["srun"], f"--jobid={att.slurm_id}", "--overlap", "-N1", "-n1",
-                *([f"--nodelist={node}"] if node else []), *rank_port.relay_argv("python3", port)]
+        # --unbuffered: slurmstepd passes the task's output on line by line otherwise, and the
+        # relay's b"+" (and every byte after it) would wait for a newline.
+        srun = [self._bin["srun"], f"--jobid={att.slurm_id}", "--overlap", "--unbuffered", "-N1", "-n1",
+                *([f"--nodelist={node}"] if node else []), *rank_port.relay_argv(self._python, port)]
         if owner is not None:
             srun = [self._bin["runuser"], "-u", owner, "--", *srun]
         try:
