@@ -31,7 +31,7 @@ from fastapi import WebSocket
 from starlette.concurrency import run_in_threadpool
 
 from trainyard.api import deps
-from trainyard.api.terminal import _refuse
+from trainyard.api.terminal import refuse
 from trainyard.backends.base import Tunnel
 from trainyard.services import ports, terminals
 from trainyard.services.errors import ServiceError
@@ -51,7 +51,7 @@ async def serve(ws: WebSocket, job_text: str, port_text: str) -> None:
         by = await deps.principal(ws.headers.get("authorization"), cp)
         tunnel, _, _ = await run_in_threadpool(ports.open_port, cp, by, job_id, ask)
     except ServiceError as e:
-        await _refuse(ws, e.status, e.message, e.field)
+        await refuse(ws, e.status, e.message, e.field)
         return
     try:
         await ws.accept()

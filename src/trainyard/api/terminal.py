@@ -63,7 +63,7 @@ async def serve(ws: WebSocket, job_text: str) -> None:
         term, _, _ = await run_in_threadpool(terminals.open_terminal, cp, by, job_id, ask)
         on_exit = (lambda code: terminals.session_ended(cp, by, job_id, code)) if ask.session else None
     except ServiceError as e:
-        await _refuse(ws, e.status, e.message, e.field)
+        await refuse(ws, e.status, e.message, e.field)
         return
     try:
         await ws.accept()
@@ -73,7 +73,9 @@ async def serve(ws: WebSocket, job_text: str) -> None:
     await Pump(ws, term, job_id=job_id, sessions=cp.sessions, on_exit=on_exit).run()
 
 
-async def _refuse(ws: WebSocket, status: int, message: str, field: str | None) -> None:
+async def refuse(ws: WebSocket, status: int, message: str, field: str | None) -> None:
+    """A refusal before the handshake completes, as every HTTP route answers one (`{"detail",
+    "field"}` with the status); the terminal and the port routes both use it."""
     try:
         await ws.send_denial_response(JSONResponse({"detail": message, "field": field}, status_code=status))
     except RuntimeError:  # a server without the denial extension: a close before the handshake (403)

@@ -152,7 +152,7 @@ def run(listener: socket.socket, words: list[str], options: dict[str, Any]) -> i
     body["script"] = jupyter_script(words, remote)
     body["name"] = body.get("name") or "notebook"
     c, job_id = Client(), None
-    with alloc.stops_raise():
+    with alloc.on_stop_signals(alloc.raise_stop):
         try:
             job_id = alloc.submit(c, body, where, TOOL)
             alloc.tell(TOOL, f"Pending job allocation {job_id}")
@@ -173,7 +173,7 @@ def serve(c: Client, job_id: int, listener: socket.socket, remote: int, token: s
     and serve until a signal (released: 0; 1 before the URL was printed), the job's end or the
     forward's (1)."""
     base = url.split("/lab?")[0]
-    with alloc.stops_raise():
+    with alloc.on_stop_signals(alloc.raise_stop):
         fwd, keeper, served = None, None, False
         try:
             fwd = start_forward(c, job_id, listener, remote)

@@ -97,7 +97,7 @@ def open_port(plane: Plane, by: Principal, job_id: int, ask: PortAsk) -> tuple[T
         if row.state != JobState.RUNNING:
             raise Conflict(f"job {job_id} is {row.state}, not RUNNING: no port to forward")
         ranks = ranks_for(row.placement or [], row.tasks_per_node)
-        rank, node = terminals._rank_of(job_id, ranks, terminals.TerminalAsk(rank=ask.rank, node=ask.node))
+        rank, node = terminals.rank_of(job_id, ranks, terminals.TerminalAsk(rank=ask.rank, node=ask.node))
     tunnel = plane.open_port(job_id, rank, ask.port)
     try:
         with plane.transaction() as s:

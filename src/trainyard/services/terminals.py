@@ -148,7 +148,7 @@ def open_terminal(plane: Plane, by: Principal, job_id: int, ask: TerminalAsk) ->
                                "`yard alloc`'s; `yard shell` opens a terminal in any running job)", field="session")
         if row.state != JobState.RUNNING:
             raise Conflict(f"job {job_id} is {row.state}, not RUNNING: no terminal to open")
-        rank, node = _rank_of(job_id, ranks_for(row.placement or [], row.tasks_per_node), ask)
+        rank, node = rank_of(job_id, ranks_for(row.placement or [], row.tasks_per_node), ask)
     term = plane.open_terminal(job_id, rank, list(ask.argv), ask.rows, ask.cols, session=ask.session)
     try:
         with plane.transaction() as s:
@@ -172,7 +172,9 @@ def session_ended(plane: Plane, by: Principal, job_id: int, code: int) -> None:
         plane.wake()
 
 
-def _rank_of(job_id: int, ranks: list[RankPlacement], ask: TerminalAsk) -> tuple[int, str]:
+def rank_of(job_id: int, ranks: list[RankPlacement], ask: TerminalAsk) -> tuple[int, str]:
+    """The rank and node `ask` names (a node: its first rank there; neither: rank 0), for terminals
+    and forwarded ports alike. Raises ServiceError naming `node` or `rank` when the job has none."""
     if ask.node is not None:
         rank = next((r.rank for r in ranks if r.node == ask.node), None)
         if rank is None:

@@ -23,16 +23,16 @@ from tests.plane import TWO_TEAMS
 from trainyard.control.loop.idle import sample_every
 from trainyard.store.models import JobRow
 
-TIMEOUT, WARNING = 600, 60  # idle_timeout 10m, idle_warning 1m
+TIMEOUT, WARNING = 120, 30  # idle_timeout 2m, idle_warning 30s: fewer passes of the fake clock
 FOREVER = fake()  # a rank that runs until it is stopped
 
 
 @pytest.fixture
 def fp(tmp_path):
     text = TWO_TEAMS.read_text().replace("max_run_time: 8h, grace_period: 0}",
-                                         "max_run_time: 8h, grace_period: 0, idle_timeout: 10m}")
+                                         "max_run_time: 8h, grace_period: 0, idle_timeout: 2m}")
     assert "idle_timeout" in text
-    text += "interactive: {idle_warning: 1m, idle_cpu_percent: 5}\nnotify: {webhook: 'http://127.0.0.1:9/hook'}\n"
+    text += "interactive: {idle_warning: 30s, idle_cpu_percent: 5}\nnotify: {webhook: 'http://127.0.0.1:9/hook'}\n"
     cfg = tmp_path / "idle.yaml"
     cfg.write_text(text)
     p = FakePlane(tmp_path / "yard", config=cfg)
@@ -94,8 +94,8 @@ def test_input_after_the_warning_starts_a_new_stretch_with_a_new_warning(fp):
     told: list[str] = []
     att = fp.cp.sessions.attach(j["id"], told.append)
     fp.until(lambda: told, within=TIMEOUT)
-    fp.run(30)
-    att.touch()  # a keystroke, 30 s before the end
+    fp.run(WARNING // 2)
+    att.touch()  # a keystroke, halfway between the warning and the end
     typed = fp.clock()
     fp.run(TIMEOUT - WARNING - 2)
     assert fp.job(j["id"])["state"] == "RUNNING" and len(told) == 1
