@@ -16,7 +16,6 @@ token of team vision (tests/accounts.py), whose jobs Slurm runs as her.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -285,5 +284,4 @@ def test_a_killed_alloc_client_ends_the_allocation_after_the_grace_and_slurm_let
     gone_from_squeue(site, slurm_id, left, within=GRACE_S + 40)
     lost = [e for e in site.api.get(f"/api/v1/jobs/{job_id}/events").json()["events"]
             if e["kind"] == "job.connection_lost"]
-    assert len(lost) == 1, lost
-    assert json.dumps(j)  # the record is whole
+    assert len(lost) == 1 and f"{GRACE_S}s" in lost[0]["message"], lost
