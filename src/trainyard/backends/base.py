@@ -252,8 +252,11 @@ class Backend(Protocol):
     # A command in a running rank's place (issue 38): its node, its cell (cgroups), its mount
     # namespace (private /tmp, its container), its environment, as the job's owner, on a new
     # pseudo-terminal of `rows` x `cols`. Raises BackendError when the rank is not running.
+    # `session`: it is an interactive allocation's session (salloc's interactive step), whose
+    # environment is the whole allocation's, as a batch script's (the Slurm backend's terminal is
+    # otherwise a one-task step's; the others' rank 0 of a batch attempt has that environment already).
     def open_terminal(self, job_id: int, attempt: int, rank: int, argv: list[str], *, rows: int = 24,
-                      cols: int = 80, term: str = "xterm-256color") -> Terminal: ...
+                      cols: int = 80, term: str = "xterm-256color", session: bool = False) -> Terminal: ...
 
     # A TCP connection to `port` on the loopback address (127.0.0.1, then ::1) of a running rank's
     # network, made as the job's owner from inside the rank's place (its cgroups and namespaces).

@@ -545,7 +545,7 @@ class FakeBackend:
     # -- images: a cache per node, nothing pulled (scripted failures: `cluster.pull_errors`) -------
 
     def open_terminal(self, job_id: int, attempt: int, rank: int, argv: list[str], *, rows: int = 24,
-                      cols: int = 80, term: str = terminal.DEFAULT_TERM) -> Terminal:
+                      cols: int = 80, term: str = terminal.DEFAULT_TERM, session: bool = False) -> Terminal:
         """Emulation: a real pty running `argv` (empty: `$SHELL` of the rank's environment, else
         /bin/sh) on this machine as the plane's own user, in the rank's workdir (where it exists),
         with the rank's fake environment (its `LaunchSpec.env` under `contracts.rank_env`, PATH

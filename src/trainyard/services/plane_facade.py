@@ -109,10 +109,12 @@ class Plane(Protocol):
     def remove_image(self, target: str, nodes: list[str]) -> list[dict[str, Any]]:
         """`target` (a digest, or an image) removed from `nodes`' caches: `[{node, name, digest, removed, why}]`."""
 
-    def open_terminal(self, job_id: int, rank: int, argv: list[str], rows: int, cols: int) -> Terminal:
+    def open_terminal(self, job_id: int, rank: int, argv: list[str], rows: int, cols: int, *,
+                      session: bool = False) -> Terminal:
         """`argv` in rank `rank` of the job's current attempt, as its owner, on a new pseudo-terminal
-        of `rows` x `cols` (the backend's `open_terminal`). Raises Conflict when the rank is not
-        running there. The caller owns the result: it closes the fd and reaps the pid."""
+        of `rows` x `cols` (the backend's `open_terminal`; `session`: the allocation's session, with
+        the whole allocation's environment). Raises Conflict when the rank is not running there.
+        The caller owns the result: it closes the fd and reaps the pid."""
 
     def open_port(self, job_id: int, rank: int, port: int) -> Tunnel:
         """A TCP connection to `port` on the loopback of rank `rank` of the job's current attempt,

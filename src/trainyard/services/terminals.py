@@ -149,7 +149,7 @@ def open_terminal(plane: Plane, by: Principal, job_id: int, ask: TerminalAsk) ->
         if row.state != JobState.RUNNING:
             raise Conflict(f"job {job_id} is {row.state}, not RUNNING: no terminal to open")
         rank, node = rank_of(job_id, ranks_for(row.placement or [], row.tasks_per_node), ask)
-    term = plane.open_terminal(job_id, rank, list(ask.argv), ask.rows, ask.cols)
+    term = plane.open_terminal(job_id, rank, list(ask.argv), ask.rows, ask.cols, session=ask.session)
     try:
         with plane.transaction() as s:
             what = "the allocation's session" if ask.session else "a terminal"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from trainyard.backends.slurm.backend import features_topology, gres_gpus, node_health, parse_kv_line
-from trainyard.backends.slurm.task import batch_env, batch_path, task_env, tasks_on_node
+from trainyard.backends.slurm.task import allocation_vars, batch_env, batch_path, session_env, task_env, tasks_on_node
 
 LINE = ("NodeName=n1 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUTot=8 AvailableFeatures=block_b0,rack=r1,ib "
         "ActiveFeatures=block_b0,rack=r1,ib Gres=gpu:a100:4(S:0-1) NodeAddr=10.0.0.1 State=IDLE+DRAIN "
@@ -95,3 +95,35 @@ def test_the_batch_step_keeps_slurms_variables_over_the_jobs_and_gets_no_task_on
     assert (env["MINE"], env["TRAINYARD_JOB_ID"], env["TRAINYARD_NODE"]) == ("yes", "3", "n1")
     assert env["PATH"] == step["PATH"]
     assert not {"RANK", "WORLD_SIZE", "LOCAL_RANK", "TRAINYARD_GPUS_PER_RANK"} & set(env)
+
+
+# What Slurm 22.05 gives a one-task `srun --jobid=J --overlap --pty -N1 -n1 -w n1` step of a 2-node
+# job (abridged, as printed on the test cluster) and the batch step of that job.
+STEP = {"SLURM_JOB_ID": "7", "SLURMD_NODENAME": "n1", "SLURM_NNODES": "1", "SLURM_NTASKS": "1", "SLURM_NPROCS": "1",
+        "SLURM_TASKS_PER_NODE": "1", "SLURM_JOB_NODELIST": "n1", "SLURM_NODELIST": "n[1-2]", "SLURM_JOB_NAME": "bash",
+        "SLURM_STEP_ID": "0", "SLURM_STEPID": "0", "SLURM_STEP_NODELIST": "n1", "SLURM_STEP_NUM_TASKS": "1",
+        "SLURM_PTY_PORT": "4000", "CUDA_VISIBLE_DEVICES": "0", "SLURM_TASK_PID": "99", "PATH": "/usr/bin"}
+BATCH = {"SLURM_JOB_ID": "7", "SLURMD_NODENAME": "n1", "SLURM_NNODES": "2", "SLURM_NTASKS": "2", "SLURM_NPROCS": "2",
+         "SLURM_TASKS_PER_NODE": "1(x2)", "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_NODELIST": "n[1-2]",
+         "SLURM_JOB_NAME": "interactive", "SLURM_JOB_NUM_NODES": "2", "SLURM_SUBMIT_DIR": "/home/a",
+         "SLURM_TASK_PID": "42", "SLURM_PROCID": "0", "SLURM_CONF": "/etc/slurm.conf", "CUDA_VISIBLE_DEVICES": "0"}
+
+
+def test_the_sessions_environment_is_the_allocations_as_in_sallocs_interactive_step():
+    alloc = allocation_vars(BATCH)
+    assert "SLURM_TASK_PID" not in alloc and "SLURM_PROCID" not in alloc and "CUDA_VISIBLE_DEVICES" not in alloc
+    env = session_env(STEP, alloc, {"TRAINYARD_JOB_ID": "3", "MINE": "yes", "SLURM_NNODES": "9", "PATH": ""})
+    got = {k: env.get(k) for k in ("SLURM_NNODES", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_TASKS_PER_NODE",
+                                   "SLURM_JOB_NODELIST", "SLURM_JOB_NAME", "SLURM_TASK_PID", "SLURM_PTY_PORT")}
+    assert got == {"SLURM_NNODES": "2", "SLURM_NTASKS": "2", "SLURM_NPROCS": "2", "SLURM_TASKS_PER_NODE": "1(x2)",
+                   "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_NAME": "interactive", "SLURM_TASK_PID": "99",
+                   "SLURM_PTY_PORT": "4000"}
+    assert not [k for k in env if k.startswith("SLURM_STEP")]
+    assert (env["TRAINYARD_JOB_ID"], env["MINE"], env["TRAINYARD_NODE"], env["CUDA_VISIBLE_DEVICES"]) == ("3", "yes", "n1", "0")
+
+
+def test_without_the_batch_steps_record_the_session_spans_the_nodes_slurm_names():
+    env = session_env(STEP, None, {})
+    assert (env["SLURM_NNODES"], env["SLURM_JOB_NUM_NODES"], env["SLURM_JOB_NODELIST"]) == ("2", "2", "n[1-2]")
+    assert not {"SLURM_NTASKS", "SLURM_NPROCS", "SLURM_TASKS_PER_NODE"} & set(env)  # srun's defaults: a task a node
+    assert not [k for k in env if k.startswith("SLURM_STEP")]

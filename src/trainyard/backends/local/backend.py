@@ -496,7 +496,7 @@ class LocalBackend(WatchesExits):
     # -- node state -----------------------------------------------------------------------------
 
     def open_terminal(self, job_id: int, attempt: int, rank: int, argv: list[str], *, rows: int = 24,
-                      cols: int = 80, term: str = terminal.DEFAULT_TERM) -> Terminal:
+                      cols: int = 80, term: str = terminal.DEFAULT_TERM, session: bool = False) -> Terminal:
         """`argv` (empty: the owner's shell) in `rank`'s place on a new pty: its cgroups, its mount
         namespace (private /tmp, its container), its environment, as the owner (`rundir/attach.py`,
         which checks again that the rank's process is the recorded one). The attempt's release

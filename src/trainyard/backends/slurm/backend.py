@@ -264,14 +264,20 @@ class SlurmBackend(WatchesExits):
         return False
 
     def open_terminal(self, job_id: int, attempt: int, rank: int, argv: list[str], *, rows: int = 24,
-                      cols: int = 80, term: str = terminal.DEFAULT_TERM) -> Terminal:
+                      cols: int = 80, term: str = terminal.DEFAULT_TERM, session: bool = False) -> Terminal:
         """Slurm's own way in: `runuser -u <owner> -- srun --jobid=<the batch job> --overlap --pty
         -w <the rank's node> -N1 -n1 argv` on a new pty (argv empty: the owner's login shell), so
         slurmstepd starts it in the job's allocation and cgroups, as the owner. Its environment is
         the step's Slurm gives (the plane's clean command environment, the account's, SLURM_* of
-        the job, TERM), not the rank's own TRAINYARD_* additions; a container rank's image is not
-        entered (pyxis's `--container-name` would be needed). Untested here: the Slurm test cluster
-        (tests/slurm_cluster.py) takes minutes to start.
+        the step, TERM), not the rank's own TRAINYARD_* additions; a container rank's image is not
+        entered (pyxis's `--container-name` would be needed). Tested on the Slurm test cluster
+        (tests/backends/slurm/test_slurm_terminal.py, test_slurm_interactive.py).
+
+        `session` (an allocation's session, rank 0 of its batch attempt: the hold): argv runs
+        behind `slurm/task.py --session`, which makes the step's environment the allocation's, as
+        salloc's interactive step has it (SLURM_NNODES, SLURM_NTASKS, SLURM_TASKS_PER_NODE,
+        SLURM_JOB_NODELIST of the whole job, no SLURM_STEP_*; the job's own variables under them;
+        in the job's workdir): `srun` typed there starts tasks across the allocation.
 
         Raises:
             BackendError: no such attempt or rank here, its node is down, or the rank has ended.
@@ -292,6 +298,9 @@ class SlurmBackend(WatchesExits):
                 raise BackendError(f"{where}: the rank is not running (it has ended)")
             owner = att.owner
         command = list(argv) or [_login_shell(owner)]
+        if session and att.batch:
+            command = [self._python, "-I", "-S", str(job_tools.copied(att.run_dir, TASK)), "--session",
+                       str(att.run_dir), "--", *command]
         srun = [self._bin["srun"], f"--jobid={att.slurm_id}", "--overlap", "--pty", "-N1", "-n1",
                 *([f"--nodelist={node}"] if node else []), *command]
         if owner is not None:
@@ -330,8 +339,10 @@ class SlurmBackend(WatchesExits):
             if not st.running:
                 raise BackendError(f"{where}: the rank is not running (it has ended)")
             owner = att.owner
-        srun = [self._bin["srun"], f"--jobid={att.slurm_id}", "--overlap", "-N1", "-n1",
-                *([f"--nodelist={node}"] if node else []), *rank_port.relay_argv("python3", port)]
+        # --unbuffered: slurmstepd passes the task's output on line by line otherwise, and the
+        # relay's b"+" (and every byte after it) would wait for a newline.
+        srun = [self._bin["srun"], f"--jobid={att.slurm_id}", "--overlap", "--unbuffered", "-N1", "-n1",
+                *([f"--nodelist={node}"] if node else []), *rank_port.relay_argv(self._python, port)]
         if owner is not None:
             srun = [self._bin["runuser"], "-u", owner, "--", *srun]
         try:

@@ -3,6 +3,7 @@
 Usage (by `srun`, once per task): python -I -S slurm/task.py <run-dir> <job-dir> -- <command...>
        (as Slurm's batch step, a batch script): python -I -S slurm/task.py --batch <run-dir> <job-dir> -- <command...>
        `--stderr-apart` (after --batch, if any): stderr to `JobDir.rank_err` (sbatch's -e/--error)
+       (an interactive allocation's session, by `srun --overlap --pty`): python -I -S slurm/task.py --session <run-dir> -- <command...>
 
 `srun` starts one task per rank and describes the allocation in Slurm's own variables
 (SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID, SLURM_STEP_NODELIST, SLURM_STEP_TASKS_PER_NODE, ...).
@@ -30,6 +31,18 @@ job's PATH comes first, with the directory of Slurm's own `srun`/`scontrol` afte
 them: the `srun` the script runs is Slurm's, and the tasks it starts get the batch step's
 environment (srun's default --export=ALL): the job's, MASTER_ADDR/PORT, TRAINYARD_*. Their output
 goes to srun's, the script's: rank 0's log. The script's exit is the rank's exit record.
+
+With `--session` (issue 38: `yard alloc`'s shell, salloc's interactive step) this is the command
+of a one-task `srun --jobid=J --overlap --pty -N1 -n1` step on the allocation's first node, which
+Slurm gives a step's environment: SLURM_NNODES=1, SLURM_NTASKS=1, SLURM_STEP_*, so a plain `srun`
+typed there would start one task. Slurm's own interactive step (`srun --interactive --preserve-env
+--pty $SHELL`, run by salloc with LaunchParameters=use_interactive_step) keeps salloc's SLURM_NNODES
+and SLURM_NTASKS instead. Here the batch step (the allocation's hold) records its Slurm variables,
+the allocation's as sbatch describes it (`ALLOC_ENV_FILE`, less what is its own process's), and
+the session's environment is the step's with those laid over it and SLURM_STEP_* gone, then the
+job's under it and PATH as for a batch script (`batch_env`); it starts in SLURM_SUBMIT_DIR (the
+job's workdir) and `exec`s the command, so the shell is the step's task: `srun` in it spreads tasks
+over the allocation, as in salloc's shell or the batch script.
 
 Standard library only and run with -I -S, like the runner: nothing in the job's environment can
 change how a rank starts. `contracts.py` is loaded by its path for the same reason (by_path.py).
@@ -156,7 +169,76 @@ def batch_env(environ: dict[str, str], job: dict[str, str]) -> dict[str, str]:
     return env
 
 
+# The batch step's Slurm variables (the allocation's), written by the hold for its session.
+ALLOC_ENV_FILE = "alloc-env.json"
+# Of the batch step's variables, those that are its own process's or node's, not the allocation's.
+NOT_THE_ALLOCATIONS = ("SLURM_TASK_PID", "SLURM_PRIO_PROCESS", "SLURM_GTIDS", "SLURM_PROCID", "SLURM_LOCALID",
+                       "SLURM_NODEID", "SLURM_CPUS_ON_NODE", "SLURM_GPUS_ON_NODE", "SLURM_TOPOLOGY_ADDR",
+                       "SLURM_TOPOLOGY_ADDR_PATTERN", "SLURM_CONF", "SLURM_UMASK")
+STEP_PREFIX = "SLURM_STEP"  # SLURM_STEP_ID, SLURM_STEPID, SLURM_STEP_NODELIST, SLURM_STEP_NUM_TASKS, ...
+
+
+def allocation_vars(environ: dict[str, str]) -> dict[str, str]:
+    """The batch step's Slurm variables that describe the allocation (see the module docstring)."""
+    return {k: v for k, v in environ.items() if k.startswith("SLURM_") and k not in NOT_THE_ALLOCATIONS
+            and not k.startswith(STEP_PREFIX)}
+
+
+def session_env(step: dict[str, str], alloc: dict[str, str] | None, job: dict[str, str]) -> dict[str, str]:
+    """The session's environment: the one-task step's, without SLURM_STEP_*, with the allocation's
+    variables over it (`alloc`, as the batch step recorded them; None when it did not: then what
+    the step says of the job, SLURM_NODELIST, makes the node count and the task counts are left to
+    `srun`), the job's under it (`batch_env`)."""
+    env = {k: v for k, v in step.items() if not k.startswith(STEP_PREFIX)}
+    if alloc is not None:
+        env.update(alloc)
+    else:
+        nodes = env.get("SLURM_NODELIST") or env.get("SLURM_JOB_NODELIST", "")
+        count = str(len(contracts.expand_hostlist(nodes))) if nodes else "1"
+        env.update(SLURM_JOB_NODELIST=nodes, SLURM_NNODES=count, SLURM_JOB_NUM_NODES=count)
+        for k in ("SLURM_NTASKS", "SLURM_NPROCS", "SLURM_TASKS_PER_NODE"):
+            env.pop(k, None)
+    return batch_env(env, job)
+
+
+def read_alloc_env(run_dir: str) -> dict[str, str] | None:
+    """What the batch step recorded (`ALLOC_ENV_FILE`), or None."""
+    try:
+        with open(os.path.join(run_dir, ALLOC_ENV_FILE)) as f:
+            env = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        return None
+    return env
+
+
+def session_main(argv: list[str]) -> int:
+    """`--session <run-dir> -- <command...>`: the command, exec'd with `session_env`."""
+    if len(argv) < 3 or argv[1] != "--":
+        print("usage: slurm/task.py --session <run-dir> -- <command...>", file=sys.stderr)
+        return 2
+    run_dir, command = argv[0], argv[2:]
+    try:
+        env = session_env(dict(os.environ), read_alloc_env(run_dir), read_job_env(run_dir))
+    except (KeyError, ValueError) as e:
+        print(f"trainyard: slurm_task: cannot build the session's environment: {e}", file=sys.stderr, flush=True)
+        return 2
+    try:
+        os.chdir(env.get("SLURM_SUBMIT_DIR") or env.get("HOME") or "/")
+    except OSError:
+        pass  # where srun started it, as srun does when it cannot enter the directory
+    try:
+        os.execvpe(command[0], command, env)
+    except OSError as e:
+        print(f"trainyard: {command[0]}: {e.strerror}", file=sys.stderr, flush=True)
+        return contracts.NOT_FOUND_EXIT if isinstance(e, FileNotFoundError) else contracts.CANNOT_EXECUTE_EXIT
+    return 0  # not reached
+
+
 def main(argv: list[str]) -> int:
+    if argv and argv[0] == "--session":
+        return session_main(argv[1:])
     batch = bool(argv) and argv[0] == "--batch"
     if batch:
         argv = argv[1:]
@@ -170,6 +252,7 @@ def main(argv: list[str]) -> int:
     try:
         if batch:  # the script's environment is the batch step's, not a task's (no RANK...)
             env = batch_env(dict(os.environ), read_job_env(run_dir))
+            _record_allocation(run_dir, allocation_vars(dict(os.environ)))
             os.environ.clear()
         else:
             os.environ.update(with_job_env(dict(os.environ), read_job_env(run_dir)))
@@ -205,6 +288,18 @@ def main(argv: list[str]) -> int:
     # script itself, so nothing arrives twice).
     notices = (contracts.NOTICE_SIGNAL, signal.SIGUSR2) if batch else ()
     return rank_runner.main([run_dir, rank, "--", *command], forward=notices)
+
+
+def _record_allocation(run_dir: str, alloc: dict[str, str]) -> None:
+    """`ALLOC_ENV_FILE`, written whole (a new name, then renamed) or not at all: the run dir is
+    this owner's own, and only a session of theirs reads it."""
+    tmp = os.path.join(run_dir, f".{ALLOC_ENV_FILE}.{os.getpid()}")
+    try:
+        with open(tmp, "w") as f:
+            json.dump(alloc, f)
+        os.replace(tmp, os.path.join(run_dir, ALLOC_ENV_FILE))
+    except OSError as e:
+        print(f"trainyard: slurm_task: cannot record the allocation's variables: {e}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -211,14 +211,32 @@ class ControlPlane:
     def remove_image(self, target: str, nodes: list[str]) -> list[dict[str, Any]]:
         return self.images.remove(target, nodes)
 
-    def open_terminal(self, job_id: int, rank: int, argv: list[str], rows: int, cols: int) -> Terminal:
+    def open_terminal(self, job_id: int, rank: int, argv: list[str], rows: int, cols: int, *,
+                      session: bool = False) -> Terminal:
         """`argv` in rank `rank` of the job's current attempt, on a new pseudo-terminal (the
-        backend's `open_terminal`); a rank the backend does not run is a Conflict, not a crash.
+        backend's `open_terminal`); a rank the backend does not run is a Conflict, not a crash
+        (see `_in_launched`)."""
+        return self._in_launched(job_id, lambda attempt: self.backend.open_terminal(
+            job_id, attempt, rank, argv, rows=rows, cols=cols, session=session))
+
+    def open_port(self, job_id: int, rank: int, port: int) -> Tunnel:
+        """A connection to `port` in rank `rank` of the job's current attempt (the backend's
+        `open_port`); a rank the backend does not run is a Conflict (see `_in_launched`), nothing
+        listening on the port there a BadGateway (field "port": the job's server, not the job, is
+        missing)."""
+        try:
+            return self._in_launched(job_id, lambda attempt: self.backend.open_port(job_id, attempt, rank, port))
+        except NothingListens as e:
+            raise BadGateway(str(e), field="port") from None
+
+    def _in_launched(self, job_id: int, do: Callable[[int], Any]) -> Any:
+        """`do(attempt)` for the job's current attempt; its BackendError a Conflict.
 
         The store says RUNNING from the commit that starts an attempt, and the loop launches it
-        after that commit: an attempt the backend does not know yet, of a job still RUNNING, is
-        waited for (up to `LAUNCH_WAIT_S`), so `yard alloc` opening its session the moment its job
-        is RUNNING gets it rather than a 409."""
+        after that commit (on Slurm: sbatch, then the ranks start, seconds): an attempt the
+        backend does not know yet, of a job still RUNNING, is waited for (up to `LAUNCH_WAIT_S`),
+        so `yard alloc` opening its session, or `yard port-forward` its first connection, the
+        moment the job is RUNNING gets it rather than a 409."""
         deadline = time.monotonic() + LAUNCH_WAIT_S
         while True:
             with self.store.session() as s:
@@ -227,29 +245,15 @@ class ControlPlane:
                     raise NotFound(f"no job {job_id}")
                 attempt, running = row.attempt, row.state == JobState.RUNNING
             try:
-                return self.backend.open_terminal(job_id, attempt, rank, argv, rows=rows, cols=cols)
+                return do(attempt)
+            except NothingListens:
+                raise
             except BackendError as e:
                 launching = running and not any(a.job_id == job_id and a.attempt == attempt
                                                 for a in self.backend.poll())
                 if not launching or time.monotonic() > deadline:
                     raise Conflict(str(e)) from None
             time.sleep(0.05)
-
-    def open_port(self, job_id: int, rank: int, port: int) -> Tunnel:
-        """A connection to `port` in rank `rank` of the job's current attempt (the backend's
-        `open_port`); a rank the backend does not run is a Conflict, nothing listening on the port
-        there a BadGateway (field "port": the job's server, not the job, is missing)."""
-        with self.store.session() as s:
-            row = s.get(JobRow, job_id)
-            if row is None:
-                raise NotFound(f"no job {job_id}")
-            attempt = row.attempt
-        try:
-            return self.backend.open_port(job_id, attempt, rank, port)
-        except NothingListens as e:
-            raise BadGateway(str(e), field="port") from None
-        except BackendError as e:
-            raise Conflict(str(e)) from None
 
     def write_server_file(self, url: str) -> None:
         self.api_url = self.loop.api_url = url
