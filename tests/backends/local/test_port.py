@@ -134,7 +134,7 @@ def test_nothing_listening_an_unknown_rank_and_an_ended_one_are_refused(backend,
         backend.open_port(2, 1, 1, port)
     with pytest.raises(BackendError, match="job 2 attempt 1 rank 2: no such running rank"):
         backend.open_port(2, 1, 2, port)
-    with pytest.raises(BackendError, match="job 2 rank 0: the rank is not running"):
+    with pytest.raises(BackendError, match="job 2 attempt 1 rank 0: the rank is not running"):
         backend.open_port(2, 1, 0, port)
 
 

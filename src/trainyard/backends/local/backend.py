@@ -508,17 +508,7 @@ class LocalBackend(WatchesExits):
         """
         where = f"job {job_id} attempt {attempt} rank {rank}"
         with self._lock:
-            att = self._attempts.get((job_id, attempt))
-            if att is None or not 0 <= rank < att.world_size:
-                raise BackendError(f"{where}: no such running rank on the {self.name} backend")
-            node = att.nodes.get(rank)
-            if node is not None and (state := self._node_state(node)) != "up":
-                raise BackendError(f"{where}: its node {node} is {state}")
-            st = self._rank_state(att, rank)
-            if not st.running:
-                raise BackendError(f"{where}: the rank is not running (it has ended)")
-            if st.stopped:
-                raise BackendError(f"{where}: the rank is stopped (its node or the rank hangs)")
+            att = self._running_rank(job_id, attempt, rank)
             rec = jobfs.read_record(att.run_dir / f"rank-{rank}.json") or {}
             child = procfs.read_stat(int(rec.get("child_pid") or 0)) if rec.get("child_pid") else None
             if child is None or child.exited or child.ppid != rec.get("pid") or \
@@ -535,6 +525,27 @@ class LocalBackend(WatchesExits):
                 self._terminals.setdefault((job_id, attempt), []).append((t.pid, leader.start_time))
             return t
 
+    def _running_rank(self, job_id: int, attempt: int, rank: int) -> _Attempt:
+        """The attempt of a rank that runs now, on a node that is up, not stopped: what a terminal
+        or a forwarded port may enter. Call with the lock held.
+
+        Raises:
+            BackendError: no such attempt or rank here, its node is down, it ended or is stopped.
+        """
+        where = f"job {job_id} attempt {attempt} rank {rank}"
+        att = self._attempts.get((job_id, attempt))
+        if att is None or not 0 <= rank < att.world_size:
+            raise BackendError(f"{where}: no such running rank on the {self.name} backend")
+        node = att.nodes.get(rank)
+        if node is not None and (state := self._node_state(node)) != "up":
+            raise BackendError(f"{where}: its node {node} is {state}")
+        st = self._rank_state(att, rank)
+        if not st.running:
+            raise BackendError(f"{where}: the rank is not running (it has ended)")
+        if st.stopped:
+            raise BackendError(f"{where}: the rank is stopped (its node or the rank hangs)")
+        return att
+
     def open_port(self, job_id: int, attempt: int, rank: int, port: int) -> Tunnel:
         """A TCP connection to `port` on the loopback of `rank`'s network, made as the owner from the
         rank's place (`rundir/attach.py --connect`, through `rundir/port.py`: the rank's process
@@ -547,19 +558,7 @@ class LocalBackend(WatchesExits):
         """
         where = f"job {job_id} rank {rank}"
         with self._lock:
-            att = self._attempts.get((job_id, attempt))
-            if att is None or not 0 <= rank < att.world_size:
-                raise BackendError(f"job {job_id} attempt {attempt} rank {rank}: no such running rank on the "
-                                   f"{self.name} backend")
-            node = att.nodes.get(rank)
-            if node is not None and (state := self._node_state(node)) != "up":
-                raise BackendError(f"{where}: its node {node} is {state}")
-            st = self._rank_state(att, rank)
-            if not st.running:
-                raise BackendError(f"{where}: the rank is not running (it has ended)")
-            if st.stopped:
-                raise BackendError(f"{where}: the rank is stopped (its node or the rank hangs)")
-            run_dir = att.run_dir
+            run_dir = self._running_rank(job_id, attempt, rank).run_dir
         try:
             fd = rank_port.connect_in_rank(run_dir, rank, port)
         except rank_port.PortError as e:
