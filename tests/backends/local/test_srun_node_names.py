@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
+import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import replace
@@ -133,11 +135,15 @@ def test_srun_forwards_signals_to_a_renamed_task_and_kills_it_when_another_fails
     assert "failed=3" in log, log
 
 
-def test_the_cells_drain_ends_a_renamed_task_left_behind(plane) -> None:
+def test_the_owner_outside_reads_and_traces_a_renamed_task_and_the_cells_drain_ends_it(plane) -> None:
     be, d, owner = plane
-    log = run_batch(be, d, 5, "srun -w node1 -N 1 bash -c 'echo H=$(hostname); touch up.5; exec sleep 300' &\n"
-                              "until [ -e up.5 ]; do sleep 0.05; done\n", owner)
-    assert "H=node1" in log, log
+    trace = "strace -p $t -e trace=none -o /dev/null & s=$!; sleep 0.3; kill $s; wait $s\n" \
+        if shutil.which("strace") else ""
+    log = run_batch(be, d, 5, "srun -w node1 -N 1 bash -c 'echo H=$(hostname); echo $$ > up.5; exec sleep 300' &\n"
+                              "until [ -s up.5 ]; do sleep 0.05; done; t=$(cat up.5)\n"
+                              "tr '\\0' '\\n' < /proc/$t/environ | grep SLURMD_NODENAME\n" + trace, owner)
+    assert "H=node1" in log and "SLURMD_NODENAME=node1" in log, log  # /proc/PID/environ: ptrace's read check
+    assert not trace or re.search(r"strace: Process \d+ attached", log), log  # ptrace's attach check
     assert wait_until(lambda: marked_processes(d / "data") == [], 10, "the task drained")
 
 
