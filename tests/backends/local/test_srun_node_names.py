@@ -137,7 +137,7 @@ def test_srun_forwards_signals_to_a_renamed_task_and_kills_it_when_another_fails
 
 def test_the_owner_outside_reads_and_traces_a_renamed_task_and_the_cells_drain_ends_it(plane) -> None:
     be, d, owner = plane
-    trace = "strace -p $t -e trace=none -o /dev/null & s=$!; sleep 0.3; kill $s; wait $s\n" \
+    trace = "strace -p $t -e trace=none -o /dev/null & s=$!; sleep 0.3; kill $s; wait $s; true\n" \
         if shutil.which("strace") else ""
     log = run_batch(be, d, 5, "srun -w node1 -N 1 bash -c 'echo H=$(hostname); echo $$ > up.5; exec sleep 300' &\n"
                               "until [ -s up.5 ]; do sleep 0.05; done; t=$(cat up.5)\n"
