@@ -179,9 +179,6 @@ def test_srun_in_a_two_node_allocation_starts_a_task_on_each_node(yard: Yard) ->
     assert lines == names
 
 
-@pytest.mark.xfail(strict=True, reason="the in-job srun (backends/local/srun.py) starts every task as its own child, "
-                   "in the batch script's cell: all in node-0's UTS namespace (docs/control-plane.md, 'Node names'); "
-                   "remove this mark when they are not")
 def test_srun_hostname_in_a_two_node_allocation_prints_both_nodes(yard: Yard) -> None:
     lines, names = _two_node_srun(yard, "hostname")
     assert lines == names

@@ -46,7 +46,9 @@ What a step is here:
 Containment, limits and identity: the tasks are srun's children, so they are in the batch
 script's cell (the attempt's cgroup, or the runner's descendants): a stop reaches them, and
 whatever is left when the script ends is killed by the batch rank's runner. They run as the job's
-owner, as the script does.
+owner, as the script does. A task on another node than the script's has that node's name (`hostname`
+in it says so) when the script's cell is named after its node: its own UTS namespace, in a user
+namespace of its own where the owner is not root (`node_name.py`, which says what that costs).
 
 Standard library only, run with -I -S by the job's owner from the attempt's own copy of the tools
 (`job_tools.py`): `contracts.py` is loaded by path (by_path.py).
@@ -94,6 +96,11 @@ _NO_EFFECT_FLAGS = {"-u", "--unbuffered", "--overlap", "--exact", "-K", "--kill-
 _NO_EFFECT_VALUED = {"--mpi", "--cpu-bind", "--cpu_bind", "--export", "--kill-on-bad-exit", "--gpu-bind",
                      "--distribution", "-m", "--hint", "--cpus-per-task", "-c"}  # block and one cell: as here
 VERSION = "srun (trainyard's, for the local backend) 1"
+
+
+def _node_name() -> Any:
+    """node_name.py, by path: a task on another emulated node than the script's, under its name."""
+    return by_path.load("backends/local/node_name")
 
 
 def _step_container() -> Any:
@@ -390,12 +397,18 @@ def run_step(run_dir: str, argv: Sequence[str], environ: dict[str, str] | None =
     def label(r: int) -> bytes:
         return f"{r}: ".encode() if opts.get("label") else b""
 
+    names = _node_name().renamer(job_nodes[0])  # the script runs on the first node
+
+    def preexec(env: dict[str, str]) -> Any:
+        return None if names is None else names.preexec(env["SLURMD_NODENAME"])
+
     try:
         apart = bool(batch.get("stderr_apart"))  # -e/--error: stderr to rank-<r>.err and srun's stderr
         for r, env in enumerate(envs):
             if r == 0:  # its output is the batch script's: srun's own stdout and stderr
                 p = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE if apart else subprocess.STDOUT, start_new_session=True)
+                                     stderr=subprocess.PIPE if apart else subprocess.STDOUT, start_new_session=True,
+                                     preexec_fn=preexec(env))
                 procs.append(p)
                 tees.append(_Tee(p.stdout, None, lock, label=label(0)))
                 if apart:
@@ -409,7 +422,8 @@ def run_step(run_dir: str, argv: Sequence[str], environ: dict[str, str] | None =
                           .encode())
                 log.flush()
             p = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE if apart else subprocess.STDOUT, start_new_session=True)
+                                 stderr=subprocess.PIPE if apart else subprocess.STDOUT, start_new_session=True,
+                                 preexec_fn=preexec(env))
             procs.append(p)
             tees.append(_Tee(p.stdout, logs[0], lock, label=label(r)))
             if apart:

@@ -11,7 +11,7 @@ them), run by an interpreter every owner can execute, `job_python`:
 
     <run-dir>/tools/trainyard/contracts.py                  the job environment, hostlists
     <run-dir>/tools/trainyard/backends/rundir/by_path.py    loads contracts.py beside the tools
-    <run-dir>/tools/trainyard/backends/local/*.py           srun, scontrol, squeue, sinfo, jobview
+    <run-dir>/tools/trainyard/backends/local/*.py           srun, scontrol, squeue, sinfo, jobview, ...
     <run-dir>/bin/<tool>                                     #!/bin/sh
                                                              exec JOB_PYTHON -I -S …/local/<tool>.py RUN_DIR "$@"
 
@@ -45,7 +45,7 @@ PKG = Path(__file__).resolve().parents[2]  # plane's own: the package's director
 # The files an attempt's tools are made of, by their path under the package.
 FILES = ("contracts.py", "backends/rundir/by_path.py", "backends/local/srun.py", "backends/local/scontrol.py",
          "backends/local/jobview.py", "backends/local/squeue.py", "backends/local/sinfo.py",
-         "backends/local/step_container.py", "spec/image_ref.py", "spec/container_mounts.py",
+         "backends/local/step_container.py", "backends/local/node_name.py", "spec/image_ref.py", "spec/container_mounts.py",
          "spec/container_flags.py")
 # What the Slurm backend's rank wrapper is made of (`slurm.py` runs `slurm/task.py` as the owner on
 # every node, with job_python): copied into each attempt's run dir as the tools are.
