@@ -176,6 +176,7 @@ def serve(c: Client, job_id: int, listener: socket.socket, remote: int, token: s
     with alloc.on_stop_signals(alloc.raise_stop):
         fwd, keeper, served = None, None, False
         try:
+            keeper = Keeper(job_id)  # attached from the start: JupyterLab may take longer than the grace
             fwd = start_forward(c, job_id, listener, remote)
             if fwd is None or not wait_ready(c, job_id, base, token, fwd):
                 return EXIT_FAILED
@@ -183,7 +184,6 @@ def serve(c: Client, job_id: int, listener: socket.socket, remote: int, token: s
             served = True
             alloc.tell(TOOL, f"JupyterLab of job {job_id} is served on {base}/lab (Ctrl-C ends the allocation)")
             fwd.quiet = False
-            keeper = Keeper(job_id)
             while (ended := ended_state(c, job_id)) is None and fwd.serving:
                 time.sleep(WATCH_S)
             if ended is not None:
@@ -211,9 +211,10 @@ def wait_ready(c: Client, job_id: int, base: str, token: str, fwd: "Forwarding",
     while True:
         if lab_answers(base, token):
             return True
-        if not fwd.serving or time.monotonic() >= next_watch:
-            ended = ended_state(c, job_id)
-            if ended is None and not fwd.serving:
+        serving = fwd.serving  # read once: the forward's thread may end it meanwhile
+        if not serving or time.monotonic() >= next_watch:
+            ended = ended_state(c, job_id) if serving else ended_soon(c, job_id)
+            if ended is None and not serving:
                 alloc.tell(TOOL, f"error: {fwd.error}")
                 alloc.relinquish(c, job_id, TOOL)
                 return False
@@ -255,6 +256,15 @@ def ended_state(c: Client, job_id: int) -> str | None:
         return None
     reason = job.get("reason")
     return clean(f"{job.get('state')}" + (f" ({reason})" if reason not in (None, "", "None") else ""))
+
+
+def ended_soon(c: Client, job_id: int, within: float = 10.0) -> str | None:
+    """`ended_state`, given the plane `within` seconds to see an end: a rank that has just exited
+    refuses the forward before the job's state says it ended."""
+    deadline = time.monotonic() + within
+    while (ended := ended_state(c, job_id)) is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return ended
 
 
 def report_end(c: Client, job_id: int, ended: str) -> None:
@@ -317,7 +327,7 @@ def start_forward(c: Client, job_id: int, listener: socket.socket, remote: int) 
     try:
         out.fwd = port_forward.forward(server_url(), user_token(), job_id, remote, local=local, say=out.say)
     except port_forward.Refused as e:
-        ended = ended_state(c, job_id)
+        ended = ended_soon(c, job_id)
         if ended is not None:  # JupyterLab failed at once (not found, its port taken)
             report_end(c, job_id, ended)
             return None
@@ -331,7 +341,7 @@ def start_forward(c: Client, job_id: int, listener: socket.socket, remote: int) 
 
 
 class Keeper:
-    """`yard notebook`'s own connection to its job while it serves: a terminal in rank 0 running
+    """`yard notebook`'s own connection to its job from its start: a terminal in rank 0 running
     `cat`, which reads the input it never gets. It makes the allocation "attached" for as long as
     this command runs (the plane's connection grace ends an allocation with nothing attached,
     control/loop/interactive.py: a notebook whose browser tab is closed is still in use while its
