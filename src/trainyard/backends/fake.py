@@ -557,15 +557,7 @@ class FakeBackend:
         """
         where = f"job {job_id} attempt {attempt} rank {rank}"
         with self.cluster.lock:
-            att = self._attempt(job_id, attempt)
-            if att is None or not 0 <= rank < len(att.ranks):
-                raise BackendError(f"{where}: no such running rank on the {self.name} backend")
-            rk = att.ranks[rank]
-            if (state := self._state(rk.node)) != "up":
-                raise BackendError(f"{where}: its node {rk.node} is {state}")
-            self.cluster.advance(att, rk, self.clock())
-            if rk.ended is not None:
-                raise BackendError(f"{where}: the rank is not running (it has ended)")
+            att, rk = self._running_rank(job_id, attempt, rank)
             env = {"PATH": terminal.DEFAULT_PATH, **rk.env, "TERM": term}
             workdir = att.spec.workdir
         command = list(argv) or [env["SHELL"] if os.path.isabs(env.get("SHELL", "")) else "/bin/sh"]
@@ -574,14 +566,12 @@ class FakeBackend:
         except OSError as e:
             raise BackendError(f"{where}: cannot open a terminal: {e}") from e
 
-    def open_port(self, job_id: int, attempt: int, rank: int, port: int) -> Tunnel:
-        """Emulation: a plain connection from this process to `port` on this machine's loopback
-        (127.0.0.1, then ::1), for a running rank: the fake ranks are no processes, so there is no
-        rank's network or owner to connect as. Errors as a real backend's.
+    def _running_rank(self, job_id: int, attempt: int, rank: int) -> tuple[_Attempt, _Rank]:
+        """The attempt and rank (advanced to now) of a rank that runs on a node that is up: what a
+        terminal or a forwarded port may enter.
 
         Raises:
-            BackendError: no such attempt or rank here, its node is down, the rank has ended, or
-                nothing listens on `port`.
+            BackendError: no such attempt or rank here, its node is down, or the rank has ended.
         """
         where = f"job {job_id} attempt {attempt} rank {rank}"
         with self.cluster.lock:
@@ -594,6 +584,18 @@ class FakeBackend:
             self.cluster.advance(att, rk, self.clock())
             if rk.ended is not None:
                 raise BackendError(f"{where}: the rank is not running (it has ended)")
+            return att, rk
+
+    def open_port(self, job_id: int, attempt: int, rank: int, port: int) -> Tunnel:
+        """Emulation: a plain connection from this process to `port` on this machine's loopback
+        (127.0.0.1, then ::1), for a running rank: the fake ranks are no processes, so there is no
+        rank's network or owner to connect as. Errors as a real backend's.
+
+        Raises:
+            BackendError: no such attempt or rank here, its node is down, the rank has ended, or
+                nothing listens on `port`.
+        """
+        self._running_rank(job_id, attempt, rank)
         for host in ("127.0.0.1", "::1"):
             try:
                 sock = socket.create_connection((host, port), timeout=10)

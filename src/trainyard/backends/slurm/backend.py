@@ -263,6 +263,29 @@ class SlurmBackend(WatchesExits):
     def remove_image(self, node: str, digest: str) -> bool:
         return False
 
+    def _running_rank(self, job_id: int, attempt: int, rank: int) -> tuple[_Attempt, str | None]:
+        """The attempt of a rank that runs now, and its node (not down): what a terminal or a
+        forwarded port may enter (asks slurmctld for the job's and the nodes' states).
+
+        Raises:
+            BackendError: no such attempt or rank here, its node is down, or the rank has ended.
+        """
+        where = f"job {job_id} attempt {attempt} rank {rank}"
+        with self._lock:
+            att = self._attempts.get((job_id, attempt))
+            if att is None or not 0 <= rank < att.world_size:
+                raise BackendError(f"{where}: no such running rank on the {self.name} backend")
+            states = self._job_states([att.slurm_id])
+            nodes = self._nodes()
+            down = {n for n, kv in nodes.items() if not node_health(kv.get("State", "UNKNOWN"))[0]}
+            st = self._rank_state(att, rank, None if states is None else states.get(att.slurm_id), down)
+            node = att.nodes.get(rank)
+            if node in down:
+                raise BackendError(f"{where}: its node {node} is down")
+            if not st.running:
+                raise BackendError(f"{where}: the rank is not running (it has ended)")
+            return att, node
+
     def open_terminal(self, job_id: int, attempt: int, rank: int, argv: list[str], *, rows: int = 24,
                       cols: int = 80, term: str = terminal.DEFAULT_TERM, session: bool = False) -> Terminal:
         """Slurm's own way in: `runuser -u <owner> -- srun --jobid=<the batch job> --overlap --pty
@@ -283,20 +306,8 @@ class SlurmBackend(WatchesExits):
             BackendError: no such attempt or rank here, its node is down, or the rank has ended.
         """
         where = f"job {job_id} attempt {attempt} rank {rank}"
-        with self._lock:
-            att = self._attempts.get((job_id, attempt))
-            if att is None or not 0 <= rank < att.world_size:
-                raise BackendError(f"{where}: no such running rank on the {self.name} backend")
-            states = self._job_states([att.slurm_id])
-            nodes = self._nodes()
-            down = {n for n, kv in nodes.items() if not node_health(kv.get("State", "UNKNOWN"))[0]}
-            st = self._rank_state(att, rank, None if states is None else states.get(att.slurm_id), down)
-            node = att.nodes.get(rank)
-            if node in down:
-                raise BackendError(f"{where}: its node {node} is down")
-            if not st.running:
-                raise BackendError(f"{where}: the rank is not running (it has ended)")
-            owner = att.owner
+        att, node = self._running_rank(job_id, attempt, rank)
+        owner = att.owner
         command = list(argv) or [_login_shell(owner)]
         if session and att.batch:
             command = [self._python, "-I", "-S", str(job_tools.copied(att.run_dir, TASK)), "--session",
@@ -324,21 +335,8 @@ class SlurmBackend(WatchesExits):
                 nothing listens on `port` there.
         """
         where = f"job {job_id} rank {rank}"
-        with self._lock:
-            att = self._attempts.get((job_id, attempt))
-            if att is None or not 0 <= rank < att.world_size:
-                raise BackendError(f"job {job_id} attempt {attempt} rank {rank}: no such running rank on the "
-                                   f"{self.name} backend")
-            states = self._job_states([att.slurm_id])
-            nodes = self._nodes()
-            down = {n for n, kv in nodes.items() if not node_health(kv.get("State", "UNKNOWN"))[0]}
-            st = self._rank_state(att, rank, None if states is None else states.get(att.slurm_id), down)
-            node = att.nodes.get(rank)
-            if node in down:
-                raise BackendError(f"{where}: its node {node} is down")
-            if not st.running:
-                raise BackendError(f"{where}: the rank is not running (it has ended)")
-            owner = att.owner
+        att, node = self._running_rank(job_id, attempt, rank)
+        owner = att.owner
         # --unbuffered: slurmstepd passes the task's output on line by line otherwise, and the
         # relay's b"+" (and every byte after it) would wait for a newline.
         srun = [self._bin["srun"], f"--jobid={att.slurm_id}", "--overlap", "--unbuffered", "-N1", "-n1",
