@@ -12,6 +12,11 @@ import pytest
 from tests.cli.yard_process import yard_process
 
 
+# One worker for this module's tests under `make test`'s --dist loadgroup: its module-scoped
+# yard up starts once, not once per worker (about 4 s of CPU each).
+pytestmark = pytest.mark.xdist_group("cli-cluster-cli")
+
+
 @pytest.fixture(scope="module")
 def yard(tmp_path_factory):
     yield from yard_process(tmp_path_factory)

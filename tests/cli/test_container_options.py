@@ -70,6 +70,11 @@ def test_the_command_line_wins_over_the_script() -> None:
 
 # -- on a real plane -------------------------------------------------------------------------------
 
+# One worker for this module's tests under `make test`'s --dist loadgroup: its module-scoped
+# yard up starts once, not once per worker (about 4 s of CPU each).
+pytestmark = pytest.mark.xdist_group("cli-container-options")
+
+
 @pytest.fixture(scope="module")
 def yard(tmp_path_factory):
     config = tmp_path_factory.mktemp("containers-cfg") / "cluster.yaml"

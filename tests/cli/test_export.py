@@ -18,6 +18,11 @@ PROBE = ('echo "MY_VAR=${MY_VAR:-unset} OTHER=${OTHER:-unset} TOKEN=${YARD_TOKEN
          'JOB=$TRAINYARD_JOB_ID"; fake-torchrun')
 
 
+# One worker for this module's tests under `make test`'s --dist loadgroup: its module-scoped
+# yard up starts once, not once per worker (about 4 s of CPU each).
+pytestmark = pytest.mark.xdist_group("cli-export")
+
+
 @pytest.fixture(scope="module")
 def yard(tmp_path_factory):
     yield from yard_process(tmp_path_factory, "export")

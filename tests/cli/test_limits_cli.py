@@ -21,6 +21,11 @@ limits:
 """
 
 
+# One worker for this module's tests under `make test`'s --dist loadgroup: its module-scoped
+# yard up starts once, not once per worker (about 4 s of CPU each).
+pytestmark = pytest.mark.xdist_group("cli-limits-cli")
+
+
 @pytest.fixture(scope="module")
 def yard(tmp_path_factory):
     config = tmp_path_factory.mktemp("limits-config") / "cluster.yaml"

@@ -64,6 +64,11 @@ def test_a_file_others_may_read_or_a_link_is_not_used(config_home, capsys):
 # -- the commands, against a real plane ------------------------------------------------------------
 
 
+# One worker for this module's tests under `make test`'s --dist loadgroup: its module-scoped
+# yard up starts once, not once per worker (about 4 s of CPU each).
+pytestmark = pytest.mark.xdist_group("cli-login")
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[YardServer]:
     s = YardServer(tmp_path_factory.mktemp("login") / "yard", args=("--login-socket", "none"), identity=False)

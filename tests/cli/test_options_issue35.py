@@ -18,6 +18,11 @@ ENV_PROBE = ('echo "GPN=${SLURM_GPUS_PER_NODE:-unset} GPUS=${SLURM_GPUS:-unset} 
              'NTPN=${SLURM_NTASKS_PER_NODE:-unset} HINT=${SLURM_HINT:-unset} CVD=${CUDA_VISIBLE_DEVICES:-unset}"')
 
 
+# One worker for this module's tests under `make test`'s --dist loadgroup: its module-scoped
+# yard up starts once, not once per worker (about 4 s of CPU each).
+pytestmark = pytest.mark.xdist_group("cli-options-issue35")
+
+
 @pytest.fixture(scope="module")
 def yard(tmp_path_factory):
     # GPU models written in capitals (the docs' examples are lowercase); the pool has site aliases;

@@ -21,6 +21,11 @@ def config_text() -> str:
     return text.replace("  - name: vision\n", "  - name: vision\n    pids_max: 256\n")
 
 
+# One worker for this module's tests under `make test`'s --dist loadgroup: its module-scoped
+# yard up starts once, not once per worker (about 4 s of CPU each).
+pytestmark = pytest.mark.xdist_group("cli-pids-cli")
+
+
 @pytest.fixture(scope="module")
 def yard(tmp_path_factory):
     config = tmp_path_factory.mktemp("pids-config") / "cluster.yaml"

@@ -21,6 +21,11 @@ NODES = """\
 """
 
 
+# One worker for this module's tests under `make test`'s --dist loadgroup: its module-scoped
+# yard up starts once, not once per worker (about 4 s of CPU each).
+pytestmark = pytest.mark.xdist_group("cli-placement-options")
+
+
 @pytest.fixture(scope="module")
 def yard(tmp_path_factory):
     text = TWO_TEAMS.read_text()

@@ -27,6 +27,11 @@ def wait_for(yard, jid: int, pred, timeout: float = 60) -> dict:
         time.sleep(0.2)
 
 
+# One worker for this module's tests under `make test`'s --dist loadgroup: its module-scoped
+# yard up starts once, not once per worker (about 4 s of CPU each).
+pytestmark = pytest.mark.xdist_group("cli-queue-layout")
+
+
 @pytest.fixture(scope="module")
 def yard(tmp_path_factory):
     yield from yard_process(tmp_path_factory, "layout")

@@ -20,6 +20,11 @@ NAME = "\x1b[2J\x1b]0;owned\x07evil\rname [red]x[/red]"
 REASON = "\x1b[31mfirmware\x1b[0m\u202egnp.exe\x9b1m"
 
 
+# One worker for this module's tests under `make test`'s --dist loadgroup: its module-scoped
+# yard up starts once, not once per worker (about 4 s of CPU each).
+pytestmark = pytest.mark.xdist_group("cli-safe-text")
+
+
 @pytest.fixture(scope="module")
 def yard(tmp_path_factory):
     server = YardServer(tmp_path_factory.mktemp("safe") / "yard")

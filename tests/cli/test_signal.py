@@ -13,6 +13,11 @@ import pytest
 from tests.cli.yard_process import job_id_of, stored, yard_process
 
 
+# One worker for this module's tests under `make test`'s --dist loadgroup: its module-scoped
+# yard up starts once, not once per worker (about 4 s of CPU each).
+pytestmark = pytest.mark.xdist_group("cli-signal")
+
+
 @pytest.fixture(scope="module")
 def yard(tmp_path_factory):
     yield from yard_process(tmp_path_factory, "signal")

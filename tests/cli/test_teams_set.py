@@ -16,6 +16,11 @@ CONFIG = FIXTURES / "commented_teams.yaml"
 COMMENTS = [line.split("#", 1)[1] for line in CONFIG.read_text().splitlines() if "#" in line]
 
 
+# One worker for this module's tests under `make test`'s --dist loadgroup: its module-scoped
+# yard up starts once, not once per worker (about 4 s of CPU each).
+pytestmark = pytest.mark.xdist_group("cli-teams-set")
+
+
 @pytest.fixture(scope="module")
 def yard(tmp_path_factory):
     yield from yard_process(tmp_path_factory, "teams", config_file=CONFIG)

@@ -15,7 +15,9 @@ from tests.recipes.helpers import TINY_PRETRAIN
 from tests.yard_cluster import YardCluster
 from trainyard.ports import free_port
 
-pytestmark = pytest.mark.slow
+# One worker for this module's tests under `make test`'s --dist loadgroup: its module-scoped
+# yard up starts once, not once per worker (about 4 s of CPU each).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cli-tensorboard")]
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -63,23 +64,48 @@ def test_ensure_pulls_once_then_needs_no_registry(image_registry, tmp_path):
 
 
 def test_layers_are_shared_between_images(image_registry, tmp_path):
-    """python, then torch (python's layer + the venv + the project): the base layer is fetched
-    and unpacked once."""
-    py, torch = image_builds.python(), image_builds.torch()
+    """python, then an image built on it (python's layer + a package's): the base layer is fetched
+    and unpacked once. (The shared blob is the cache's business whatever the layers above it hold:
+    a one-package layer shows it as a 365 MB virtualenv would, without pulling and unpacking that.)"""
+    py = image_builds.python()
+    derived = image_builds.team_package(py, "vision_pkg")
     py.push(image_registry.address, "cache/python:v1")
-    torch.push(image_registry.address, "cache/torch:v1")
+    derived.push(image_registry.address, "cache/derived:v1")
     cache = NodeCache(tmp_path / "cache", "n")
     base_hex = py.layer_digests()[0].split(":")[1]
     fetched_before = image_registry.requests(base_hex)
     a = cache.ensure(pinned(image_registry, "cache/python:v1"), ACCESS)
-    b = cache.ensure(pinned(image_registry, "cache/torch:v1"), ACCESS)
-    assert b.layers[0] == a.layers[0] and len(b.layers) == 3
+    b = cache.ensure(pinned(image_registry, "cache/derived:v1"), ACCESS)
+    assert b.layers[0] == a.layers[0] and len(b.layers) == 2
     assert image_registry.requests(base_hex) - fetched_before == 1
-    assert sorted(os.listdir(tmp_path / "cache" / "layers")) == sorted(d.split(":")[1] for d in torch.layer_digests())
-    venv = Path(b.layers[1], "opt", "venv")
-    assert stat.S_IMODE(os.stat(venv).st_mode) & 0o005 == 0o005  # world-readable: the job runs as its owner
-    assert Path(b.layers[2], "opt/venv/lib/python3.11/site-packages/trainyard/recipes/__main__.py").is_file()
+    assert sorted(os.listdir(tmp_path / "cache" / "layers")) == sorted(d.split(":")[1] for d in derived.layer_digests())
+    pkg = Path(b.layers[1], "usr/lib/python3/dist-packages/vision_pkg")
+    assert stat.S_IMODE(os.stat(pkg).st_mode) & 0o005 == 0o005  # unpacked world-readable: the job runs as its owner
+    assert (pkg / "__init__.py").is_file()
     assert cache.usage() < a.size_bytes + b.size_bytes
+
+
+def test_the_torch_image_is_python_s_layer_a_readable_venv_and_the_project():
+    """What the scenarios rely on in `image_builds.torch()`, read from its layout: its base layer is
+    the very blob of python() (so a node that has python pulls it once), the venv is world-readable
+    (a job runs as its owner) and the project is installed in a layer of its own."""
+    py, torch = image_builds.python(), image_builds.torch()
+    layers = torch.layer_digests()
+    assert len(layers) == 3 and layers[0] == py.layer_digests()[0]
+    venv = _member(torch, layers[1], "opt/venv")
+    assert venv.isdir() and stat.S_IMODE(venv.mode) & 0o005 == 0o005, oct(venv.mode)
+    assert _member(torch, layers[2], "opt/venv/lib/python3.11/site-packages/trainyard/recipes/__main__.py").isfile()
+
+
+def _member(image: image_builds.BuiltImage, digest: str, name: str) -> tarfile.TarInfo:
+    """The header of `name` in one of `image`'s layers, read as a stream up to it (a directory comes
+    before its contents: the venv's is among the first of its 365 MB layer)."""
+    algo, hexa = digest.split(":", 1)
+    with tarfile.open(image.layout / "blobs" / algo / hexa, mode="r|gz") as tar:
+        for member in tar:
+            if member.name.lstrip("./").rstrip("/") == name:
+                return member
+    raise AssertionError(f"{name} is not in layer {digest}")
 
 
 def test_a_pinned_digest_survives_a_moved_tag(image_registry, tmp_path):

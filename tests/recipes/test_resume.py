@@ -25,6 +25,9 @@ STEPS = 40
 RUN = [*TINY_PRETRAIN, f"steps={STEPS}", "checkpoint_every=4", "log_samples=true"]
 
 pytestmark = pytest.mark.slow
+# The tests of the module-scoped reference run on one xdist worker (`make test`'s --dist loadgroup):
+# unmarked, each worker they land on runs its own reference (three 2-rank runs in the full suite).
+SAME_REFERENCE = pytest.mark.xdist_group("recipes-resume-reference")
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +48,7 @@ def assert_identical(out, ref) -> None:
         assert [g[s]["ids"] for s in range(1, STEPS + 1)] == [w[s]["ids"] for s in range(1, STEPS + 1)], rank
 
 
+@SAME_REFERENCE
 def test_reference_run_lowers_the_loss_and_checkpoints(reference):
     m = metrics(reference)
     assert sorted(m) == list(range(1, STEPS + 1))
@@ -59,6 +63,7 @@ def test_reference_run_lowers_the_loss_and_checkpoints(reference):
     assert (reference / "logs" / "rank-1.log").is_file() and run_info(reference)["attempt"] == 1
 
 
+@SAME_REFERENCE
 def test_sigusr1_to_yard_run_exits_75_and_the_rerun_is_bit_identical(reference, tmp_path):
     out = tmp_path / "run"
     first = YardRun("llama-pretrain", out, 2, RUN)
@@ -79,6 +84,7 @@ def test_sigusr1_to_yard_run_exits_75_and_the_rerun_is_bit_identical(reference, 
     assert run_info(out)["attempt"] == 2 and {r["attempt"] for r in metrics(out).values()} == {1, 2}
 
 
+@SAME_REFERENCE
 def test_kill_9_of_one_rank_then_rerun_resumes_from_the_newest_complete_checkpoint(reference, tmp_path):
     out = tmp_path / "run"
     first = YardRun("llama-pretrain", out, 2, RUN)
@@ -98,6 +104,7 @@ def test_kill_9_of_one_rank_then_rerun_resumes_from_the_newest_complete_checkpoi
     assert resume["discarded_steps"] == done_before - found[0]  # the recomputed steps, measured
 
 
+@SAME_REFERENCE
 def test_resume_on_one_process_after_two_continues_the_global_sample_order(reference, tmp_path):
     out = tmp_path / "run"
     shutil.copytree(reference, out)

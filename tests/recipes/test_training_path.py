@@ -19,6 +19,9 @@ import pytest
 from tests.recipes.helpers import TINY_PRETRAIN, YARD, env, losses, metrics, yard_run
 
 SHORT = [*TINY_PRETRAIN, "steps=6", "checkpoint_every=null", "print_every=3"]
+# The tests of the module-scoped default run on one xdist worker (`make test`'s --dist loadgroup):
+# unmarked, each worker they land on runs its own.
+SAME_DEFAULT = pytest.mark.xdist_group("training-path-default-run")
 
 
 def run(tmp_path, name: str, extra: list[str], nproc: int = 1) -> dict[int, float]:
@@ -38,6 +41,7 @@ def default_run(tmp_path_factory):
     return out
 
 
+@SAME_DEFAULT
 def test_activation_checkpointing_changes_no_loss(tmp_path, default_run):
     base = losses(default_run)
     assert sorted(base) == list(range(1, 7))
@@ -54,6 +58,7 @@ def test_activation_checkpointing_under_fsdp2_on_two_processes(tmp_path):
     assert {s: v.hex() for s, v in got.items()} == {s: v.hex() for s, v in base.items()}
 
 
+@SAME_DEFAULT
 def test_log_every_and_mfu(tmp_path, default_run):
     out = tmp_path / "run"
     rc, log = yard_run("llama-pretrain", out, 1, [*SHORT, "log_every=3", "gpu_peak_tflops=0.5"])
@@ -65,6 +70,7 @@ def test_log_every_and_mfu(tmp_path, default_run):
     assert all("mfu" not in r for r in metrics(default_run).values())  # a CPU: no peak, no MFU
 
 
+@SAME_DEFAULT
 def test_adamw_implementations_train_alike(tmp_path, default_run):
     default = losses(default_run)
     for impl in ("for-loop", "fused"):
@@ -73,6 +79,7 @@ def test_adamw_implementations_train_alike(tmp_path, default_run):
 
 
 @pytest.mark.slow
+@SAME_DEFAULT
 def test_compile_trains_as_the_eager_model(tmp_path, default_run):
     eager = losses(default_run)
     compiled = run(tmp_path, "compiled", ["compile=true"])

@@ -21,6 +21,9 @@ from tests.runtime.helpers import Ranks, final_by_step, torchrun, trace, wait_fo
 
 STEPS = 30
 ARGS = ["--steps", str(STEPS), "--checkpoint-every", "5"]
+# The tests of the module-scoped reference run on one xdist worker (`make test`'s --dist loadgroup):
+# unmarked, each worker they land on runs its own reference torchrun.
+SAME_REFERENCE = pytest.mark.xdist_group("runtime-resume-reference")
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +45,7 @@ def assert_same_as_reference(out: Path, ref: Path) -> None:
     assert [got_m[s]["loss"] for s in range(1, STEPS + 1)] == [want_m[s]["loss"] for s in range(1, STEPS + 1)]
 
 
+@SAME_REFERENCE
 def test_reference_metrics(reference):
     m = read_metrics(reference / "metrics")
     assert sorted(m) == list(range(1, STEPS + 1))
@@ -60,6 +64,7 @@ def test_reference_metrics(reference):
     assert sorted(int(p.name.split("-")[1]) for p in (reference / "ckpt").iterdir()) == saved[-3:]
 
 
+@SAME_REFERENCE
 def test_sigusr1_to_one_rank_all_checkpoint_same_step_exit_75_then_exact_resume(reference, tmp_path):
     out = tmp_path / "job"
     first = Ranks(out, 2, [*ARGS, "--step-sleep", "0.05", "--marker-at", "12"])
@@ -81,6 +86,7 @@ def test_sigusr1_to_one_rank_all_checkpoint_same_step_exit_75_then_exact_resume(
     assert resume and resume[0]["step"] == last[0] and resume[0]["discarded_steps"] == 0
 
 
+@SAME_REFERENCE
 def test_kill_9_of_one_rank_then_rerun_resumes_from_newest_complete(reference, tmp_path):
     out = tmp_path / "job"
     first = Ranks(out, 2, [*ARGS, "--step-sleep", "0.05", "--marker-at", "17"])

@@ -32,6 +32,9 @@ STEPS = ["--steps", "24", "--checkpoint-every", "4", "--step-sleep", "0.25"]
 SLOW_STEPS = [*STEPS[:-1], "1.0"]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
 ESCAPER = Path(__file__).resolve().parents[1] / "backends" / "contain" / "escaper.py"
+# The tests of the module-scoped reference run on one xdist worker (`make test`'s --dist loadgroup):
+# unmarked, each worker they land on runs its own reference torchrun.
+SAME_REFERENCE = pytest.mark.xdist_group("contained-reference")
 
 
 def processes(mark: str, attempt: int | None = None) -> list[int]:
@@ -88,6 +91,7 @@ def _accelerate() -> list[str]:
             "--main_process_port", str(free_port())]
 
 
+@SAME_REFERENCE
 @pytest.mark.parametrize("launcher", ["torchrun", pytest.param("accelerate", marks=pytest.mark.skipif(
     importlib.util.find_spec("accelerate") is None, reason="accelerate is not installed (pip install accelerate)"))])
 def test_a_launched_job_requeued_by_the_plane_checkpoints_leaves_nothing_and_resumes_exactly(
@@ -99,6 +103,7 @@ def test_a_launched_job_requeued_by_the_plane_checkpoints_leaves_nothing_and_res
     _requeue_and_check(yc, job, mark, out, reference)
 
 
+@SAME_REFERENCE
 def test_an_sbatch_torchrun_job_survives_a_kill_9_of_the_plane_and_is_requeued_cleanly(yc, tmp_path, reference):
     out, mark = tmp_path / "out", f"sbatch-{tmp_path.name}"
     script = tmp_path / "train.sbatch"

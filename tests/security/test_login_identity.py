@@ -24,7 +24,9 @@ from tests.accounts import ROOT_ONLY, Accounts, accounts, python_for_accounts, s
 from tests.plane import YardServer
 from tests.security.hostile import config_text
 
-pytestmark = ROOT_ONLY
+# One worker for this module's tests under `make test`'s --dist loadgroup: its accounts and its
+# yard up are made once, not once per worker.
+pytestmark = [ROOT_ONLY, pytest.mark.xdist_group("security-login-identity")]
 
 ASK = ("import json, socket, sys\n"
        "s = socket.socket(socket.AF_UNIX)\n"
