@@ -98,7 +98,7 @@ def judge(fig: Figures, spec: SpeedSpec, gpu_model: str | None) -> tuple[str, st
 
 
 def check(spec: CheckSpec, gpu_model: str | None) -> tuple[str, str]:
-    """Measure in a child process bounded by `spec.timeout`, and judge."""
+    """Measure in a child process bounded by the check's `timeout`, and judge."""
     assert spec.speed is not None  # CheckSpec's validator: kind speed has its settings
     if importlib.util.find_spec("torch") is None:
         return WARN, "cannot measure: torch is not installed where the plane runs (pip install trainyard[train])"
@@ -201,7 +201,8 @@ def measure(device: str, cpu_ranks: int, matmul_n: int | None, allreduce_mib: fl
     ranks = torch.cuda.device_count() if device == "cuda" else cpu_ranks
     n, mib = matmul_n or DEFAULTS[device][0], allreduce_mib or DEFAULTS[device][1]
     nbytes = int(mib * 2**20)
-    ctx = multiprocessing.get_context("spawn" if device == "cuda" else "fork")  # CUDA does not survive a fork
+    # CUDA does not survive a fork; on the CPU a fork spares each rank torch's import
+    ctx = multiprocessing.get_context("spawn") if device == "cuda" else multiprocessing.get_context("fork")
     results = ctx.Queue()
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="trainyard-speed-") as tmp:
