@@ -5,7 +5,7 @@ before new work; it can also run as any other check, periodically or `when: befo
 figures, against `speed.baselines[<the node's gpu_model>]` in the configuration:
 
 - **matmul TFLOP/s per GPU**: `iters` timed products of two `matmul_n`-sided square matrices
-  (bf16 on a GPU, float32 on the CPU) after one warm-up, 2·n³ flops each; the slowest GPU is
+  (bf16 on a GPU, float32 on the CPU) after `WARMUP` untimed ones, 2·n³ flops each; the slowest GPU is
   judged (one slow GPU slows every gang it is in) and named;
 - **all-reduce bus bandwidth** across the node's GPUs, as nccl-tests define it: a sum all-reduce
   of `allreduce_mib` MiB takes t seconds → algbw = bytes / t, busbw = algbw · 2(n−1)/n (the
@@ -18,8 +18,10 @@ WARN naming it (a person should write one); otherwise OK with the figures.
 
 **The CPU path** (a machine without GPUs, as this project's test machines): the same code with
 device "cpu": `cpu_ranks` processes stand for the GPUs, the all-reduce runs over gloo, the matmuls
-run one rank at a time (the ranks share the CPU's cores; at once they would measure each other),
-and the baseline is `baselines.cpu` — a CPU's figures say nothing about the node's GPU model.
+run one rank at a time on one thread each (the ranks share the CPU's cores: at once, or with a
+thread pool whose threads wait on each other's cores, they would measure each other — on this
+project's shared 2-core machine two threads made a 256-sided matmul vary up to 80-fold, one thread
+varied by less than 2), and the baseline is `baselines.cpu` — a CPU's figures say nothing about the node's GPU model.
 Sizes default small on the CPU (256-sided matrices, 1 MiB) and large on GPUs (8192, 256 MiB).
 
 **Where and how it runs.** In a child process (`python -m trainyard.control.health.speed`,
@@ -50,6 +52,7 @@ from trainyard.control.health.checks import CRITICAL, OK, WARN, operator_env
 from trainyard.spec.models import CheckSpec, SpeedSpec
 
 CPU_MODEL = "cpu"  # the baseline the CPU path is judged by
+WARMUP = 2  # untimed repetitions first: threads, connections, caches
 DEFAULTS = {"cuda": (8192, 256.0), "cpu": (256, 1.0)}  # matmul_n, allreduce_mib when not configured
 
 
@@ -150,6 +153,8 @@ def _rank(rank: int, ranks: int, device: str, store: str, matmul_n: int, nbytes:
     dev = torch.device(device, rank) if device == "cuda" else torch.device("cpu")
     if device == "cuda":
         torch.cuda.set_device(dev)
+    else:
+        torch.set_num_threads(1)  # a CPU rank stands for one GPU: one core (module docstring)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     if ranks > 1:
         dist.init_process_group("nccl" if device == "cuda" else "gloo", init_method=f"file://{store}", rank=rank,
@@ -157,7 +162,8 @@ def _rank(rank: int, ranks: int, device: str, store: str, matmul_n: int, nbytes:
     busbw = None
     if ranks > 1:
         x = torch.ones(max(1, nbytes // 4), dtype=torch.float32, device=dev)
-        dist.all_reduce(x)  # warm-up: the connections are made here
+        for _ in range(WARMUP):  # the connections are made in the first
+            dist.all_reduce(x)
         sync()
         dist.barrier()
         t0 = time.perf_counter()
@@ -173,7 +179,8 @@ def _rank(rank: int, ranks: int, device: str, store: str, matmul_n: int, nbytes:
     tflops = 0.0
     for turn in range(ranks if device == "cpu" else 1):
         if device == "cuda" or turn == rank:
-            (a @ b).sum()
+            for _ in range(WARMUP):
+                c = a @ b
             sync()
             t0 = time.perf_counter()
             for _ in range(iters):
