@@ -1,11 +1,15 @@
 """The `speed` health check's configuration (spec/models.py SpeedSpec): a well-formed one reads as
-written, and each malformed one is an error naming the file, the line and the field."""
+written, and each malformed one is an error naming the file, the line and the field; a real
+`yard up --config` with one exits 2 and writes nothing."""
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
-from tests.plane import TWO_TEAMS
+from tests.plane import TWO_TEAMS, YARD
 from trainyard.spec.models import parse_config
 from trainyard.spec.parsing import ConfigError
 
@@ -83,3 +87,16 @@ def test_speed_settings_go_with_kind_speed_and_only_with_it(check, words) -> Non
     assert e.value.field == "health.checks.0", str(e.value)
     for w in words:
         assert w in str(e.value), str(e.value)
+
+
+def test_yard_up_with_a_malformed_speed_check_exits_2_naming_it_and_writes_nothing(tmp_path: Path) -> None:
+    cfg = tmp_path / "cluster.yaml"
+    cfg.write_text(BASE + "health:\n  checks:\n    - {name: s, kind: speed, speed: {baselines: {cpu: {tflops: -1}}}}\n")
+    data = tmp_path / "data"
+    data.mkdir()
+    p = subprocess.run([YARD, "up", "--data-dir", str(data), "--port", "0", "--login-socket", "none",
+                        "--config", str(cfg)], capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert p.returncode == 2, p.stderr
+    assert f"{cfg}:{BASE.count(chr(10)) + 3}, field 'health.checks.0.speed.baselines.cpu.tflops'" in p.stderr, p.stderr
+    assert "greater than 0" in p.stderr
+    assert list(data.iterdir()) == []  # no store, no log: nothing written
