@@ -40,6 +40,8 @@ def test_a_speed_check_reads_as_written_with_defaults_for_the_rest() -> None:
     assert c.speed.baselines["cpu"].busbw_gbps is None  # not judged
     assert c.speed.min_fraction == 0.9 and c.speed.matmul_n == 512
     assert c.speed.allreduce_mib is None and c.speed.device == "auto" and c.speed.cpu_ranks == 2
+    (d,) = config("  - {name: s, kind: speed, speed: {baselines: {cpu: {tflops: 1}}}}\n").health.checks
+    assert d.timeout == 120  # not the 30 s of a command: a node's ranks import torch and join NCCL first
 
 
 

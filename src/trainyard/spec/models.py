@@ -183,6 +183,10 @@ class JobClassSpec(_Model):
 DCGM_TIMEOUTS = {1: 300.0, 2: 1200.0, 3: 3600.0, 4: 10800.0}
 
 
+# A speed check on 8 GPUs starts 8 processes that each import torch and join NCCL before measuring.
+SPEED_TIMEOUT = 120.0
+
+
 class SpeedBaseline(_Model):
     """What one GPU model (or `cpu`) should reach: matmul TFLOP/s per GPU, all-reduce bus GB/s."""
 
@@ -238,7 +242,7 @@ class CheckSpec(_Model):
     critical_free_gb: float = Field(1.0, ge=0, allow_inf_nan=False)
     max_temp_c: float = Field(90.0, gt=0, le=1000)
     level: int = Field(1, ge=1, le=4)  # dcgm: the `dcgmi diag -r` level
-    timeout: Duration = Field(30.0, gt=0)  # dcgm: DCGM_TIMEOUTS[level] unless set
+    timeout: Duration = Field(30.0, gt=0)  # dcgm: DCGM_TIMEOUTS[level], speed: SPEED_TIMEOUT unless set
     speed: SpeedSpec | None = None  # kind speed's settings, and only its
 
     @model_validator(mode="after")
@@ -252,6 +256,8 @@ class CheckSpec(_Model):
             raise ValueError(f"check {self.name!r}: critical_free_gb must not exceed warn_free_gb")
         if self.kind == "dcgm" and "timeout" not in self.model_fields_set:
             self.timeout = DCGM_TIMEOUTS[self.level]
+        if self.kind == "speed" and "timeout" not in self.model_fields_set:
+            self.timeout = SPEED_TIMEOUT
         return self
 
 
