@@ -116,3 +116,12 @@ def test_the_node_s_gpu_model_picks_the_baseline_and_the_slowest_gpu_is_named() 
     assert status == WARN and "no baseline for GPU model h100" in msg, msg
     one = Figures("cuda", 1, [205.0], None, 1.0)
     assert judge(one, A100, "a100")[0] == OK  # one GPU: the bus bandwidth is not judged
+
+
+def test_gpus_asked_for_and_none_seen_is_critical(tmp_path: Path) -> None:
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    r = run_check(speed_check({"a100": {"tflops": 250}}, device="cuda"), "node-0", tmp_path, gpu_model="a100")
+    assert r.status == CRITICAL and r.message == "speed test failed: RuntimeError: device cuda asked for, and torch " \
+        "sees no GPU", r.message
