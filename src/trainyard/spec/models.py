@@ -183,6 +183,32 @@ class JobClassSpec(_Model):
 DCGM_TIMEOUTS = {1: 300.0, 2: 1200.0, 3: 3600.0, 4: 10800.0}
 
 
+# A speed check on 8 GPUs starts 8 processes that each import torch and join NCCL before measuring.
+SPEED_TIMEOUT = 120.0
+
+
+class SpeedBaseline(_Model):
+    """What one GPU model (or `cpu`) should reach: matmul TFLOP/s per GPU, all-reduce bus GB/s."""
+
+    tflops: float = Field(gt=0, le=1e6, allow_inf_nan=False)
+    busbw_gbps: float | None = Field(None, gt=0, le=1e6, allow_inf_nan=False)  # None: not judged
+
+
+class SpeedSpec(_Model):
+    """The `speed` check's settings (control/health/speed.py): baselines by GPU model (`cpu` for
+    the CPU path), the fraction of them a node must reach, and the sizes measured (None: the
+    device's default, a large one on GPUs, a small one on the CPU)."""
+
+    baselines: dict[Annotated[str, Field(min_length=1, max_length=B.MAX_NAME)], SpeedBaseline] = Field(
+        min_length=1, max_length=1000)
+    min_fraction: float = Field(0.8, gt=0, le=1, allow_inf_nan=False)
+    device: Literal["auto", "cuda", "cpu"] = "auto"  # auto: the GPUs when torch sees any, else the CPU
+    matmul_n: int | None = Field(None, ge=16, le=32768)  # square matrices of this side
+    allreduce_mib: float | None = Field(None, gt=0, le=16384, allow_inf_nan=False)
+    iters: int = Field(10, ge=1, le=10000)  # timed repetitions of each (after one warm-up)
+    cpu_ranks: int = Field(2, ge=1, le=16)  # the CPU path's all-reduce processes (its "GPUs")
+
+
 class CheckSpec(_Model):
     """One node health check (LBNL NHC style): an executable, or a built-in kind.
 
@@ -198,6 +224,9 @@ class CheckSpec(_Model):
     - `dcgm`: `dcgmi diag -r <level> -j` when `dcgmi` is installed (OK "dcgmi not installed"
       otherwise): a failed test → CRITICAL (WARN when DCGM rates it a configuration or
       monitor-only finding), a warning → WARN; dcgmi that gives no result → WARN.
+    - `speed`: a timed matmul on each GPU (TFLOP/s) and an all-reduce across them (bus GB/s), with
+      torch, against `speed.baselines[<the node's gpu_model>]` (`cpu` on the CPU path): below
+      `speed.min_fraction` of it CRITICAL, no baseline for the model WARN.
 
     `when: before_work` keeps a check out of the periodic rounds: it runs only in the round a
     node gets before it takes new work (for invasive diagnostics such as `dcgmi diag -r 2`, which
@@ -205,7 +234,7 @@ class CheckSpec(_Model):
     """
 
     name: str = Field(min_length=1, max_length=100)
-    kind: Literal["command", "disk", "nvml", "dcgm"] = "command"
+    kind: Literal["command", "disk", "nvml", "dcgm", "speed"] = "command"
     when: Literal["always", "before_work"] = "always"
     command: list[str] | None = None
     paths: list[str] = Field(default_factory=lambda: ["{data_dir}"], max_length=B.MAX_CHECKS)
@@ -213,16 +242,22 @@ class CheckSpec(_Model):
     critical_free_gb: float = Field(1.0, ge=0, allow_inf_nan=False)
     max_temp_c: float = Field(90.0, gt=0, le=1000)
     level: int = Field(1, ge=1, le=4)  # dcgm: the `dcgmi diag -r` level
-    timeout: Duration = Field(30.0, gt=0)  # dcgm: DCGM_TIMEOUTS[level] unless set
+    timeout: Duration = Field(30.0, gt=0)  # dcgm: DCGM_TIMEOUTS[level], speed: SPEED_TIMEOUT unless set
+    speed: SpeedSpec | None = None  # kind speed's settings, and only its
 
     @model_validator(mode="after")
     def _shape(self) -> "CheckSpec":
         if self.kind == "command" and not self.command:
             raise ValueError(f"check {self.name!r}: kind command needs `command` (an argv list)")
+        if (self.kind == "speed") != (self.speed is not None):
+            raise ValueError(f"check {self.name!r}: kind speed needs `speed` (its baselines)" if self.kind == "speed"
+                             else f"check {self.name!r}: `speed` is for kind speed, not {self.kind}")
         if self.critical_free_gb > self.warn_free_gb:
             raise ValueError(f"check {self.name!r}: critical_free_gb must not exceed warn_free_gb")
         if self.kind == "dcgm" and "timeout" not in self.model_fields_set:
             self.timeout = DCGM_TIMEOUTS[self.level]
+        if self.kind == "speed" and "timeout" not in self.model_fields_set:
+            self.timeout = SPEED_TIMEOUT
         return self
 
 

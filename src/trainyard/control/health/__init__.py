@@ -15,6 +15,7 @@ The parts, one module each:
 - `checks`: the result type, NHC exit codes, `run_check`, the `command` and `disk` kinds;
 - `nvml`: GPU readings and XID events through NVML (pure judgement, thin NVML layer);
 - `dcgm`: `dcgmi diag` and its JSON;
+- `speed`: a timed matmul and an all-reduce, against a baseline per GPU model;
 - `checker`: `HealthChecker`, the periodic and before-work rounds;
 - `remediation`: `Remediator`, the actions run for a node that is down.
 """

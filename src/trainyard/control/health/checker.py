@@ -36,11 +36,13 @@ class HealthChecker:
     """
 
     def __init__(self, data_dir: Path, spec_of: Callable[[], HealthSpec], nodes_of: Callable[[], list[str]],
-                 on_round: Callable[[str, str], None] | None = None):
+                 on_round: Callable[[str, str], None] | None = None,
+                 model_of: Callable[[str], str | None] | None = None):
         self.data_dir = data_dir
         self.spec_of = spec_of
         self.nodes_of = nodes_of
         self.on_round = on_round
+        self.model_of = model_of or (lambda node: None)  # a node's gpu_model: the `speed` check's baseline
         self._results: dict[str, dict[str, CheckResult]] = {}
         self._busy: set[str] = set()  # nodes whose round is running
         self._queued: set[str] = set()  # nodes with a before-work round waiting for a worker
@@ -86,7 +88,8 @@ class HealthChecker:
         out: list[CheckResult] = []
         try:
             for c in checks:
-                out.append(run_check(c, node, self.data_dir, since=since, context=context))
+                out.append(run_check(c, node, self.data_dir, since=since, context=context,
+                                     gpu_model=self.model_of(node) if c.kind == "speed" else None))
         finally:
             with self._lock:
                 self._busy.discard(node)

@@ -1,5 +1,5 @@
 """One check on one node, now: the result type, NHC's exit codes, and the `command` and `disk`
-kinds; `nvml` and `dcgm` live in their own modules.
+kinds; `nvml`, `dcgm` and `speed` live in their own modules.
 
 A result is OK, WARN or CRITICAL with a one-line message, as LBNL NHC and Meta's GCM report
 them. `run_check` never raises: a check that cannot run, or runs past its time-out, is itself a
@@ -43,13 +43,14 @@ class CheckResult:
 
 
 def run_check(spec: CheckSpec, node: str, data_dir: Path, *, since: float = 0.0,
-              context: str = PERIODIC) -> CheckResult:
+              context: str = PERIODIC, gpu_model: str | None = None) -> CheckResult:
     """One check on one node, now. Never raises: a check that cannot run is CRITICAL.
 
     `since`: findings a stateful check remembers from before this moment are forgotten (the
     node was remediated or an operator resumed it since; see `nvml` and its XID events).
+    `gpu_model`: the node's, which picks the `speed` check's baseline.
     """
-    from trainyard.control.health import dcgm, nvml  # the GPU kinds import nothing heavy until used
+    from trainyard.control.health import dcgm, nvml, speed  # the GPU kinds import nothing heavy until used
 
     now = time.time()
     try:
@@ -59,6 +60,8 @@ def run_check(spec: CheckSpec, node: str, data_dir: Path, *, since: float = 0.0,
             status, msg = _disk(spec, node, data_dir)
         elif spec.kind == "dcgm":
             status, msg = dcgm.check(spec)
+        elif spec.kind == "speed":
+            status, msg = speed.check(spec, gpu_model)
         else:
             status, msg = nvml.check(spec, since=since, now=now)
     except Exception as e:  # noqa: BLE001 - the check's failure is itself the finding

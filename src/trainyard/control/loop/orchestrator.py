@@ -87,7 +87,7 @@ class ControlLoop:
         self._thread: Supervised | None = None
         # a finished round wakes the loop: a node that just passed takes its work at once
         self.health = HealthChecker(ctx.data_dir, self._health_spec, self._node_names,
-                                    on_round=lambda node, context: self.wake())
+                                    on_round=lambda node, context: self.wake(), model_of=self._node_model)
         frozen = FrozenRanks(ctx.params.hung_after_s)
         self.reconcile = Reconciler(ctx, frozen)
         self.node_watch = NodeWatch(ctx, self.health, frozen)
@@ -113,6 +113,10 @@ class ControlLoop:
     def _node_names(self) -> list[str]:
         with self.ctx.store.session() as s:
             return [n.name for n in self.ctx.configs.current(s).nodes]
+
+    def _node_model(self, name: str) -> str | None:
+        with self.ctx.store.session() as s:
+            return next((n.gpu_model for n in self.ctx.configs.current(s).nodes if n.name == name), None)
 
     # -- thread ----------------------------------------------------------------------------------
 
