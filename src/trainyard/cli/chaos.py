@@ -155,7 +155,7 @@ def chaos(
     if scenario in _NEEDS_JOB and job is None:
         fail(f"--job: required with {scenario}")
     if scenario in _NODE_ONLY and not node:
-        fail(f"NODE: required with {scenario} (or --node)")
+        fail(f"NODE (--node): required with {scenario}")
     if scenario == "slow-node":
         if factor is None:
             fail("--factor: required with slow-node (2.0 = half speed)")
@@ -177,7 +177,7 @@ def chaos(
     if scenario in _NODE_ONLY:
         be, names, _ = _backend(c, dd)
         if node not in names:
-            fail(f"NODE: unknown node {node!r}; nodes are {', '.join(names)}")
+            fail(f"NODE (--node): unknown node {node!r}; nodes are {', '.join(names)}")
         assert node is not None  # in names
         if scenario == "revive-node":
             be.revive_node(node)
