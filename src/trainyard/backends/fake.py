@@ -346,7 +346,7 @@ class FakeCluster:
         jd = att.jd
         jd.metrics_dir.mkdir(parents=True, exist_ok=True)
         rec = {"step": rk.step, "time": rk.seen_at, "attempt": att.spec.attempt,
-               "step_time_s": p.step_s * self.slow.get(rk.node, 1.0),
+               "step_time_s": p.step_s * self.slow.get(rk.node, 1.0) if p.step_s is not None else None,
                "loss": round(10.0 / (1 + rk.step), 6)}
         _append(jd.metrics_file, [json.dumps(rec)])
         if p.checkpoint_every and rk.step % p.checkpoint_every == 0:
