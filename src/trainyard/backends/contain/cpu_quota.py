@@ -31,6 +31,18 @@ def check_factor(factor: float) -> None:
         raise ValueError(f"must be > 1 and <= {MAX_FACTOR:g} (2.0 = half speed), got {factor:g}")
 
 
+def why_not(driver: object) -> str | None:
+    """Why a containment driver (`contain.choose`'s) cannot slow ranks; None when it can."""
+    mode = str(getattr(driver, "mode", ""))
+    if mode == "cgroup1" and "cpu" not in getattr(driver, "base", {}):
+        return "cgroup1's cpu hierarchy is not usable here"
+    if mode == "cgroup2" and "cpu" not in getattr(driver, "controllers", set()):
+        return "cgroup2's cpu controller is not delegated to the plane's cgroup"
+    if mode not in ("cgroup1", "cgroup2"):
+        return f"the {mode or 'process-group'} containment has no CPU quota"
+    return None
+
+
 def quota_us(cpus: int | None, factor: float | None) -> int | None:
     """The rank's quota per PERIOD_US: its own CPUs (None: no limit) divided by `factor`
     (None: not slowed); None means no limit at all."""
@@ -54,8 +66,8 @@ def apply(plan: dict, factor: float | None) -> None:
     if mode == "cgroup1":
         d = next((j for j in plan.get("join") or [] if os.path.exists(os.path.join(j, "cpu.cfs_quota_us"))), None)
         if d is None:
-            if not os.path.isdir(str(plan.get("freezer"))):
-                return  # the rank's cgroups are gone
+            if factor is None or not os.path.isdir(str(plan.get("freezer"))):
+                return  # nothing to restore, or the rank's cgroups are gone
             raise ContainmentError("slowing a rank needs cgroup v1's cpu hierarchy, which this rank's cell lacks")
         _write(os.path.join(d, "cpu.cfs_period_us"), str(PERIOD_US))
         _write(os.path.join(d, "cpu.cfs_quota_us"), str(q if q is not None else -1))
@@ -64,6 +76,8 @@ def apply(plan: dict, factor: float | None) -> None:
         if not os.path.isdir(d):
             return
         if not os.path.exists(os.path.join(d, "cpu.max")):
+            if factor is None:
+                return  # no cpu controller here: nothing was slowed, nothing to restore
             _enable_cpu(d)
         _write(os.path.join(d, "cpu.max"), f"{q if q is not None else 'max'} {PERIOD_US}")
     else:

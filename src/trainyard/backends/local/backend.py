@@ -491,7 +491,7 @@ class LocalBackend(WatchesExits):
 
         Raises:
             BackendError: unknown node, a factor not in (1, 100], or a containment without CPU
-                quotas (the subreaper mode).
+                quotas (the subreaper mode, no cpu hierarchy or controller).
         """
         with self._lock:
             self._known_node(name)
@@ -499,11 +499,16 @@ class LocalBackend(WatchesExits):
                 cpu_quota.check_factor(factor)
             except ValueError as e:
                 raise BackendError(f"factor: {e}") from None
-            if self._contain.mode == "subreaper":
-                raise BackendError(f"node {name}: the subreaper containment has no CPU quota, so it cannot slow "
-                                   "ranks; run with TRAINYARD_CONTAINMENT=cgroup1 or cgroup2")
-            self._set_node_state(name, self._node_state(name), slow=factor)
-            self._quota_ranks(name, factor)
+            if why := cpu_quota.why_not(self._contain.driver):
+                raise BackendError(f"node {name}: cannot slow its ranks: {why} (slow-node needs a CPU quota: "
+                                   "TRAINYARD_CONTAINMENT=cgroup1, or cgroup2 with the cpu controller)")
+            state, before = self._node_state(name), self._node_slow(name)
+            self._set_node_state(name, state, slow=factor)
+            try:
+                self._quota_ranks(name, factor)
+            except BackendError:
+                self._set_node_state(name, state, slow=before)  # not recorded as slowed when it is not
+                raise
 
     def _quota_ranks(self, node: str, factor: float | None) -> None:
         """Every rank placed on `node` (any owner's attempt) gets the quota of `factor` (None: its own)."""
