@@ -11,6 +11,12 @@ by more than the factor; give it --cpus-per-task to slow it by exactly that). Re
 the rank's own limit back (or none). cgroup v1: `cpu.cfs_quota_us` over `cpu.cfs_period_us` of
 the rank's cpu directory; v2: `cpu.max` of the rank's directory, the `cpu` controller enabled
 down to it first. The subreaper mode has no quota, so it cannot slow a rank (`ContainmentError`).
+
+A quota is a cap, not a share: on a machine so busy that an unslowed rank already gets less than
+1/F of a CPU, the cap changes nothing (measured on the loaded 2-core dev machine: F=2 left the
+slowed rank at its unslowed peer's 0.3 CPU, while F=4 and F=8 held it at 1/F against 0.75-0.9 CPU).
+Choose F so that 1/F CPU is below what a rank gets; on a real node, where each rank has its cores,
+the slowed rank runs at 1/F of its speed.
 """
 
 from __future__ import annotations
