@@ -49,6 +49,7 @@ subscribes to it, so after `clock.advance(13)` the steps, checkpoints and exits 
 on disk and in `poll()`), on any other clock whenever the backend is asked. Nothing runs in the
 background. A frozen rank (`hang_rank`, `hang_node`) makes no
 progress and is `stopped`; signals other than SIGKILL wait until it continues, as with SIGSTOP.
+A slowed node's ranks (`slow_node`, until `revive_node`) step `factor` times slower.
 `kill_node` makes the node's unfinished ranks `lost`. Every signal sent (`signal`, `kill_rank`) is
 recorded in `signals` with the fake time, so a test can assert the stop sequence.
 
@@ -92,6 +93,7 @@ from pathlib import Path
 from trainyard.backends import registry
 from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState, Terminal, Tunnel
 from trainyard.backends.base import NothingListens
+from trainyard.backends.contain import cpu_quota
 from trainyard.backends.launch_check import check_launch
 from trainyard.backends.rundir import terminal
 from trainyard.images.types import NOT_FOUND, CachedImage, EntryInfo, ImageConfig, ImagePullError, RegistryAccess
@@ -243,6 +245,7 @@ class FakeCluster:
         self.clock = clock
         self.lock = threading.RLock()
         self.node_states: dict[str, str] = {}
+        self.slow: dict[str, float] = {}  # node -> its slowdown factor (`FakeBackend.slow_node`)
         self.attempts: dict[tuple[int, int], _Attempt] = {}
         self.launched: dict[tuple[int, int], _Attempt] = {}  # every attempt ever launched, released too
         self.signals: list[SentSignal] = []
@@ -316,23 +319,25 @@ class FakeCluster:
         p = rk.program
         if p.until is not None and os.path.exists(p.until) and (rk.exit_at is None or rk.exit_at > rk.active_s):
             rk.exit_at = rk.active_s  # the gate is open: it leaves now (noticed at this poll)
-        target = rk.active_s + (now - rk.seen_at)
+        slow = self.slow.get(rk.node, 1.0)  # `slow_node`: an active second takes `slow` seconds
+        target = rk.active_s + (now - rk.seen_at) / slow
         while True:
             next_step = (rk.active_s // p.step_s + 1) * p.step_s if p.step_s else math.inf
             if rk.exit_at is not None and rk.exit_at <= target and rk.exit_at < next_step:  # a step due then comes first
-                self._to(rk, rk.exit_at)
+                self._to(rk, rk.exit_at, slow)
                 self._exit(att, rk)
                 return
             if next_step > target:
                 break
-            self._to(rk, next_step)
+            self._to(rk, next_step, slow)
             rk.step += 1
             self._stepped(att, rk, p)
-        self._to(rk, target)
+        self._to(rk, target, slow)
+        rk.seen_at = max(rk.seen_at, now)  # float rounding of the division must not hold it back
 
     @staticmethod
-    def _to(rk: _Rank, active_s: float) -> None:
-        rk.seen_at += max(0.0, active_s - rk.active_s)
+    def _to(rk: _Rank, active_s: float, slow: float = 1.0) -> None:
+        rk.seen_at += max(0.0, active_s - rk.active_s) * slow
         rk.active_s = max(rk.active_s, active_s)
 
     def _stepped(self, att: _Attempt, rk: _Rank, p: Program) -> None:
@@ -340,7 +345,8 @@ class FakeCluster:
             return
         jd = att.jd
         jd.metrics_dir.mkdir(parents=True, exist_ok=True)
-        rec = {"step": rk.step, "time": rk.seen_at, "attempt": att.spec.attempt, "step_time_s": p.step_s,
+        rec = {"step": rk.step, "time": rk.seen_at, "attempt": att.spec.attempt,
+               "step_time_s": p.step_s * self.slow.get(rk.node, 1.0) if p.step_s is not None else None,
                "loss": round(10.0 / (1 + rk.step), 6)}
         _append(jd.metrics_file, [json.dumps(rec)])
         if p.checkpoint_every and rk.step % p.checkpoint_every == 0:
@@ -719,8 +725,28 @@ class FakeBackend:
             self._known_node(name)
             now = self.clock()
             for att, rk in self._ranks_on(name):
-                self.cluster.deliver(att, rk, _CONT, now)
+                self.cluster.deliver(att, rk, _CONT, now)  # lived up to now at the old speed first
             self.cluster.node_states[name] = "up"
+            self.cluster.slow.pop(name, None)
+
+    def slow_node(self, name: str, factor: float) -> None:
+        """The node runs `factor` times slower until `revive_node`: its ranks' steps (running now
+        or launched later) take `factor` times as long, in fake time and in their metrics' step
+        times. The node stays `up` (as LocalBackend's, where the CPU quota does it).
+
+        Raises:
+            BackendError: unknown node, or a factor not in (1, 100].
+        """
+        with self.cluster.lock:
+            self._known_node(name)
+            try:
+                cpu_quota.check_factor(factor)
+            except ValueError as e:
+                raise BackendError(f"factor: {e}") from None
+            now = self.clock()
+            for att, rk in self._ranks_on(name):
+                self.cluster.advance(att, rk, now)  # up to now at the old speed
+            self.cluster.slow[name] = float(factor)
 
     def kill_rank(self, job_id: int, attempt: int, rank: int, sig: int = _signal.SIGKILL) -> None:
         """Send `sig` to one rank (SIGCONT resumes a `hang_rank`); recorded in `signals`.

@@ -7,7 +7,13 @@ disk, so this process can inject into ranks the `yard up` process owns):
 - `kill-node`           the node (`--node`, default: where rank `--rank` runs) dies: its ranks are
                         SIGKILLed and it stays down until `revive-node`;
 - `hang-rank`           SIGSTOP one rank: the job is found hung and retried;
-- `revive-node`         the node (`--node`, required) is repaired and passes its check again;
+- `revive-node`         the node (`NODE` or `--node`, required) is repaired and passes its check
+                        again; a slowed node runs at full speed again;
+- `slow-node`           the node (`NODE` or `--node`, required) runs `--factor` F times slower
+                        (2.0 = half speed; 1 < F <= 100) until `revive-node`: every rank on it,
+                        running now or launched there later (a restarted plane too), gets its
+                        cgroup CPU quota divided by F (its --cpus-per-task, or one CPU, over F);
+                        the node stays up and healthy. Needs cgroup containment (not subreaper);
 - `preempt`             submit an urgent `interactive` job of the victim's team, sized to need its
                         GPUs, so the engine preempts the victim by checkpoint (`--seconds` it runs);
 - `corrupt-checkpoint`  truncate one shard of the job's newest committed `checkpoints/step-N/`, then
@@ -34,7 +40,9 @@ import typer
 from trainyard.cli.client import Client, local_job_dir
 from trainyard.cli.common import fail
 
-SCENARIOS = ("kill-rank", "kill-node", "hang-rank", "revive-node", "preempt", "corrupt-checkpoint", "kill-plane")
+SCENARIOS = ("kill-rank", "kill-node", "hang-rank", "revive-node", "slow-node", "preempt", "corrupt-checkpoint",
+             "kill-plane")
+_NODE_ONLY = ("revive-node", "slow-node")
 _NEEDS_JOB = ("kill-rank", "kill-node", "hang-rank", "preempt", "corrupt-checkpoint", "kill-plane")
 
 
@@ -119,24 +127,44 @@ def _save_in_flight(ck: Path, newest: Path | None) -> bool:
 
 def chaos(
     scenario: str = typer.Argument(..., help=f"one of: {', '.join(SCENARIOS)}"),
+    target: Optional[str] = typer.Argument(None, metavar="[NODE]", help="revive-node/slow-node: the node "
+                                           "(as --node)"),
     job: Optional[int] = typer.Option(None, "--job", help="the victim job id"),
     node: Optional[str] = typer.Option(None, "--node", help="kill-node/revive-node: the node "
                                        "(kill-node default: where --rank runs)"),
     rank: int = typer.Option(0, "--rank", help="kill-rank/hang-rank/kill-node/corrupt-checkpoint: the rank"),
     seconds: float = typer.Option(3.0, "--seconds", help="preempt: how long the urgent job runs"),
+    factor: Optional[float] = typer.Option(None, "--factor", help="slow-node: how many times slower "
+                                           "(2.0 = half speed; 1 < F <= 100)"),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="the control plane's data dir "
                                             "(default YARD_DATA_DIR or ~/.trainyard)"),
 ) -> None:
     """Inject an incident into a running job (rehearsal on the local backend): kill-rank,
-    kill-node, hang-rank, revive-node, preempt, corrupt-checkpoint, kill-plane."""
+    kill-node, hang-rank, revive-node, slow-node, preempt, corrupt-checkpoint, kill-plane."""
+    from trainyard.backends.contain.cpu_quota import check_factor
     from trainyard.defaults import default_data_dir
 
     if scenario not in SCENARIOS:
         fail(f"SCENARIO: {scenario!r} is not one of {', '.join(SCENARIOS)}")
+    if target is not None:
+        if scenario not in _NODE_ONLY:
+            fail(f"NODE: {scenario} takes no node argument (got {target!r})")
+        if node is not None and node != target:
+            fail(f"NODE: {target!r} and --node {node!r} disagree")
+        node = target
     if scenario in _NEEDS_JOB and job is None:
         fail(f"--job: required with {scenario}")
-    if scenario == "revive-node" and not node:
-        fail("--node: required with revive-node")
+    if scenario in _NODE_ONLY and not node:
+        fail(f"NODE (--node): required with {scenario}")
+    if scenario == "slow-node":
+        if factor is None:
+            fail("--factor: required with slow-node (2.0 = half speed)")
+        try:
+            check_factor(factor)
+        except ValueError as e:
+            fail(f"--factor: {e}")
+    elif factor is not None:
+        fail(f"--factor: only with slow-node, not {scenario}")
     if rank < 0:
         fail(f"--rank: must be >= 0, got {rank}")
     if seconds <= 0:
@@ -146,12 +174,25 @@ def chaos(
         fail(f"--data-dir: no such directory: {dd}")
     c = _client(dd)
 
-    if scenario == "revive-node":
+    if scenario in _NODE_ONLY:
         be, names, _ = _backend(c, dd)
         if node not in names:
-            fail(f"--node: unknown node {node!r}; nodes are {', '.join(names)}")
-        be.revive_node(node)
-        typer.echo(f"revived node {node}: it passes its health check again")
+            fail(f"NODE (--node): unknown node {node!r}; nodes are {', '.join(names)}")
+        assert node is not None  # in names
+        if scenario == "revive-node":
+            be.revive_node(node)
+            typer.echo(f"revived node {node}: it passes its health check again, at full speed")
+            return
+        assert factor is not None  # checked above
+        from trainyard.backends.base import BackendError
+
+        try:
+            be.slow_node(node, factor)
+        except BackendError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(1) from None
+        typer.echo(f"slowed node {node} by {factor:g}x (its ranks' CPU quota, now and for ranks started there "
+                   f"later) until `yard chaos revive-node {node}`")
         return
 
     assert job is not None  # _NEEDS_JOB: every scenario but revive-node, checked above

@@ -108,7 +108,7 @@ class Cgroup1:
                     cgroupfs.write(os.path.join(dirs["cpu"], "cpu.cfs_period_us"), str(CFS_PERIOD_US))
                     cgroupfs.write(os.path.join(dirs["cpu"], "cpu.cfs_quota_us"), str(r.cpus * CFS_PERIOD_US))
                 record["ranks"][str(r.rank)] = {
-                    "mode": self.mode, "join": [dirs[c] for c in dirs], "freezer": dirs["freezer"],
+                    "mode": self.mode, "join": [dirs[c] for c in dirs], "freezer": dirs["freezer"], "cpus": r.cpus,
                     "memory": dirs.get("memory"),
                     **(pids_plan(dirs["pids"], os.path.dirname(dirs["pids"]), needs.pids_max)
                        if "pids" in dirs and needs.pids_max is not None else {}),

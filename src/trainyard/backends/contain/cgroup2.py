@@ -112,7 +112,7 @@ class Cgroup2:
                 if r.cpus:
                     cgroupfs.write(os.path.join(d, "cpu.max"), f"{r.cpus * 100_000} 100000")
                 record["ranks"][str(r.rank)] = {
-                    "mode": self.mode, "join": [d], "freezer": d, "kill": d,
+                    "mode": self.mode, "join": [d], "freezer": d, "kill": d, "cpus": r.cpus,
                     "memory": d if os.path.exists(os.path.join(d, "memory.events")) else None,
                     **(pids_plan(d, os.path.dirname(d), pids) if pids is not None else {}),
                 }

@@ -42,8 +42,8 @@ Run state on disk, so a control plane killed with -9 loses nothing:
                                               died: the rank is `lost`, whatever else is recorded
     <data_dir>/tmp/j<job>.a<attempt>.<node>/  the attempt's private tmp on that node (tmpfs mode;
                                               removed at release, swept by a restarted plane)
-    <data_dir>/nodes/<name>.json              emulated node state {state: up|hung|dead, since}; read
-                                              on every inventory/poll/launch, absent means up
+    <data_dir>/nodes/<name>.json              emulated node state {state: up|hung|dead, since, slow?};
+                                              read on every inventory/poll/launch, absent means up
 
 A new `LocalBackend` scans `<data_dir>/jobs/*/run/attempt-*` and reports those attempts from the
 files alone (cells included: they are found by their recorded paths), and kills and removes any
@@ -63,6 +63,9 @@ rank log, every started rank is killed and `BackendError` is raised.
 Node faults (emulation only): `kill_node` SIGKILLs every rank group placed on the node and marks
 it dead; `hang_node` SIGSTOPs them and marks it hung; `revive_node` SIGCONTs and marks it up. A
 node that is not up is `healthy=False` in the inventory, refuses launches and fails `check_node`.
+`slow_node` records a slowdown factor F in the node's state and divides the CPU quota of every rank
+on it (running, and launched there later) by F (`contain.cpu_quota`; not in the subreaper mode);
+the node stays up and healthy, and `revive_node` restores the ranks' own quota.
 They act on the run state on disk, so any process on the same data dir can inject them.
 
 Environment: never this process's own (the plane's secrets, PGPASSWORD or YARD_DB_URL, stay
@@ -106,6 +109,7 @@ from trainyard.backends.base import NothingListens
 from trainyard.images.types import CachedImage, EntryInfo, RegistryAccess
 from trainyard.spec.image_ref import parse_image
 from trainyard.backends.launch_check import check_launch
+from trainyard.backends.contain import cpu_quota
 from trainyard.backends.contain import ops as contain_ops
 from trainyard.backends.contain import usage as contain_usage
 from trainyard.backends.local import gpu_use
@@ -262,8 +266,10 @@ class LocalBackend(WatchesExits):
             att.cell = {k: v for k, v in cell.items() if k != "ranks"}
             try:
                 jobfs.write_record(run_dir / "attempt.json", _attempt_record(spec, cell))
+                self._quota_plans(cell["ranks"])  # a slowed node's ranks are slow from their first instruction
                 self._start_ranks(spec, att, jd, cell["ranks"], images)
                 self._await_runners(att)
+                self._quota_plans(cell["ranks"])  # a `slow_node`/`revive_node` of another process meanwhile
                 self._tmp.detach(contain.attempt_key(spec.job_id, spec.attempt))  # the ranks hold it now
                 # A fault injected by another process while we were starting: it may not have
                 # seen our ranks yet, so honour "every rank or none" ourselves.
@@ -472,7 +478,61 @@ class LocalBackend(WatchesExits):
         with self._lock:
             self._known_node(name)
             self._signal_ranks(self._ranks_on(name), _signal.SIGCONT)
+            slowed = self._node_slow(name) is not None
             self._set_node_state(name, "up")
+            if slowed:
+                self._quota_ranks(name, None)
+
+    def slow_node(self, name: str, factor: float) -> None:
+        """The node runs `factor` times slower (2.0: half speed) until `revive_node`: every rank on
+        it, running now or launched there later (also by a restarted plane: the factor is in the
+        node's state file), gets its CPU quota divided by `factor` (`contain.cpu_quota`). The node
+        stays `up` and healthy: being slow is what the straggler and speed checks must find.
+
+        Raises:
+            BackendError: unknown node, a factor not in (1, 100], or a containment without CPU
+                quotas (the subreaper mode, no cpu hierarchy or controller).
+        """
+        with self._lock:
+            self._known_node(name)
+            try:
+                cpu_quota.check_factor(factor)
+            except ValueError as e:
+                raise BackendError(f"factor: {e}") from None
+            if why := cpu_quota.why_not(self._contain.driver):
+                raise BackendError(f"node {name}: cannot slow its ranks: {why} (slow-node needs a CPU quota: "
+                                   "TRAINYARD_CONTAINMENT=cgroup1, or cgroup2 with the cpu controller)")
+            state, before = self._node_state(name), self._node_slow(name)
+            self._set_node_state(name, state, slow=factor)
+            try:
+                self._quota_ranks(name, factor)
+            except BackendError:
+                self._set_node_state(name, state, slow=before)  # not recorded as slowed when it is not
+                raise
+
+    def _quota_ranks(self, node: str, factor: float | None) -> None:
+        """Every rank placed on `node` (any owner's attempt) gets the quota of `factor` (None: its own)."""
+        for run_dir in self._run_dirs():
+            meta = jobfs.read_record(run_dir / "attempt.json") or {}
+            plans = meta.get("contain") or {}
+            for r in meta.get("ranks", []):
+                if r.get("node") == node and not jobfs.record_exists(run_dir / f"rank-{r['rank']}.exit"):
+                    self._quota_plan(plans.get(str(r["rank"])), factor)
+
+    def _quota_plans(self, plans: Mapping[str, dict]) -> None:
+        """Each rank of a launch gets its node's slowdown, or its own quota when the node is not slowed."""
+        for plan in plans.values():
+            if plan.get("node") is not None:
+                self._quota_plan(plan, self._node_slow(str(plan["node"])))
+
+    @staticmethod
+    def _quota_plan(plan: dict | None, factor: float | None) -> None:
+        if plan is None:
+            return
+        try:
+            cpu_quota.apply(plan, factor)
+        except contain.ContainmentError as e:
+            raise BackendError(str(e)) from e
 
     def kill_rank(self, job_id: int, attempt: int, rank: int, sig: int = _signal.SIGKILL) -> None:
         """Send `sig` to one rank's process group (SIGCONT resumes a `hang_rank`); gone is fine.
@@ -631,11 +691,22 @@ class LocalBackend(WatchesExits):
         rec = jobfs.read_record(self._node_path(name))
         return str(rec.get("state", "up")) if rec else "up"
 
-    def _set_node_state(self, name: str, state: str) -> None:
+    def _node_slow(self, name: str) -> float | None:
+        """The node's slowdown factor (`slow_node`), None when it runs at full speed."""
+        rec = jobfs.read_record(self._node_path(name))
+        slow = rec.get("slow") if rec else None
+        return float(slow) if isinstance(slow, (int, float)) and slow > 1 else None
+
+    def _set_node_state(self, name: str, state: str, slow: float | None = None) -> None:
+        """`slow`: the node's slowdown factor; a node that goes hung or dead keeps its own (only
+        `revive_node`, which sets `up`, ends it)."""
         path = self._node_path(name)
+        if slow is None and state != "up":
+            slow = self._node_slow(name)
         try:
             jobfs.plane_dir(path.parent)
-            jobfs.write_record(path, {"state": state, "since": _now(), "by_pid": os.getpid()})
+            jobfs.write_record(path, {"state": state, "since": _now(), "by_pid": os.getpid(),
+                                      **({"slow": slow} if slow is not None else {})})
         except OSError as e:
             raise BackendError(f"node {name}: cannot record state {state!r}: {e}") from e
 
@@ -760,6 +831,7 @@ class LocalBackend(WatchesExits):
             raise BackendError(f"job {spec.job_id} attempt {spec.attempt}: {e}") from e
         for rn in needs.ranks:
             cell["ranks"][str(rn.rank)]["tmp"] = tmp[rn.node]
+            cell["ranks"][str(rn.rank)]["node"] = rn.node  # whose slowdown it takes (`slow_node`)
         if images:
             try:
                 runc = container.find_runc()
