@@ -17,13 +17,13 @@ import asyncio
 import os
 import subprocess
 import time
-from urllib.parse import urlencode
 
 import httpx
 import pytest
 from websockets.asyncio.client import connect
 
 from tests.accounts import ROOT_ONLY, accounts, shared_dir
+from tests.cli.test_alloc_yard_up import running_allocation, session_url
 from tests.cli.test_mail_webhook import Receiver
 from tests.plane import TWO_TEAMS, YARD, YardServer
 
@@ -58,20 +58,12 @@ def up():
 
 
 def _alloc(up) -> int:
-    server, alice, token, hook, d = up
-    r = alice.post("/api/v1/jobs", json={"interactive": {"kind": "alloc"}, "gpus": 1, "team": "vision",
-                                         "workdir": str(d)})
-    assert r.status_code == 201, r.text
-    jid = r.json()["id"]
-    deadline = time.monotonic() + 60
-    while (j := alice.get(f"/api/v1/jobs/{jid}").json())["state"] != "RUNNING":
-        assert time.monotonic() < deadline, j
-        time.sleep(0.1)
-    return jid
+    _server, alice, _token, _hook, d = up
+    return running_allocation(alice, d)
 
 
 def _ws(server, jid: int) -> str:
-    return f"ws{server.url[4:]}/api/v1/jobs/{jid}/terminal?{urlencode({'session': 1})}"
+    return session_url(server.url, jid)
 
 
 async def _read_until(ws, out: bytearray, mark: bytes, timeout: float) -> None:

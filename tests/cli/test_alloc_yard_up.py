@@ -50,23 +50,33 @@ def up():
             server.terminate()
 
 
-def _alloc(up) -> int:
-    server, admin, alice, *_ , d = up
-    r = alice.post("/api/v1/jobs", json={"interactive": {"kind": "alloc"}, "gpus": 1, "team": "vision",
-                                         "workdir": str(d)})
+def running_allocation(client, workdir) -> int:
+    """A 1-GPU allocation of team vision submitted through the API as `yard alloc` does, once RUNNING."""
+    r = client.post("/api/v1/jobs", json={"interactive": {"kind": "alloc"}, "gpus": 1, "team": "vision",
+                                          "workdir": str(workdir)})
     assert r.status_code == 201, r.text
     jid = r.json()["id"]
     deadline = time.monotonic() + 60
-    while (j := alice.get(f"/api/v1/jobs/{jid}").json())["state"] != "RUNNING":
+    while (j := client.get(f"/api/v1/jobs/{jid}").json())["state"] != "RUNNING":
         assert time.monotonic() < deadline, j
         time.sleep(0.1)
     return jid
 
 
-def _ws(server, jid: int, **q) -> str:
+def session_url(base: str, jid: int, **q) -> str:
+    """The WebSocket address of the allocation's session (`session=1`) on the plane at `base`."""
     from urllib.parse import urlencode
 
-    return f"ws{server.url[4:]}/api/v1/jobs/{jid}/terminal?{urlencode({'session': 1, **q})}"
+    return f"ws{base[4:]}/api/v1/jobs/{jid}/terminal?{urlencode({'session': 1, **q})}"
+
+
+def _alloc(up) -> int:
+    _server, _admin, alice, *_, d = up
+    return running_allocation(alice, d)
+
+
+def _ws(server, jid: int, **q) -> str:
+    return session_url(server.url, jid, **q)
 
 
 def _gpus_used(admin) -> int:
