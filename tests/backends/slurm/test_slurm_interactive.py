@@ -83,11 +83,17 @@ class Site:
         out = self.cluster.run("squeue", "-h", "-o", "%i %T %k").stdout
         return [x for x in out.splitlines() if x.strip()]
 
-    def slurm_id(self, job_id: int) -> int:
-        for line in self.squeue():
-            if f"trainyard job {job_id} attempt" in line:
-                return int(line.split()[0])
-        raise AssertionError(f"job {job_id} not in squeue: {self.squeue()}")
+    def slurm_id(self, job_id: int, within: float = 30) -> int:
+        """The Slurm id of the job's attempt. The store says RUNNING from the commit that starts an
+        attempt; the launch thread's sbatch comes after it, so it is waited for."""
+        deadline = time.monotonic() + within
+        while True:
+            lines = self.squeue()
+            for line in lines:
+                if f"trainyard job {job_id} attempt" in line:
+                    return int(line.split()[0])
+            assert time.monotonic() < deadline, f"job {job_id} not in squeue: {lines}"
+            time.sleep(0.1)
 
 
 def _config(acc: Accounts) -> str:
