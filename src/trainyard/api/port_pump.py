@@ -22,23 +22,20 @@ with a forwarded port attached has not lost its connection.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import socket
-from typing import Any
 
 from fastapi import WebSocket
 from starlette.concurrency import run_in_threadpool
 
 from trainyard.api import deps
-from trainyard.api.terminal import refuse
+from trainyard.api.terminal import control_message, refuse
 from trainyard.backends.base import Tunnel
 from trainyard.services import ports, terminals
 from trainyard.services.errors import ServiceError
 from trainyard.services.sessions import Attachment
 
 CHUNK = 65536
-MAX_CONTROL = 4096  # bytes of a text frame
 HELPER_GRACE_S = 3.0  # a relay's time to end once its pipes are closed
 
 
@@ -164,13 +161,8 @@ class PortPump:
 
     def _control(self, text: str) -> None:
         """A JSON control message; anything else is ignored (a client's mistake ends nothing)."""
-        if len(text) > MAX_CONTROL:
-            return
-        try:
-            msg: Any = json.loads(text)
-        except ValueError:
-            return
-        if isinstance(msg, dict) and msg.get("eof") is True and not self.write_shut:
+        msg = control_message(text)
+        if msg is not None and msg.get("eof") is True and not self.write_shut:
             self.write_shut = True
             self._shut_write()
 

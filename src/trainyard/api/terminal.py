@@ -73,6 +73,18 @@ async def serve(ws: WebSocket, job_text: str) -> None:
     await Pump(ws, term, job_id=job_id, sessions=cp.sessions, on_exit=on_exit).run()
 
 
+def control_message(text: str) -> dict[str, Any] | None:
+    """A client's text frame as a JSON object (a terminal's resize, a port's end of input); None for
+    anything else, which the pumps ignore: a client's mistake ends nothing."""
+    if len(text) > MAX_CONTROL:
+        return None
+    try:
+        msg: Any = json.loads(text)
+    except ValueError:
+        return None
+    return msg if isinstance(msg, dict) else None
+
+
 async def refuse(ws: WebSocket, status: int, message: str, field: str | None) -> None:
     """A refusal before the handshake completes, as every HTTP route answers one (`{"detail",
     "field"}` with the status); the terminal and the port routes both use it."""
@@ -315,13 +327,8 @@ class Pump:
 
     def _control(self, text: str) -> None:
         """A JSON control message; anything else is ignored (a client's mistake ends nothing)."""
-        if len(text) > MAX_CONTROL:
-            return
-        try:
-            msg: Any = json.loads(text)
-        except ValueError:
-            return
-        if not isinstance(msg, dict):
+        msg = control_message(text)
+        if msg is None:
             return
         size = msg.get("resize")
         if isinstance(size, list) and len(size) == 2 and all(isinstance(v, int) and 1 <= v <= terminals.MAX_SIDE

@@ -105,7 +105,6 @@ from trainyard.backends.rundir import job_tools
 from trainyard.backends.rundir import terminal
 from trainyard.backends.rundir import port as rank_port
 from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState, Terminal, Tunnel
-from trainyard.backends.base import NothingListens
 from trainyard.images.types import CachedImage, EntryInfo, RegistryAccess
 from trainyard.spec.image_ref import parse_image
 from trainyard.backends.launch_check import check_launch
@@ -622,9 +621,7 @@ class LocalBackend(WatchesExits):
         try:
             fd = rank_port.connect_in_rank(run_dir, rank, port)
         except rank_port.PortError as e:
-            if e.refused:
-                raise NothingListens(f"nothing listens on port {port} in job {job_id} rank {rank}") from None
-            raise BackendError(f"{where}: {e}") from None
+            raise rank_port.backend_error(e, job_id, rank, port) from None
         except OSError as e:
             raise BackendError(f"{where}: cannot start the connection's helper: {e}") from e
         return Tunnel(fd, fd)

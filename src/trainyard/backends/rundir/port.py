@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from trainyard.backends.base import Tunnel
+from trainyard.backends.base import BackendError, NothingListens, Tunnel
 from trainyard.backends.rundir.terminal import ATTACH, DEFAULT_PATH, SIGDEF
 
 ANSWER_WAIT_S = 15.0  # the helper's own connect gives up after 10 s
@@ -74,6 +74,14 @@ class PortError(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.refused = message.startswith(NOTHING_LISTENS)
+
+
+def backend_error(e: PortError, job_id: int, rank: int, port: int) -> BackendError:
+    """The backends' error for a connection not made: NothingListens when the rank runs but nothing
+    listens on `port` (the plane answers 502), a BackendError naming the job and rank otherwise."""
+    if e.refused:
+        return NothingListens(f"nothing listens on port {port} in job {job_id} rank {rank}")
+    return BackendError(f"job {job_id} rank {rank}: {e}")
 
 
 def connect_argv(run_dir: Path, rank: int, port: int) -> list[str]:

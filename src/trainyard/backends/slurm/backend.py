@@ -68,7 +68,6 @@ from trainyard.backends.slurm import env as slurm_env
 from trainyard.backends.rundir.attempt_dir import open_attempt
 from trainyard.backends.rundir.exit_watch import ExitWatch, WatchesExits
 from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState, Terminal, Tunnel
-from trainyard.backends.base import NothingListens
 from trainyard.backends.slurm import pyxis
 from trainyard.images.types import UNSUPPORTED, CachedImage, EntryInfo, ImageConfig, ImagePullError, RegistryAccess
 from trainyard.contracts import NOTICE_SIGNAL, JobDir
@@ -346,9 +345,7 @@ class SlurmBackend(WatchesExits):
         try:
             return rank_port.start_relay(srun, dict(self._env))
         except rank_port.PortError as e:
-            if e.refused:
-                raise NothingListens(f"nothing listens on port {port} in job {job_id} rank {rank}") from None
-            raise BackendError(f"{where}: {e}") from None
+            raise rank_port.backend_error(e, job_id, rank, port) from None
         except OSError as e:
             raise BackendError(f"{where}: cannot start the relay: {e}") from e
 
