@@ -100,6 +100,27 @@ METRICS_FILE = "metrics.jsonl"
 EXPORTS_DIR = "exports"  # in a job dir: the owner's directory for a recipe's exports
 OWNER_FILE = ".trainyard-job"  # in a job dir: the store, job id and key that made it (JSON)
 
+# -- the goodput ledger (issue 39) -------------------------------------------------------------------
+# Every allocated GPU-second of an attempt lands in exactly one of these buckets (docs/accounting.md
+# defines each); the plane splits, the runtime measures the phases inside steps.
+LEDGER_BUCKETS = ("startup", "compute", "data_wait", "checkpoint_stall", "comm_wait", "recompute", "idle",
+                  "teardown")
+# Each rank of a job that uses the runtime keeps one small JSON file per attempt in the job dir
+# (`JobDir.phases_file`), replaced atomically (write a temporary file, rename) at most every
+# PHASES_EVERY_S and when the run ends; the plane reads it bounded, through no link (jobfs):
+#   {"v": 1, "attempt": a, "rank": r,
+#    "began": unix time the steps began (after imports, process group and the checkpoint load),
+#    "last": unix time the newest step ended (null before the first), "step": its number, "steps": how many,
+#    "phases": {"step": wall seconds of those steps, "data_wait": …, "checkpoint_stall": …, "comm": …}
+#              (cumulative over this attempt's steps, up to `last`),
+#    "after_last": {"checkpoint_stall": seconds saving after the newest step: a final or preemption save},
+#    "ended": unix time the run finished (null while it runs),
+#    "recent": [[step, step seconds, comm seconds], …] the newest PHASES_RECENT steps, oldest first}
+PHASES_DIR = "phases"  # under the job dir's metrics/
+PHASES_EVERY_S = 2.0
+PHASES_RECENT = 32
+PHASES_MAX_BYTES = 64 * 1024  # what the plane reads of one file at most
+
 
 class JobVar:
     """The names of trainyard's own variables in a job's environment (the TRAINYARD part of
@@ -179,6 +200,7 @@ class JobDir:
             logs/rank-<r>.err           its stderr, with -e/--error (else stderr is in rank-<r>.log)
             checkpoints/step-<N>/       TRAINYARD_CHECKPOINT_DIR (COMMITTED marks a whole one)
             metrics/metrics.jsonl       the runtime's step records (rank 0); metrics/tensorboard/
+            metrics/phases/attempt-<a>-rank-<r>.json   each rank's phase timings (issue 39)
             exports/                    the owner's: where a recipe's relative `export:` goes under a plane
             script.sh                   the batch script, for a job submitted as one
             run/attempt-<a>/            a backend's run state of one attempt (deleted on release)
@@ -249,6 +271,15 @@ class JobDir:
     @property
     def metrics_file(self) -> Path:
         return self.metrics_dir / METRICS_FILE
+
+    @property
+    def phases_dir(self) -> Path:
+        """Where the runtime's per-rank phase files go (`PHASES_DIR`, issue 39)."""
+        return self.metrics_dir / PHASES_DIR
+
+    def phases_file(self, attempt: int, rank: int) -> Path:
+        """One rank's phase timings of one attempt (the format above `PHASES_DIR`)."""
+        return self.phases_dir / f"attempt-{attempt}-rank-{rank}.json"
 
     @property
     def exports(self) -> Path:

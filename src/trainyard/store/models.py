@@ -4,7 +4,8 @@ What lives where:
 - `jobs`: one row per job, its request and its current state (Slurm's names, with a reason);
 - `attempts`: one row per start of a job (a requeue starts a new attempt), with placement and exit;
 - `events`: the audit trail — every state change, who did it, when and why;
-- `nodes`: runtime state of the nodes (drained, down) — their shape comes from the configuration;
+- `nodes`: runtime state of the nodes (drained, down, suspect) — their shape comes from the configuration;
+- `gpu_samples`: per-GPU telemetry of the jobs, a bounded time series per job (issue 39);
 - `config_versions`: the cluster configuration (nodes, teams and quotas, classes) as versioned
   YAML; the newest row is in force, older ones allow diff and rollback;
 - `tokens`: API tokens (only a SHA-256 hash is kept) with the role and team they grant;
@@ -195,6 +196,13 @@ class AttemptRow(Base):
     peak_gpu_mem_mib: Mapped[float | None] = mapped_column(Float, nullable=True)
     # the image digest this attempt ran (None: a bare job; migration 0013)
     image_digest: Mapped[str | None] = mapped_column(String(71), nullable=True)
+    # the goodput ledger (migration 0015, issue 39): {bucket: GPU-seconds} over contracts.LEDGER_BUCKETS,
+    # adding up to gpus x (ended_at - started_at); set when the attempt ends (a running one is split live)
+    ledger: Mapped[dict[str, float] | None] = mapped_column(JSON, nullable=True)
+    # when the plane first saw output from the attempt (a rank's log grew): the end of a bare job's startup
+    first_output_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # per-GPU telemetry summed up: {"<node>/<gpu>": {"util_mean", "util_peak", "mem_peak_mib", "samples"}}
+    gpu_summary: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
     __table_args__ = (Index("ix_attempts_started_at", "started_at"), Index("ix_attempts_ended_at", "ended_at"))
 
@@ -222,6 +230,33 @@ class NodeRow(Base):
     reason: Mapped[str] = mapped_column(String(200), default="")
     updated_at: Mapped[float] = mapped_column(Float, default=0.0)
     updated_by: Mapped[str] = mapped_column(String(100), default="")
+    # flagged as a straggler in unrelated jobs (migration 0015, issue 39): no new work until its
+    # speed check passes; None when not suspect
+    suspect_since: Mapped[float | None] = mapped_column(Float, nullable=True)
+    suspect_reason: Mapped[str] = mapped_column(String(200), default="", server_default="")
+
+
+class GpuSampleRow(Base):
+    """Per-GPU telemetry of the jobs (issue 39), a bounded time series per job: the node agent's
+    samples averaged over a flush period, one row per GPU per period."""
+
+    __tablename__ = "gpu_samples"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(Integer)
+    attempt: Mapped[int] = mapped_column(Integer)
+    node: Mapped[str] = mapped_column(String(100))
+    gpu: Mapped[int] = mapped_column(Integer)  # the GPU's index on its node
+    time: Mapped[float] = mapped_column(Float)  # the end of the period
+    period_s: Mapped[float] = mapped_column(Float)
+    util: Mapped[float] = mapped_column(Float)  # percent, mean over the period
+    util_peak: Mapped[float] = mapped_column(Float)
+    mem_mib: Mapped[float] = mapped_column(Float)  # the highest in the period
+    power_w: Mapped[float | None] = mapped_column(Float, nullable=True)
+    temp_c: Mapped[float | None] = mapped_column(Float, nullable=True)
+    source: Mapped[str] = mapped_column(String(20), default="nvml")  # nvml | emulated | nvidia-smi
+
+    __table_args__ = (Index("ix_gpu_samples_job_time", "job_id", "time"),)
 
 
 class ConfigVersionRow(Base):
