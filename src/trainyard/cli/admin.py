@@ -24,8 +24,14 @@ def nodes(as_json: bool = JSON) -> None:
         print_json(ns)
         return
     table(["NODE", "POOL", "STATE", "GPUS", "USED", "FREE", "MODEL", "MEM(GB)", "BLOCK", "RACK", "CONTAIN", "REASON"],
-          [[n["name"], n["pool"], n["state"], n["gpus"], n["gpus_used"], n["gpus_free"], n["gpu_model"],
-            f"{n['gpu_mem_gb']:g}", n["block"], n["rack"], n.get("containment", ""), n["reason"]] for n in ns])
+          [[n["name"], n["pool"], state_word(n), n["gpus"], n["gpus_used"], n["gpus_free"], n["gpu_model"],
+            f"{n['gpu_mem_gb']:g}", n["block"], n["rack"], n.get("containment", ""),
+            "; ".join(x for x in (n["reason"], n.get("suspect_reason")) if x)] for n in ns])
+
+
+def state_word(n: dict) -> str:
+    """The node's state, `+suspect` while a straggler suspicion holds it (control/loop/suspects.py)."""
+    return f"{n['state']}+suspect" if n.get("suspect_since") is not None else str(n["state"])
 
 
 def drain(node: str = typer.Argument(..., help="node name"),

@@ -469,6 +469,8 @@ def show(job_id: str = typer.Argument(..., help="job id, or ARRAY_TASK (42_3)"),
     if j.get("avoid_nodes"):
         typer.echo(f"{'avoids':>22}: {clean(','.join(j['avoid_nodes']))} (earlier attempts failed there; used only if "
                    "nothing else fits)")
+    for e in straggler_events(c, j["id"]):  # issue 39: a slow rank, named with its node (control/loop/stragglers.py)
+        typer.echo(f"{'straggler':>22}: {time.strftime('%H:%M:%S', time.localtime(e['time']))} {clean(e['message'])}")
     if j.get("attempts"):
         digests = any(a.get("image_digest") for a in j["attempts"])  # a column only for a job with an image
         table(["ATTEMPT", "STATE", "CAUSE", "STARTED", "RAN", "EXIT", "SIGNAL", "LOST GPU-s", "RECOVERY", "NODES",
@@ -481,6 +483,12 @@ def show(job_id: str = typer.Argument(..., help="job id, or ARRAY_TASK (42_3)"),
                 *([image_view.short_digest(a.get("image_digest"))] if digests else []), a["reason"]]
                for a in j["attempts"]],
               plain=True)  # every state and cause whole: the reason, last, may be as long as it is
+
+
+def straggler_events(c: Client, job_id: int) -> list[dict]:
+    """The job's straggler flags and recoveries, oldest first."""
+    evs = c.get(f"/api/v1/jobs/{job_id}/events")["events"]
+    return [e for e in evs if e.get("kind") in ("job.straggler", "job.straggler_recovered")]
 
 
 def memory_line(j: dict) -> str:

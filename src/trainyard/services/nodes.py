@@ -2,6 +2,11 @@
 
 `drain` (Slurm's `scontrol update state=drain`) stops new work landing on a node; jobs already
 there run to their end. `resume` returns it. Operators and admins may do both.
+
+A node may also be *suspect* beside its state (issue 39): slow in two unrelated jobs, held out of
+new work until its speed check judges it (control/loop/suspects.py). `suspect_since` and
+`suspect_reason` say so in every node view; a person's `resume` ends the suspicion too (event
+`node.suspect_cleared`), as it ends a drain.
 """
 
 from __future__ import annotations
@@ -42,7 +47,8 @@ def list_nodes(s: Session, cfg: ConfigVersion, containment: str | None = None) -
         busy = len(used.get(n.name, ()))
         out.append({"name": n.name, "pool": n.pool, "gpus": n.gpus, "gpus_used": busy, "gpus_free": n.gpus - busy,
                     "gpu_model": n.gpu_model, "gpu_mem_gb": n.gpu_mem_mib / 1024, "block": n.block, "rack": n.rack,
-                    "state": st.state if st else "up", "reason": st.reason if st else ""})
+                    "state": st.state if st else "up", "reason": st.reason if st else "",
+                    "suspect_since": st.suspect_since if st else None, "suspect_reason": st.suspect_reason if st else ""})
         if containment is not None:
             out[-1]["containment"] = containment
     return out
@@ -67,5 +73,9 @@ def set_state(s: Session, cfg: ConfigVersion, name: str, state: str, reason: str
     record(s, by.user, f"node.{state}", f"node {name} {verb} by {by.user}" + (f": {reason}" if reason else ""),
            node=name, data={"state": state, "reason": reason, "before": before,
                             "after": {"state": state, "reason": reason}})
+    if state == "up" and row.suspect_since is not None:
+        row.suspect_since, row.suspect_reason = None, ""
+        record(s, by.user, "node.suspect_cleared", f"node {name}: its straggler suspicion ended by {by.user}'s resume",
+               node=name, data={"by": by.user})
     s.flush()
     return get_node(s, cfg, name)

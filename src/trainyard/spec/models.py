@@ -28,6 +28,7 @@ from trainyard.sched.types import ALL_CLASSES, AdminReservation, JobClass, JobId
 from trainyard.spec.images import ImagesSpec
 from trainyard.spec.interactive import InteractiveSpec
 from trainyard.spec.limits import LimitsSpec
+from trainyard.spec.stragglers import StragglersSpec
 
 
 # Every duration is bounded (bounds: ten years): `inf` or a typo of many zeros is an error.
@@ -605,6 +606,8 @@ class ConfigSpec(_Model):
     images: ImagesSpec = Field(default_factory=ImagesSpec)
     # Allocations, terminals, forwarded ports, notebooks (spec/interactive.py)
     interactive: InteractiveSpec = Field(default_factory=InteractiveSpec)
+    # Slow ranks within a job, nodes slow in several jobs (spec/stragglers.py, control/loop/stragglers.py)
+    stragglers: StragglersSpec = Field(default_factory=StragglersSpec)
 
     @model_validator(mode="after")
     def _references(self) -> "ConfigSpec":

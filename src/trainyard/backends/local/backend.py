@@ -90,7 +90,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from contextlib import ExitStack
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -100,6 +100,7 @@ from trainyard import jobfs
 from trainyard.backends import registry
 from trainyard.backends import contain
 from trainyard.backends.local import batch
+from trainyard.backends.local.check_cell import check_cell as _check_cell
 from trainyard.backends.local import container
 from trainyard.backends.rundir import job_tools
 from trainyard.backends.rundir import terminal
@@ -655,6 +656,17 @@ class LocalBackend(WatchesExits):
                     return None
                 found.update(self._offsets.get(n.name, 0) + int(g) for g in r.get("gpus") or [])
         return gpu_use.busiest(sorted(found)) if found else None
+
+    def check_cell(self, node: str) -> AbstractContextManager[list[str]]:
+        """Where a health check of `node` runs (`local.check_cell`): the cgroup directories its
+        process joins, with the CPU quota a rank there gets (slowed by `slow_node`); [] without
+        cgroups. Not part of `Backend`: the plane uses it where a backend has it.
+
+        Raises:
+            BackendError: unknown node (and, entering it, `ContainmentError`: no cell could be made).
+        """
+        self._known_node(node)
+        return _check_cell(self._contain.driver, node, self._node_slow(node))
 
     def node_environment(self, node: str) -> dict[str, str]:
         """What a bare job's interpreter (`job_python`) sees on `node` (backends/environment.py).

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Callable
 
@@ -37,12 +38,14 @@ class HealthChecker:
 
     def __init__(self, data_dir: Path, spec_of: Callable[[], HealthSpec], nodes_of: Callable[[], list[str]],
                  on_round: Callable[[str, str], None] | None = None,
-                 model_of: Callable[[str], str | None] | None = None):
+                 model_of: Callable[[str], str | None] | None = None,
+                 cell_of: Callable[[str], AbstractContextManager[list[str]]] | None = None):
         self.data_dir = data_dir
         self.spec_of = spec_of
         self.nodes_of = nodes_of
         self.on_round = on_round
         self.model_of = model_of or (lambda node: None)  # a node's gpu_model: the `speed` check's baseline
+        self.cell_of = cell_of  # the backend's `check_cell`: where a node's `speed` check measures
         self._results: dict[str, dict[str, CheckResult]] = {}
         self._busy: set[str] = set()  # nodes whose round is running
         self._queued: set[str] = set()  # nodes with a before-work round waiting for a worker
@@ -89,7 +92,8 @@ class HealthChecker:
         try:
             for c in checks:
                 out.append(run_check(c, node, self.data_dir, since=since, context=context,
-                                     gpu_model=self.model_of(node) if c.kind == "speed" else None))
+                                     gpu_model=self.model_of(node) if c.kind == "speed" else None,
+                                     cell=self.cell_of))
         finally:
             with self._lock:
                 self._busy.discard(node)

@@ -19,6 +19,8 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,12 +45,15 @@ class CheckResult:
 
 
 def run_check(spec: CheckSpec, node: str, data_dir: Path, *, since: float = 0.0,
-              context: str = PERIODIC, gpu_model: str | None = None) -> CheckResult:
+              context: str = PERIODIC, gpu_model: str | None = None,
+              cell: Callable[[str], AbstractContextManager[list[str]]] | None = None) -> CheckResult:
     """One check on one node, now. Never raises: a check that cannot run is CRITICAL.
 
     `since`: findings a stateful check remembers from before this moment are forgotten (the
     node was remediated or an operator resumed it since; see `nvml` and its XID events).
     `gpu_model`: the node's, which picks the `speed` check's baseline.
+    `cell`: the backend's `check_cell` where it has one: the `speed` check measures inside the
+    node's cgroups (backends/local/check_cell.py), not in the plane's.
     """
     from trainyard.control.health import dcgm, nvml, speed  # the GPU kinds import nothing heavy until used
 
@@ -60,6 +65,9 @@ def run_check(spec: CheckSpec, node: str, data_dir: Path, *, since: float = 0.0,
             status, msg = _disk(spec, node, data_dir)
         elif spec.kind == "dcgm":
             status, msg = dcgm.check(spec)
+        elif spec.kind == "speed" and cell is not None:
+            with cell(node) as join:
+                status, msg = speed.check(spec, gpu_model, join)
         elif spec.kind == "speed":
             status, msg = speed.check(spec, gpu_model)
         else:

@@ -24,7 +24,9 @@ project's shared 2-core machine two threads made a 256-sided matmul vary up to 8
 varied by less than 2), and the baseline is `baselines.cpu` — a CPU's figures say nothing about the node's GPU model.
 Sizes default small on the CPU (256-sided matrices, 1 MiB) and large on GPUs (8192, 256 MiB).
 
-**Where and how it runs.** In a child process (`python -m trainyard.control.health.speed`,
+**Where and how it runs.** On the local backend, inside the node's cell (`backends/local/check_cell.py`:
+a cgroup under the node's level with the CPU quota its ranks get, so `yard chaos slow-node` slows
+the check as it slows the node's ranks; the child enters it with `--join` before torch loads). In a child process (`python -m trainyard.control.health.speed`,
 the plane's interpreter, the plane's environment less its credentials), so that torch never
 loads into the plane and a hung collective is bounded: past `timeout` the child's whole process
 group is killed and the check is CRITICAL, as any check past its time-out. The child is rank 0 and
@@ -100,14 +102,16 @@ def judge(fig: Figures, spec: SpeedSpec, gpu_model: str | None) -> tuple[str, st
     return OK, f"{seen}; {ref}, min {need:g}"
 
 
-def check(spec: CheckSpec, gpu_model: str | None) -> tuple[str, str]:
-    """Measure in a child process bounded by the check's `timeout`, and judge."""
+def check(spec: CheckSpec, gpu_model: str | None, join: list[str] | None = None) -> tuple[str, str]:
+    """Measure in a child process bounded by the check's `timeout`, and judge. `join`: cgroup
+    directories the child enters before it measures (the node's cell: `HealthChecker`'s `cell_of`)."""
     assert spec.speed is not None  # CheckSpec's validator: kind speed has its settings
     if importlib.util.find_spec("torch") is None:
         return WARN, "cannot measure: torch is not installed where the plane runs (pip install trainyard[train])"
     sp = spec.speed
     argv = [sys.executable, "-m", "trainyard.control.health.speed", "--device", sp.device, "--iters", str(sp.iters),
             "--cpu-ranks", str(sp.cpu_ranks)]
+    argv += [x for d in join or [] for x in ("--join", d)]
     argv += ["--matmul-n", str(sp.matmul_n)] if sp.matmul_n else []
     argv += ["--allreduce-mib", repr(sp.allreduce_mib)] if sp.allreduce_mib else []
     try:
@@ -236,8 +240,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--matmul-n", type=int)
     ap.add_argument("--allreduce-mib", type=float)
     ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--join", action="append", default=[], help="a cgroup directory to enter first (the node's cell)")
     a = ap.parse_args(argv)
     try:
+        for d in a.join:  # before torch loads and the ranks fork: every process of the measurement is inside
+            with open(os.path.join(d, "cgroup.procs"), "w") as f:  # plane's own: the node cell it made
+                f.write(str(os.getpid()))
         fig = measure(a.device, a.cpu_ranks, a.matmul_n, a.allreduce_mib, a.iters)
     except Exception as e:  # noqa: BLE001 - the parent turns it into the check's finding
         print(json.dumps({"error": f"{type(e).__name__}: {e}"}), flush=True)

@@ -5,6 +5,8 @@
     1b. node watch    (control/loop/node_watch.py)   node health: down, suspect, remediate, return; hung jobs
     1c. interactive   (control/loop/interactive.py)  allocations with no one attached past their grace
     1d. idle          (control/loop/idle.py)         idle interactive allocations: warning, then IdleTimeout
+    1e. stragglers    (control/loop/stragglers.py)   slow ranks flagged; a node slow in two jobs suspect,
+                                                     speed-checked (control/loop/suspects.py)
     2.  stops         (control/loop/stops.py)        time limits; notice → SIGTERM → SIGKILL
     3.  dependencies  (control/loop/dependencies.py) `--dependency` met or never
     4.  schedule      (control/loop/schedule.py)     snapshot → policy.cycle() → preempt, start, reasons
@@ -42,6 +44,8 @@ from trainyard.control.loop.node_watch import NodeWatch
 from trainyard.control.loop.reconcile import Reconciler
 from trainyard.control.loop.schedule import Scheduler
 from trainyard.control.loop.stops import Stops
+from trainyard.control.loop.stragglers import Stragglers
+from trainyard.control.loop.suspects import Suspects
 from trainyard.control.lifecycle.supervise import Supervised
 from trainyard.control.lifecycle.store_audit import SeenRecord
 from trainyard.sched.policy import Policy
@@ -87,12 +91,14 @@ class ControlLoop:
         self._thread: Supervised | None = None
         # a finished round wakes the loop: a node that just passed takes its work at once
         self.health = HealthChecker(ctx.data_dir, self._health_spec, self._node_names,
-                                    on_round=lambda node, context: self.wake(), model_of=self._node_model)
+                                    on_round=lambda node, context: self.wake(), model_of=self._node_model,
+                                    cell_of=getattr(ctx.backend, "check_cell", None))  # local: the node's cgroup
         frozen = FrozenRanks(ctx.params.hung_after_s)
         self.reconcile = Reconciler(ctx, frozen)
         self.node_watch = NodeWatch(ctx, self.health, frozen)
         self.interactive = Interactive(ctx)
         self.idle = IdleAllocations(ctx)
+        self.stragglers = Stragglers(ctx, Suspects(ctx, self.health))
         self.stops = Stops(ctx)
         self.dependencies = Dependencies(ctx)
         self.scheduler = Scheduler(ctx, self.health, policy)
@@ -193,6 +199,8 @@ class ControlLoop:
         done("interactive")
         self.idle.run(now)  # before the stops: an allocation that ran out is signalled this pass
         done("idle")
+        self.stragglers.run(now)  # before the schedule step: a node made suspect gets no work this pass
+        done("stragglers")
         self.stops.run(now, launching)
         done("stops")
         self.dependencies.run(now)

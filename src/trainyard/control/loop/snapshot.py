@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from trainyard.contracts import RankPlacement, ranks_of, slurm_node_order
+from trainyard.control.loop import suspects
 from trainyard.sched.cluster import ClusterState, Node, Placement
 from trainyard.sched.constraints import where_of
 from trainyard.sched.types import JobRequest, PendingJob, RunningJob, Snapshot
@@ -39,7 +40,8 @@ class NodeIndex:
         nodes = []
         for n in cfg.nodes:
             st = states.get(n.name)
-            ok = (st is None or st.state == "up") and n.name not in bad
+            # a suspect node (slow in two jobs) takes no new work until its speed check passes
+            ok = (st is None or st.state == "up") and n.name not in bad and not suspects.held(cfg, st)
             nodes.append(Node(n.name, n.gpus, n.gpu_mem_mib, n.pool, n.gpu_model, n.block, n.rack, healthy=ok,
                               features=n.features))
         return cls(tuple(nodes), {n.name: i for i, n in enumerate(nodes)})
