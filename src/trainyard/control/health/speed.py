@@ -5,7 +5,8 @@ before new work; it can also run as any other check, periodically or `when: befo
 figures, against `speed.baselines[<the node's gpu_model>]` in the configuration:
 
 - **matmul TFLOP/s per GPU**: `iters` timed products of two `matmul_n`-sided square matrices
-  (bf16 on a GPU, float32 on the CPU) after `WARMUP` untimed ones, 2·n³ flops each; the slowest GPU is
+  (bf16 on a GPU, float32 on the CPU, repeated until `CPU_MIN_TIMED_S` has passed) after `WARMUP`
+  untimed ones, 2·n³ flops each; the slowest GPU is
   judged (one slow GPU slows every gang it is in) and named;
 - **all-reduce bus bandwidth** across the node's GPUs, as nccl-tests define it: a sum all-reduce
   of `allreduce_mib` MiB takes t seconds → algbw = bytes / t, busbw = algbw · 2(n−1)/n (the
@@ -26,7 +27,8 @@ Sizes default small on the CPU (256-sided matrices, 1 MiB) and large on GPUs (81
 
 **Where and how it runs.** On the local backend, inside the node's cell (`backends/local/check_cell.py`:
 a cgroup under the node's level with the CPU quota its ranks get, so `yard chaos slow-node` slows
-the check as it slows the node's ranks; the child enters it with `--join` before torch loads). In a child process (`python -m trainyard.control.health.speed`,
+the check as it slows the node's ranks; the child enters it with `--join` once torch is loaded, before
+its ranks start). In a child process (`python -m trainyard.control.health.speed`,
 the plane's interpreter, the plane's environment less its credentials), so that torch never
 loads into the plane and a hung collective is bounded: past `timeout` the child's whole process
 group is killed and the check is CRITICAL, as any check past its time-out. The child is rank 0 and
@@ -56,6 +58,11 @@ from trainyard.spec.models import CheckSpec, SpeedSpec
 CPU_MODEL = "cpu"  # the baseline the CPU path is judged by
 WARMUP = 2  # untimed repetitions first: threads, connections, caches
 DEFAULTS = {"cuda": (8192, 256.0), "cpu": (256, 1.0)}  # matmul_n, allreduce_mib when not configured
+# The CPU path repeats its `iters` products until this long has passed: a CPU quota (a slowed
+# node's, `yard chaos slow-node`) is granted per 100 ms period, and a measurement inside one
+# period's first slice runs at full speed (measured: 60 products of 256 took 77 ms and showed no
+# slowdown under a quarter-CPU quota).
+CPU_MIN_TIMED_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -186,12 +193,14 @@ def _rank(rank: int, ranks: int, device: str, store: str, matmul_n: int, nbytes:
             for _ in range(WARMUP):
                 c = a @ b
             sync()
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                c = a @ b
+            t0, done = time.perf_counter(), 0
+            while done == 0 or device == "cpu" and time.perf_counter() - t0 < CPU_MIN_TIMED_S:
+                for _ in range(iters):
+                    c = a @ b
+                done += iters
             sync()
             del c
-            tflops = 2 * matmul_n**3 * iters / (time.perf_counter() - t0) / 1e12
+            tflops = 2 * matmul_n**3 * done / (time.perf_counter() - t0) / 1e12
         if ranks > 1 and device == "cpu":
             dist.barrier()
     results.put((rank, tflops, busbw))
@@ -199,11 +208,18 @@ def _rank(rank: int, ranks: int, device: str, store: str, matmul_n: int, nbytes:
         dist.destroy_process_group()
 
 
-def measure(device: str, cpu_ranks: int, matmul_n: int | None, allreduce_mib: float | None, iters: int) -> Figures:
-    """The figures of this host's GPUs (or its CPU): rank 0 here, the others in child processes."""
+def measure(device: str, cpu_ranks: int, matmul_n: int | None, allreduce_mib: float | None, iters: int,
+            join: list[str] | None = None) -> Figures:
+    """The figures of this host's GPUs (or its CPU): rank 0 here, the others in child processes.
+    `join`: cgroup directories entered once torch is loaded, before the ranks start (every process
+    that measures is inside; the import, the same on every node, is not slowed with them)."""
     import multiprocessing
 
     import torch
+
+    for d in join or []:
+        with open(os.path.join(d, "cgroup.procs"), "w") as f:  # plane's own: the node cell the backend made
+            f.write(str(os.getpid()))
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -243,10 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--join", action="append", default=[], help="a cgroup directory to enter first (the node's cell)")
     a = ap.parse_args(argv)
     try:
-        for d in a.join:  # before torch loads and the ranks fork: every process of the measurement is inside
-            with open(os.path.join(d, "cgroup.procs"), "w") as f:  # plane's own: the node cell it made
-                f.write(str(os.getpid()))
-        fig = measure(a.device, a.cpu_ranks, a.matmul_n, a.allreduce_mib, a.iters)
+        fig = measure(a.device, a.cpu_ranks, a.matmul_n, a.allreduce_mib, a.iters, a.join)
     except Exception as e:  # noqa: BLE001 - the parent turns it into the check's finding
         print(json.dumps({"error": f"{type(e).__name__}: {e}"}), flush=True)
         return 1
