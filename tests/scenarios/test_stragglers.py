@@ -9,7 +9,6 @@ Two choices for a loaded 2-core machine (docs/control-plane.md, "Stragglers and 
   quarter of a CPU a quarter-CPU cap changes nothing (backends/contain/cpu_quota.py);
 - the straggler factor is 2, not 1.5: under such load an unslowed rank's median own work varied up
   to 1.8 times its peer's (measured), which 1.5 would flag;
-- the flag is asserted within 100 steps, not 20 (see the assertion: what the phase files measured);
 - the speed check's baseline is this machine's own figure, measured by the check's child before the
   plane starts, and a node must reach 40% of it: what the machine gives an unslowed rank varies with
   the load by up to twice, a slowed node's is capped at a sixteenth of a core.
@@ -33,7 +32,6 @@ from tests.yard_cluster import YardCluster
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("stragglers")]
 
 FACTOR = 16
-FLAG_WITHIN_STEPS = 100  # measured here: 60-85 (see the assertion)
 SPEED = ["--device", "cpu", "--cpu-ranks", "1", "--matmul-n", "128", "--iters", "10"]
 SETS = [*TINY_PRETRAIN, "steps=100000", "checkpoint_every=1000"]
 
@@ -73,6 +71,21 @@ def newest_step(c: YardCluster, job: int, rank: int) -> int:
         return 0
 
 
+def step_at(c: YardCluster, job: int, t: float) -> int:
+    """The gang's step at time `t`: the newest step rank 0's metrics.jsonl says ended by then (the
+    ranks of a synchronous gang step together; the phase files are rewritten only every 2 s)."""
+    done = 0
+    for line in (c.job_dir(job) / "metrics" / "metrics.jsonl").read_text().splitlines():
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if "event" not in r and isinstance(r.get("step"), int) and isinstance(r.get("time"), (int, float)) \
+                and r["time"] <= t:
+            done = max(done, r["step"])
+    return done
+
+
 def until(pred, timeout: float, what: str):  # noqa: ANN001, ANN201
     deadline = time.monotonic() + timeout
     while not (got := pred()):
@@ -94,19 +107,16 @@ def test_a_slowed_node_is_flagged_suspected_checked_drained_and_returns_after_re
         c.wait(a, "RUNNING", timeout=180)
         until(lambda: newest_step(c, a, 1) >= 30, 180, "job a's first steps")
         assert events(c, "job.straggler") == []  # unslowed, nobody straggles
-        at_slow = newest_step(c, a, 1)  # (the file is up to PHASES_EVERY_S old: this count is a bound)
         c.yard("chaos", "slow-node", "node-1", "--factor", str(FACTOR))
-        t_slow = time.time()
+        t_slow = time.time()  # the quota is in place: every step ending after this was slowed
         (flag,) = until(lambda: events(c, "job.straggler"), 180, "job a's straggler flag")
         assert flag["job_id"] == a and flag["node"] == "node-1" and flag["data"]["rank"] == 1, flag
         assert "rank 1 on node-1" in flag["message"], flag["message"]
+        at_slow = step_at(c, a, t_slow)
         within = flag["data"]["steps"][1] - at_slow
         print(f"flagged {within} steps and {flag['time'] - t_slow:.1f}s after slow-node (window ends at step "
               f"{flag['data']['steps'][1]}); {flag['message']}")
-        # The acceptance asks for 20 steps. On the loaded 2-core machine the slowed rank's own work
-        # rose only 2-4 times, not 16, and its unslowed peer's rose too (part of its wait is not
-        # counted as comm_s): the flag came 60-85 steps after slow-node (docs/control-plane.md).
-        assert within <= FLAG_WITHIN_STEPS, (at_slow, flag)
+        assert within <= 20, (at_slow, flag)
         show = c.yard("show", str(a)).stdout
         assert "straggler" in show and "rank 1 on node-1" in show, show
 
