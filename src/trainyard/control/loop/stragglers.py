@@ -9,8 +9,9 @@ the job wrote) and both medians; once per rank and attempt, or again after a
 `control/loop/suspects.py`, told of each new flag.
 
 The flags are events, so the store keeps them across a restart of the plane: a job first seen
-by this process has its flagged ranks read back from its events, not flagged twice. Each job's
-files are read at most every `contracts.PHASES_EVERY_S`, the period the runtime rewrites them at.
+by this process has its flagged ranks read back from its events, not flagged twice. The files
+are read at most every `contracts.PHASES_EVERY_S`, the period the runtime rewrites them at (the
+running jobs as plain rows of five columns); the suspects' follow-up runs every pass.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from trainyard.contracts import PHASES_EVERY_S
+from trainyard.contracts import PHASES_EVERY_S, JobDir
 from trainyard.control.loop.context import LoopContext
 from trainyard.control.loop.rank_phases import Straggler, own_work, slow_ranks
 from trainyard.control.loop.suspects import Suspects
@@ -37,22 +38,29 @@ FLAG, RECOVERED = "job.straggler", "job.straggler_recovered"
 @dataclass
 class _Seen:
     flagged: set[int] = field(default_factory=set)  # ranks flagged and not recovered
-    read_at: float = float("-inf")
 
 
 class Stragglers:
     def __init__(self, ctx: LoopContext, suspects: Suspects) -> None:
         self.ctx, self.suspects = ctx, suspects
         self._jobs: dict[tuple[int, int], _Seen] = {}  # (job, attempt) of the running jobs
+        self._read_at = float("-inf")  # the last pass that read the files
 
     def run(self, now: float) -> None:
+        if now - self._read_at < PHASES_EVERY_S:  # nothing new in the files yet
+            self.suspects.run(now, [])
+            return
+        self._read_at = now
         ctx = self.ctx
         with ctx.store.session() as s:
             spec = ctx.configs.current(s).spec.stragglers
-            running = [(j.id, j.attempt, j.placement or [], j.tasks_per_node, ctx.job_dir(j))
-                       for j in s.scalars(select(JobRow).where(JobRow.state == JobState.RUNNING))]
+            t = JobRow.__table__  # plain rows of the columns it needs, not ORM objects: one query a period
+            running = [(r.id, r.attempt, r.placement or [], r.tasks_per_node, JobDir.of(ctx.data_dir, r.id, r.dir_key))
+                       for r in s.execute(select(t.c.id, t.c.attempt, t.c.placement, t.c.tasks_per_node, t.c.dir_key)
+                                          .where(t.c.state == JobState.RUNNING))]
         self._jobs = {k: v for k, v in self._jobs.items() if k[:2] in {(r[0], r[1]) for r in running}}
         if not spec.enabled:
+            self.suspects.run(now, [])
             return
         news: list[tuple[int, int, Straggler | None, int, str]] = []  # job, attempt, flag or None, rank, node
         for job_id, attempt, placement, tasks_per_node, jd in running:
@@ -60,11 +68,8 @@ class Stragglers:
             if len(nodes) < 2:
                 continue
             seen = self._jobs.get((job_id, attempt))
-            if seen is not None and now - seen.read_at < PHASES_EVERY_S:
-                continue
             if seen is None:
                 seen = self._jobs[(job_id, attempt)] = _Seen(self._flagged_before(job_id, attempt))
-            seen.read_at = now
             flags, judged = slow_ranks({r: own_work(jd, attempt, r) for r in nodes}, spec.window, spec.factor)
             if not judged:
                 continue
