@@ -139,7 +139,7 @@ def test_a_slowed_node_is_flagged_suspected_checked_drained_and_returns_after_re
 
         c.yard("chaos", "revive-node", "node-1")
         t_revive = time.time()
-        until(lambda: c.http.get("/api/v1/nodes/node-1").json()["state"] == "up", 240, "node-1 back after revive")
+        until(lambda: c.http.get("/api/v1/nodes/node-1").json()["state"] == "up", 360, "node-1 back after revive")
         ups = [e for e in events(c, "node.up", node="node-1") if e["time"] > down["time"]]
         assert ups and "passed its checks" in ups[-1]["message"], ups
         passed = [e for e in events(c, "node.check_ok", node="node-1") if e["time"] > down["time"]]
