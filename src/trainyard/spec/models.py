@@ -26,6 +26,7 @@ from trainyard.sched.policy import (
 )
 from trainyard.sched.types import ALL_CLASSES, AdminReservation, JobClass, JobId, JobRequest, Quota, Team
 from trainyard.spec.images import ImagesSpec
+from trainyard.spec.telemetry import TelemetrySpec
 from trainyard.spec.interactive import InteractiveSpec
 from trainyard.spec.limits import LimitsSpec
 
@@ -605,6 +606,8 @@ class ConfigSpec(_Model):
     images: ImagesSpec = Field(default_factory=ImagesSpec)
     # Allocations, terminals, forwarded ports, notebooks (spec/interactive.py)
     interactive: InteractiveSpec = Field(default_factory=InteractiveSpec)
+    # Per-GPU telemetry: how often the node agents are read and rows kept (spec/telemetry.py)
+    telemetry: TelemetrySpec = Field(default_factory=TelemetrySpec)
 
     @model_validator(mode="after")
     def _references(self) -> "ConfigSpec":
