@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from trainyard import figures, jobfs
 from trainyard.contracts import JobDir
-from trainyard.services import dashboard_history, events, jobs, nodes
+from trainyard.services import dashboard_history, events, jobs, nodes, telemetry
 from trainyard.services.auth import Principal
 from trainyard.services.config import ConfigVersion
 from trainyard.services.errors import Forbidden
@@ -227,4 +227,5 @@ def job_page(s: Session, data_dir: Path, job_id: int, by: Principal, rank: int =
         "events": events.list_events(s, job_id=job_id, limit=500, newest=True),
         "loss": loss_curve(jobs.job_dir(data_dir, row).root),
         "logs": job_logs(s, data_dir, job_id, by, rank),
+        "gpus": telemetry.series(s, job_id),  # per-GPU telemetry, plotted on the page
     }
