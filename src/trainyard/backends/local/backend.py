@@ -112,7 +112,7 @@ from trainyard.backends.contain import cpu_quota
 from trainyard.backends.contain import ops as contain_ops
 from trainyard.backends.contain import usage as contain_usage
 from trainyard.backends.local import gpu_use
-from trainyard.backends.local.gpu_agent import NodeAgent, holders
+from trainyard.backends.local.gpu_agent import NodeAgent, ProcTree, holders
 from trainyard.backends.contain import private_tmp
 from trainyard.backends.contain.devices import Device, gpu_devices
 from trainyard.backends.environment import fingerprint
@@ -663,7 +663,8 @@ class LocalBackend(WatchesExits):
         a node's real GPUs, else emulated from the holding ranks' CPU activity)."""
         with self._lock:
             atts = [(a.job_id, a.attempt, a.run_dir, a.cell) for a in self._attempts.values()]
-        return self.gpu_agent.read([h for a in atts for h in holders(*a)])
+        tree = ProcTree()  # one scan of /proc for every attempt's ranks (the subreaper mode's)
+        return self.gpu_agent.read([h for a in atts for h in holders(*a, tree=tree)])
 
     def node_environment(self, node: str) -> dict[str, str]:
         """What a bare job's interpreter (`job_python`) sees on `node` (backends/environment.py).

@@ -63,15 +63,37 @@ class Holder:
     rss_mib: float
 
 
-def holders(job_id: int, attempt: int, run_dir: Path, cell: dict | None) -> list[Holder]:
-    """The holders of one attempt, from its attempt.json (read through no link) and its cell."""
+class ProcTree:
+    """Every live process's children, from one scan of /proc made on first use (the subreaper mode
+    finds a rank's processes as its runner's descendants: one scan per reading, not one per rank)."""
+
+    def __init__(self) -> None:
+        self._kids: dict[int, list[int]] | None = None
+
+    def descendants(self, roots: list[int]) -> set[int]:
+        if self._kids is None:
+            self._kids = subreaper.children()
+        found: set[int] = set()
+        todo = [k for r in roots for k in self._kids.get(r, ())]
+        while todo:
+            p = todo.pop()
+            if p not in found:
+                found.add(p)
+                todo.extend(self._kids.get(p, ()))
+        return found
+
+
+def holders(job_id: int, attempt: int, run_dir: Path, cell: dict | None, tree: ProcTree | None = None) -> list[Holder]:
+    """The holders of one attempt, from its attempt.json (read through no link) and its cell;
+    `tree`: the reading's one scan of /proc, shared by the attempts (made here when None)."""
+    tree = tree if tree is not None else ProcTree()
     meta = jobfs.read_record(run_dir / "attempt.json") or {}
     plans: Mapping[str, Any] = meta.get("contain") or {}
     if meta.get("batch") or cell is None:
         gpus = tuple((str(r["node"]), int(g)) for r in meta.get("allocation") or meta.get("ranks") or []
                      for g in r.get("gpus") or [])
         runners = _runners(run_dir, [int(r["rank"]) for r in meta.get("ranks") or []])
-        pids = _cell_pids(cell, runners)
+        pids = _cell_pids(cell, runners, tree)
         cpu = contain_usage.cpu_seconds(cell, runners) if cell is not None else None
         return [Holder((job_id, attempt, -1), gpus, cpu, _rss_mib(pids))] if gpus else []
     out = []
@@ -83,7 +105,7 @@ def holders(job_id: int, attempt: int, run_dir: Path, cell: dict | None) -> list
         plan = plans.get(str(rank)) or {}
         if cell.get("mode") == "subreaper":
             runners = _runners(run_dir, [rank])
-            pids = subreaper.descendants(runners) if runners else set()
+            pids = tree.descendants(runners) if runners else set()
             cpu = contain_usage.proc_seconds(pids, runners) if runners else None
         else:
             pids = cgroupfs.procs(plan["freezer"]) if plan.get("freezer") and os.path.isdir(plan["freezer"]) else set()
@@ -161,11 +183,11 @@ def _runners(run_dir: Path, ranks: list[int]) -> list[int]:
     return out
 
 
-def _cell_pids(cell: dict | None, runners: list[int]) -> set[int]:
+def _cell_pids(cell: dict | None, runners: list[int], tree: ProcTree) -> set[int]:
     if cell is None:
         return set()
     if cell.get("mode") == "subreaper":
-        return subreaper.descendants(runners) if runners else set()
+        return tree.descendants(runners) if runners else set()
     top = cell.get("freeze")
     return cgroupfs.procs(top) if top and os.path.isdir(top) else set()
 
