@@ -60,9 +60,9 @@ def test_a_busy_ranks_gpu_reads_busy_and_a_sleeping_ranks_idle(backend):
     assert set(got) == {("node0", 2), ("node1", 0), ("node1", 1)}  # the held GPUs only
     busy, idle = got[("node0", 2)], got[("node1", 0)]
     assert {r.source for r in got.values()} == {"emulated"}
-    # a busy loop on a machine shared with other work: well above idle, at most 100
-    assert 40 <= busy.util <= 100, busy
-    assert idle.util < 10, idle
+    # a busy loop on a machine of 2 cores shared with other work (load 8 seen): well above idle, at most 100
+    assert 20 <= busy.util <= 100, busy
+    assert idle.util < 5, idle
     assert busy.power_w is not None and idle.power_w is not None and busy.power_w > idle.power_w >= gpu_agent.IDLE_W
     assert busy.temp_c is not None and idle.temp_c is not None and busy.temp_c > idle.temp_c
     # the sleeper's 64 MiB, shared by its two GPUs

@@ -147,6 +147,19 @@ def test_output_pushed_past_the_tail_counts_when_written_since_the_start_and_an_
     assert not first_output.printed(jd, 0, 2, started)
 
 
+LINKS_ITS_LOG = """
+import os, time
+jobdir = os.path.dirname(os.environ["TRAINYARD_CHECKPOINT_DIR"])
+log = os.path.join(jobdir, "logs", "rank-0.log")
+big = os.path.join(os.getcwd(), "big")
+with open(big, "wb") as f:
+    f.write(b"x" * (1 << 20))
+os.remove(log)
+os.symlink(big, log)
+time.sleep(300)
+"""
+
+
 def test_end_to_end_a_busy_rank_reads_busy_a_sleeping_one_idle_and_printing_sets_first_output(tmp_path):
     cfg = tmp_path / "cluster.yaml"
     cfg.write_text(TWO_TEAMS.read_text() + "telemetry: {interval: 0.25s, flush: 1s, max_rows_per_job: 10}\n")
@@ -154,7 +167,9 @@ def test_end_to_end_a_busy_rank_reads_busy_a_sleeping_one_idle_and_printing_sets
     try:
         busy = p.submit(team="vision", gpus=1, command=script("print('started', flush=True)\nwhile True: pass"))["id"]
         idle = p.submit(team="nlp", gpus=2, command=["sleep", "300"])["id"]
-        for j in (busy, idle):
+        # a job that says nothing and puts a link to a big file of its own in its log's place
+        linked = p.submit(team="nlp", gpus=1, command=script(LINKS_ITS_LOG))["id"]
+        for j in (busy, idle, linked):
             p.wait(j, "RUNNING")
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and len(rows(p, busy)) + len(rows(p, idle)) < 12:
@@ -164,11 +179,15 @@ def test_end_to_end_a_busy_rank_reads_busy_a_sleeping_one_idle_and_printing_sets
         hot = attempt(p, busy).gpu_summary
         cold = attempt(p, idle).gpu_summary
         assert len(hot) == 1 and len(cold) == 2, (hot, cold)
-        assert max(g["util_peak"] for g in hot.values()) >= 40, hot
-        assert all(g["util_mean"] < 10 for g in cold.values()), cold
+        # a busy loop on a machine of 2 cores shared with other work (load 8 seen): a third of a core
+        # at worst, far above a sleeper
+        assert max(g["util_peak"] for g in hot.values()) >= 20, hot
+        assert all(g["util_mean"] < 5 for g in cold.values()), cold
         assert {r.source for r in rows(p, busy)} == {"emulated"}
         assert attempt(p, busy).first_output_at is not None
         assert attempt(p, idle).first_output_at is None
+        assert attempt(p, linked).first_output_at is None
+        assert (p.cp.data_dir / "big").stat().st_size > 0  # the link was there to be seen
         series = p.admin.get(f"/api/v1/jobs/{busy}/gpus").json()
         assert len(series["gpus"]) == 1 and series["gpus"][0]["points"], series
         assert series["fields"][2] == "util"

@@ -88,7 +88,8 @@ class Telemetry(BackgroundWork):
         """One round (steps 1-4 of the module docstring); returns the readings joined to a job."""
         if self._since is None:
             self._since = now
-        readings = self.backend.gpu_readings()
+        read = getattr(self.backend, "gpu_readings", None)  # optional: a backend of another package may lack it
+        readings = read() if read is not None else []
         running = self.running()
         holders: dict[tuple[str, int], list[Running]] = {}
         for r in running:
