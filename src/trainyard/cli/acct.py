@@ -49,16 +49,16 @@ def hms(seconds: float | None) -> str:
     return f"{d}-{h:02d}:{m:02d}:{s:02d}" if d else f"{h:02d}:{m:02d}:{s:02d}"
 
 
+def _pct(v: float | None) -> str:
+    return "" if v is None else f"{v:.1f}%"
+
+
 def _num(v: float | None, digits: int = 4) -> str:
     return "" if v is None else f"{v:.{digits}f}"
 
 
 def _mib(v: float | None) -> str:
     return "" if v is None else f"{v:.0f}M"
-
-
-def _pct(v: float | None) -> str:
-    return "" if v is None else f"{v:.1f}%"
 
 
 @dataclass(frozen=True)

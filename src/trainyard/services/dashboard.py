@@ -25,7 +25,8 @@ from sqlalchemy.orm import Session
 
 from trainyard import figures, jobfs
 from trainyard.contracts import JobDir
-from trainyard.services import dashboard_history, events, jobs, nodes, telemetry
+from trainyard.services import dashboard_history, events, jobs, nodes
+from trainyard.services import telemetry  # the job page's GPU plots (issue 39)
 from trainyard.services.auth import Principal
 from trainyard.services.config import ConfigVersion
 from trainyard.services.errors import Forbidden

@@ -20,13 +20,13 @@ from pydantic_core import PydanticCustomError
 
 from trainyard.spec import bounds as B
 from trainyard.spec.parsing import ConfigError, parse_duration, parse_node_range  # noqa: F401 (re-exported)
+from trainyard.spec.telemetry import TelemetrySpec
 from trainyard.sched.cluster import Node, gb_to_mib
 from trainyard.sched.policy import (
     Param, Policy, flat_aliases, get_policy, nest_flat, policy_names, policy_params, resolved_params,
 )
 from trainyard.sched.types import ALL_CLASSES, AdminReservation, JobClass, JobId, JobRequest, Quota, Team
 from trainyard.spec.images import ImagesSpec
-from trainyard.spec.telemetry import TelemetrySpec
 from trainyard.spec.interactive import InteractiveSpec
 from trainyard.spec.limits import LimitsSpec
 
@@ -602,12 +602,12 @@ class ConfigSpec(_Model):
     notify: NotifySpec | None = None  # --mail-type's webhook (control/lifecycle/notify.py); None: nothing is sent
     # Admin reservations (`yard reservation create/delete` edit this list; sched/reservations.py).
     reservations: list[ReservationSpec] = Field(default_factory=list, max_length=1000)
+    # Per-GPU telemetry: how often the node agents are read and rows kept (spec/telemetry.py)
+    telemetry: TelemetrySpec = Field(default_factory=TelemetrySpec)
     # Environment images: registries, credentials, team defaults, the nodes' caches (spec/images.py)
     images: ImagesSpec = Field(default_factory=ImagesSpec)
     # Allocations, terminals, forwarded ports, notebooks (spec/interactive.py)
     interactive: InteractiveSpec = Field(default_factory=InteractiveSpec)
-    # Per-GPU telemetry: how often the node agents are read and rows kept (spec/telemetry.py)
-    telemetry: TelemetrySpec = Field(default_factory=TelemetrySpec)
 
     @model_validator(mode="after")
     def _references(self) -> "ConfigSpec":

@@ -642,6 +642,14 @@ class LocalBackend(WatchesExits):
                                         if (rec := jobfs.read_record(att.run_dir / f"rank-{r}.json"))])
             return contain_usage.cpu_seconds(att.cell, runners)
 
+    def gpu_readings(self) -> list[GpuReading]:
+        """Every node's GPUs now, by the node agent (`local.gpu_agent`: NVML where it answers for
+        a node's real GPUs, else emulated from the holding ranks' CPU activity)."""
+        with self._lock:
+            atts = [(a.job_id, a.attempt, a.run_dir, a.cell) for a in self._attempts.values()]
+        tree = ProcTree()  # one scan of /proc for every attempt's ranks (the subreaper mode's)
+        return self.gpu_agent.read([h for a in atts for h in holders(*a, tree=tree)])
+
     def gpu_percent(self, job_id: int, attempt: int) -> float | None:
         """The busiest of the attempt's GPUs by NVML (`local.gpu_use`), when its nodes are slices
         of this machine's real GPUs; None for emulated GPUs, an attempt without GPUs, or no NVML."""
@@ -657,14 +665,6 @@ class LocalBackend(WatchesExits):
                     return None
                 found.update(self._offsets.get(n.name, 0) + int(g) for g in r.get("gpus") or [])
         return gpu_use.busiest(sorted(found)) if found else None
-
-    def gpu_readings(self) -> list[GpuReading]:
-        """Every node's GPUs now, by the node agent (`local.gpu_agent`: NVML where it answers for
-        a node's real GPUs, else emulated from the holding ranks' CPU activity)."""
-        with self._lock:
-            atts = [(a.job_id, a.attempt, a.run_dir, a.cell) for a in self._attempts.values()]
-        tree = ProcTree()  # one scan of /proc for every attempt's ranks (the subreaper mode's)
-        return self.gpu_agent.read([h for a in atts for h in holders(*a, tree=tree)])
 
     def node_environment(self, node: str) -> dict[str, str]:
         """What a bare job's interpreter (`job_python`) sees on `node` (backends/environment.py).
