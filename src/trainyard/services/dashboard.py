@@ -26,11 +26,11 @@ from sqlalchemy.orm import Session
 from trainyard import figures, jobfs
 from trainyard.contracts import JobDir
 from trainyard.services import dashboard_history, events, jobs, nodes
-from trainyard.services import telemetry  # the job page's GPU plots (issue 39)
 from trainyard.services.auth import Principal
 from trainyard.services.config import ConfigVersion
 from trainyard.services.errors import Forbidden
 from trainyard.states import ACTIVE_STATES, PENDING_STATES
+from trainyard.services import telemetry  # the job page's GPU plots (issue 39)
 
 QUEUE_ROWS = 50  # rows shown per team and class; the rest are counted
 LOG_TAIL_BYTES = 64 * 1024
