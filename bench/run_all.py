@@ -33,6 +33,8 @@ BENCHES = [
      [sys.executable, str(HERE / "plane_reads.py")]),
     ("what an image costs a job: first line cold/warm, start overhead, steps/s in and out (issue 37, root, ~8 min)",
      [sys.executable, str(HERE / "images_start.py"), "--json", str(HERE / "results" / "images_start.json")]),
+    ("the node agent: one node of 8 emulated GPUs sampled at 1 Hz (issue 39)",
+     [sys.executable, str(HERE / "node_agent.py")]),
 ]
 
 

@@ -20,6 +20,7 @@ from pydantic_core import PydanticCustomError
 
 from trainyard.spec import bounds as B
 from trainyard.spec.parsing import ConfigError, parse_duration, parse_node_range  # noqa: F401 (re-exported)
+from trainyard.spec.telemetry import TelemetrySpec
 from trainyard.sched.cluster import Node, gb_to_mib
 from trainyard.sched.policy import (
     Param, Policy, flat_aliases, get_policy, nest_flat, policy_names, policy_params, resolved_params,
@@ -601,6 +602,8 @@ class ConfigSpec(_Model):
     notify: NotifySpec | None = None  # --mail-type's webhook (control/lifecycle/notify.py); None: nothing is sent
     # Admin reservations (`yard reservation create/delete` edit this list; sched/reservations.py).
     reservations: list[ReservationSpec] = Field(default_factory=list, max_length=1000)
+    # Per-GPU telemetry: how often the node agents are read and rows kept (spec/telemetry.py)
+    telemetry: TelemetrySpec = Field(default_factory=TelemetrySpec)
     # Environment images: registries, credentials, team defaults, the nodes' caches (spec/images.py)
     images: ImagesSpec = Field(default_factory=ImagesSpec)
     # Allocations, terminals, forwarded ports, notebooks (spec/interactive.py)
