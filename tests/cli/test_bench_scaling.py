@@ -1,6 +1,5 @@
 """`yard bench scaling` (cli/bench_scaling.py): bad input refused before anything is sent, and the
-figures computed from a run's job record and ledger. The end-to-end run on a real plane is
-tests/scenarios/test_bench_scaling.py."""
+figures computed from a run's job record and ledger."""
 
 from __future__ import annotations
 
