@@ -94,3 +94,10 @@ def test_yard_up_with_a_malformed_idle_policy_exits_2_naming_it_and_writes_nothi
     assert f"{cfg}:{BASE.splitlines().index(LINE) + 1}, field 'classes.2.idle.below'" in p.stderr, p.stderr
     assert "cannot read '5 percent' as a percent" in p.stderr
     assert list(data.iterdir()) == []  # no store, no log: nothing written
+
+
+def test_the_example_s_interactive_class_uses_idle() -> None:
+    from trainyard.spec.models import EXAMPLE_CONFIG, load_config
+
+    pol = policies(load_config(EXAMPLE_CONFIG))["interactive"]
+    assert (pol.after, pol.action, pol.below, pol.allocations_only) == (3600, "cancel", 5, False)
