@@ -4,6 +4,8 @@ an interactive allocation of a class with `idle_timeout` is warned once per idle
 `idle_timeout` (TIMEOUT, IdleTimeout); input, CPU or GPU use start a new stretch; a class without
 `idle_timeout` and a batch job never end so.
 
+This is issue 38's form of a class's idle policy (spec/idle.py: `idle_timeout: X` is `idle: {after:
+X, action: cancel}` for allocations only); the general policy, every action: test_idle_actions.py.
 The allocations are marked in the store (`jobs.interactive`) as the submit of `yard alloc` does;
 their use is scripted (`FakeBackend.set_usage`). The same on real processes and `yard up`:
 tests/cli/test_alloc_idle_yard_up.py; the CPU readings themselves:
