@@ -58,10 +58,10 @@ class IdleJobs:
         with ctx.store.session() as s:
             pols = policies(ctx.configs.current(s).spec)
             # `interactive` is judged here, not in SQL: a JSON column's None may be stored as 'null'
-            rows = [_Running(j.id, j.attempt, j.job_class, j.team, j.start_time, bool(j.interactive))
-                    for j in s.scalars(select(JobRow).where(JobRow.state == JobState.RUNNING,
-                                                            JobRow.job_class.in_(pols), JobRow.stop_kind.is_(None)))
-                    ] if pols else []
+            rows = [_Running(r[0], r[1], r[2], r[3], r[4], bool(r[5])) for r in s.execute(
+                select(JobRow.id, JobRow.attempt, JobRow.job_class, JobRow.team, JobRow.start_time, JobRow.interactive)
+                .where(JobRow.state == JobState.RUNNING, JobRow.job_class.in_(pols), JobRow.stop_kind.is_(None)))
+            ] if pols else []
         live = set()
         for r in rows:
             pol = pols.get(r.job_class)
