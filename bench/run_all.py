@@ -23,6 +23,8 @@ BENCHES = [
      [sys.executable, str(HERE / "submit_http.py"), "--json"]),
     ("yard queue with 10,000 jobs stored (yard up on SQLite)", [sys.executable, str(HERE / "queue_10k.py"), "--json"]),
     ("the loop's dependency step with 10,000 jobs pending", [sys.executable, str(HERE / "dependencies.py"), "--json"]),
+    ("the loop's idle step with 1,000 jobs running under an idle policy (~2 min)",
+     [sys.executable, str(HERE / "idle_step.py"), "--json"]),
     ("200 concurrent clients and 20 log followers against yard up for 60 s (issue 16's targets)",
      [sys.executable, str(HERE / "api_load.py"), "--json"]),
     ("fault recovery of the yard chaos scenarios, against the 30 s target (~3 min)",
