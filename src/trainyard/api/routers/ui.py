@@ -227,7 +227,8 @@ def job(request: Request, job_id: str, rank: str = "0", cp: Plane = Depends(plan
     chart = pages.loss_chart(data["loss"])
     active = j["state"] in ("PENDING", "REQUEUED", "RUNNING", "COMPLETING")
     return pages.render("job.html", who=who, now=time.time(), j=j, attempts=data["attempts"], events=data["events"],
-                        loss=data["loss"], chart=chart, logs=data["logs"], refresh=REFRESH_S if active else 0)
+                        loss=data["loss"], chart=chart, logs=data["logs"], refresh=REFRESH_S if active else 0,
+                        gpu_charts=pages.gpu_charts(data["gpus"], time.time()))
 
 
 def _whole(text: str) -> bool:
