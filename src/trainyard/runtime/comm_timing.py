@@ -31,7 +31,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from trainyard.runtime.phases import union_s
+from trainyard.runtime.phases import MAX_PENDING, union_s
 
 _clock = time.perf_counter
 
@@ -106,7 +106,7 @@ def _timed_cuda(state: HookState, buf: torch.Tensor) -> torch.futures.Future[tor
 
     def done(f: torch.futures.Future[Any]) -> torch.Tensor:
         value = f.value()[0]
-        if start is not None and not state.broken:
+        if start is not None and not state.broken and len(state.cuda_pending) < MAX_PENDING:
             try:
                 end = torch.cuda.Event(enable_timing=True)
                 end.record()

@@ -38,6 +38,7 @@ from trainyard.runtime.phase_file import PhaseFile
 PHASES = ("data_wait", "checkpoint_stall", "comm")
 SWITCH = "TRAINYARD_PHASES"  # "0", "false", "off" or "no": no phase timing (Run's phase_timing=None)
 FORMAT_VERSION = 1
+MAX_PENDING = 4096  # collectives kept between two step ends, at most
 
 T = TypeVar("T")
 _clock = time.perf_counter
@@ -159,8 +160,10 @@ class PhaseClock:
             self.comm.append((t0, t1))
 
     def comm_interval(self, t0: float, t1: float) -> None:
-        """A collective from `t0` to `t1` (perf_counter): from any thread."""
-        self.comm.append((t0, t1))
+        """A collective from `t0` to `t1` (perf_counter): from any thread. Bounded, for a loop that
+        never ends a step through `step_ended`."""
+        if len(self.comm) < MAX_PENDING:
+            self.comm.append((t0, t1))
 
     # -- the steps -------------------------------------------------------------------------------
 
