@@ -1,10 +1,11 @@
 """Benchmark: what phase timing (issue 39) adds to a training step.
 
-    .venv/bin/python bench/phase_overhead.py [--nproc 2] [--rounds 21] [--steps 8]
+    .venv/bin/python bench/phase_overhead.py [--nproc 2] [--rounds 151] [--steps 1]
 
 Two copies of the same recipe-like training, in the same processes, alternating blocks of `--steps`
 steps for `--rounds` rounds (after one warm-up round; the order within a round alternates too), so
-both see the same machine load:
+both see the same machine load (by default they alternate step by step: on a shared machine, load
+changes within seconds, and two neighbouring steps see the most similar load):
 - the model is the recipes' own (`trainyard.recipes.models.build_model`: transformers' Llama, the
   recipe defaults of 4 layers, width 256, 3.4M parameters), sequences of 64 tokens, 4 per rank,
   under DDP on gloo, AdamW; batches come from a generator iterated through `run.data(...)`,
@@ -186,8 +187,8 @@ def rank_main(a: argparse.Namespace) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     ap.add_argument("--nproc", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=21)
-    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=151)
+    ap.add_argument("--steps", type=int, default=1)
     ap.add_argument("--dir", default=None)
     ap.add_argument("--rank-process", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()

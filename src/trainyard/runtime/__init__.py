@@ -17,7 +17,8 @@ Parts, one job each: `env` (the job environment), `init` (process set-up), `chec
 `progress` (reports to the control plane), `watchdog` (hang → exit 86), `rng` (generator
 states), `phases` (where each step's time goes: data wait, checkpoint stall, collectives; the
 per-rank phase file is `phase_file`, DDP's timed all-reduce `comm_timing`), `run` (all of them
-wired to a loop: `for batch in run.data(loader)`, `with run.phase("comm")`). Exit codes: `REQUEUE_EXIT` (75), `WATCHDOG_EXIT` (86).
+wired to a loop: `for batch in run.data(loader)`, `with run.phase("comm")`). Exit codes:
+`REQUEUE_EXIT` (75), `WATCHDOG_EXIT` (86).
 """
 
 from trainyard.contracts import REQUEUE_EXIT, WATCHDOG_EXIT

@@ -259,7 +259,7 @@ class Run:
         if failed:
             if self._save_error is None:
                 try:
-                    with self._stall():
+                    with self._timed("checkpoint_stall"):
                         self.checkpoints.wait()
                 except CheckpointSaveError as e:
                     self._save_error = e
@@ -291,10 +291,7 @@ class Run:
         agreed = (False, False, False)
         if self._agreement is not None:
             work, buf = self._agreement
-            if self.phases is not None:
-                with self.phases.phase("comm"):
-                    work.wait()
-            else:
+            with self._timed("comm"):  # a rank ahead waits here for the others (one step late)
                 work.wait()
             a, b, c = buf.tolist()
             agreed = (bool(a), bool(b), bool(c))
@@ -319,7 +316,8 @@ class Run:
         if self.cadence is not None:
             self.cadence.started(self.step)
         sync = blocking if blocking is not None else not self.checkpoints.async_save
-        with self._stall():  # a blocking save whole; an asynchronous one while it stages (and waits for the previous)
+        # the stall: a blocking save whole; an asynchronous one while it stages (and waits for the one before)
+        with self._timed("checkpoint_stall"):
             if self.watchdog is not None and sync:
                 with self.watchdog.allow(self.checkpoint_timeout_s, f"checkpoint of step {self.step}"):
                     self.checkpoints.save(self.step, blocking=True)
@@ -341,10 +339,11 @@ class Run:
                 last = self.checkpoints.last_commit_s
                 allowance = (self.checkpoint_timeout_s if last is None
                              else min(self.checkpoint_timeout_s, self.watchdog.timeout_s + 3 * last))
-                with self.watchdog.allow(allowance, "the commit of the checkpoint in flight"), self._stall():
+                with (self.watchdog.allow(allowance, "the commit of the checkpoint in flight"),
+                      self._timed("checkpoint_stall")):
                     self.checkpoints.wait()
             else:
-                with self._stall():
+                with self._timed("checkpoint_stall"):
                     self.checkpoints.wait()
         except CheckpointSaveError as e:
             self._save_error = self._save_error or e
@@ -372,7 +371,8 @@ class Run:
         self._finished = True
         try:
             self._settle_agreement()
-            with self._stall():  # the save in flight: after the newest step (the file's `after_last`)
+            # the save in flight: after the newest step (the phase file's `after_last`)
+            with self._timed("checkpoint_stall"):
                 self.checkpoints.close()
         finally:
             if self.phases is not None:
@@ -400,14 +400,12 @@ class Run:
         """`with run.phase("data_wait" | "checkpoint_stall" | "comm"):` counts the block in that
         phase of the current step (loading done otherwise, a save of one's own, a hand-written
         collective). Phases do not nest: inside one, another counts for the outer."""
-        if self.phases is not None:
-            return self.phases.phase(name)
         if name not in phases.PHASES:
             raise ValueError(f"phase {name!r}: expected one of {', '.join(phases.PHASES)}")
-        return contextlib.nullcontext()
+        return self._timed(name)
 
-    def _stall(self) -> ContextManager[Any]:
-        return self.phases.phase("checkpoint_stall") if self.phases is not None else contextlib.nullcontext()
+    def _timed(self, name: str) -> ContextManager[Any]:
+        return self.phases.phase(name) if self.phases is not None else contextlib.nullcontext()
 
     # -- control plane -----------------------------------------------------------------------------
 
