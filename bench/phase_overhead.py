@@ -15,7 +15,8 @@ changes within seconds, and two neighbouring steps see the most similar load):
   thread every 2 s; `off`: `Run(phase_timing=False)`: `run.data` returns the generator itself, DDP
   keeps its built-in hook, no file.
 The figure: `ratio`, the median over rounds of (on block / off block of the same round) — paired,
-so that a change of machine load between rounds cancels out; `ratio_of_medians` too. Since on a
+so that a change of machine load between rounds cancels out — with its distribution-free 95%
+interval (`ratio_ci95`, order statistics); `ratio_of_medians` too. Since on a
 shared machine paired blocks differ by more than the microseconds measured, the parts' own costs
 are also timed alone, in a loop of 20,000, on rank 0 (`parts_us`): a timed `next()` beyond a
 plain one, `step_ended` (with a recent-steps window and a comm interval, as under DDP), the
@@ -157,7 +158,12 @@ def rank_main(a: argparse.Namespace) -> None:
     if ctx.rank == 0:
         parts = {**parts_us(a.dir), "hook_per_bucket": hook}
         m_on, m_off = statistics.median(on_s), statistics.median(off_s)
-        paired = statistics.median(x / y for x, y in zip(on_s, off_s))
+        ratios = sorted(x / y for x, y in zip(on_s, off_s))
+        paired = statistics.median(ratios)
+        # distribution-free 95% interval of the median: the order statistics n/2 -+ 0.98 sqrt(n)
+        k = int(0.98 * len(ratios) ** 0.5)
+        mid = len(ratios) // 2
+        ci95 = [round(ratios[max(0, mid - k)], 4), round(ratios[min(len(ratios) - 1, mid + k)], 4)]
         per_step_us = parts["timed_next"] + parts["step_ended"] + max(1, n_buckets) * parts["hook_per_bucket"]
         print(json.dumps({
             "bench": "phase_overhead",
@@ -172,7 +178,8 @@ def rank_main(a: argparse.Namespace) -> None:
                            "max": round(max(on_s) * 1000, 2)},
             "ratio": round(paired, 4),
             "ratio_of_medians": round(m_on / m_off, 4),
-            "paired_ratios": sorted(round(x / y, 3) for x, y in zip(on_s, off_s)),
+            "ratio_ci95": ci95,
+            "paired_ratio_quartiles": [round(q, 3) for q in statistics.quantiles(ratios, n=4)],
             "parts_us": parts,
             "parts_us_per_step": round(per_step_us, 2),
             "parts_fraction_of_step": round(per_step_us / 1e6 / m_off, 6),

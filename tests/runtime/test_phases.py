@@ -98,6 +98,27 @@ def test_a_synchronous_checkpoint_is_checkpoint_stall_and_the_final_save_is_afte
     assert rec["ended"] is not None
 
 
+def test_the_preemption_save_is_after_the_last_step(tmp_path):
+    run, model, opt = tiny_run(tmp_path, exit_on_preempt=False)
+    saves: dict[int, float] = {}
+    run.checkpoints.on_commit.append(lambda step, path, seconds: saves.__setitem__(step, seconds))
+    for step in run.steps(10):
+        model(torch.randn(4, 8)).sum().backward()
+        if step == 3:
+            run.preemption.request()  # as if the notice had come: this step is saved, then the loop ends
+    deadline = time.monotonic() + 5
+    while (during := phase_file(tmp_path / "metrics"))["steps"] < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)  # handed to the writer thread at the preemption, before finish()
+    assert during["steps"] == 3 and during["ended"] is None
+    run.finish()
+    rec = phase_file(tmp_path / "metrics")
+    assert_consistent(rec)
+    assert list(saves) == [3] and rec["phases"]["checkpoint_stall"] == 0
+    after = rec["after_last"]["checkpoint_stall"]
+    assert saves[3] <= after <= saves[3] + 0.1 and after == pytest.approx(during["after_last"]["checkpoint_stall"], abs=0.01)
+    assert rec["ended"] is not None
+
+
 def test_a_phase_name_outside_the_three_is_refused_and_phases_do_not_nest(tmp_path):
     run, model, opt = tiny_run(tmp_path)
     with pytest.raises(ValueError, match="phase 'compute': expected one of data_wait, checkpoint_stall, comm"):
