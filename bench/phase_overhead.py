@@ -22,6 +22,8 @@ are also timed alone, in a loop of 20,000, on rank 0 (`parts_us`): a timed `next
 plain one, `step_ended` (with a recent-steps window and a comm interval, as under DDP), the
 hook's Python work per bucket beyond DDP's (launch and completion callback, on a 1-rank gloo
 group); their sum per step as a fraction of the off step is `parts_fraction_of_step`.
+`--control` runs both copies without phase timing: the two copies' own difference (memory
+placement, order), to judge the `ratio` against.
 Ranks are launched here, one process each, with the job-environment variables, OMP_NUM_THREADS=1.
 Prints one JSON object (rank 0). Goal: ratio ≤ 1.01 and parts_fraction_of_step ≤ 1%.
 """
@@ -115,7 +117,7 @@ def rank_main(a: argparse.Namespace) -> None:
         name = "on" if on else "off"
         run = yr.Run(ctx, model=model, optimizer=opt, checkpoint_dir=os.path.join(a.dir, name, "ckpt"),
                      metrics_dir=os.path.join(a.dir, name, "metrics"), checkpoint_every=None,
-                     final_checkpoint=False, phase_timing=on)
+                     final_checkpoint=False, phase_timing=on and not a.control)
 
         def batches():
             i = ctx.rank * PER_RANK
@@ -166,7 +168,7 @@ def rank_main(a: argparse.Namespace) -> None:
         ci95 = [round(ratios[max(0, mid - k)], 4), round(ratios[min(len(ratios) - 1, mid + k)], 4)]
         per_step_us = parts["timed_next"] + parts["step_ended"] + max(1, n_buckets) * parts["hook_per_bucket"]
         print(json.dumps({
-            "bench": "phase_overhead",
+            "bench": "phase_overhead" + (" (control: both off)" if a.control else ""),
             "ranks": ctx.world_size,
             "params": sum(p.numel() for p in runs[False][1].parameters()),
             "ddp_buckets": n_buckets,
@@ -197,6 +199,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=151)
     ap.add_argument("--steps", type=int, default=1)
     ap.add_argument("--dir", default=None)
+    ap.add_argument("--control", action="store_true",
+                    help="both copies without phase timing: how far apart the two copies are by themselves")
     ap.add_argument("--rank-process", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.rank_process:
@@ -213,7 +217,8 @@ def main() -> int:
             env.update(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(a.nproc), LOCAL_WORLD_SIZE=str(a.nproc),
                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
             procs.append(subprocess.Popen([sys.executable, __file__, "--rank-process", "--rounds", str(a.rounds),
-                                           "--steps", str(a.steps), "--dir", a.dir], env=env))
+                                           "--steps", str(a.steps), "--dir", a.dir,
+                                           *(["--control"] if a.control else [])], env=env))
         return max(p.wait() for p in procs)
 
 

@@ -5,7 +5,8 @@ time a rank spends in collectives is the union, over a step's buckets, of "launc
 synchronous data parallelism that includes waiting for the slowest rank: across ranks,
 `comm - min(comm)` is the wait and `step - comm` each rank's own work (the plane compares them).
 The hook (`timed_allreduce`) is DDP's default one — divide by the world size, all-reduce (sum) on
-the model's process group — plus two clock reads: at the launch, and in the completion callback
+the model's process group, called on the group itself as DDP's built-in hook does (the Python
+wrapper `dist.all_reduce` would add ~0.1 ms of checks per bucket) — plus two clock reads: at the launch, and in the completion callback
 it chains to the all-reduce's future (DDP waits for the chained future, so the callback has run
 before backward returns). No extra collective, no synchronisation.
 
@@ -78,11 +79,11 @@ def timed_allreduce(state: HookState, bucket: dist.GradBucket) -> torch.futures.
     buf = bucket.buffer()
     buf.div_(state.world)
     if state.broken:
-        return dist.all_reduce(buf, group=state.group, async_op=True).get_future().then(_first)
+        return state.group.allreduce([buf]).get_future().then(_first)
     if buf.is_cuda:
         return _timed_cuda(state, buf)
     t0 = _clock()
-    fut = dist.all_reduce(buf, group=state.group, async_op=True).get_future()
+    fut = state.group.allreduce([buf]).get_future()
 
     def done(f: torch.futures.Future[Any]) -> torch.Tensor:
         state.record(t0, _clock())
@@ -102,7 +103,7 @@ def _timed_cuda(state: HookState, buf: torch.Tensor) -> torch.futures.Future[tor
         start.record()
     except RuntimeError as e:
         state.fail(e)
-    fut = dist.all_reduce(buf, group=state.group, async_op=True).get_future()
+    fut = state.group.allreduce([buf]).get_future()
 
     def done(f: torch.futures.Future[Any]) -> torch.Tensor:
         value = f.value()[0]
