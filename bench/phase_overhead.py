@@ -33,15 +33,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from _calibration import calibrate_ms
+from _ranks import launch
 
 SEQ, PER_RANK = 64, 4
 
@@ -207,19 +206,8 @@ def main() -> int:
         rank_main(a)
         return 0
     with tempfile.TemporaryDirectory(prefix="trainyard-phases-") as tmp:
-        a.dir = a.dir or tmp
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        procs = []
-        for r in range(a.nproc):
-            env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINYARD_")}
-            env.update(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(a.nproc), LOCAL_WORLD_SIZE=str(a.nproc),
-                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
-            procs.append(subprocess.Popen([sys.executable, __file__, "--rank-process", "--rounds", str(a.rounds),
-                                           "--steps", str(a.steps), "--dir", a.dir,
-                                           *(["--control"] if a.control else [])], env=env))
-        return max(p.wait() for p in procs)
+        return launch(__file__, a.nproc, ["--rounds", str(a.rounds), "--steps", str(a.steps), "--dir", a.dir or tmp,
+                                          *(["--control"] if a.control else [])])
 
 
 if __name__ == "__main__":
