@@ -32,14 +32,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 from _calibration import calibrate_ms
+from _ranks import launch
 
 
 def calibration_ms() -> float:
@@ -195,18 +194,7 @@ def main() -> int:
         rank_main(a)
         return 0
     with tempfile.TemporaryDirectory(prefix="trainyard-overhead-") as tmp:
-        a.dir = a.dir or tmp
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        procs = []
-        for r in range(a.nproc):
-            env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINYARD_")}
-            env.update(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(a.nproc), LOCAL_WORLD_SIZE=str(a.nproc),
-                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
-            procs.append(subprocess.Popen([sys.executable, __file__, "--rank-process", "--rounds", str(a.rounds),
-                                           "--steps", str(a.steps), "--dir", a.dir], env=env))
-        return max(p.wait() for p in procs)
+        return launch(__file__, a.nproc, ["--rounds", str(a.rounds), "--steps", str(a.steps), "--dir", a.dir or tmp])
 
 
 if __name__ == "__main__":

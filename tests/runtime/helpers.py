@@ -39,7 +39,7 @@ class Ranks:
     """`nproc` rank processes of one attempt; logs in `<out>/log-a<attempt>-rank<R>.txt`."""
 
     def __init__(self, out: Path, nproc: int, args: list[str], attempt: int = 0,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, script: Path = SCRIPT) -> None:
         self.out, self.attempt = out, attempt
         out.mkdir(parents=True, exist_ok=True)
         port = free_port()
@@ -50,7 +50,7 @@ class Ranks:
             if nproc > 1:
                 e.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
             log = open(self.log_path(r), "w")
-            self.procs.append(subprocess.Popen([sys.executable, str(SCRIPT), "--out", str(out), *args],
+            self.procs.append(subprocess.Popen([sys.executable, str(script), "--out", str(out), *args],
                                                stdout=log, stderr=subprocess.STDOUT, env=e, cwd=out))
 
     def log_path(self, rank: int) -> Path:

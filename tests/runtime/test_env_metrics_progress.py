@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainyard.contracts import PREEMPT_SIGNALS, REQUEUE_EXIT, WATCHDOG_EXIT
+from trainyard.contracts import PREEMPT_SIGNALS, REQUEUE_EXIT, WATCHDOG_EXIT, JobDir
 from trainyard.runtime import (
     JobEnv,
     JobEnvError,
@@ -44,6 +44,20 @@ def test_env_of_the_control_plane():
     assert e.distributed and e.job_id == "12" and e.attempt == 2 and e.api == "http://yard:8080"
     assert e.metrics_dir == Path("/data/jobs/12/metrics")  # the job directory's metrics/
     assert e.watchdog_s == 300.0
+
+
+def test_env_finds_the_job_dir_for_the_phase_file_as_it_finds_the_metrics():
+    plane = JobEnv.from_environ({"TRAINYARD_JOB_ID": "12", "TRAINYARD_ATTEMPT": "2",
+                                 "TRAINYARD_CHECKPOINT_DIR": "/data/jobs/12-ab/checkpoints",
+                                 "TRAINYARD_METRICS_DIR": "/elsewhere/metrics"})
+    assert plane.job_dir == Path("/data/jobs/12-ab")
+    # where the plane reads it, whatever metrics dir the script chose
+    assert plane.phases_file(1) == JobDir("/data/jobs/12-ab").phases_file(2, 1)
+    assert plane.phases_file(1, "/mine") == Path("/data/jobs/12-ab/metrics/phases/attempt-2-rank-1.json")
+    torchrun = JobEnv.from_environ({"TRAINYARD_CHECKPOINT_DIR": "/runs/a/checkpoints"})  # no plane
+    assert torchrun.job_dir is None
+    assert torchrun.phases_file(0) == Path("/runs/a/metrics/phases/attempt-0-rank-0.json")
+    assert torchrun.phases_file(3, "/mine") == Path("/mine/phases/attempt-0-rank-3.json")
 
 
 @pytest.mark.parametrize("env,msg", [

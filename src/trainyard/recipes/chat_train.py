@@ -109,7 +109,7 @@ class ChatSFT(_OnUserData):
             logits = model(input_ids=tokens[:, :-1]).logits
         return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100, reduction="sum")
 
-    def train_step(self, ids: list[int]) -> dict[str, Any]:
+    def train_step(self, ids: list[int], batch: Any = None) -> dict[str, Any]:
         # the global number of target tokens, from the global batch every rank knows: no collective
         n_global = self.data.target_tokens(self.sampler.global_batch())
         parts = self.micro_batches(len(ids))
@@ -262,7 +262,7 @@ class PromptRL(_OnUserData):
             logits[..., self.vocab:] = float("-inf")
         return torch.log_softmax(logits, -1).gather(-1, resp[:, :, None]).squeeze(-1)
 
-    def train_step(self, ids: list[int]) -> dict[str, Any]:
+    def train_step(self, ids: list[int], batch: Any = None) -> dict[str, Any]:
         rl = self.spec.rl
         G = rl.group_size
         recs = [self.data.train[i] for i in ids for _ in range(G)]

@@ -19,8 +19,9 @@ The shape shared by all three (`Trainer`):
 2. build the dataset (every sample has an id), the model (seeded: identical on every rank), load
    `init_from` weights (sft, rl), keep a frozen reference copy (rl with a KL term), wrap it in the
    strategy, AdamW and the LR schedule, the `ResumableSampler`;
-3. `Run(...)`; `for step in run.steps(total)`: the rank's sample ids from the sampler, the step,
-   metrics (global means, all-reduced) with `run.log`.
+3. `Run(...)`; `for step in run.steps(total)`: the rank's sample ids from the sampler and their
+   batch (`load`, fetched through `run.data`, so its time is the step's data wait in the phase
+   timings), the step, metrics (global means, all-reduced) with `run.log`.
 
 Losses are normalized by the *global* number of target tokens and gradients averaged over the
 ranks by DDP/FSDP2, so the update is the same whatever the world size (up to float order).
@@ -232,7 +233,19 @@ class Trainer:
     def build_reference(self, model: torch.nn.Module) -> torch.nn.Module | None:
         return None
 
-    def train_step(self, ids: list[int]) -> dict[str, Any]:
+    def load(self, ids: list[int]) -> Any:
+        """The step's batch of samples `ids`, on the device; None: `train_step` fetches its own (the
+        chat trainers, micro-batch by micro-batch)."""
+        return None
+
+    def batches(self) -> Iterator[tuple[list[int], Any]]:
+        """(ids, batch) of each step, the ids from the sampler as it stands when asked."""
+        while True:
+            ids = self.sampler.indices()
+            yield ids, self.load(ids)
+
+    def train_step(self, ids: list[int], batch: Any = None) -> dict[str, Any]:
+        """One optimizer step on samples `ids` (`batch`: their `load`); the step's metrics."""
         raise NotImplementedError
 
     def evaluate(self) -> dict[str, Any]:
@@ -381,9 +394,8 @@ class Trainer:
                   f"parameters, {spec.strategy} on {self.world} process(es) ({self.device.type}), "
                   f"{len(self.data):,} samples; {self.data.fingerprint.description}", file=sys.stderr, flush=True)
         t_print = time.monotonic()
-        for step in run.steps(spec.steps):
-            ids = self.sampler.indices()
-            metrics = self.train_step(ids)
+        for step, (ids, batch) in zip(run.steps(spec.steps), run.data(self.batches())):
+            metrics = self.train_step(ids, batch)
             if spec.log_samples:
                 self._log_samples(step, ids)
             if spec.eval_every and (step % spec.eval_every == 0 or step == 1 or step == spec.steps):
@@ -448,8 +460,11 @@ class Pretrain(Trainer):
                     total += next_token_loss(model, chunk)
         return {"eval_loss": total / (len(ids) * self.data.seq_len)}
 
-    def train_step(self, ids: list[int]) -> dict[str, Any]:
-        tokens = self.data.batch(ids).to(self.device)
+    def load(self, ids: list[int]) -> torch.Tensor:
+        return self.data.batch(ids).to(self.device)
+
+    def train_step(self, ids: list[int], batch: Any = None) -> dict[str, Any]:
+        tokens = batch if batch is not None else self.load(ids)
         seq = tokens.shape[1] - 1
         n_global = self.spec.batch.global_batch_size * seq
         parts = self.micro_batches(len(ids))
@@ -534,12 +549,15 @@ class SFT(TaskTrainer):
 
     split = "sft"
 
-    def train_step(self, ids: list[int]) -> dict[str, Any]:
+    def load(self, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         tokens, mask = self.data.pairs(ids)
+        targets = torch.where(mask[:, 1:], tokens[:, 1:], torch.full_like(tokens[:, 1:], -100))
+        return tokens.to(self.device), targets.to(self.device)
+
+    def train_step(self, ids: list[int], batch: Any = None) -> dict[str, Any]:
+        tokens, targets = batch if batch is not None else self.load(ids)
         # the global number of target tokens, from the global batch every rank knows: no collective
         n_global = self.data.target_tokens(self.sampler.global_batch())
-        targets = torch.where(mask[:, 1:], tokens[:, 1:], torch.full_like(tokens[:, 1:], -100))
-        tokens, targets = tokens.to(self.device), targets.to(self.device)
         parts = self.micro_batches(len(ids))
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         for i, part in enumerate(parts):
@@ -576,12 +594,16 @@ class RL(TaskTrainer):
             p.requires_grad_(False)
         return ref
 
-    def train_step(self, ids: list[int]) -> dict[str, Any]:
+    def load(self, ids: list[int]) -> torch.Tensor:
+        """The prompts, each repeated for its group."""
+        return self.data.prompts(ids).repeat_interleave(self.spec.rl.group_size, dim=0).to(self.device)
+
+    def train_step(self, ids: list[int], batch: Any = None) -> dict[str, Any]:
         rl, ds = self.spec.rl, self.data
         G = rl.group_size
         new = rl.max_new_tokens or ds.answer_len
         mask_v = _allowed_mask(self.model_spec.vocab_size, self.device)
-        prompts = ds.prompts(ids).repeat_interleave(G, dim=0).to(self.device)
+        prompts = batch if batch is not None else self.load(ids)
         with self.autocast():
             seq = generate(unwrap(self.model), prompts, new, mask_v, temperature=rl.temperature)
         P = ds.prompt_len

@@ -15,7 +15,10 @@ Parts, one job each: `env` (the job environment), `init` (process set-up), `chec
 (DCP checkpoints, atomic commit, retention, validation), `preemption` (notice → agreement),
 `sampler` (data order independent of world size), `metrics` (metrics.jsonl, TensorBoard),
 `progress` (reports to the control plane), `watchdog` (hang → exit 86), `rng` (generator
-states), `run` (all of them wired to a loop). Exit codes: `REQUEUE_EXIT` (75), `WATCHDOG_EXIT` (86).
+states), `phases` (where each step's time goes: data wait, checkpoint stall, collectives; the
+per-rank phase file is `phase_file`, DDP's timed all-reduce `comm_timing`), `run` (all of them
+wired to a loop: `for batch in run.data(loader)`, `with run.phase("comm")`). Exit codes:
+`REQUEUE_EXIT` (75), `WATCHDOG_EXIT` (86).
 """
 
 from trainyard.contracts import REQUEUE_EXIT, WATCHDOG_EXIT
@@ -28,6 +31,7 @@ from trainyard.runtime.checkpoint import (
 from trainyard.runtime.env import JobEnv, JobEnvError
 from trainyard.runtime.init import Context, init, runtime_groups, seed_everything, set_deterministic
 from trainyard.runtime.metrics import MetricsLogger, read_metrics
+from trainyard.runtime.phases import PhaseClock
 from trainyard.runtime.preemption import PreemptionHandler
 from trainyard.runtime.progress import ProgressReporter
 from trainyard.runtime.run import Run
@@ -45,6 +49,7 @@ __all__ = [
     "JobEnvError",
     "MetricsLogger",
     "NoValidCheckpointError",
+    "PhaseClock",
     "PreemptionHandler",
     "ProgressReporter",
     "ResumableSampler",

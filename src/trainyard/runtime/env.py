@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainyard.contracts import JobVar
+from trainyard.contracts import JobDir, JobVar
 
 
 class JobEnvError(ValueError):
@@ -57,6 +57,9 @@ class JobEnv:
     token: str | None = None  # TRAINYARD_TOKEN: the job-scoped bearer token
     node: str | None = None  # TRAINYARD_NODE
     watchdog_s: float | None = None  # TRAINYARD_WATCHDOG_S: default step timeout, None = off
+    # The job directory the control plane gave the job (TRAINYARD_JOB_ID and TRAINYARD_CHECKPOINT_DIR
+    # set: the checkpoint directory's parent, as for the metrics); None outside a control plane.
+    job_dir: Path | None = None
 
     @property
     def distributed(self) -> bool:
@@ -66,6 +69,15 @@ class JobEnv:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+    def phases_file(self, rank: int, metrics_dir: str | Path | None = None) -> Path:
+        """Where rank `rank` writes its phase timings of this attempt (issue 39): the job directory's
+        `metrics/phases/` under a control plane, where the plane reads it; else `<metrics dir>/phases/`
+        (`metrics_dir`, default this environment's)."""
+        if self.job_dir is not None:
+            return JobDir(self.job_dir).phases_file(self.attempt, rank)
+        name = JobDir(".").phases_file(self.attempt, rank)  # the contract's names, below a metrics dir
+        return Path(metrics_dir if metrics_dir is not None else self.metrics_dir) / name.parent.name / name.name
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> JobEnv:
@@ -118,4 +130,5 @@ class JobEnv:
             token=_str(env, JobVar.TOKEN),
             node=_str(env, JobVar.NODE),
             watchdog_s=watchdog_s,
+            job_dir=ckpt.parent if env.get(JobVar.JOB_ID) and env.get(JobVar.CHECKPOINT_DIR) else None,
         )

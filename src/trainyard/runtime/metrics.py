@@ -117,6 +117,7 @@ class MetricsLogger:
         self.flops_per_token: float | None = None
         self.peak_flops: float | None = None  # all ranks' devices together, FLOP/s
         self._last = time.monotonic()
+        self.last_step_s = 0.0  # the wall time of the newest step (`log_step`): what phase timings split
         self._win_s, self._win_steps, self._win_samples, self._win_tokens = 0.0, 0, 0, 0
         self.last: dict[str, Any] = {}  # the last line logged (what progress reports carry)
         if tensorboard:
@@ -174,6 +175,7 @@ class MetricsLogger:
         now = time.monotonic()
         dt = max(now - self._last, 1e-9)
         self._last = now
+        self.last_step_s = dt
         self.train_time_s += dt
         self._win_s += dt
         self._win_steps += 1

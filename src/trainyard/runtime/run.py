@@ -22,21 +22,28 @@ At the end of every step (`step_done`, which `steps()` calls for you) it, in thi
    the one in flight if it would otherwise leave more than `checkpoint_every` steps uncommitted;
 7. queues a progress report for the control plane (rank 0; rate-limited; never blocks).
 
+Every rank also splits its step time into phases (`phases.py`): the data wait of
+`for batch in run.data(loader)`, the checkpoint stall (what the loop waits for of a save), the time
+in DDP's gradient all-reduces (`comm_timing.py`) and whatever `with run.phase(name):` marks; it
+writes them to its phase file (contracts.py, above `PHASES_DIR`) for the control plane's ledger.
+
 Everything here is also usable piece by piece (`CheckpointManager`, `PreemptionHandler`,
 `ResumableSampler`, `MetricsLogger`, `ProgressReporter`, `Watchdog`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Any, ContextManager, TypeVar
 
 import torch
 import torch.distributed as dist
 
-from trainyard.contracts import REQUEUE_EXIT
+from trainyard.contracts import PHASES_EVERY_S, REQUEUE_EXIT
+from trainyard.runtime import comm_timing, phases
 from trainyard.runtime.cadence import CheckpointCadence
 from trainyard.runtime.checkpoint import CheckpointManager, CheckpointSaveError
 from trainyard.runtime.init import Context, init
@@ -44,6 +51,8 @@ from trainyard.runtime.metrics import MetricsLogger, peak_memory
 from trainyard.runtime.preemption import PreemptionHandler
 from trainyard.runtime.progress import ProgressReporter
 from trainyard.runtime.watchdog import Watchdog
+
+T = TypeVar("T")
 
 
 class Run:
@@ -73,6 +82,10 @@ class Run:
         checkpoint_timeout_s: watchdog allowance for a blocking save or the resume.
         progress_every_s: least time between two step reports to the control plane.
         exit_on_preempt: exit 75 after the preemption checkpoint (else `step_done` returns True).
+        phase_timing: split each step's time into data wait, checkpoint stall and collectives and
+            write the phase file (docs/runtime.md, "Phase timings"); None: on unless the
+            environment says `TRAINYARD_PHASES=0`.
+        phases_every_s: least time between two writes of the phase file (`PHASES_EVERY_S`).
     """
 
     def __init__(
@@ -99,6 +112,8 @@ class Run:
         checkpoint_timeout_s: float = 1800.0,
         progress_every_s: float = 30.0,
         exit_on_preempt: bool = True,
+        phase_timing: bool | None = None,
+        phases_every_s: float = PHASES_EVERY_S,
     ) -> None:
         self.ctx = ctx if ctx is not None else init(seed=None)
         env = self.ctx.env
@@ -125,6 +140,14 @@ class Run:
 
         self.metrics = MetricsLogger(metrics_dir or env.metrics_dir, rank=self.rank, attempt=env.attempt,
                                      tensorboard=tensorboard)
+        on = phase_timing if phase_timing is not None else phases.enabled_by()
+        self.phases = (phases.PhaseClock(env.phases_file(self.rank, metrics_dir), attempt=env.attempt,
+                                         rank=self.rank, every_s=phases_every_s) if on else None)
+        self.comm_hook: comm_timing.HookState | None = None
+        if self.phases is not None and model is not None:
+            self.comm_hook = comm_timing.hook_ddp(model, self.phases.comm_interval, rank=self.rank)
+            if self.comm_hook is not None:
+                self.phases.comm_sources.append(self.comm_hook.cuda_seconds)
         states = dict(extra or {})
         states.setdefault("metrics", self.metrics)
         self.checkpoints = CheckpointManager(
@@ -161,6 +184,8 @@ class Run:
             print(f"trainyard.runtime: rank {self.rank} resumed from step {step}", file=sys.stderr, flush=True)
         self._report(event="resume" if step else "start")
         self.metrics.start_clock()
+        if self.phases is not None:
+            self.phases.start()
         self._last_save_t = time.monotonic()
         if self.cadence is not None:
             self.cadence.started(self.step)
@@ -213,6 +238,8 @@ class Run:
             lr = self.optimizer.param_groups[0].get("lr")
             values["lr"] = float(lr) if lr is not None else None
         self.metrics.log_step(step, samples=samples, tokens=tokens, write=write, **values)
+        if self.phases is not None:
+            self.phases.step_ended(step, self.metrics.last_step_s)
         if self.watchdog is not None:
             self.watchdog.beat(step)
 
@@ -232,7 +259,8 @@ class Run:
         if failed:
             if self._save_error is None:
                 try:
-                    self.checkpoints.wait()
+                    with self._timed("checkpoint_stall"):
+                        self.checkpoints.wait()
                 except CheckpointSaveError as e:
                     self._save_error = e
             raise self._save_error or self.checkpoints.failed_elsewhere()
@@ -263,7 +291,8 @@ class Run:
         agreed = (False, False, False)
         if self._agreement is not None:
             work, buf = self._agreement
-            work.wait()
+            with self._timed("comm"):  # a rank ahead waits here for the others (one step late)
+                work.wait()
             a, b, c = buf.tolist()
             agreed = (bool(a), bool(b), bool(c))
         buf = self._flag_bufs[self._flag_turn]
@@ -287,11 +316,13 @@ class Run:
         if self.cadence is not None:
             self.cadence.started(self.step)
         sync = blocking if blocking is not None else not self.checkpoints.async_save
-        if self.watchdog is not None and sync:
-            with self.watchdog.allow(self.checkpoint_timeout_s, f"checkpoint of step {self.step}"):
-                self.checkpoints.save(self.step, blocking=True)
-        else:
-            self.checkpoints.save(self.step, blocking=sync)
+        # the stall: a blocking save whole; an asynchronous one while it stages (and waits for the one before)
+        with self._timed("checkpoint_stall"):
+            if self.watchdog is not None and sync:
+                with self.watchdog.allow(self.checkpoint_timeout_s, f"checkpoint of step {self.step}"):
+                    self.checkpoints.save(self.step, blocking=True)
+            else:
+                self.checkpoints.save(self.step, blocking=sync)
 
     def _hold_lost_work_bound(self, step: int) -> None:
         """Wait for the save in flight if, without its commit, the next step would leave more
@@ -308,10 +339,12 @@ class Run:
                 last = self.checkpoints.last_commit_s
                 allowance = (self.checkpoint_timeout_s if last is None
                              else min(self.checkpoint_timeout_s, self.watchdog.timeout_s + 3 * last))
-                with self.watchdog.allow(allowance, "the commit of the checkpoint in flight"):
+                with (self.watchdog.allow(allowance, "the commit of the checkpoint in flight"),
+                      self._timed("checkpoint_stall")):
                     self.checkpoints.wait()
             else:
-                self.checkpoints.wait()
+                with self._timed("checkpoint_stall"):
+                    self.checkpoints.wait()
         except CheckpointSaveError as e:
             self._save_error = self._save_error or e
 
@@ -323,6 +356,8 @@ class Run:
         print(f"trainyard.runtime: rank {self.rank}: preemption ({sig}): checkpointed step {step}; "
               f"exiting {REQUEUE_EXIT} (requeue)", file=sys.stderr, flush=True)
         self._report(event="preempted")
+        if self.phases is not None:
+            self.phases.flush()
         if not self.exit_on_preempt:
             return True
         self.finish(close_process_group=True, _event=False)
@@ -336,8 +371,12 @@ class Run:
         self._finished = True
         try:
             self._settle_agreement()
-            self.checkpoints.close()
+            # the save in flight: after the newest step (the phase file's `after_last`)
+            with self._timed("checkpoint_stall"):
+                self.checkpoints.close()
         finally:
+            if self.phases is not None:
+                self.phases.finish()
             if self.watchdog is not None:
                 self.watchdog.stop()
             self.preemption.uninstall()
@@ -349,6 +388,24 @@ class Run:
             self.metrics.close()
             if close_process_group:
                 self.ctx.close()
+
+    # -- phase timings ---------------------------------------------------------------------------
+
+    def data(self, iterable: Iterable[T]) -> Iterable[T]:
+        """`for batch in run.data(loader):` — the time each batch takes to arrive is the step's
+        data wait. The iterable itself when phase timing is off."""
+        return self.phases.data(iterable) if self.phases is not None else iterable
+
+    def phase(self, name: str) -> ContextManager[Any]:
+        """`with run.phase("data_wait" | "checkpoint_stall" | "comm"):` counts the block in that
+        phase of the current step (loading done otherwise, a save of one's own, a hand-written
+        collective). Phases do not nest: inside one, another counts for the outer."""
+        if name not in phases.PHASES:
+            raise ValueError(f"phase {name!r}: expected one of {', '.join(phases.PHASES)}")
+        return self._timed(name)
+
+    def _timed(self, name: str) -> ContextManager[Any]:
+        return self.phases.phase(name) if self.phases is not None else contextlib.nullcontext()
 
     # -- control plane -----------------------------------------------------------------------------
 
