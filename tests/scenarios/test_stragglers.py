@@ -33,6 +33,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("stragglers")]
 
 FACTOR = 16
 SPEED = ["--device", "cpu", "--cpu-ranks", "1", "--matmul-n", "128", "--iters", "10"]
+KINDS = ("node.suspect", "node.suspect_confirmed", "node.suspect_cleared", "node.down", "node.up", "node.check_ok",
+         "node.check_critical", "node.check_warn")
 SETS = [*TINY_PRETRAIN, "steps=100000", "checkpoint_every=1000"]
 
 
@@ -128,7 +130,10 @@ def test_a_slowed_node_is_flagged_suspected_checked_drained_and_returns_after_re
         nodes = c.yard("nodes").stdout
         assert "+suspect" in nodes or events(c, "node.suspect_confirmed"), nodes
         (confirmed,) = until(lambda: events(c, "node.suspect_confirmed", node="node-1"), 240, "the speed check's verdict")
-        (down,) = events(c, "node.down", node="node-1")
+        trail = [(round(e["time"] - suspect["time"], 1), e["kind"], e["message"][:160])
+                 for e in events(c, *KINDS, node="node-1")]
+        print("node-1:", *trail, sep="\n  ")
+        down = next(e for e in events(c, "node.down", node="node-1") if e["time"] >= suspect["time"])
         assert "speed" in down["message"] and "TFLOP/s" in down["message"], down["message"]
         print(f"suspect at {suspect['time']:.1f}, down at {down['time']:.1f}: {down['message']}")
         # nothing new landed on node-1 between the suspicion and its going down
