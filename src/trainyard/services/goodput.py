@@ -79,9 +79,10 @@ def parse_phases(obj: object, attempt: int, rank: int) -> RankPhases | None:
     began = _num(obj.get("began"))
     if began is None:
         return None
-    ph = obj.get("phases") if isinstance(obj.get("phases"), dict) else {}
-    after = obj.get("after_last") if isinstance(obj.get("after_last"), dict) else {}
-    recent = obj.get("recent") if isinstance(obj.get("recent"), list) else []
+    ph, after, recent = obj.get("phases"), obj.get("after_last"), obj.get("recent")
+    ph = ph if isinstance(ph, dict) else {}
+    after = after if isinstance(after, dict) else {}
+    recent = recent if isinstance(recent, list) else []
     steps = tuple(x for r in recent[:1000] if isinstance(r, list) and len(r) >= 2 and (x := _pos(r[1])) > 0)
     return RankPhases(rank=rank, began=began, last=_num(obj.get("last")), data_wait=_pos(ph.get("data_wait")),
                       checkpoint_stall=_pos(ph.get("checkpoint_stall")), comm=_pos(ph.get("comm")),
