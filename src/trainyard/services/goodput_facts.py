@@ -21,7 +21,7 @@ from trainyard import jobfs
 from trainyard.contracts import PHASES_MAX_BYTES, JobDir
 from trainyard.services.goodput import DEFAULT_IDLE_BELOW, AttemptFacts, RankPhases, Sample, parse_phases
 from trainyard.services.ranks import ranks_for
-from trainyard.store.models import AttemptRow, GpuSampleRow
+from trainyard.store.models import GpuSampleRow
 
 MAX_RANKS = 4096  # phase files read per attempt at most
 MAX_SAMPLES = 200_000  # telemetry rows read per attempt at most
@@ -60,12 +60,14 @@ def samples(s: Session, job_id: int, attempt: int) -> tuple[Sample, ...]:
     return tuple(Sample(t, p, u) for t, p, u in s.execute(q))
 
 
-def attempt_facts(s: Session, a: AttemptRow, now: float, *, jd: JobDir | None, tasks_per_node: int | None,
-                  stop_at: float | None, below: float) -> AttemptFacts:
-    """The facts of attempt `a` (running: up to `now`); `jd` None reads no phase file."""
+def attempt_facts(s: Session, a: Any, now: float, *, jd: JobDir | None, tasks_per_node: int | None,
+                  stop_at: float | None, below: float, telemetry: bool = True) -> AttemptFacts:
+    """The facts of attempt `a` (an `AttemptRow`, or a row of its columns; running: up to `now`);
+    `jd` None reads no phase file, `telemetry` False no sample."""
     running = a.ended_at is None
     nranks = len(ranks_for(a.placement or [], tasks_per_node)) if jd is not None else 0
     return AttemptFacts(start=a.started_at, end=now if running else float(a.ended_at or now), gpus=a.gpus or 0,
                         lost_gpu_s=a.lost_gpu_s or 0.0, stop_at=stop_at, running=running,
                         ranks=read_phases(jd, a.attempt, nranks) if jd is not None else (),
-                        first_output_at=a.first_output_at, samples=samples(s, a.job_id, a.attempt), idle_below=below)
+                        first_output_at=a.first_output_at, samples=samples(s, a.job_id, a.attempt) if telemetry else (),
+                        idle_below=below)

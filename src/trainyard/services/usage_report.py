@@ -18,7 +18,9 @@ Every figure is the accounting's (services/accounting.py), counted inside the pe
   lent GPU-hours add up to its borrowed ones. Quotas are those of the configuration in force now
   (`config_version` in the report);
 - queue wait per class: the attempts that started in the period, their wait as the accounting
-  defines it (`accounting.attempt_waits`); nearest-rank percentiles.
+  defines it (`accounting.attempt_waits`); nearest-rank percentiles;
+- the goodput ledger per team and user (`buckets`, GPU-hours per bucket, adding up to the
+  allocated GPU-hours): services/goodput_report.py's, the same figures `yard report goodput` gives.
 
 Who sees what: admins and operators everything; a member the cluster, every team's totals and
 the users of their own team only; a viewer the cluster and the teams' totals, no users
@@ -30,6 +32,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
@@ -37,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
+from trainyard.services import goodput_report
 from trainyard.services.accounting import Window
 from trainyard.services.auth import Principal
 from trainyard.services.config import ConfigVersion
@@ -57,6 +61,7 @@ class Totals(BaseModel):
     oom_rate: float | None = Field(None, description="OUT_OF_MEMORY jobs / jobs ended (null: none ended)")
     preemptions_suffered: int = 0
     preemptions_caused: int = 0
+    buckets: dict[str, float] | None = Field(None, description="the goodput ledger: GPU-hours per bucket (teams, users)")
 
 
 class ClusterUsage(Totals):
@@ -136,7 +141,8 @@ def _finish(t: Totals) -> None:
     t.oom_rate = t.jobs_by_state.get("OUT_OF_MEMORY", 0) / t.jobs_ended if t.jobs_ended else None
 
 
-def report(s: Session, cfg: ConfigVersion, by: Principal, win: Window, now: float) -> UsageReport:
+def report(s: Session, cfg: ConfigVersion, by: Principal, win: Window, now: float, *,
+           data_dir: Path | None = None) -> UsageReport:
     if by.role == "job":
         raise Forbidden("a job token reads only its own job")
     capacity: dict[str, int] = defaultdict(int)
@@ -211,7 +217,13 @@ def report(s: Session, cfg: ConfigVersion, by: Principal, win: Window, now: floa
     # 5. borrowing and lending, from the spans
     for (t, p), (borrowed, lent) in lending(scan.spans, teams, win).items():
         team(t, p).borrowed_gpu_hours, team(t, p).lent_gpu_hours = borrowed / H, lent / H
-    # 6. shares and busy-ness
+    # 6. the goodput ledger per team and user (data_dir: running attempts' phase files)
+    for piece in goodput_report.pieces(s, win, now, data_dir=data_dir, spec=cfg.spec):
+        for x in (team(piece.team, piece.pool), user(piece.team, piece.user)):
+            x.buckets = x.buckets or {b: 0.0 for b in piece.buckets}
+            for b, v in piece.buckets.items():
+                x.buckets[b] += v / H
+    # 7. shares and busy-ness
     for x in [cluster, *pools.values(), *teams.values(), *users.values()]:
         _finish(x)
     cluster.busy_pct = _pct(cluster.gpu_hours, cluster.capacity_gpu_hours) or 0.0

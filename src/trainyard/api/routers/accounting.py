@@ -53,7 +53,7 @@ def report(start: str | None = Query(None, max_length=100, description=f"period 
     start, end = (x if x and x.strip() else None for x in (start, end))
     win = acct.window(start, end if end is not None or start is not None else f"@{acct.midnight(now)}", now,
                       default_start=acct.midnight(now, 1), start_field="start", end_field="end")
-    return usage_report.report(s, cp.configs.current(s), by, win, now)
+    return usage_report.report(s, cp.configs.current(s), by, win, now, data_dir=cp.data_dir)
 
 
 @router.get("/share", response_model=ShareReport)
