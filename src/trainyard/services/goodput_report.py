@@ -24,7 +24,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from pydantic import BaseModel, Field
 from sqlalchemy import or_, select
@@ -32,10 +32,12 @@ from sqlalchemy.orm import Session
 
 from trainyard.contracts import LEDGER_BUCKETS, JobDir
 from trainyard.services import goodput, goodput_facts, jobs
-from trainyard.services.accounting import Window
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Forbidden, ServiceError
 from trainyard.store.models import AttemptRow, JobRow
+
+if TYPE_CHECKING:  # accounting reads the ledger through this module
+    from trainyard.services.accounting import Window
 
 SECTIONS = ("cluster", "team", "user", "node", "class")
 
@@ -126,14 +128,18 @@ class Piece:
     buckets: dict[str, float]
 
 
+# what `attempt_buckets` reads of an attempt and of its job (JobRef), as columns
+LEDGER_COLUMNS = (AttemptRow.ledger, AttemptRow.first_output_at, JobRow.tasks_per_node, JobRow.dir_key,
+                  JobRow.stop_kind, JobRow.stop_since, JobRow.attempt.label("job_attempt"))
 _COLUMNS = (AttemptRow.job_id, AttemptRow.attempt, AttemptRow.placement, AttemptRow.started_at, AttemptRow.ended_at,
-            AttemptRow.gpus, AttemptRow.lost_gpu_s, AttemptRow.ledger, AttemptRow.first_output_at,
-            JobRow.team, JobRow.user, JobRow.pool, JobRow.job_class, JobRow.tasks_per_node, JobRow.dir_key,
-            JobRow.stop_kind, JobRow.stop_since, JobRow.attempt.label("job_attempt"))
+            AttemptRow.gpus, AttemptRow.lost_gpu_s, JobRow.team, JobRow.user, JobRow.pool, JobRow.job_class,
+            *LEDGER_COLUMNS)
 
 
 @dataclass(frozen=True)
-class _Job:
+class JobRef:
+    """What `attempt_buckets` reads of an attempt's job, from a row of selected columns."""
+
     id: int
     dir_key: str | None
     stop_kind: str | None
@@ -143,6 +149,22 @@ class _Job:
     job_class: str
 
 
+def job_ref(r: Any) -> JobRef:
+    """The job of a row that has `LEDGER_COLUMNS`, `job_id` and `job_class`."""
+    return JobRef(r.job_id, r.dir_key, r.stop_kind, r.stop_since, r.job_attempt, r.tasks_per_node, r.job_class)
+
+
+def in_period(s: Session, a: Any, job: Any, part: float, now: float, *, data_dir: Path | None,
+              spec: Any) -> dict[str, float]:
+    """The attempt's buckets scaled to `part` seconds of its run (all of it: its whole span)."""
+    whole = (now if a.ended_at is None else a.ended_at) - a.started_at
+    if whole <= 0 or part <= 0 or not a.gpus:
+        return goodput.empty()
+    b = attempt_buckets(s, a, now, data_dir=data_dir, job=job, spec=spec)
+    f = min(1.0, part / whole)
+    return {k: v * f for k, v in b.items()}
+
+
 def pieces(s: Session, win: Window, now: float, *, data_dir: Path | None, spec: Any) -> Iterator[Piece]:
     """Every attempt that ran during the period, with its buckets in it."""
     a = AttemptRow
@@ -150,15 +172,10 @@ def pieces(s: Session, win: Window, now: float, *, data_dir: Path | None, spec: 
          .where(a.started_at < win.end, or_(a.ended_at.is_(None), a.ended_at >= win.start))
          .order_by(a.job_id, a.attempt))
     for r in s.execute(q):
-        end = now if r.ended_at is None else r.ended_at
-        whole = end - r.started_at
-        part = max(0.0, min(end, win.end) - max(r.started_at, win.start))
-        if whole <= 0 or part <= 0 or not r.gpus:
-            continue
-        job = _Job(r.job_id, r.dir_key, r.stop_kind, r.stop_since, r.job_attempt, r.tasks_per_node, r.job_class)
-        b = attempt_buckets(s, r, now, data_dir=data_dir, job=job, spec=spec)
-        f = min(1.0, part / whole)
-        yield Piece(r.job_id, r.team, r.user, r.pool, r.job_class, r.placement or [], {k: v * f for k, v in b.items()})
+        part = max(0.0, min(now if r.ended_at is None else r.ended_at, win.end) - max(r.started_at, win.start))
+        if part > 0 and r.gpus:
+            b = in_period(s, r, job_ref(r), part, now, data_dir=data_dir, spec=spec)
+            yield Piece(r.job_id, r.team, r.user, r.pool, r.job_class, r.placement or [], b)
 
 
 def _keys(section: str, p: Piece, cluster: str) -> list[tuple[str, float]]:
