@@ -57,6 +57,11 @@ def test_a_crash_and_its_recovery_are_counted_by_team_and_cause(plane):
     assert m[("trainyard_recovery_seconds_bucket", (("le", "+Inf"), vision))] == 1
     assert m[("trainyard_job_retries_total", (vision,))] == 1
     assert m[("trainyard_jobs", (("state", "COMPLETED"), vision))] == 1
+    # the goodput ledger of both ended attempts, by bucket: all their GPU-seconds, the crash's lost work recomputed
+    ledger = {dict(k[1])["bucket"]: v for k, v in m.items() if k[0] == "trainyard_goodput_gpu_seconds_total"
+              and dict(k[1])["team"] == "vision"}
+    assert sum(ledger.values()) == pytest.approx(sum(2 * (a["ended_at"] - a["started_at"]) for a in done["attempts"]))
+    assert ledger["recompute"] == pytest.approx(crash["lost_gpu_s"])
 
 
 def test_metrics_need_a_token(plane):
