@@ -218,10 +218,10 @@ def report(s: Session, cfg: ConfigVersion, by: Principal, win: Window, now: floa
     for (t, p), (borrowed, lent) in lending(scan.spans, teams, win).items():
         team(t, p).borrowed_gpu_hours, team(t, p).lent_gpu_hours = borrowed / H, lent / H
     # 6. the goodput ledger per team and user (data_dir: running attempts' phase files)
-    for piece in goodput_report.pieces(s, win, now, data_dir=data_dir, spec=cfg.spec):
-        for x in (team(piece.team, piece.pool), user(piece.team, piece.user)):
-            x.buckets = x.buckets or {b: 0.0 for b in piece.buckets}
-            for b, v in piece.buckets.items():
+    for (t, u, p), buckets in goodput_report.sums(s, win, now, data_dir=data_dir, spec=cfg.spec).items():
+        for x in (team(t, p), user(t, u)):
+            x.buckets = x.buckets or {b: 0.0 for b in buckets}
+            for b, v in buckets.items():
                 x.buckets[b] += v / H
     # 7. shares and busy-ness
     for x in [cluster, *pools.values(), *teams.values(), *users.values()]:
