@@ -120,9 +120,10 @@ def test_an_unknown_section_names_by():
 
 
 @pytest.mark.parametrize("window", [(T0, NOW), (T0 + 0.5 * H, T0 + 3.5 * H)])
-def test_the_usage_reports_sums_in_sql_equal_the_attempts_split_one_by_one(plane, jobs, window):
-    """`sums` adds the ended attempts up in SQL: a stored ledger, and one without (split from its
-    row: startup to its first output, lost work recomputed, more lost work than compute)."""
+def test_the_usage_reports_sums_equal_the_attempts_split_one_by_one(plane, jobs, window):
+    """`yard report` adds the ended attempts up with numpy (usage_report._ledgers): a stored ledger,
+    and one without (split from its row: startup to its first output, lost work recomputed, more
+    lost work than compute); the goodput report splits each attempt on its own. They agree."""
     bare = add_job(plane, name="bare", team="nlp", user="carol", tries=(
         Try(0.25 * H, 1.25 * H, gpus=4, cause="crash", state="FAILED", lost_gpu_s=10 * H),
         Try(1.5 * H, 2.5 * H, gpus=1, lost_gpu_s=100.0)))
@@ -130,12 +131,14 @@ def test_the_usage_reports_sums_in_sql_equal_the_attempts_split_one_by_one(plane
         s.query(AttemptRow).filter_by(job_id=bare, attempt=2).one().first_output_at = T0 + 1.5 * H + 300
     win = Window(*window)
     with plane.cp.store.session() as s:
-        fast = goodput_report.sums(s, win, NOW, data_dir=None, spec=None)
-        slow: dict[tuple[str, str, str], dict[str, float]] = {}
-        for p in goodput_report.pieces(s, win, NOW, data_dir=None, spec=None):
-            row = slow.setdefault((p.team, p.user, p.pool), dict.fromkeys(LEDGER_BUCKETS, 0.0))
-            for b, v in p.buckets.items():
-                row[b] += v
-    assert set(fast) == set(slow) and ("nlp", "carol", "default") in fast
-    for k in fast:
-        assert fast[k] == pytest.approx(slow[k], abs=1e-6), k
+        usage = usage_report.report(s, plane.cp.configs.current(s), ADMIN, win, NOW)
+        rep = goodput_report.report(s, None, ADMIN, win, NOW, ("team", "user"))
+    by_user = {r.key: r.buckets for r in rep.sections["user"]}
+    assert "nlp/carol" in by_user
+    for u in usage.users:
+        assert u.buckets is not None and by_user[f"{u.team}/{u.user}"] == pytest.approx(
+            {b: v * 3600 for b, v in u.buckets.items()}, abs=1e-6), u.user
+    by_team = {r.key: r.buckets for r in rep.sections["team"]}
+    for t in usage.teams:
+        assert {b: v * 3600 for b, v in (t.buckets or goodput_report.goodput.empty()).items()} == pytest.approx(
+            by_team.get(t.team, goodput_report.goodput.empty()), abs=1e-6), t.team

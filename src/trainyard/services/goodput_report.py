@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from pydantic import BaseModel, Field
-from sqlalchemy import ColumnElement, case, func, or_, select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from trainyard.contracts import LEDGER_BUCKETS, JobDir
@@ -178,46 +178,6 @@ def pieces(s: Session, win: Window, now: float, *, data_dir: Path | None, spec: 
         if part > 0 and r.gpus:
             b = in_period(s, r, job_ref(r), part, now, data_dir=data_dir, spec=spec)
             yield Piece(r.job_id, r.team, r.user, r.pool, r.job_class, r.placement or [], b)
-
-
-def sums(s: Session, win: Window, now: float, *, data_dir: Path | None, spec: Any) -> dict[tuple[str, str, str],
-                                                                                        dict[str, float]]:
-    """{(team, user, pool): buckets in the period}, what `pieces` adds up to, for `yard report`: the
-    ended attempts in SQL (a stored ledger scaled to the period; one without a ledger split from its
-    row as `attempt_buckets` splits it: startup to its first output, its lost work recomputed, the
-    rest compute), so that a period of 100,000 attempts is not split one by one; the running ones
-    one by one (`pieces`), as they are split live."""
-    a = AttemptRow
-    whole = a.ended_at - a.started_at
-    lo = case((a.started_at > win.start, a.started_at), else_=win.start)
-    hi = case((a.ended_at < win.end, a.ended_at), else_=win.end)
-    frac = case((whole > 0, (hi - lo) / whole), else_=0.0)
-    ended = (a.ended_at.is_not(None), a.ended_at >= win.start, a.started_at < win.end, hi > lo, a.gpus > 0)
-    keys = (JobRow.team, JobRow.user, JobRow.pool)
-    out: dict[tuple[str, str, str], dict[str, float]] = defaultdict(goodput.empty)
-
-    def add(q: Any, buckets: tuple[str, ...]) -> None:
-        for t, u, p, *vals in s.execute(q.select_from(a).join(JobRow, JobRow.id == a.job_id).group_by(*keys)):
-            for b, v in zip(buckets, vals):
-                out[(t, u, p)][b] += float(v or 0.0)
-
-    def total(x: ColumnElement[Any]) -> Any:
-        return func.coalesce(func.sum(x * frac), 0.0)
-
-    add(select(*keys, *(total(a.ledger[b].as_float()) for b in LEDGER_BUCKETS))
-        .where(*ended, a.ledger.is_not(None)), LEDGER_BUCKETS)
-    fo = a.first_output_at
-    startup = a.gpus * case((fo.is_(None), 0.0), (fo <= a.started_at, 0.0), (fo >= a.ended_at, whole),
-                            else_=fo - a.started_at)
-    rest = a.gpus * whole - startup
-    lost = case((a.lost_gpu_s > 0, a.lost_gpu_s), else_=0.0)
-    recompute = case((lost < rest, lost), else_=rest)
-    add(select(*keys, total(startup), total(rest - recompute), total(recompute)).where(*ended, a.ledger.is_(None)),
-        ("startup", "compute", "recompute"))
-    for piece in pieces(s, win, now, data_dir=data_dir, spec=spec, running=True):
-        for b, v in piece.buckets.items():
-            out[(piece.team, piece.user, piece.pool)][b] += v
-    return dict(out)
 
 
 def _keys(section: str, p: Piece, cluster: str) -> list[tuple[str, float]]:
