@@ -1,11 +1,9 @@
-"""The ledger added up (services/goodput_report.py), over a written history in a real SQLite store:
+"""The ledger added up (services/goodput_report.py), over a written history in a real store (SQLite, PostgreSQL):
 a job's answer, the report's sections, a period's part of an attempt, a node's share, who sees what."""
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -27,11 +25,10 @@ def ledger(**kw: float) -> dict[str, float]:
 
 
 @pytest.fixture
-def plane(tmp_path: Path) -> Iterator[Plane]:
-    p = Plane(tmp_path / "yard", start=False)
-    p.cp.clock = lambda: NOW
-    yield p
-    p.cp.stop()
+def plane(acct_plane: Plane) -> Plane:
+    """A plane without its loop on SQLite and on PostgreSQL (tests/services/conftest.py): the ledgers
+    are JSON columns that the report reads in SQL on both."""
+    return acct_plane
 
 
 @pytest.fixture
