@@ -76,6 +76,8 @@ FAMILIES = {  # issue 7, item 3: every family, whether or not it has samples yet
     # issue 18: teams, quotas, GPU-hours
     "trainyard_team_gpus_allocated", "trainyard_team_gpus_borrowed", "trainyard_team_quota_nominal_gpus",
     "trainyard_team_quota_borrowing_limit_gpus", "trainyard_team_quota_lending_limit_gpus", "trainyard_gpu_seconds",
+    # issue 39: the goodput ledger
+    "trainyard_goodput_gpu_seconds",
 }
 
 
