@@ -31,10 +31,12 @@ import typer
 from trainyard.cli.acct import hms, when
 from trainyard.cli.client import Client
 from trainyard.cli.common import fail
+from trainyard.contracts import LEDGER_BUCKETS
 from trainyard.spec.parsing import parse_time
 
 SECTIONS = ("summary", "cluster", "pools", "teams", "users", "waits", "lost", "outcomes", "goodput")
-LEDGER = ("startup", "compute", "data_wait", "checkpoint_stall", "comm_wait", "recompute", "idle", "teardown")
+GOODPUT_BY = ("cluster", "team", "user", "node", "class")  # services/goodput_report.SECTIONS
+LEDGER = LEDGER_BUCKETS
 LEDGER_HEADER = ["StartupGPUh", "ComputeGPUh", "DataWaitGPUh", "CkptStallGPUh", "CommWaitGPUh", "RecomputeGPUh",
                  "IdleGPUh", "TeardownGPUh"]
 
@@ -142,6 +144,9 @@ def report(
         fail(f"--end ({when(e)}) is before --start ({when(s)})")
     if by is not None and section != "goodput":
         fail("--by: only with the goodput section (yard report goodput --by team)")
+    bad = [x for x in (by or "").split(",") if x.strip() and x.strip() not in GOODPUT_BY]
+    if bad:
+        fail(f"--by: {bad[0].strip()[:40]!r} is not one of {', '.join(GOODPUT_BY)}")
     period = {"start": f"@{s!r}", "end": f"@{e!r}"}
     if section == "goodput":
         rep = Client().get("/api/v1/report/goodput", params={**period, **({"by": by} if by else {})})
