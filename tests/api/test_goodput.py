@@ -95,3 +95,39 @@ def test_the_report_over_the_api(plane):
 def test_bad_input_is_a_400_naming_the_parameter(plane, params, field):
     r = plane.admin.get("/api/v1/report/goodput", params=params)
     assert r.status_code == 400 and r.json()["field"] == field, r.text
+
+
+def test_a_preempted_and_resumed_jobs_recompute_is_its_lost_work(tmp_path):
+    """Real rank processes: a job that checkpoints (`trainyard.demo.work`) is requeued (the notice,
+    a checkpoint, exit 75), resumes and completes; each attempt's ledger was stored when it ended,
+    adds up to its GPU-seconds, and the first one's recompute is the work it lost."""
+    import sys
+    import time
+
+    from tests.plane import job_dir
+    from trainyard.store.models import AttemptRow
+
+    p = Plane(tmp_path / "live")
+    try:
+        work = [sys.executable, "-m", "trainyard.demo.work", "--steps", "30", "--step-time", "0.1", "--ckpt-every", "5"]
+        j = p.submit(command=work, gpus=2, team="vision")
+        p.wait(j["id"], "RUNNING")
+        ck = job_dir(p.cp.data_dir, j["id"]) / "checkpoints"
+        deadline = time.monotonic() + 120
+        while not (ck / "step-5" / "COMMITTED").exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert p.admin.post(f"/api/v1/jobs/{j['id']}/requeue").status_code == 200
+        done = p.wait(j["id"], "COMPLETED", timeout=120)
+        assert len(done["attempts"]) == 2 and done["attempts"][0]["cause"] == "requeued"  # as a preemption: the notice
+        g = p.admin.get(f"/api/v1/jobs/{j['id']}/goodput").json()
+        with p.cp.store.session() as s:
+            stored = {a.attempt: a.ledger for a in s.query(AttemptRow).filter_by(job_id=j["id"])}
+        for a, t in zip(g["attempts"], done["attempts"]):
+            assert stored[a["attempt"]] == pytest.approx(a["buckets"])  # stored when it ended, read back
+            assert math.fsum(a["buckets"].values()) == pytest.approx(2 * (t["ended_at"] - t["started_at"]), abs=1e-6)
+            assert a["buckets"]["recompute"] == pytest.approx(t["lost_gpu_s"], abs=1e-6)
+        assert g["attempts"][0]["buckets"]["teardown"] > 0  # from the notice to its end
+        assert done["attempts"][0]["lost_gpu_s"] > 0  # the steps after step 5's checkpoint, before the notice's
+    finally:
+        p.stop()
