@@ -10,7 +10,7 @@ without it):
 | stage | what | pass when |
 |---|---|---|
 | env | torch, CUDA, the GPUs, NCCL's version; an 8192³ bf16 matmul (the achievable peak) | a CUDA device is there |
-| nvml | the control plane's NVML health check (`control/health/nvml.py`) on the real GPUs | OK, every GPU read |
+| nvml | the control plane's NVML health check (`control/health/nvml.py`) on the real GPUs, and the node agent's telemetry read (`backends/local/gpu_agent.py`, issue 39) | OK, every GPU read by both, the agent's with source `nvml`, utilization, memory, power and temperature |
 | recipe_nccl | `llama-pretrain` (3M parameters) on CUDA over NCCL: one GPU, one rank in an NCCL group of one, started as the control plane starts a rank (NCCL refuses two ranks on one GPU); two or more GPUs: `yard run --nproc 2`, DDP | exit 0, NCCL initialised, the loss falls |
 | throughput | `yard run llama-pretrain` at ~1B parameters (hidden 2048, 22 layers, GQA 16/4 heads, SwiGLU 5632, sequence 2048, bf16 autocast, 16 × 2048 tokens a step) | tokens/s and MFU measured, MFU ≥ `--min-mfu` |
 | planner | `plan.memory` for that run (one process, SDPA, 2 micro-batches) against its `max_memory_allocated` (the runtime's `finished` event); the run trains fp32 weights under bf16 autocast, which the planner has no mode for, so its bf16 and fp32 plans bound it | within [0.9 × the bf16 plan, 1.1 × the fp32 plan] |
@@ -341,7 +341,29 @@ def stage_nvml(a: argparse.Namespace) -> Result:
         return Result("nvml", "fail", f"NVML read {len(readings)} GPUs, torch sees {a.gpus}", figures=f)
     if status != OK:
         return Result("nvml", "fail", f"{status}: {message}", figures=f)
-    return Result("nvml", "pass", f"{status}: {message} ({len(readings)} GPUs)", figures=f)
+    agent = agent_readings()
+    f["agent_readings"] = agent
+    whole = [r for r in agent if r["source"] == "nvml" and r["power_w"] is not None and r["temp_c"] is not None]
+    if len(whole) < a.gpus:
+        return Result("nvml", "fail", f"the node agent read {len(whole)} GPUs whole by NVML, torch sees {a.gpus}",
+                      figures=f)
+    return Result("nvml", "pass", f"{status}: {message} ({len(readings)} GPUs; the node agent read them all)", figures=f)
+
+
+def agent_readings() -> list[dict[str, Any]]:
+    """The local backend's node agent on this machine's GPUs, as one node (issue 39's telemetry):
+    NVML's utilization, memory, power and temperature per GPU, timed; [] without NVML."""
+    from trainyard.backends.base import NodeInfo
+    from trainyard.backends.local import gpu_use
+    from trainyard.backends.local.gpu_agent import NodeAgent
+
+    nv = gpu_use.nvml()
+    if nv is None:
+        return []
+    node = NodeInfo("node0", int(nv.nvmlDeviceGetCount()), "gpu", 0)
+    t = time.monotonic()
+    got = NodeAgent([node], {"node0": 0}, nvml=lambda: nv).read([])
+    return [{**asdict(r), "read_s": round(time.monotonic() - t, 4)} for r in got]
 
 
 def stage_recipe_nccl(a: argparse.Namespace) -> Result:

@@ -4,7 +4,8 @@
 #   bash bench/gpu_check.sh [--out DIR] [--dry-run] [--wheels DIR] [--python PY] [--budget-s N] [-- ARGS…]
 #   bash bench/gpu_check.sh --fetch-wheels DIR     # on a machine with a package index: the wheels below
 #
-# What it does (the stages themselves: bench/gpu_check.py):
+# What it does (the stages themselves: bench/gpu_check.py; its `nvml` stage also reads every GPU
+# through the node agent's NVML source, backends/local/gpu_agent.py, issue 39):
 # 1. picks the interpreter: --python, else $GPU_CHECK_PYTHON, else python3 (on a GPU machine, the
 #    one that holds a CUDA build of PyTorch; nothing is built or downloaded here);
 # 2. puts this checkout first on PYTHONPATH (src/ and the repo root), so the repo's code runs

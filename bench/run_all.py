@@ -23,6 +23,8 @@ BENCHES = [
      [sys.executable, str(HERE / "submit_http.py"), "--json"]),
     ("yard queue with 10,000 jobs stored (yard up on SQLite)", [sys.executable, str(HERE / "queue_10k.py"), "--json"]),
     ("the loop's dependency step with 10,000 jobs pending", [sys.executable, str(HERE / "dependencies.py"), "--json"]),
+    ("the loop's idle step with 1,000 jobs running under an idle policy (~2 min)",
+     [sys.executable, str(HERE / "idle_step.py"), "--json"]),
     ("200 concurrent clients and 20 log followers against yard up for 60 s (issue 16's targets)",
      [sys.executable, str(HERE / "api_load.py"), "--json"]),
     ("fault recovery of the yard chaos scenarios, against the 30 s target (~3 min)",
@@ -33,6 +35,8 @@ BENCHES = [
      [sys.executable, str(HERE / "plane_reads.py")]),
     ("what an image costs a job: first line cold/warm, start overhead, steps/s in and out (issue 37, root, ~8 min)",
      [sys.executable, str(HERE / "images_start.py"), "--json", str(HERE / "results" / "images_start.json")]),
+    ("the node agent: one node of 8 emulated GPUs sampled at 1 Hz (issue 39)",
+     [sys.executable, str(HERE / "node_agent.py")]),
 ]
 
 

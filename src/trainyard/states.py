@@ -68,9 +68,9 @@ class AttemptOutcome(enum.StrEnum):
 
 
 class StopKind(enum.StrEnum):
-    """Why the loop is stopping a running attempt. PREEMPT and REQUEUE give the checkpoint notice
-    first (the job may save its work); the others go straight to SIGTERM (HUNG to SIGKILL: a
-    stopped process cannot act on SIGTERM)."""
+    """Why the loop is stopping a running attempt. PREEMPT, REQUEUE and IDLE_REQUEUE give the
+    checkpoint notice first (the job may save its work); the others go straight to SIGTERM (HUNG
+    to SIGKILL: a stopped process cannot act on SIGTERM)."""
 
     PREEMPT = "preempt"  # the scheduler needs its GPUs
     REQUEUE = "requeue"  # a person asked (yard requeue), or the job grows onto a returned node
@@ -83,12 +83,16 @@ class StopKind(enum.StrEnum):
     # that exit code), no terminal or port stayed attached past the connection grace, or it was idle
     SESSION = "session"
     LOST = "lost"
-    IDLE = "idle"
+    IDLE = "idle"  # an idle allocation: it ends TIMEOUT, IdleTimeout
+    # a job of a class with an idle policy (issue 39, spec/idle.py) idle past `after`: back to the
+    # queue as a requeue goes (reason Idle), or CANCELLED (reason Idle)
+    IDLE_REQUEUE = "idle_requeue"
+    IDLE_CANCEL = "idle_cancel"
 
     @property
     def checkpoints_first(self) -> bool:
         """Whether the stop starts with the checkpoint notice (SIGUSR1) and the class's grace period."""
-        return self in (StopKind.PREEMPT, StopKind.REQUEUE)
+        return self in (StopKind.PREEMPT, StopKind.REQUEUE, StopKind.IDLE_REQUEUE)
 
 
 class StopStage(enum.IntEnum):

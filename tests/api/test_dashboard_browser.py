@@ -203,6 +203,33 @@ def test_the_cluster_page_updates_itself(world, chromium):
     page.context.close()
 
 
+def test_job_page_plots_each_gpus_utilization_and_memory(world, chromium):
+    """Issue 39: the sleepers' GPUs, read by the node agent (emulated here) and flushed every 15 s,
+    drawn one line per GPU with the values the API gives."""
+    job = world.busy[0]  # vision-sleeper: 3 GPUs, sleeping
+    deadline = time.monotonic() + 60
+    while True:
+        api = world.c.http.get(f"/api/v1/jobs/{job}/gpus").json()
+        if len(api["gpus"]) == 3 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert len(api["gpus"]) == 3, api
+    page = login(chromium, world.url, world.admin_token)
+    page.goto(f"{world.url}/ui/jobs/{job}")
+    svg = page.locator("svg#gpu-util")
+    names = svg.get_attribute("data-series").split("|")
+    assert names == [f"{g['node']}/{g['gpu']}" for g in api["gpus"]]
+    drawn = [[float(v) for v in line.split(",")] for line in svg.get_attribute("data-values").split(";")]
+    for line, g in zip(drawn, api["gpus"]):  # the page may have read a period more than the API did
+        n = min(len(line), len(g["points"]))
+        assert n and line[:n] == pytest.approx([p[2] for p in g["points"]][:n], rel=1e-5, abs=1e-9)
+    assert all(v < 10 for line in drawn for v in line)  # sleeping ranks: idle GPUs
+    assert page.locator("svg#gpu-util polyline.line, svg#gpu-util circle.dot").count() >= 3
+    assert page.locator("svg#gpu-mem").count() == 1
+    shot(page, "job-gpus")
+    page.context.close()
+
+
 def test_job_page_draws_the_loss_curve_of_every_step_with_events(world, chromium):
     world.c.wait(world.recipe, "COMPLETED", timeout=120)
     want = losses(world.c.job_dir(world.recipe))

@@ -129,10 +129,24 @@ def test_the_nvml_and_planner_stages_judge_what_they_read(tmp_path, monkeypatch)
     import trainyard.control.health.nvml as nvml
     from tests.control.health.test_health_nvml import FakeNvml
 
+    from tests.backends.local.test_gpu_agent import FakeNvml as AgentNvml, NoPowerSensor
+    from trainyard.backends.local import gpu_use
+
     g = load_module()
     monkeypatch.setattr(nvml, "_session", nvml.NvmlSession(FakeNvml([{"ecc": 0, "temp": 41}])))
+    agent = AgentNvml({0: (55, 1024, 300_000, 60)})
+    agent.nvmlDeviceGetCount = lambda: 1  # type: ignore[attr-defined]
+    monkeypatch.setattr(gpu_use, "nvml", lambda: agent)
     r = g.stage_nvml(argparse.Namespace(gpus=1))
     assert r.status == "pass" and r.figures["readings"][0]["temp_c"] == 41.0, r
+    assert {k: r.figures["agent_readings"][0][k] for k in ("util", "mem_mib", "power_w", "temp_c", "source")} == \
+        {"util": 55.0, "mem_mib": 1024.0, "power_w": 300.0, "temp_c": 60.0, "source": "nvml"}
+    blind = NoPowerSensor({0: (55, 1024, 300_000, 60)})
+    blind.nvmlDeviceGetCount = lambda: 1  # type: ignore[attr-defined]
+    monkeypatch.setattr(gpu_use, "nvml", lambda: blind)
+    assert g.stage_nvml(argparse.Namespace(gpus=1)).reason == \
+        "the node agent read 0 GPUs whole by NVML, torch sees 1"
+    monkeypatch.setattr(gpu_use, "nvml", lambda: agent)
     assert g.stage_nvml(argparse.Namespace(gpus=2)).reason == "NVML read 1 GPUs, torch sees 2"
     monkeypatch.setattr(nvml, "_session", nvml.NvmlSession(FakeNvml([{"ecc": 3}])))
     assert g.stage_nvml(argparse.Namespace(gpus=1)).reason == "critical: GPU 0: 3 uncorrectable ECC errors"

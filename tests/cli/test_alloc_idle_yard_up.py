@@ -111,7 +111,7 @@ def test_an_idle_session_is_warned_then_ends_with_idle_timeout(up) -> None:
         time.sleep(0.1)
     assert j["reason"] == "IdleTimeout", j
     kinds = [e["kind"] for e in alice.get(f"/api/v1/jobs/{jid}/events").json()["events"]]
-    assert kinds.count("job.idle_warning") == 1 and kinds.count("job.idle_timeout") == 1, kinds
+    assert kinds.count("job.idle_warning") == 1 and kinds.count("job.idle") == 1, kinds
     acct = _yard(server, token, "acct", "-j", str(jid), "-o", "jobid,state,reason", "-P", "-n")
     assert acct.strip().splitlines() == [f"{jid}|TIMEOUT|IdleTimeout"], acct
     assert "IdleTimeout" in _yard(server, token, "show", str(jid))
@@ -143,7 +143,7 @@ def test_a_session_kept_busy_by_a_cpu_loop_does_not_end(up) -> None:
     out = asyncio.run(go())
     assert b"[yard]" not in out, out.decode(errors="replace")
     kinds = [e["kind"] for e in alice.get(f"/api/v1/jobs/{jid}/events").json()["events"]]
-    assert "job.idle_warning" not in kinds and "job.idle_timeout" not in kinds, kinds
+    assert "job.idle_warning" not in kinds and "job.idle" not in kinds, kinds
     deadline = time.monotonic() + 20
     while (j := alice.get(f"/api/v1/jobs/{jid}").json())["state"] not in ("COMPLETED", "FAILED"):
         assert time.monotonic() < deadline, j

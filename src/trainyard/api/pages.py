@@ -88,6 +88,29 @@ def loss_chart(loss: LossCurve) -> charts.Chart:
     return chart
 
 
+def gpu_charts(gpus: dict[str, Any], now: float) -> list[charts.Chart]:
+    """The job page's per-GPU telemetry (services/telemetry.py's `series`): utilization and memory per
+    GPU over time, x in seconds from now; one line per GPU of each attempt. The drawn values ride
+    along as data-* attributes: `series` names the lines, `values` their points (`;` between lines)."""
+    lines = gpus.get("gpus") or []
+    many = len({g["attempt"] for g in lines}) > 1
+    names = [f"{g['node']}/{g['gpu']}" + (f" (attempt {g['attempt']})" if many else "") for g in lines]
+    xs = [[p[0] - now for p in g["points"]] for g in lines]
+    span = max([-x[0] for x in xs if x] + [60.0])
+    opts: dict[str, Any] = dict(width=760, height=220, x_range=(-span, 0.0), x_fmt=charts.fmt_ago,
+                                x_tick_values=[-span + i * span / 6 for i in range(7)],
+                                empty="no GPU readings yet (the first come a flush period after the start)")
+    out = []
+    for title, col, kw in (("GPU utilization", 2, dict(y_min=0.0, y_max=100.0, y_fmt=lambda v: f"{v:.0f}%")),
+                           ("GPU memory used (MiB)", 4, dict(y_min=0.0))):
+        chart = charts.line_chart(title, [charts.Series(n, list(zip(x, (p[col] for p in g["points"]))), f"s{i % 6}")
+                                          for i, (n, x, g) in enumerate(zip(names, xs, lines))], **kw, **opts)
+        chart.data.update(series="|".join(names),
+                          values=";".join(",".join(f"{p[col]:.6g}" for p in g["points"]) for g in lines))
+        out.append(chart)
+    return out
+
+
 def history_charts(h: History, now: float) -> list[charts.Chart]:
     """Allocation, jobs waiting and wait of started attempts over the window, x in seconds from now."""
     xs = [c - now for c in h.centers]

@@ -15,6 +15,8 @@ requeue or time anything out; the control loop does that and calls `signal`/`rel
                                      the loop then polls at once, not at its next tick)
     cpu_seconds(job, attempt)        CPU time its processes used so far (None: cannot tell)
     gpu_percent(job, attempt)        its busiest GPU's utilization now (None: NVML cannot read it)
+    gpu_readings()                   each node's GPUs now: utilization, memory, power, temperature
+                                     (the node agent's; [] where the backend has none)
     close()                          stop watching; running ranks keep running
     open_terminal(job, attempt, rank, argv)   a command on a new pty in a running rank's place
     open_port(job, attempt, rank, port)       a TCP connection to a port inside a running rank
@@ -178,6 +180,23 @@ class AttemptState:
 
 
 @dataclass(frozen=True)
+class GpuReading:
+    """One GPU of one node, read now by the backend's node agent (issue 39, per-GPU telemetry):
+    `gpu` is the GPU's index on its node (as placements name it), `util` percent busy, `mem_mib`
+    memory in use, `power_w` and `temp_c` where the source tells them. `source` says how it was
+    read: "nvml" (the GPU's own counters) or "emulated" (backends/local/gpu_agent.py: derived from
+    the holding rank's CPU activity). Which job holds the GPU is the plane's join, not the backend's."""
+
+    node: str
+    gpu: int
+    util: float
+    mem_mib: float
+    power_w: float | None = None
+    temp_c: float | None = None
+    source: str = "nvml"
+
+
+@dataclass(frozen=True)
 class Terminal:
     """A process started inside a running rank (`Backend.open_terminal`, issue 38: `yard shell`,
     `yard alloc`'s shell): `fd` is the plane's end of its pseudo-terminal (read its output, write
@@ -275,6 +294,12 @@ class Backend(Protocol):
         """The busiest of the attempt's GPUs right now, as NVML's utilization (percent of the last
         sample period a kernel ran); None where NVML cannot read them (no NVML, emulated GPUs, GPUs
         on hosts the backend does not reach)."""
+        ...
+
+    def gpu_readings(self) -> list[GpuReading]:
+        """A reading of every GPU the backend's node agent can read now (control/lifecycle/telemetry.py
+        samples it every `telemetry.interval`): NVML's where it answers, else the local backend's
+        emulation; [] where the backend has no agent (Slurm, for now). Cheap: called once a second."""
         ...
 
     # What a bare job's training process would see on `node` (`backends.environment.fingerprint`:

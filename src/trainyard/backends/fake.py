@@ -55,7 +55,9 @@ recorded in `signals` with the fake time, so a test can assert the stop sequence
 
 Usage. How busy an attempt is (`cpu_seconds`, `gpu_percent`: the idle allocations' facts) is
 scripted with `set_usage(job, attempt, cpu_percent=, gpu_percent=)`: CPU seconds count on the
-clock at that rate; an attempt never scripted is idle (0 s) with no NVML (None).
+clock at that rate; an attempt never scripted is idle (0 s) with no NVML (None). Per-GPU
+telemetry (`gpu_readings`) is scripted with `set_gpu_readings([GpuReading, ...])`: returned as
+they are until set again.
 
 Reattach. The state lives in a `FakeCluster`, one per data dir in this process (or passed in):
 a new `FakeBackend` on the same data dir sees the attempts an earlier one left, as a restarted
@@ -92,7 +94,7 @@ from pathlib import Path
 
 from trainyard.backends import registry
 from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState, Terminal, Tunnel
-from trainyard.backends.base import NothingListens
+from trainyard.backends.base import GpuReading, NothingListens
 from trainyard.backends.contain import cpu_quota
 from trainyard.backends.launch_check import check_launch
 from trainyard.backends.rundir import terminal
@@ -261,6 +263,7 @@ class FakeCluster:
         self._next_pid = 100_000
         # (job, attempt) -> what `cpu_seconds` and `gpu_percent` report (FakeBackend.set_usage)
         self.usage: dict[tuple[int, int], _Usage] = {}
+        self.gpu_readings: list[GpuReading] = []  # what `gpu_readings` reports (set_gpu_readings)
         subscribe = getattr(clock, "subscribe", None)
         if subscribe is not None:  # a FakeClock: things happen as time passes, not only when asked
             subscribe(self.tick)
@@ -637,6 +640,16 @@ class FakeBackend:
                 u.cpu_percent = cpu_percent
             if gpu_percent != "keep":
                 u.gpu_percent = None if gpu_percent is None else float(gpu_percent)
+
+    def gpu_readings(self) -> list[GpuReading]:
+        """Scripted (`set_gpu_readings`): [] until a test gives some."""
+        with self.cluster.lock:
+            return list(self.cluster.gpu_readings)
+
+    def set_gpu_readings(self, readings: list[GpuReading]) -> None:
+        """Emulation: what every later `gpu_readings` returns, until set again."""
+        with self.cluster.lock:
+            self.cluster.gpu_readings = list(readings)
 
     def node_environment(self, node: str) -> dict[str, str]:
         """The node's scripted fingerprint (`FakeCluster.environments`), else every node's `ENVIRONMENT`."""

@@ -49,6 +49,10 @@ def hms(seconds: float | None) -> str:
     return f"{d}-{h:02d}:{m:02d}:{s:02d}" if d else f"{h:02d}:{m:02d}:{s:02d}"
 
 
+def _pct(v: float | None) -> str:
+    return "" if v is None else f"{v:.1f}%"
+
+
 def _num(v: float | None, digits: int = 4) -> str:
     return "" if v is None else f"{v:.{digits}f}"
 
@@ -147,6 +151,13 @@ FIELDS: tuple[Field, ...] = (
           right=True),
     Field("peakgpumem", "PeakGPUMem", 10, lambda r: _mib(r["peak_gpu_mem_mib"]),
           "highest GPU memory the runtime reported (rank 0)", right=True),
+    # per-GPU telemetry (issue 39; docs/control-plane.md, "GPU telemetry"), from the attempts' gpu_summary
+    Field("gpuutil", "GPUUtil", 7, lambda r: _pct(r.get("gpu_util_mean")), "GPU utilization, mean over its GPUs "
+          "(telemetry)", right=True),
+    Field("gpuutilmax", "GPUUtilMax", 10, lambda r: _pct(r.get("gpu_util_peak")), "the highest utilization a GPU "
+          "of it read", right=True),
+    Field("gpumem", "GPUMem", 8, lambda r: _mib(r.get("gpu_mem_peak_mib")), "the most memory a GPU of it held "
+          "(telemetry)", right=True),
     Field("image", "Image", 40, lambda r: r.get("image") or "", "its image (pyxis's --container-image, "
           "normalised; empty: it ran bare)", ("container",)),
     Field("imagedigest", "ImageDigest", 19, lambda r: r.get("image_digest") or "", "the image digest it ran "

@@ -1,4 +1,4 @@
-"""`yard bench …`: micro-benchmarks of the engine.
+"""`yard bench …`: micro-benchmarks of the engine, and `yard bench scaling` (cli/bench_scaling.py).
 
 `yard bench sched` builds a synthetic snapshot (`trainyard.sched.synthetic_snapshot`) and times
 `policy.cycle(snapshot)` with `time.perf_counter`: one untimed warm-up cycle, then `--cycles`
@@ -14,9 +14,11 @@ import time
 
 import typer
 
+from trainyard.cli import bench_scaling
 from trainyard.cli.common import BadInput, resolve_policies, run_guarded
 
 app = typer.Typer(help="Benchmarks.", no_args_is_help=True)
+app.command("scaling", context_settings={"allow_interspersed_args": True})(bench_scaling.scaling)
 
 
 @app.callback()

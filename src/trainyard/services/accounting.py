@@ -45,6 +45,7 @@ from trainyard.spec.parsing import parse_time
 from trainyard.services import goodput, goodput_report
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Forbidden, ServiceError
+from trainyard.services.telemetry import acct_figures
 from trainyard.states import ALL_STATES, PENDING_STATES, STATE_CODES
 from trainyard.store.models import AttemptRow, JobRow
 
@@ -163,6 +164,9 @@ class AcctAttempt(BaseModel):
     peak_gpu_mem_mib: float | None = None
     image: str | None = Field(None, description="the job's image (None: it ran bare)")
     image_digest: str | None = Field(None, description="the image digest this attempt ran")
+    gpu_util_mean: float | None = Field(None, description="GPU utilization %, mean over its GPUs' readings (telemetry)")
+    gpu_util_peak: float | None = Field(None, description="the highest utilization % a GPU of it read")
+    gpu_mem_peak_mib: float | None = Field(None, description="the most memory a GPU of it held (telemetry)")
 
 
 class AcctJob(BaseModel):
@@ -206,6 +210,9 @@ class AcctJob(BaseModel):
     array_task_id: int | None = None
     image: str | None = Field(None, description="its image (None: a bare job)")
     image_digest: str | None = Field(None, description="the digest its first attempt pinned, which every attempt ran")
+    gpu_util_mean: float | None = Field(None, description="GPU utilization %, mean over its GPUs' readings (telemetry)")
+    gpu_util_peak: float | None = Field(None, description="the highest utilization % a GPU of it read")
+    gpu_mem_peak_mib: float | None = Field(None, description="the most memory a GPU of it held (telemetry)")
 
 
 class AcctJobPage(BaseModel):
@@ -305,8 +312,8 @@ _JOB_COLUMNS = (JobRow.id, JobRow.name, JobRow.user, JobRow.team, JobRow.job_cla
 _ATTEMPT_COLUMNS = (AttemptRow.job_id, AttemptRow.attempt, AttemptRow.placement, AttemptRow.started_at,
                     AttemptRow.ended_at, AttemptRow.gpus, AttemptRow.cause, AttemptRow.lost_gpu_s,
                     AttemptRow.max_rss_mib, AttemptRow.peak_gpu_mem_mib, AttemptRow.state, AttemptRow.reason,
-                    AttemptRow.exit_code, AttemptRow.signal, AttemptRow.image_digest, AttemptRow.ledger,
-                    AttemptRow.first_output_at)
+                    AttemptRow.exit_code, AttemptRow.signal, AttemptRow.image_digest, AttemptRow.gpu_summary,
+                    AttemptRow.ledger, AttemptRow.first_output_at)
 
 
 def in_window(win: Window) -> tuple[ColumnElement[bool], ...]:
@@ -426,7 +433,7 @@ def _job_record(j: Any, tries: list[Any], win: Window, now: float, truncate: boo
         attempts=len(tries), retries=j.retries,
         max_rss_mib=_peak(a.max_rss_mib for a in tries), peak_gpu_mem_mib=_peak(a.peak_gpu_mem_mib for a in tries),
         array_job_id=j.array_job_id, array_task_id=j.array_task_id, image=_image(j.container),
-        image_digest=j.image_digest)
+        image_digest=j.image_digest, **acct_figures(a.gpu_summary for a in tries))
 
 
 # -- attempts -----------------------------------------------------------------------------------------
@@ -466,6 +473,7 @@ def attempt_page(s: Session, by: Principal, win: Window, now: float, f: Filters 
             nodelist=nodes, gpus=a.gpus, gpu_hours=a.gpus * span / 3600.0, lost_gpu_hours=lost / 3600.0,
             useful_gpu_hours=(a.gpus * span - lost) / 3600.0, ledger=_hours(ledger), goodput=goodput.share(ledger),
             max_rss_mib=a.max_rss_mib,
-            peak_gpu_mem_mib=a.peak_gpu_mem_mib, image=_image(a.container), image_digest=a.image_digest))
+            peak_gpu_mem_mib=a.peak_gpu_mem_mib, image=_image(a.container), image_digest=a.image_digest,
+            **acct_figures([a.gpu_summary])))
     return AcctAttemptPage(start=win.start, end=win.end, attempts=out,
                            next_after=rows[-1].row_id if len(rows) == n else None)

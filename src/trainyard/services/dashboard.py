@@ -31,6 +31,7 @@ from trainyard.services.auth import Principal
 from trainyard.services.config import ConfigVersion
 from trainyard.services.errors import Forbidden
 from trainyard.states import ACTIVE_STATES, PENDING_STATES
+from trainyard.services import telemetry  # the job page's GPU plots (issue 39)
 
 QUEUE_ROWS = 50  # rows shown per team and class; the rest are counted
 LOG_TAIL_BYTES = 64 * 1024
@@ -232,4 +233,5 @@ def job_page(s: Session, data_dir: Path, job_id: int, by: Principal, rank: int =
         "events": events.list_events(s, job_id=job_id, limit=500, newest=True),
         "loss": loss_curve(jobs.job_dir(data_dir, row).root),
         "logs": job_logs(s, data_dir, job_id, by, rank),
+        "gpus": telemetry.series(s, job_id),  # per-GPU telemetry, plotted on the page
     }

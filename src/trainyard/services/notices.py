@@ -13,9 +13,11 @@ mail types, what is sent):
     requeue          it went back to the queue (REQUEUE)
     invalid_depend   its dependency can never be met (INVALID_DEPEND)
     end              it ended for good (END, or FAIL when it failed)
-    idle_warning     an idle interactive allocation is about to end (IdleTimeout; issue 38,
-                     control/loop/idle.py): noted whatever the job's mail types (`always`), since
-                     `yard alloc` asks for none and the owner should hear before losing the GPUs
+    idle_warning     an idle job's class's idle policy acts on it soon (issue 39, spec/idle.py;
+                     an allocation's IdleTimeout, issue 38; control/loop/idle_actions.py)
+    idle             it has been idle `after`: notified, requeued or cancelled (`idle_action`)
+                     Both are noted whatever the job's mail types (`always`), since `yard alloc`
+                     asks for none and the owner should hear before losing the GPUs
 """
 
 from __future__ import annotations

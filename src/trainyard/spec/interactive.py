@@ -7,13 +7,16 @@ and notebooks (issue 38; docs/control-plane.md, "Interactive work").
       connection_grace: 2m          # an allocation with no terminal and no forwarded port attached
                                     # for this long ends (ConnectionLost); counted from its start
       operators_may_attach: false   # operators may also open terminals and forward ports
-      idle_cpu_percent: 5           # below this (of one CPU, the job's processes together) a job
-                                    # counts as idle, with no terminal input
-      idle_warning: 1m              # the warning comes this long before an idle allocation ends
+      idle_cpu_percent: 5           # the old `idle_timeout`'s threshold: below this (of one CPU, the
+                                    # job's processes together) an allocation counts as idle
+      idle_warning: 1m              # the old `idle_timeout`'s warning, this long before the end
 
-Each class may give `idle_timeout` (spec/models.py, `JobClassSpec`): an interactive allocation of it
-with no terminal input, no forwarded traffic, its processes below `idle_cpu_percent` (and its GPUs
-idle where NVML reads them) for that long ends with reason `IdleTimeout`.
+A class says what happens to its idle jobs with `idle:` (spec/idle.py: its own `below` and
+`warning`), which covers allocations too: one under `requeue` or `cancel` ends TIMEOUT, reason
+`IdleTimeout`. Issue 38's `idle_timeout` on a class still works as its allocations-only form:
+an interactive allocation of it with no terminal input, no forwarded traffic, its processes below
+`idle_cpu_percent` (and its GPUs idle where they are read) for that long ends with reason
+`IdleTimeout`, warned `idle_warning` before.
 """
 
 from __future__ import annotations

@@ -20,11 +20,13 @@ from pydantic_core import PydanticCustomError
 
 from trainyard.spec import bounds as B
 from trainyard.spec.parsing import ConfigError, parse_duration, parse_node_range  # noqa: F401 (re-exported)
+from trainyard.spec.telemetry import TelemetrySpec
 from trainyard.sched.cluster import Node, gb_to_mib
 from trainyard.sched.policy import (
     Param, Policy, flat_aliases, get_policy, nest_flat, policy_names, policy_params, resolved_params,
 )
 from trainyard.sched.types import ALL_CLASSES, AdminReservation, JobClass, JobId, JobRequest, Quota, Team
+from trainyard.spec.idle import IdleSpec
 from trainyard.spec.images import ImagesSpec
 from trainyard.spec.interactive import InteractiveSpec
 from trainyard.spec.limits import LimitsSpec
@@ -173,9 +175,18 @@ class JobClassSpec(_Model):
     # Exit codes that retry an attempt, within max_retries (Slurm's RequeueExit): a job that does
     # not use the runtime is otherwise told by its exit code and never retried (control/rules/outcome.py).
     requeue_exit: list[Annotated[int, Field(ge=1, le=255)]] = Field(default_factory=list, max_length=255)
-    # An interactive allocation idle this long ends (IdleTimeout; spec/interactive.py says what idle is)
+    # An interactive allocation idle this long ends (IdleTimeout; spec/interactive.py says what idle is):
+    # issue 38's form of `idle: {after: X, action: cancel}` for allocations only (spec/idle.py)
     idle_timeout: OptDuration = None
+    # What happens to a job of the class that holds GPUs and does nothing (spec/idle.py)
+    idle: IdleSpec | None = None
     description: str = ""
+
+    @model_validator(mode="after")
+    def _one_idle_form(self) -> "JobClassSpec":
+        if self.idle is not None and self.idle_timeout is not None:
+            raise ValueError(f"class {self.name!r}: give idle (or its old form idle_timeout), not both")
+        return self
 
 
 # `dcgmi diag -r N` takes seconds (1), minutes (2), about half an hour (3), an hour or two (4):
@@ -601,6 +612,8 @@ class ConfigSpec(_Model):
     notify: NotifySpec | None = None  # --mail-type's webhook (control/lifecycle/notify.py); None: nothing is sent
     # Admin reservations (`yard reservation create/delete` edit this list; sched/reservations.py).
     reservations: list[ReservationSpec] = Field(default_factory=list, max_length=1000)
+    # Per-GPU telemetry: how often the node agents are read and rows kept (spec/telemetry.py)
+    telemetry: TelemetrySpec = Field(default_factory=TelemetrySpec)
     # Environment images: registries, credentials, team defaults, the nodes' caches (spec/images.py)
     images: ImagesSpec = Field(default_factory=ImagesSpec)
     # Allocations, terminals, forwarded ports, notebooks (spec/interactive.py)
@@ -618,6 +631,12 @@ class ConfigSpec(_Model):
             unknown = [c for c in (t.las if isinstance(t.las, list) else ()) if c not in names]
             if unknown:
                 raise ValueError(f"teams[{i}] ({t.name}): las names unknown class(es) {unknown}; classes are {names}")
+        teams = {t.name for t in self.teams}
+        for i, c in enumerate(self.classes):
+            unknown = [t for t in (c.idle.exempt_teams if c.idle else ()) if t not in teams]
+            if unknown:
+                raise ValueError(f"classes[{i}] ({c.name}): idle.exempt_teams: no team {unknown[0]!r}; "
+                                 f"teams are {sorted(teams)}")
         if self.default_class not in names:
             raise ValueError(f"default_class {self.default_class!r} is not one of the classes {names}")
         unknown = [t for t in self.images.teams if t not in {t.name for t in self.teams}]

@@ -4,6 +4,8 @@ an interactive allocation of a class with `idle_timeout` is warned once per idle
 `idle_timeout` (TIMEOUT, IdleTimeout); input, CPU or GPU use start a new stretch; a class without
 `idle_timeout` and a batch job never end so.
 
+This is issue 38's form of a class's idle policy (spec/idle.py: `idle_timeout: X` is `idle: {after:
+X, action: cancel}` for allocations only); the general policy, every action: test_idle_actions.py.
 The allocations are marked in the store (`jobs.interactive`) as the submit of `yard alloc` does;
 their use is scripted (`FakeBackend.set_usage`). The same on real processes and `yard up`:
 tests/cli/test_alloc_idle_yard_up.py; the CPU readings themselves:
@@ -75,10 +77,10 @@ def test_an_idle_allocation_is_warned_once_then_ends_with_idle_timeout(fp):
     assert len(told) == 1 and fp.job(j["id"])["state"] == "RUNNING"  # once per stretch
     ended = fp.wait(j["id"], "TIMEOUT", timeout=30)
     assert ended["reason"] == "IdleTimeout"
-    stopped = next(e for e in fp.events(j["id"]) if e["kind"] == "job.idle_timeout")
+    stopped = next(e for e in fp.events(j["id"]) if e["kind"] == "job.idle")
     assert TIMEOUT <= stopped["time"] - since <= TIMEOUT + 1
     assert [s.sig for s in fp.backend.signals if s.job_id == j["id"]] == [signal.SIGTERM]  # no checkpoint notice
-    assert kinds(fp, j["id"]) == ["job.idle_warning", "job.idle_timeout"]
+    assert kinds(fp, j["id"]) == ["job.idle_warning", "job.idle"]
     # the owner heard, though the job asked for no mail
     deadline = time.monotonic() + 10
     while not [b for b in fp.posted if b["event"] == "IDLE_WARNING"] and time.monotonic() < deadline:
@@ -102,7 +104,7 @@ def test_input_after_the_warning_starts_a_new_stretch_with_a_new_warning(fp):
     fp.until(lambda: len(told) == 2, within=10)
     assert TIMEOUT - WARNING <= fp.clock() - typed <= TIMEOUT - WARNING + 1
     fp.wait(j["id"], "TIMEOUT", timeout=WARNING + 5)
-    assert kinds(fp, j["id"]) == ["job.idle_warning", "job.idle_warning", "job.idle_timeout"]
+    assert kinds(fp, j["id"]) == ["job.idle_warning", "job.idle_warning", "job.idle"]
 
 
 def test_cpu_above_the_threshold_keeps_it_and_below_does_not(fp):
@@ -114,7 +116,7 @@ def test_cpu_above_the_threshold_keeps_it_and_below_does_not(fp):
     quiet = fp.clock()
     ended = fp.wait(j["id"], "TIMEOUT", timeout=TIMEOUT + 30)
     assert ended["reason"] == "IdleTimeout"
-    stopped = next(e for e in fp.events(j["id"]) if e["kind"] == "job.idle_timeout")
+    stopped = next(e for e in fp.events(j["id"]) if e["kind"] == "job.idle")
     # busy until the first sample that saw it quiet
     assert TIMEOUT <= stopped["time"] - quiet <= TIMEOUT + sample_every(TIMEOUT) + 1
 
@@ -128,7 +130,7 @@ def test_cpu_after_the_warning_resets_the_stretch(fp):
     fp.run(TIMEOUT - WARNING - 10)
     assert fp.job(j["id"])["state"] == "RUNNING"
     fp.wait(j["id"], "TIMEOUT", timeout=WARNING + 30)
-    assert kinds(fp, j["id"]) == ["job.idle_warning", "job.idle_warning", "job.idle_timeout"]
+    assert kinds(fp, j["id"]) == ["job.idle_warning", "job.idle_warning", "job.idle"]
 
 
 def test_a_busy_gpu_keeps_it_where_nvml_reads_one(fp):

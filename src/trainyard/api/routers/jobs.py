@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from trainyard import jobfs
 from trainyard.api.deps import JobId, plane, principal, session, storable_input
 from trainyard.api.queries import JobsQuery, LogQuery
-from trainyard.services import allocations, events, job_logs, jobs, progress, units
+from trainyard.services import allocations, events, job_logs, jobs, progress, telemetry, units
 from trainyard.services.auth import Principal
 from trainyard.services.plane_facade import Plane
 
@@ -62,6 +62,14 @@ def release(job_id: JobId, by: Principal = Depends(principal), cp: Plane = Depen
 def job_events(job_id: JobId, by: Principal = Depends(principal), s: Session = Depends(session)) -> dict[str, Any]:
     jobs.get(s, job_id, by)
     return {"events": events.list_events(s, job_id=job_id)}
+
+
+@router.get("/{job_id}/gpus")
+def job_gpus(job_id: JobId, by: Principal = Depends(principal), s: Session = Depends(session)) -> dict[str, Any]:
+    """Per-GPU telemetry: one series per attempt and GPU (`fields` names each point's values) and
+    each attempt's summary (docs/control-plane.md, "GPU telemetry")."""
+    jobs.get(s, job_id, by)
+    return telemetry.series(s, job_id)
 
 
 @router.get("/{job_id}/logs", response_class=PlainTextResponse)

@@ -228,7 +228,7 @@ def job(request: Request, job_id: str, rank: str = "0", cp: Plane = Depends(plan
     return pages.render("job.html", who=who, now=time.time(), j=j, attempts=data["attempts"], events=data["events"],
                         loss=data["loss"], chart=pages.loss_chart(data["loss"]), logs=data["logs"],
                         goodput=data["goodput"], ledger=pages.goodput_chart(data["goodput"]),
-                        refresh=REFRESH_S if active else 0)
+                        refresh=REFRESH_S if active else 0, gpu_charts=pages.gpu_charts(data["gpus"], time.time()))
 
 
 def _whole(text: str) -> bool:

@@ -52,8 +52,8 @@ class Subreaper:
         return []  # nothing on disk outlives its runner's record
 
 
-def descendants(roots: Iterable[int]) -> set[int]:
-    """Every live descendant of the processes `roots` (not the roots), from /proc parent links."""
+def children() -> dict[int, list[int]]:
+    """Each live process's children (pid -> child pids), from one scan of /proc's parent links."""
     kids: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -65,6 +65,12 @@ def descendants(roots: Iterable[int]) -> set[int]:
         fields = raw[raw.rindex(")") + 2 :].split()
         if fields[0] not in ("Z", "X"):
             kids.setdefault(int(fields[1]), []).append(int(name))
+    return kids
+
+
+def descendants(roots: Iterable[int]) -> set[int]:
+    """Every live descendant of the processes `roots` (not the roots), from /proc parent links."""
+    kids = children()
     found: set[int] = set()
     todo = [k for r in roots for k in kids.get(r, ())]
     while todo:

@@ -68,6 +68,14 @@ def _cgroup1_seconds(d: str) -> float | None:
         return None
 
 
+def dir_seconds(d: str) -> float | None:
+    """The CPU seconds of one cgroup directory and those below it: v2's cpu.stat, else v1's
+    cpuacct.usage (a rank's own directory, for the node agent's per-rank rates:
+    backends/local/gpu_agent.py); None when it has neither."""
+    got = _cgroup2_seconds(d)
+    return got if got is not None else _cgroup1_seconds(d)
+
+
 def cpu_seconds(cell: dict, runners: Sequence[int] = ()) -> float | None:
     """The CPU seconds used so far by the attempt whose containment record is `cell`
     (attempt.json's "cell"); `runners`: its live, verified rank runners (the subreaper mode's
@@ -86,4 +94,4 @@ def cpu_seconds(cell: dict, runners: Sequence[int] = ()) -> float | None:
     return None
 
 
-__all__ = ["cpu_seconds", "proc_seconds"]
+__all__ = ["cpu_seconds", "dir_seconds", "proc_seconds"]

@@ -104,7 +104,7 @@ from trainyard.backends.local import container
 from trainyard.backends.rundir import job_tools
 from trainyard.backends.rundir import terminal
 from trainyard.backends.rundir import port as rank_port
-from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState, Terminal, Tunnel
+from trainyard.backends.base import AttemptState, BackendError, GpuReading, LaunchSpec, NodeInfo, RankState, Terminal, Tunnel
 from trainyard.images.types import CachedImage, EntryInfo, RegistryAccess
 from trainyard.spec.image_ref import parse_image
 from trainyard.backends.launch_check import check_launch
@@ -112,6 +112,7 @@ from trainyard.backends.contain import cpu_quota
 from trainyard.backends.contain import ops as contain_ops
 from trainyard.backends.contain import usage as contain_usage
 from trainyard.backends.local import gpu_use
+from trainyard.backends.local.gpu_agent import NodeAgent, ProcTree, holders
 from trainyard.backends.contain import private_tmp
 from trainyard.backends.contain.devices import Device, gpu_devices
 from trainyard.backends.environment import fingerprint
@@ -207,6 +208,7 @@ class LocalBackend(WatchesExits):
         # A fallback is a warning (an operator should know the jobs are less contained than they could be).
         (log.warning if self._contain.fallback or devices_note or self._tmp.why else log.info)(
             "%s", self.containment_line)
+        self.gpu_agent = NodeAgent(nodes, self._offsets)  # the nodes' GPU readings (gpu_readings)
         self._discover()
         # Cells on disk that no run dir re-attaches (the plane died between making them and
         # recording them, or a run dir was deleted by hand): nothing of them may run on.
@@ -639,6 +641,14 @@ class LocalBackend(WatchesExits):
                 runners = _runner_pids([rec for r in range(att.world_size)
                                         if (rec := jobfs.read_record(att.run_dir / f"rank-{r}.json"))])
             return contain_usage.cpu_seconds(att.cell, runners)
+
+    def gpu_readings(self) -> list[GpuReading]:
+        """Every node's GPUs now, by the node agent (`local.gpu_agent`: NVML where it answers for
+        a node's real GPUs, else emulated from the holding ranks' CPU activity)."""
+        with self._lock:
+            atts = [(a.job_id, a.attempt, a.run_dir, a.cell) for a in self._attempts.values()]
+        tree = ProcTree()  # one scan of /proc for every attempt's ranks (the subreaper mode's)
+        return self.gpu_agent.read([h for a in atts for h in holders(*a, tree=tree)])
 
     def gpu_percent(self, job_id: int, attempt: int) -> float | None:
         """The busiest of the attempt's GPUs by NVML (`local.gpu_use`), when its nodes are slices

@@ -68,6 +68,7 @@ from trainyard.backends.slurm import env as slurm_env
 from trainyard.backends.rundir.attempt_dir import open_attempt
 from trainyard.backends.rundir.exit_watch import ExitWatch, WatchesExits
 from trainyard.backends.base import AttemptState, BackendError, LaunchSpec, NodeInfo, RankState, Terminal, Tunnel
+from trainyard.backends.base import GpuReading
 from trainyard.backends.slurm import pyxis
 from trainyard.images.types import UNSUPPORTED, CachedImage, EntryInfo, ImageConfig, ImagePullError, RegistryAccess
 from trainyard.contracts import NOTICE_SIGNAL, JobDir
@@ -358,6 +359,11 @@ class SlurmBackend(WatchesExits):
     def gpu_percent(self, job_id: int, attempt: int) -> float | None:
         """None: the job's GPUs are on Slurm's nodes, which this plane's NVML does not see."""
         return None
+
+    def gpu_readings(self) -> list[GpuReading]:
+        """Nothing yet: reading a Slurm node's GPUs needs a step in each job, or DCGM there
+        (docs/control-plane.md, "GPU telemetry")."""
+        return []
 
     def node_environment(self, node: str) -> dict[str, str]:
         """Not asked of Slurm's nodes (it would take a job step): {"error"}, which the check skips."""

@@ -17,9 +17,11 @@ What is sent (spec/mail_types.py for the types):
   starts stopping it at its time limit; INVALID_DEPEND when its dependency can never be met.
 - At its end one message: FAIL if it asked for FAIL and ended FAILED, TIMEOUT, NODE_FAIL or
   OUT_OF_MEMORY, else END if it asked for END (any final state, CANCELLED included).
-- IDLE_WARNING when an idle interactive allocation is about to end (`idle_ends_at`, `idle_since`
-  in the JSON), whatever its mail types: `yard alloc` asks for none, and an owner about to lose
-  the GPUs should hear of it (control/loop/idle.py; once per idle stretch).
+- IDLE_WARNING when an idle job is about to be acted on by its class's idle policy
+  (`idle_ends_at`: when, `idle_action`: notify, requeue, cancel or timeout, `idle_since` in the
+  JSON), then IDLE when it is (`idle_since`, `idle_action`), whatever its mail types: `yard alloc`
+  asks for none, and an owner about to lose the GPUs should hear of it (control/loop/idle.py;
+  each once per idle stretch).
 - TIME_LIMIT_50/80/90 when a running attempt has run that share of its limit (its own --time, or
   its class's max run time when shorter or alone): clocks kept here from each BEGIN and stopped
   by the attempt's end or requeue. A restarted plane sets them again for the jobs running then
@@ -92,9 +94,20 @@ def subject(event: str, p: dict[str, Any]) -> str:
     if event == "INVALID_DEPEND":
         return f"{head} Invalid dependency"
     if event == "IDLE_WARNING":
-        ends = p.get("idle_ends_at") or p["time"]
-        return f"{head} Idle, ends at {iso(ends)} (IdleTimeout) unless used, in {_hms(ends - p['time'])}"
+        at, action = p.get("idle_ends_at") or p["time"], p.get("idle_action") or "timeout"
+        what = IDLE_WARNING_WORDS.get(action, IDLE_WARNING_WORDS["timeout"])
+        return f"{head} Idle, {what.format(at=iso(at))} unless used, in {_hms(at - p['time'])}"
+    if event == "IDLE":
+        since, action = p.get("idle_since") or p["time"], p.get("idle_action") or "timeout"
+        return f"{head} Idle since {iso(since)}, {IDLE_WORDS.get(action, action)}"
     return f"{head} {event}"
+
+
+# The idle step's notes (control/loop/idle_actions.py): what will happen, what happened
+IDLE_WARNING_WORDS = {"timeout": "ends at {at} (IdleTimeout)", "cancel": "cancelled at {at} (Idle)",
+                      "requeue": "requeued at {at} (Idle)", "notify": "reported at {at}"}
+IDLE_WORDS = {"timeout": "ended (IdleTimeout)", "cancel": "cancelled (Idle)", "requeue": "requeued (Idle)",
+              "notify": "still running (its class's idle action is notify)"}
 
 
 class Notifier:
@@ -162,8 +175,8 @@ class Notifier:
             if "BEGIN" in want:
                 self._send("BEGIN", p)
             return
-        if kind == "idle_warning":  # noted for every allocation, whatever it asked (module docstring)
-            self._send("IDLE_WARNING", p)
+        if kind in ("idle_warning", "idle"):  # noted for every idle job, whatever it asked (module docstring)
+            self._send("IDLE_WARNING" if kind == "idle_warning" else "IDLE", p)
             return
         if kind in ("end", "requeue", "time_limit"):
             self._attempt[p["job_id"]] = 0  # this attempt's TIME_LIMIT_NN clocks stop

@@ -44,6 +44,7 @@ from trainyard.control.loop.orchestrator import ControlLoop, LoopParams
 from trainyard.control.lifecycle.retention import Retention
 from trainyard.control.lifecycle.storage import StorageMeter
 from trainyard.control.lifecycle.supervise import Supervised
+from trainyard.control.lifecycle.telemetry import Telemetry
 from trainyard.images.types import EntryInfo
 from trainyard.services import images, notices
 from trainyard.services.config import ConfigCache, ConfigVersion
@@ -110,6 +111,8 @@ class ControlPlane:
         self.liveness = Liveness(self.store, self.data_dir, self.loop, threads=lambda: self.threads)
         # finished jobs past the configured retention, purged in batches beside the loop
         self.retention = Retention(self.loop_store, self.configs, self.lock, self.data_dir, clock=clock)
+        # every node's GPUs sampled and kept per job (issue 39, `telemetry:`)
+        self.telemetry = Telemetry(self.loop_store, self.configs, self.lock, self.backend, self.data_dir, clock=clock)
         # --mail-type's webhook: notes handed over after each commit, sent by a thread of its own
         self.notifier = Notifier(self._notify_settings, self._class_limit, self._cluster_name, clock=clock)
         self._detach = [notices.attach(st.session, self.notifier.put) for st in (self.store, self.loop_store)]
@@ -125,12 +128,14 @@ class ControlPlane:
         self.storage.start(self._thread_died)  # first: the loop's first pass holds what was over
         self.loop.start(on_thread_death=self._thread_died)
         self.retention.start(self._thread_died)
+        self.telemetry.start(self._thread_died)
 
     def stop(self) -> None:
         """Stop the loop and close; running jobs keep running and are re-attached on the next start."""
         self.liveness.shutting_down = True
         self.loop.stop()
         self.retention.stop()
+        self.telemetry.stop()
         self.storage.stop()
         self.notifier.stop()
         for detach in self._detach:
@@ -155,7 +160,7 @@ class ControlPlane:
     @property
     def threads(self) -> list[Supervised]:
         """Every supervised background thread of the plane: what /healthz and the metrics watch."""
-        return [*self.loop.threads, *(t for t in (self.retention.thread, self.storage.thread) if t is not None)]
+        return [*self.loop.threads, *(t for t in (self.retention.thread, self.storage.thread, self.telemetry.thread) if t is not None)]
 
     def _thread_died(self, name: str, error: BaseException) -> None:
         """A supervised thread died and is being restarted: an event says so (the metrics count it)."""

@@ -4,7 +4,8 @@
     1.  reconcile     (control/loop/reconcile.py)    store ↔ backend: orphans, lost launches, outcomes
     1b. node watch    (control/loop/node_watch.py)   node health: down, suspect, remediate, return; hung jobs
     1c. interactive   (control/loop/interactive.py)  allocations with no one attached past their grace
-    1d. idle          (control/loop/idle.py)         idle interactive allocations: warning, then IdleTimeout
+    1d. idle          (control/loop/idle.py)         idle jobs (the class's `idle:`): warning, then notify,
+                                                    requeue or cancel; idle allocations: IdleTimeout
     2.  stops         (control/loop/stops.py)        time limits; notice → SIGTERM → SIGKILL
     3.  dependencies  (control/loop/dependencies.py) `--dependency` met or never
     4.  schedule      (control/loop/schedule.py)     snapshot → policy.cycle() → preempt, start, reasons
@@ -36,7 +37,7 @@ from trainyard.control.loop.dependencies import Dependencies
 from trainyard.control.loop.fingerprints import Fingerprints
 from trainyard.control.loop.frozen import FrozenRanks
 from trainyard.control.loop.interactive import Interactive
-from trainyard.control.loop.idle import IdleAllocations
+from trainyard.control.loop.idle import IdleJobs
 from trainyard.control.health import HealthChecker
 from trainyard.control.loop.node_watch import NodeWatch
 from trainyard.control.loop.reconcile import Reconciler
@@ -92,7 +93,7 @@ class ControlLoop:
         self.reconcile = Reconciler(ctx, frozen)
         self.node_watch = NodeWatch(ctx, self.health, frozen)
         self.interactive = Interactive(ctx)
-        self.idle = IdleAllocations(ctx)
+        self.idle = IdleJobs(ctx)
         self.stops = Stops(ctx)
         self.dependencies = Dependencies(ctx)
         self.scheduler = Scheduler(ctx, self.health, policy)
@@ -191,7 +192,7 @@ class ControlLoop:
         done("node_watch")
         self.interactive.run(facts, now)
         done("interactive")
-        self.idle.run(now)  # before the stops: an allocation that ran out is signalled this pass
+        self.idle.run(now)  # before the stops: a job it stops is signalled this pass
         done("idle")
         self.stops.run(now, launching)
         done("stops")

@@ -4,7 +4,8 @@ Pure functions, so every rule of the exit-code contract (docs/design.md) has a t
 0 everywhere → COMPLETED; 75 ("checkpointed, requeue me") → REQUEUED, also when a launcher
 (torchrun) turned its workers' 75 into its own exit 1 and the runtime's record says the attempt
 checkpointed on a notice (`runtime_checkpointed`); a stop the control plane
-asked for (cancel, time limit, preemption, requeue) ends as that stop says; anything else is a
+asked for (cancel, time limit, preemption, requeue, an idle policy's requeue or cancel: reason
+`Idle`) ends as that stop says; anything else is a
 failure, classified: FAILED with cause `pids` when a fork of a rank was refused at the job's pids
 limit (`RankState.pids_max_hit`: the backend then ended the rank; not retried, a fork bomb would
 only do it again), OUT_OF_MEMORY when the backend says the kernel OOM-killed a process of a rank
@@ -30,6 +31,7 @@ from trainyard.backends.base import AttemptState, RankState
 from trainyard.contracts import CANNOT_EXECUTE_EXIT, NOT_FOUND_EXIT, REQUEUE_EXIT, WATCHDOG_EXIT, JobDir
 from trainyard.states import AttemptOutcome, JobState, StopKind
 
+IDLE_REASON = "Idle"  # a job its class's idle policy requeued or cancelled (spec/idle.py)
 OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "torch.OutOfMemoryError", "Killed process")
 
 
@@ -38,7 +40,8 @@ CAUSES = ("completed", "cancelled", "timeout", "preempted", "requeued", "node_lo
           "user_error", "crash", "exit_code", "signal", "requeue_exit",
           # the image step (control/loop/image_pull.py): the user's image, or the registry's/node's fault
           "image_pull", "image_pull_registry",
-          "env_mismatch")  # a bare gang whose nodes' environments differ (control/loop/fingerprints.py)
+          "env_mismatch",  # a bare gang whose nodes' environments differ (control/loop/fingerprints.py)
+          "idle")  # requeued by its class's idle policy (control/loop/idle.py); counted to end a cycle
 RETRYABLE = ("node_lost", "hung", "crash", "requeue_exit")
 
 
@@ -174,6 +177,8 @@ def classify(st: AttemptState, stop_kind: StopKind | str | None, job_dir: JobDir
                        "ConnectionLost", code, sig, "cancelled")
     if stop_kind == StopKind.IDLE:
         return Outcome(JobState.TIMEOUT, AttemptOutcome.TIMEOUT, "IdleTimeout", code, sig, "timeout")
+    if stop_kind == StopKind.IDLE_CANCEL:
+        return Outcome(JobState.CANCELLED, AttemptOutcome.CANCELLED, IDLE_REASON, code, sig, "cancelled")
     if stop_kind == StopKind.TIMEOUT:
         return Outcome(JobState.TIMEOUT, AttemptOutcome.TIMEOUT,
                        "TimeLimit", code, sig, "timeout")
@@ -185,6 +190,8 @@ def classify(st: AttemptState, stop_kind: StopKind | str | None, job_dir: JobDir
         return Outcome(JobState.FAILED, AttemptOutcome.FAILED,
                        "Hung: ranks stopped and made no progress", code, sig, "hung")
     by_runtime = runtime_checkpointed(job_dir, st.attempt) if not any(c == REQUEUE_EXIT for c in codes) else None
+    if stop_kind == StopKind.IDLE_REQUEUE and not all_ok:  # as a requeue; the reason says why
+        return Outcome(JobState.REQUEUED, AttemptOutcome.REQUEUED, IDLE_REASON, code, sig, "idle")
     if stop_kind in (StopKind.PREEMPT, StopKind.REQUEUE) and not all_ok:
         saved = ("checkpointed" if any(c == REQUEUE_EXIT for c in codes) else
                  f"checkpointed step {by_runtime}, as the runtime recorded" if by_runtime is not None else
