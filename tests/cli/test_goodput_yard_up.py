@@ -56,8 +56,6 @@ def test_each_ended_jobs_buckets_add_up_to_its_allocated_gpu_seconds(cluster):
                                                                      abs=1e-6)
             assert a["buckets"]["recompute"] == pytest.approx(t["lost_gpu_s"], abs=1e-6)
         assert g["allocated_gpu_s"] == pytest.approx(math.fsum(a["allocated_gpu_s"] for a in g["attempts"]))
-    bare = goodput(cluster, cluster.bare)["attempts"][0]["buckets"]
-    assert bare["compute"] > 0 and bare["idle"] == 0  # no telemetry says idle: unknown counts as used
 
 
 def test_a_requeued_attempts_recompute_is_its_lost_work(cluster):

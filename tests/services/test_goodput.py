@@ -63,6 +63,17 @@ def test_recompute_is_the_lost_work_carved_out_of_compute():
     assert b["recompute"] == pytest.approx(30) and b["compute"] == pytest.approx(60)
 
 
+def test_lost_work_beyond_compute_comes_out_of_the_other_buckets_in_order():
+    samples = (Sample(T0 + 100, 50, 0.0),)  # idle 50..100
+    f = AttemptFacts(start=T0, end=T0 + 100, gpus=1, lost_gpu_s=80, first_output_at=T0 + 20, samples=samples)
+    b = split(f)  # startup 20, compute 30, idle 50 before the lost work
+    adds_up(b, 100)
+    assert b["recompute"] == pytest.approx(80) and b["compute"] == 0 and b["idle"] == 0
+    assert b["startup"] == pytest.approx(20)
+    b = split(AttemptFacts(**{**f.__dict__, "lost_gpu_s": 1e9}))  # a bare job's whole attempt, and more
+    assert b["recompute"] == pytest.approx(100)
+
+
 def test_a_running_attempt_whose_steps_stopped_is_idle_beyond_the_stall_limit():
     recent = [2.0] * 10  # median 2 s: the limit is max(60, 20) = 60 s
     f = AttemptFacts(start=T0, end=T0 + 500, gpus=4, running=True,
@@ -191,4 +202,5 @@ def test_the_buckets_add_up_to_the_allocated_gpu_seconds(f):
     b = split(f)
     total = f.gpus * (f.end - f.start)
     adds_up(b, total)
-    assert b["recompute"] <= max(0.0, f.lost_gpu_s if f.lost_gpu_s == f.lost_gpu_s else 0.0) + 1e-9
+    lost = f.lost_gpu_s if f.lost_gpu_s == f.lost_gpu_s else 0.0
+    assert b["recompute"] == pytest.approx(min(max(0.0, lost), max(0.0, total)), abs=1e-6)  # the lost work

@@ -17,7 +17,9 @@ reports (a running one, split live when read) and the tests split alike. docs/ac
   plane's stop request to the end; between them each GPU's telemetry sample below the threshold
   is `idle` for the period it covers, and time no sample covers is `compute` (unknown counts as used).
 - `recompute`: the work after the last checkpoint that the next attempt redoes (`lost_gpu_s`),
-  carved out of `compute`.
+  carved out of `compute`; lost work larger than that (measured as wall time since the checkpoint,
+  for a job without step records: all of a bare job's attempt when it has none) comes out of the
+  other buckets in `RECOMPUTE_FROM`'s order, so that `recompute` is the accounting's lost work.
 
 The phase files are the job's own, so every figure in them is untrusted: a time that is no plain
 number or lies outside the attempt is clamped into it, phases larger than the span are scaled to
@@ -38,6 +40,9 @@ MAX_TIME = 1e11  # seconds since the epoch, as the progress reports' `time`
 STALL_MIN_S = 60.0  # a running attempt's newest step older than this (and 10 × the median step) is idle
 STALL_STEPS = 10.0
 DEFAULT_IDLE_BELOW = 5.0  # percent utilization under which a telemetry sample is idle
+# where the lost work comes out of: compute first; the rest only when the lost work (wall time since
+# the checkpoint, for a job the runtime does not measure) is more than the attempt's compute
+RECOMPUTE_FROM = ("compute", "idle", "data_wait", "comm_wait", "checkpoint_stall", "startup", "teardown")
 
 
 def _num(v: object, limit: float = MAX_TIME) -> float | None:
@@ -135,8 +140,14 @@ def split(f: AttemptFacts) -> dict[str, float]:
     ranks = [r for r in f.ranks if r.began is not None]
     per_s = _phase_split(f, ranks, start, end) if ranks else _coarse_split(f, start, end)
     out = {b: per_s.get(b, 0.0) * (total / (end - start)) for b in LEDGER_BUCKETS}
-    # recompute: the work since the last checkpoint, carved out of compute
-    out["recompute"] = min(_pos(f.lost_gpu_s), out["compute"])
+    # recompute: the work since the last checkpoint, carved out of compute, then (lost work measured
+    # as wall time: a job without step records or checkpoints) out of the rest, in RECOMPUTE_FROM's order
+    owed = min(_pos(f.lost_gpu_s), total)
+    for b in RECOMPUTE_FROM:
+        take = min(owed, max(0.0, out[b]))
+        out[b] -= take
+        out["recompute"] += take
+        owed -= take
     return _exact(out, total)
 
 

@@ -311,7 +311,8 @@ def _ledgers(keys: dict[tuple[str, str, str], int], tup: np.ndarray, done: np.nd
     """The ended attempts' goodput buckets in the period, per (team, user, pool), with numpy: a stored
     ledger (`stored`: one row of LEDGER_BUCKETS each, NaN where none) scaled to the part of the run
     inside the period; an attempt without one split from its row as services/goodput_report.py
-    splits it (startup to its first output, its lost work recomputed, the rest compute).
+    splits it (startup to its first output, the rest compute, its lost work recomputed out of
+    compute, then startup).
     `tests/services/test_goodput_report.py` keeps the two ways equal."""
     whole = np.where(done, en - st, 0.0)
     frac = np.where(done & (whole > 0), part / np.where(whole > 0, whole, 1.0), 0.0)
@@ -320,12 +321,13 @@ def _ledgers(keys: dict[tuple[str, str, str], int], tup: np.ndarray, done: np.nd
     fo = np.clip(np.where(first_out >= 0, first_out - st, 0.0), 0.0, np.maximum(whole, 0.0))
     startup = g * fo
     rest = g * whole - startup
-    recompute = np.minimum(np.maximum(lost, 0.0), rest)
+    recompute = np.minimum(np.maximum(lost, 0.0), g * np.maximum(whole, 0.0))  # out of compute, then startup
+    from_compute = np.minimum(recompute, rest)
     i = {b: k for k, b in enumerate(LEDGER_BUCKETS)}
     bare = ~has
-    out[bare, i["startup"]] = startup[bare]
+    out[bare, i["startup"]] = (startup - (recompute - from_compute))[bare]
     out[bare, i["recompute"]] = recompute[bare]
-    out[bare, i["compute"]] = (rest - recompute)[bare]
+    out[bare, i["compute"]] = (rest - from_compute)[bare]
     out *= np.where(g > 0, frac, 0.0)[:, None]
     sums = np.stack([np.bincount(tup, weights=out[:, k], minlength=len(keys)) for k in range(len(LEDGER_BUCKETS))],
                     axis=1)
