@@ -13,9 +13,11 @@ default) prints them all. The teams and users sections end with the goodput ledg
     yard report goodput [-S -E] [--by cluster|team|user|node|class]
 
 is the ledger alone (`GET /api/v1/report/goodput`): per bucket GPU-hours and the goodput (the
-compute share) of each row, by every section or those named in `--by` (comma-separated). The period is sreport's: 00:00 yesterday to 00:00 today unless given
-(`-S` alone runs to now). `--csv` writes the section as CSV (with `summary`, each section after
-a `# name` line), `-P/--parsable2` '|'-separated, `--json` the whole report as the API gives it.
+compute share) of each row, by every section or those named in `--by` (comma-separated).
+
+The period is sreport's: 00:00 yesterday to 00:00 today unless given (`-S` alone runs to now).
+`--csv` writes the section as CSV (with `summary`, each section after a `# name` line),
+`-P/--parsable2` '|'-separated, `--json` the whole report as the API gives it.
 """
 
 from __future__ import annotations
