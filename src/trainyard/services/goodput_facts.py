@@ -4,7 +4,8 @@ Both the loop (an ended attempt's ledger, `control/rules/ledger.py`) and the rep
 attempt, split live when read) gather them here, alike:
 - the runtime's per-rank phase files (`JobDir.phases_file`), the job's own: read through `jobfs`
   (no link followed, no FIFO or device opened, at most `contracts.PHASES_MAX_BYTES` of each); a
-  file refused, too big or not JSON is absent, as is one of another attempt or rank;
+  file refused, too big or not JSON (nested too deep to decode among them) is absent, as is one of
+  another attempt or rank;
 - the attempt's telemetry (`gpu_samples`, at most MAX_SAMPLES rows) and first output;
 - the idle threshold: the class's idle policy's `below` (percent) where the configuration has one,
   else `goodput.DEFAULT_IDLE_BELOW`.
@@ -12,6 +13,7 @@ attempt, split live when read) gather them here, alike:
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from sqlalchemy import select
@@ -47,10 +49,22 @@ def read_phases(jd: JobDir, attempt: int, nranks: int) -> tuple[RankPhases, ...]
     tree = jobfs.Tree(jd.root)
     out = []
     for rank in range(min(nranks, MAX_RANKS)):
-        r = parse_phases(tree.read_json(jd.phases_file(attempt, rank), limit=PHASES_MAX_BYTES), attempt, rank)
+        r = parse_phases(_decoded(tree.read_text(jd.phases_file(attempt, rank), limit=PHASES_MAX_BYTES)), attempt, rank)
         if r is not None:
             out.append(r)
     return tuple(out)
+
+
+def _decoded(text: str | None) -> Any:
+    """The JSON value of a phase file's text; None for none, or for what is not JSON — including a
+    file of arrays nested thousands deep, on which `json.loads` raises RecursionError (not a
+    ValueError), which would fail every pass of the loop that ends the attempt."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
 
 
 def samples(s: Session, job_id: int, attempt: int) -> tuple[Sample, ...]:

@@ -136,3 +136,12 @@ def test_garbage_in_a_phase_file_is_absent(plane):
     jd.phases_dir.mkdir(parents=True)
     jd.phases_file(1, 0).write_bytes(b"\xff{not json")
     assert coarse(ledger(plane, jid, jd))
+
+
+def test_a_phase_file_nested_too_deep_to_decode_is_absent(plane):
+    """`json.loads` raises RecursionError (not ValueError) on arrays nested thousands deep: within
+    the bound, such a file must not fail the loop's pass that ends the attempt."""
+    jid, jd = add(plane, ranks=1)
+    jd.phases_dir.mkdir(parents=True)
+    jd.phases_file(1, 0).write_text("[" * 30000 + "]" * 30000)
+    assert coarse(ledger(plane, jid, jd))
