@@ -31,6 +31,7 @@ from trainyard.control.rules import blame
 from trainyard.control.loop.attempt_start import stderr_apart
 from trainyard.control.loop.context import Facts, LoopContext
 from trainyard.control.loop.frozen import FrozenRanks
+from trainyard.control.rules.ledger import store_ledger
 from trainyard.control.rules.lost_work import lost_work_s
 from trainyard.control.rules.outcome import classify, first_failure
 from trainyard.control.rules.retry import backoff_s, should_retry
@@ -150,6 +151,7 @@ class Reconciler:
                 j.lost_gpu_s += lost
         transitions.end_attempt(s, j, out.attempt_state, out.reason, now, exit_code=out.exit_code,
                                 signal=out.signal, cause=out.cause, lost_gpu_s=lost)
+        store_ledger(s, j, attempt, jd, cfg.spec, now)  # where its GPU-seconds went (before the stop is cleared)
         self._note_suspects(s, j, first_failure(st.ranks, sent=sent, first=first), out.cause, now)
         max_retries = cls.max_retries if cls is not None else 0
         retry = out.job_state not in (JobState.REQUEUED, JobState.COMPLETED) and \
