@@ -13,7 +13,6 @@ attempt, split live when read) gather them here, alike:
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from sqlalchemy import select
@@ -49,22 +48,10 @@ def read_phases(jd: JobDir, attempt: int, nranks: int) -> tuple[RankPhases, ...]
     tree = jobfs.Tree(jd.root)
     out = []
     for rank in range(min(nranks, MAX_RANKS)):
-        r = parse_phases(_decoded(tree.read_text(jd.phases_file(attempt, rank), limit=PHASES_MAX_BYTES)), attempt, rank)
+        r = parse_phases(tree.read_json(jd.phases_file(attempt, rank), limit=PHASES_MAX_BYTES), attempt, rank)
         if r is not None:
             out.append(r)
     return tuple(out)
-
-
-def _decoded(text: str | None) -> Any:
-    """The JSON value of a phase file's text; None for none, or for what is not JSON — including a
-    file of arrays nested thousands deep, on which `json.loads` raises RecursionError (not a
-    ValueError), which would fail every pass of the loop that ends the attempt."""
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError):
-        return None
 
 
 def samples(s: Session, job_id: int, attempt: int) -> tuple[Sample, ...]:
