@@ -140,6 +140,18 @@ def test_a_bare_job_starts_up_until_its_first_output_then_computes_then_tears_do
     assert b["compute"] == pytest.approx(150)  # no sample covers it: unknown counts as used
 
 
+def test_the_idle_policys_stretch_is_idle_even_without_telemetry():
+    # requeued by its class's idle policy at T0+90 after being idle since T0+30: no sample says so
+    f = AttemptFacts(start=T0, end=T0 + 100, gpus=2, first_output_at=T0 + 10, stop_at=T0 + 90, idle_from=T0 + 30)
+    b = split(f)
+    adds_up(b, 200)
+    assert b["idle"] == pytest.approx(120) and b["compute"] == pytest.approx(40) and b["teardown"] == pytest.approx(20)
+    # telemetry that finds more idle than the policy wins; nonsense (before the start) is clamped
+    samples = tuple(Sample(T0 + t, 10, 0.0) for t in range(20, 100, 10)) * 2
+    assert split(AttemptFacts(**{**f.__dict__, "samples": samples}))["idle"] == pytest.approx(160)  # T0+10..90
+    assert split(AttemptFacts(**{**f.__dict__, "idle_from": T0 - 1e6}))["idle"] == pytest.approx(160)
+
+
 def test_a_bare_jobs_first_gpu_activity_ends_its_startup_when_earlier():
     samples = (Sample(T0 + 10, 5, 0.0), Sample(T0 + 20, 10, 50.0))
     b = split(AttemptFacts(start=T0, end=T0 + 100, gpus=1, first_output_at=T0 + 40, samples=samples))

@@ -15,7 +15,9 @@ reports (a running one, split live when read) and the tests split alike. docs/ac
 - without them (a bare job), coarsely: `startup` until its first output or first GPU activity,
   whichever came first (else its first telemetry sample, else nothing); `teardown` from the
   plane's stop request to the end; between them each GPU's telemetry sample below the threshold
-  is `idle` for the period it covers, and time no sample covers is `compute` (unknown counts as used).
+  is `idle` for the period it covers, and time no sample covers is `compute` (unknown counts as used);
+  when its class's idle policy requeued or cancelled it, at least the stretch from when the policy
+  found it idle to the stop is `idle` (`idle_from`: the policy's own judgement, every GPU).
 - `recompute`: the work after the last checkpoint that the next attempt redoes (`lost_gpu_s`),
   carved out of `compute`; lost work larger than that (measured as wall time since the checkpoint,
   for a job without step records: all of a bare job's attempt when it has none) comes out of the
@@ -117,6 +119,7 @@ class AttemptFacts:
     first_output_at: float | None = None
     samples: tuple[Sample, ...] = field(default=())
     idle_below: float = DEFAULT_IDLE_BELOW  # percent
+    idle_from: float | None = None  # its class's idle policy found it idle since then, until it stopped it
 
 
 def empty() -> dict[str, float]:
@@ -242,6 +245,9 @@ def _coarse_split(f: AttemptFacts, start: float, end: float) -> dict[str, float]
     gpus = max(1, f.gpus)
     idle_gpu_s = math.fsum(max(0.0, min(t, down) - max(t - p, begun)) for t, p, u in samples if u < below)
     out["idle"] = min(idle_gpu_s / gpus, mid)
+    idle_from = _num(f.idle_from)
+    if idle_from is not None:  # the policy's own judgement: every GPU idle from then to the stop
+        out["idle"] = max(out["idle"], down - _clamp(idle_from, begun, down))
     out["compute"] = mid - out["idle"]
     return out
 

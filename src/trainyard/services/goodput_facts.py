@@ -7,6 +7,7 @@ attempt, split live when read) gather them here, alike:
   file refused, too big or not JSON (nested too deep to decode among them) is absent, as is one of
   another attempt or rank;
 - the attempt's telemetry (`gpu_samples`, at most MAX_SAMPLES rows) and first output;
+- when its class's idle policy found it idle (the `job.idle` event of a requeue or cancel);
 - the idle threshold: the class's idle policy's `below` (percent) where the configuration has one,
   else `goodput.DEFAULT_IDLE_BELOW`.
 """
@@ -22,7 +23,7 @@ from trainyard import jobfs
 from trainyard.contracts import PHASES_MAX_BYTES, JobDir
 from trainyard.services.goodput import DEFAULT_IDLE_BELOW, AttemptFacts, RankPhases, Sample, parse_phases
 from trainyard.services.ranks import ranks_for
-from trainyard.store.models import GpuSampleRow
+from trainyard.store.models import EventRow, GpuSampleRow
 
 MAX_RANKS = 4096  # phase files read per attempt at most
 MAX_SAMPLES = 200_000  # telemetry rows read per attempt at most
@@ -61,6 +62,18 @@ def samples(s: Session, job_id: int, attempt: int) -> tuple[Sample, ...]:
     return tuple(Sample(t, p, u) for t, p, u in s.execute(q))
 
 
+def idle_since(s: Session, job_id: int, attempt: int) -> float | None:
+    """When the attempt went idle, if its class's idle policy requeued or cancelled it for that (the
+    `job.idle` event: control/loop/idle_actions.py); None otherwise."""
+    q = (select(EventRow.data).where(EventRow.job_id == job_id, EventRow.kind == "job.idle")
+         .order_by(EventRow.id.desc()).limit(5))
+    for data in s.scalars(q):
+        if isinstance(data, dict) and data.get("attempt") == attempt and data.get("done") in ("requeue", "cancel") \
+                and isinstance(since := data.get("idle_since"), (int, float)) and not isinstance(since, bool):
+            return float(since)
+    return None
+
+
 def attempt_facts(s: Session, a: Any, now: float, *, jd: JobDir | None, tasks_per_node: int | None,
                   stop_at: float | None, below: float, telemetry: bool = True) -> AttemptFacts:
     """The facts of attempt `a` (an `AttemptRow`, or a row of its columns; running: up to `now`);
@@ -71,4 +84,4 @@ def attempt_facts(s: Session, a: Any, now: float, *, jd: JobDir | None, tasks_pe
                         lost_gpu_s=a.lost_gpu_s or 0.0, stop_at=stop_at, running=running,
                         ranks=read_phases(jd, a.attempt, nranks) if jd is not None else (),
                         first_output_at=a.first_output_at, samples=samples(s, a.job_id, a.attempt) if telemetry else (),
-                        idle_below=below)
+                        idle_below=below, idle_from=idle_since(s, a.job_id, a.attempt))
