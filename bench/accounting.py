@@ -7,7 +7,10 @@ Seeding (seed 0, straight into the store with bulk INSERTs, before anything is t
 finished jobs over the 60 days before now, 4 teams × 5 users, classes training 60% / batch 30% /
 interactive 10%, 1, 2, 4 or 8 GPUs (50/25/15/10%), waits up to 10 minutes, runs of 1 minute to 4
 hours; a fifth have two attempts (the first preempted or crashed, with lost work), so ~120,000
-attempts. States: 88% COMPLETED, 6% FAILED, 3% OUT_OF_MEMORY, 3% CANCELLED.
+attempts. States: 88% COMPLETED, 6% FAILED, 3% OUT_OF_MEMORY, 3% CANCELLED. `--ledgers`: every attempt
+also has its goodput ledger stored (`attempts.ledger`, as the reconcile step stores it since issue 39:
+a minute of startup, its lost work recomputed, the rest compute), so that the report adds stored
+ledgers up rather than splitting each attempt from its row.
 
 Timed, `--reps` times each, median (interleaved with the baseline):
 - report: `GET /api/v1/report` over the 60 days (every job) through the real app (FastAPI's
@@ -64,7 +67,7 @@ default_class: training
 DAYS = 60
 
 
-def seed(store: Any, n: int, now: float) -> int:
+def seed(store: Any, n: int, now: float, ledgers: bool = False) -> int:
     """`n` finished jobs and their attempts (module docstring); returns the number of attempts."""
     from sqlalchemy import insert
 
@@ -91,6 +94,11 @@ def seed(store: Any, n: int, now: float) -> int:
                           "started_at": start, "ended_at": end, "state": state if last else "PREEMPTED",
                           "reason": "", "cause": cause, "gpus": gpus,
                           "lost_gpu_s": 0.0 if cause in ("completed", "cancelled") else gpus * rng.uniform(0, 900)})
+            if ledgers:
+                held, lost = gpus * (end - start), tries[-1]["lost_gpu_s"]
+                tries[-1]["ledger"] = {"startup": gpus * 60.0, "compute": held - gpus * 60.0 - lost,
+                                       "data_wait": 0.0, "checkpoint_stall": 0.0, "comm_wait": 0.0,
+                                       "recompute": lost, "idle": 0.0, "teardown": 0.0}
             t = end
         jobs.append({"id": i, "name": f"{cls[:5]}-{i}", "user": f"{team}-user{rng.randrange(5)}", "team": team,
                      "job_class": cls, "pool": "default", "state": state, "reason": "None", "held": False,
@@ -122,7 +130,7 @@ def time_it(fn: Any, reps: int) -> list[float]:
     return out
 
 
-def in_process(url: str | None, data_dir: Path, n: int, reps: int) -> dict[str, Any]:
+def in_process(url: str | None, data_dir: Path, n: int, reps: int, ledgers: bool = False) -> dict[str, Any]:
     """The API and baseline timings on one store (SQLite in `data_dir`, or the PostgreSQL `url`)."""
     from fastapi.testclient import TestClient
     from sqlalchemy import func, or_, select
@@ -135,7 +143,7 @@ def in_process(url: str | None, data_dir: Path, n: int, reps: int) -> dict[str, 
     cp = build_plane(PlaneSettings(data_dir, db_url=url, config_text=CONFIG))
     try:
         t0 = time.perf_counter()
-        attempts = seed(cp.store, n, now)
+        attempts = seed(cp.store, n, now, ledgers)
         seed_s = time.perf_counter() - t0
         http = TestClient(create_app(cp))
         http.headers["Authorization"] = f"Bearer {(cp.data_dir / 'admin.token').read_text().strip()}"
@@ -235,12 +243,13 @@ def main() -> None:
     ap.add_argument("--pg", default=None, help="libpq DSN of a PostgreSQL server (e.g. host=127.0.0.1 user=postgres "
                                                "dbname=test); a fresh database is made there and dropped")
     ap.add_argument("--no-cli", action="store_true", help="skip the yard up / CLI part")
+    ap.add_argument("--ledgers", action="store_true", help="store every attempt's goodput ledger (issue 39)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     out: dict[str, Any] = {"conditions": conditions(), "results": []}
     with tempfile.TemporaryDirectory(prefix="yard-acct-bench-") as tmp:
         sqlite_dir = Path(tmp) / "sqlite"
-        out["results"].append(in_process(None, sqlite_dir, a.jobs, a.reps))
+        out["results"].append(in_process(None, sqlite_dir, a.jobs, a.reps, a.ledgers))
         if not a.no_cli:
             out["results"][0].update(cli(sqlite_dir, a.reps))
         if a.pg:
@@ -253,7 +262,7 @@ def main() -> None:
             try:
                 info = admin.info
                 url = f"postgresql://{info.user}@{info.host}:{info.port}/{name}"
-                out["results"].append(in_process(url, Path(tmp) / "pg", a.jobs, a.reps))
+                out["results"].append(in_process(url, Path(tmp) / "pg", a.jobs, a.reps, a.ledgers))
             finally:
                 admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
                 admin.close()

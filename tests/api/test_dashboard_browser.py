@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from tests.browser import artifacts_dir, browser_available, chromium_path
+from trainyard.contracts import LEDGER_BUCKETS
 from tests.recipes.helpers import TINY_PRETRAIN
 from tests.yard_cluster import YardCluster, losses
 
@@ -250,6 +251,13 @@ def test_job_page_draws_the_loss_curve_of_every_step_with_events(world, chromium
     assert {"job.submitted", "job.started"} <= set(kinds)
     assert "job.runtime.finished" in kinds or any(k.startswith("job.runtime") for k in kinds)
     assert "trainyard" in page.locator("#log").inner_text()  # the admin reads the logs
+    # the goodput ledger per attempt: a stacked bar each, its figures the API's (GPU-hours)
+    ledger = page.locator("svg#goodput-ledger")
+    g = world.c.http.get(f"/api/v1/jobs/{world.recipe}/goodput").json()
+    assert g["attempts"] and ledger.locator("rect.bar").count() >= len(g["attempts"])
+    for a in g["attempts"]:
+        drawn = [float(x) for x in ledger.get_attribute(f"data-attempt-{a['attempt']}").split(",")]
+        assert drawn == pytest.approx([a["buckets"][b] / 3600 for b in LEDGER_BUCKETS], rel=1e-5, abs=1e-9)
     box = svg.bounding_box()
     page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
     assert page.locator("#loss-readout").inner_text().startswith("step ")
@@ -342,6 +350,11 @@ def test_the_usage_page_plots_the_reports_figures(world, chromium):
         p50, p90, p99 = (float(x) for x in waits.get_attribute(f"data-wait-{w['class']}").split(","))
         assert (p50, p90, p99) == pytest.approx((w["p50_s"], w["p90_s"], w["p99_s"]), rel=1e-5)
     assert page.locator("#usage-4, #usage-4-empty").count() == 1  # lost work: a plot, or why there is none
+    ledger = page.locator("svg#usage-5")  # the goodput ledger: a stacked bar per team
+    assert ledger.locator("rect.bar").count() >= 2
+    for t in ("vision", "nlp"):
+        buckets = [float(x) for x in ledger.get_attribute(f"data-ledger-{t}").split(",")]
+        assert len(buckets) == len(LEDGER_BUCKETS) and sum(buckets) == pytest.approx(shown[t], rel=1e-3, abs=1e-4)
     assert page.locator("#users-shown").inner_text() == "(all)"
     shot(page, "usage-admin")
     viewer = login(chromium, world.url, world.tokens["vic"])

@@ -57,6 +57,11 @@ def test_a_crash_and_its_recovery_are_counted_by_team_and_cause(plane):
     assert m[("trainyard_recovery_seconds_bucket", (("le", "+Inf"), vision))] == 1
     assert m[("trainyard_job_retries_total", (vision,))] == 1
     assert m[("trainyard_jobs", (("state", "COMPLETED"), vision))] == 1
+    # the goodput ledger of both ended attempts, by bucket: all their GPU-seconds, the crash's lost work recomputed
+    ledger = {dict(k[1])["bucket"]: v for k, v in m.items() if k[0] == "trainyard_goodput_gpu_seconds_total"
+              and dict(k[1])["team"] == "vision"}
+    assert sum(ledger.values()) == pytest.approx(sum(2 * (a["ended_at"] - a["started_at"]) for a in done["attempts"]))
+    assert ledger["recompute"] == pytest.approx(crash["lost_gpu_s"])
 
 
 def test_metrics_need_a_token(plane):
@@ -71,6 +76,8 @@ FAMILIES = {  # issue 7, item 3: every family, whether or not it has samples yet
     # issue 18: teams, quotas, GPU-hours
     "trainyard_team_gpus_allocated", "trainyard_team_gpus_borrowed", "trainyard_team_quota_nominal_gpus",
     "trainyard_team_quota_borrowing_limit_gpus", "trainyard_team_quota_lending_limit_gpus", "trainyard_gpu_seconds",
+    # issue 39: the goodput ledger
+    "trainyard_goodput_gpu_seconds",
 }
 
 

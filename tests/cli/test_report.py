@@ -83,3 +83,13 @@ def test_bad_arguments_name_the_option_and_exit_2(args, needle, monkeypatch, tmp
     monkeypatch.setenv("YARD_TOKEN", "t")
     r = CliRunner().invoke(app, ["report", *args])
     assert r.exit_code == 2 and needle in r.output, r.output
+
+
+def test_the_clis_goodput_sections_and_buckets_are_the_services():
+    """The CLI checks `--by` before asking (without loading the services): the same names."""
+    from trainyard.cli import acct as acct_cli
+    from trainyard.contracts import LEDGER_BUCKETS
+    from trainyard.services import goodput_report
+
+    assert report_cli.GOODPUT_BY == goodput_report.SECTIONS
+    assert report_cli.LEDGER == LEDGER_BUCKETS == tuple(b for _, _, b, _ in acct_cli.LEDGER_FIELDS)

@@ -79,6 +79,12 @@ def test_reads_are_bounded_whatever_the_size(job):
     assert job.read_json(big) is None and job.read_text(big) is None  # too big to be a record
 
 
+def test_json_nested_past_the_recursion_limit_is_not_json(job):
+    deep = job.root / "metrics" / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)  # 200 KB: within the bound, far past Python's recursion limit
+    assert job.read_json(deep, limit=1 << 20) is None
+
+
 def test_a_file_with_a_second_name_is_not_read(job, tmp_path):
     theirs = job.root / "metrics" / "theirs"
     theirs.write_text("someone's file\n")

@@ -192,3 +192,35 @@ def bar_chart(title: str, bars: list[tuple[str, float, str]], *, width: int = 40
         c.x_ticks.append((round(left + (i + 0.5) * slot, 1), label))
     c.y_ticks = [(round(bottom - (bottom - top) * t / hi, 1), y_fmt(t)) for t in y_ticks(0.0, hi, 4) if 0 <= t <= hi]
     return c
+
+
+# the goodput ledger's buckets, in contracts.LEDGER_BUCKETS' order, each its fill (dashboard.css)
+LEDGER_CSS = {"startup": "led-startup", "compute": "led-compute", "data_wait": "led-data_wait",
+              "checkpoint_stall": "led-checkpoint_stall", "comm_wait": "led-comm_wait", "recompute": "led-recompute",
+              "idle": "led-idle", "teardown": "led-teardown"}
+
+
+def stacked_bar_chart(title: str, stacks: list[tuple[str, dict[str, float]]], *, width: int = 560, height: int = 220,
+                      y_fmt: Fmt = fmt_number, empty: str = "nothing in this period") -> Chart:
+    """One bar per (label, {bucket: value}), its buckets stacked from 0 in LEDGER_CSS's order; a
+    value that is no finite positive number adds nothing. The legend names every bucket."""
+    c = Chart(width, height, title, legend=[(css, name.replace("_", " ")) for name, css in LEDGER_CSS.items()])
+    clean = [(label, {b: v for b in LEDGER_CSS if (v := finite(parts.get(b))) is not None and v > 0})
+             for label, parts in stacks]
+    totals = [sum(parts.values()) for _, parts in clean]
+    if not clean or not any(t > 0 for t in totals):
+        c.empty = empty
+        return c
+    left, top, right, bottom = c.box
+    hi = max(totals)
+    slot = (right - left) / len(clean)
+    for i, (label, parts) in enumerate(clean):
+        x, base = round(left + i * slot + slot * 0.15, 1), float(bottom)
+        for b, v in parts.items():
+            h = (bottom - top) * v / hi
+            c.bars.append((LEDGER_CSS[b], x, round(base - h, 1), round(slot * 0.7, 1), round(h, 1),
+                           f"{label} {b.replace('_', ' ')}: {y_fmt(v)}"))
+            base -= h
+        c.x_ticks.append((round(left + (i + 0.5) * slot, 1), label))
+    c.y_ticks = [(round(bottom - (bottom - top) * t / hi, 1), y_fmt(t)) for t in nice_ticks(0.0, hi, 4) if 0 <= t <= hi]
+    return c

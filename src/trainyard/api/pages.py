@@ -162,4 +162,31 @@ def usage_charts(h: UsageHistory, rep: dict[str, Any]) -> list[charts.Chart]:
     lost = charts.bar_chart("lost GPU-hours by cause", [(c, v, "s3") for c, v in lost_by], width=560, height=220,
                             empty="no work lost in this period")
     lost.data.update({f"lost-{c}": f"{v:.6g}" for c, v in lost_by})
-    return [teams, busy, wait, lost]
+    return [teams, busy, wait, lost, ledger_chart(rep)]
+
+
+def ledger_chart(rep: dict[str, Any]) -> charts.Chart:
+    """The goodput ledger per team (its pools added up), a stacked bar each; the GPU-hours per
+    bucket ride along as `data-ledger-<team>` (in contracts.LEDGER_BUCKETS' order)."""
+    per: dict[str, dict[str, float]] = {}
+    for t in rep["teams"]:
+        row = per.setdefault(t["team"], {})
+        for b, v in (t.get("buckets") or {}).items():
+            row[b] = row.get(b, 0.0) + v
+    stacks = sorted((team, row) for team, row in per.items() if any(row.values()))
+    c = charts.stacked_bar_chart("where each team's GPU-hours went (goodput ledger)", stacks,
+                                 empty="no GPU-hours in this period")
+    c.data.update({f"ledger-{team}": ",".join(f"{row.get(b, 0.0):.6g}" for b in charts.LEDGER_CSS)
+                   for team, row in stacks})
+    return c
+
+
+def goodput_chart(g: dict[str, Any]) -> charts.Chart:
+    """A job's ledger, attempt by attempt in the order they ran (GPU-hours; a running one split now)."""
+    stacks = [(f"#{a['attempt']}" + (" (live)" if a["live"] else ""), {b: v / 3600 for b, v in a["buckets"].items()})
+              for a in g["attempts"]]
+    c = charts.stacked_bar_chart("where its GPU-hours went, per attempt (goodput ledger)", stacks,
+                                 empty="no attempt has run")
+    c.data.update({f"attempt-{a['attempt']}": ",".join(f"{a['buckets'][b] / 3600:.6g}" for b in charts.LEDGER_CSS)
+                   for a in g["attempts"]})
+    return c

@@ -61,6 +61,23 @@ def _mib(v: float | None) -> str:
     return "" if v is None else f"{v:.0f}M"
 
 
+# the goodput ledger's buckets as fields: (name, header, bucket, what it holds)
+LEDGER_FIELDS = (
+    ("startup", "StartupGPUh", "startup", "allocation to the first step"),
+    ("compute", "ComputeGPUh", "compute", "steps that count"),
+    ("datawait", "DataWaitGPUh", "data_wait", "steps waiting for data"),
+    ("ckptstall", "CkptStallGPUh", "checkpoint_stall", "the part of saves the loop waited for"),
+    ("commwait", "CommWaitGPUh", "comm_wait", "collectives beyond the fastest rank"),
+    ("recompute", "RecomputeGPUh", "recompute", "work since the last checkpoint, redone"),
+    ("idle", "IdleGPUh", "idle", "allocated, no step, no startup"),
+    ("teardown", "TeardownGPUh", "teardown", "from the stop to the end"),
+)
+
+
+def _bucket(bucket: str) -> Callable[[dict[str, Any]], str]:
+    return lambda r: _num((r.get("ledger") or {}).get(bucket))
+
+
 @dataclass(frozen=True)
 class Field:
     name: str  # as --format takes it (case-insensitive)
@@ -119,10 +136,14 @@ FIELDS: tuple[Field, ...] = (
     Field("gpuhours", "GPUHours", 10, lambda r: _num(r["gpu_hours"]), "GPU-hours allocated", ("gpu_hours",),
           right=True),
     Field("usefulgpuhours", "UsefulGPUh", 10, lambda r: _num(r["useful_gpu_hours"]),
-          "GPU-hours not lost (goodput)", ("goodput",), right=True),
+          "GPU-hours not lost (allocated - lost)", right=True),
     Field("lostgpuhours", "LostGPUh", 10, lambda r: _num(r["lost_gpu_hours"]),
           "GPU-hours of work thrown away (since the last checkpoint, when an attempt ended)", right=True),
     Field("lostcauses", "LostBy", 24, _lost_causes, "lost GPU-hours by cause", ("lostby",)),
+    *(Field(name, head, max(10, len(head)), _bucket(bucket), f"GPU-hours of the goodput ledger's {bucket} bucket ({what})",
+            right=True) for name, head, bucket, what in LEDGER_FIELDS),
+    Field("goodput", "Goodput", 7, lambda r: "" if r.get("goodput") is None else f"{100 * r['goodput']:.1f}%",
+          "the compute share of the allocated GPU-hours (docs/accounting.md, Goodput ledger)", right=True),
     Field("attempts", "Attempts", 8, lambda r: str(r.get("attempts", 1)), "attempts (starts)", right=True),
     Field("retries", "Retries", 7, lambda r: str(r.get("retries", "")), "automatic retries after failures",
           right=True),

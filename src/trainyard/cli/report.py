@@ -7,9 +7,17 @@ every figure).
 
 Sections: `cluster`, `pools`, `teams`, `users`, `waits` (queue wait per class), `lost` (lost
 GPU-hours by cause, per team), `outcomes` (jobs by final state, per team); `summary` (the
-default) prints them all. The period is sreport's: 00:00 yesterday to 00:00 today unless given
-(`-S` alone runs to now). `--csv` writes the section as CSV (with `summary`, each section after
-a `# name` line), `-P/--parsable2` '|'-separated, `--json` the whole report as the API gives it.
+default) prints them all. The teams and users sections end with the goodput ledger's buckets
+(GPU-hours; docs/accounting.md, "Goodput ledger").
+
+    yard report goodput [-S -E] [--by cluster|team|user|node|class]
+
+is the ledger alone (`GET /api/v1/report/goodput`): per bucket GPU-hours and the goodput (the
+compute share) of each row, by every section or those named in `--by` (comma-separated).
+
+The period is sreport's: 00:00 yesterday to 00:00 today unless given (`-S` alone runs to now).
+`--csv` writes the section as CSV (with `summary`, each section after a `# name` line),
+`-P/--parsable2` '|'-separated, `--json` the whole report as the API gives it.
 """
 
 from __future__ import annotations
@@ -25,9 +33,14 @@ import typer
 from trainyard.cli.acct import hms, when
 from trainyard.cli.client import Client
 from trainyard.cli.common import fail
+from trainyard.contracts import LEDGER_BUCKETS
 from trainyard.spec.parsing import parse_time
 
-SECTIONS = ("summary", "cluster", "pools", "teams", "users", "waits", "lost", "outcomes")
+SECTIONS = ("summary", "cluster", "pools", "teams", "users", "waits", "lost", "outcomes", "goodput")
+GOODPUT_BY = ("cluster", "team", "user", "node", "class")  # services/goodput_report.SECTIONS
+LEDGER = LEDGER_BUCKETS
+LEDGER_HEADER = ["StartupGPUh", "ComputeGPUh", "DataWaitGPUh", "CkptStallGPUh", "CommWaitGPUh", "RecomputeGPUh",
+                 "IdleGPUh", "TeardownGPUh"]
 
 
 def _h(v: float | None) -> str:
@@ -50,6 +63,18 @@ def _totals(r: dict[str, Any]) -> list[str]:
 TOTALS = ["GPUh", "UsefulGPUh", "LostGPUh", "JobsEnded", "OOM%", "Preempted", "PreemptsCaused"]
 
 
+def _ledger(buckets: dict[str, float] | None, unit: float = 1.0) -> list[str]:
+    """The buckets as GPU-hours cells (`unit`: seconds per unit of the figures given)."""
+    return [_h((buckets or {}).get(b, 0.0) / unit) for b in LEDGER]
+
+
+def goodput_tables(rep: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]]]:
+    """Each section of the goodput report (GPU-seconds from the API) as (header, rows) of GPU-hours."""
+    return {name: ([name.capitalize(), "GPUh", *LEDGER_HEADER, "Goodput%"],
+                   [[r["key"], _h(r["allocated_gpu_s"] / 3600), *_ledger(r["buckets"], 3600), _rate(r["goodput"])]
+                    for r in rows]) for name, rows in rep["sections"].items()}
+
+
 def tables(rep: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]]]:
     """Each section as (header, rows) of text cells."""
     c = rep["cluster"]
@@ -63,11 +88,12 @@ def tables(rep: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]]]:
                   [[p["pool"], str(p["gpus"]), _h(p["capacity_gpu_hours"]), _pct(p["busy_pct"]), *_totals(p)]
                    for p in rep["pools"]]),
         "teams": (["Team", "Pool", "Nominal", "NominalGPUh", "PoolShare%", "Quota%", "BorrowedGPUh", "LentGPUh",
-                   *TOTALS],
+                   *TOTALS, *LEDGER_HEADER],
                   [[t["team"], t["pool"], str(t["nominal_gpus"]), _h(t["nominal_gpu_hours"]),
                     _pct(t["share_of_pool_pct"]), _pct(t["quota_used_pct"]), _h(t["borrowed_gpu_hours"]),
-                    _h(t["lent_gpu_hours"]), *_totals(t)] for t in rep["teams"]]),
-        "users": (["Team", "User", *TOTALS], [[u["team"], u["user"], *_totals(u)] for u in rep["users"]]),
+                    _h(t["lent_gpu_hours"]), *_totals(t), *_ledger(t.get("buckets"))] for t in rep["teams"]]),
+        "users": (["Team", "User", *TOTALS, *LEDGER_HEADER],
+                  [[u["team"], u["user"], *_totals(u), *_ledger(u.get("buckets"))] for u in rep["users"]]),
         "waits": (["Class", "Attempts", "Mean", "P50", "P90", "P99", "Max"],
                   [[w["class"], str(w["attempts"]), *(hms(w[k]) for k in ("mean_s", "p50_s", "p90_s", "p99_s",
                                                                              "max_s"))] for w in rep["waits"]]),
@@ -95,6 +121,7 @@ def report(
     parsable2: bool = typer.Option(False, "-P", "--parsable2", help="'|'-separated"),
     noheader: bool = typer.Option(False, "-n", "--noheader", help="no header lines"),
     as_json: bool = typer.Option(False, "--json", help="the whole report as JSON"),
+    by: Optional[str] = typer.Option(None, "--by", help="goodput only: cluster,team,user,node,class (default all)"),
 ) -> None:
     """Usage over a period (sreport): GPU-hours per cluster, pool, team and user, quota, busy %, waits, losses."""
     if section not in SECTIONS:
@@ -117,12 +144,22 @@ def report(
         e = now if start is not None else parse_time("today", now)
     if e < s:
         fail(f"--end ({when(e)}) is before --start ({when(s)})")
-    rep = Client().get("/api/v1/report", params={"start": f"@{s!r}", "end": f"@{e!r}"})
+    if by is not None and section != "goodput":
+        fail("--by: only with the goodput section (yard report goodput --by team)")
+    bad = [x for x in (by or "").split(",") if x.strip() and x.strip() not in GOODPUT_BY]
+    if bad:
+        fail(f"--by: {bad[0].strip()[:40]!r} is not one of {', '.join(GOODPUT_BY)}")
+    period = {"start": f"@{s!r}", "end": f"@{e!r}"}
+    if section == "goodput":
+        rep = Client().get("/api/v1/report/goodput", params={**period, **({"by": by} if by else {})})
+        parts, names = goodput_tables(rep), list(rep["sections"])
+    else:
+        rep = Client().get("/api/v1/report", params=period)
+        parts = tables(rep)
+        names = [x for x in SECTIONS[1:-1]] if section == "summary" else [section]
     if as_json:
         typer.echo(json.dumps(rep, indent=2))
         return
-    parts = tables(rep)
-    names = [x for x in SECTIONS[1:]] if section == "summary" else [section]
     out = sys.stdout
     if as_csv or parsable2:
         w = csv.writer(out, delimiter="|" if parsable2 and not as_csv else ",", lineterminator="\n")
@@ -134,11 +171,13 @@ def report(
                 w.writerow(header)
             w.writerows(rows)
         return
-    if not noheader:
+    if not noheader and section == "goodput":
+        out.write(f"Goodput ledger from {when(rep['start'])} to {when(rep['end'])} (GPU-hours)\n")
+    elif not noheader:
         out.write(f"Usage of {rep['cluster']['cluster']} from {when(rep['start'])} to {when(rep['end'])} "
                   f"(GPU-hours; configuration version {rep['config_version']})\n")
     for name in names:
         header, rows = parts[name]
         if not noheader:
-            out.write(f"\n{name}" + (f" (users shown: {rep['users_shown']})" if name == "users" else "") + "\n")
+            out.write(f"\n{name}" + (f" (users shown: {rep['users_shown']})" if name in ("users", "user") else "") + "\n")
         _aligned(header, rows, out.write, noheader)

@@ -239,13 +239,15 @@ class Tree:
 
     def read_json(self, path: str | os.PathLike[str], limit: int = JSON_MAX) -> Any:
         """The JSON value of a small file, or None when it is missing, refused, bigger than
-        `limit` or not JSON (records the plane writes atomically are whole)."""
+        `limit` or not JSON (records the plane writes atomically are whole). Arrays nested
+        thousands deep fit in a small file and make the parser recurse past Python's limit: that
+        is not JSON either (RecursionError)."""
         try:
             with self.open_read(path) as fh:
                 if os.fstat(fh.fileno()).st_size > limit:
                     return None
                 return json.loads(fh.read(limit))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             return None
 
     def read_text(self, path: str | os.PathLike[str], limit: int = JSON_MAX) -> str | None:

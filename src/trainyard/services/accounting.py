@@ -15,7 +15,11 @@ dashboard):
 - lost GPU-hours: the work thrown away when an attempt ended (`attempts.lost_gpu_s`, measured by
   `control/rules/lost_work.py` from the runtime's step records: training time since the last
   checkpoint), by the attempt's cause. With `truncate`, only attempts that ended in the window.
-- useful GPU-hours (goodput): allocated minus lost.
+- useful GPU-hours: allocated minus lost.
+- the goodput ledger (`ledger`, GPU-hours per bucket of `contracts.LEDGER_BUCKETS`, adding up to
+  the allocated GPU-hours; `goodput`: the compute share): services/goodput_report.py's, an ended
+  attempt's stored ledger, a running one's split live. With `truncate`, each attempt's buckets
+  scaled to the part of its run inside the window.
 - wait: an attempt waits from the job's eligible time (Slurm's EligibleTime; its submission when
   the eligible time is not known or came later) for the first attempt, from the previous attempt's
   end for the others (`attempt_waits`); a job's wait is its attempts' waits, plus the wait so far
@@ -30,6 +34,7 @@ the totals `yard report` gives; a job token nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterable, Protocol, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -37,6 +42,7 @@ from sqlalchemy import ColumnElement, and_, case, func, or_, select
 from sqlalchemy.orm import Session, aliased
 
 from trainyard.spec.parsing import parse_time
+from trainyard.services import goodput, goodput_report
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Forbidden, ServiceError
 from trainyard.services.telemetry import acct_figures
@@ -152,6 +158,8 @@ class AcctAttempt(BaseModel):
     gpu_hours: float
     lost_gpu_hours: float = Field(description="work since the last checkpoint thrown away when it ended")
     useful_gpu_hours: float
+    ledger: dict[str, float] = Field(default_factory=dict, description="GPU-hours per goodput bucket")
+    goodput: float | None = Field(None, description="the compute share of the allocated GPU-hours")
     max_rss_mib: float | None = Field(None, description="as the in-job runtime reported it (rank 0)")
     peak_gpu_mem_mib: float | None = None
     image: str | None = Field(None, description="the job's image (None: it ran bare)")
@@ -192,6 +200,8 @@ class AcctJob(BaseModel):
     useful_gpu_hours: float
     lost_gpu_hours: float
     lost_by_cause: dict[str, float] = Field(description="lost GPU-hours by the cause of the attempt that lost them")
+    ledger: dict[str, float] = Field(default_factory=dict, description="GPU-hours per goodput bucket")
+    goodput: float | None = Field(None, description="the compute share of the allocated GPU-hours")
     attempts: int
     retries: int
     max_rss_mib: float | None = None
@@ -297,11 +307,13 @@ def _page_size(limit: int) -> int:
 _JOB_COLUMNS = (JobRow.id, JobRow.name, JobRow.user, JobRow.team, JobRow.job_class, JobRow.pool, JobRow.state,
                 JobRow.reason, JobRow.exit_code, JobRow.signal, JobRow.submit_time, JobRow.eligible_time,
                 JobRow.end_time, JobRow.time_limit_s, JobRow.gpus, JobRow.retries, JobRow.attempt,
-                JobRow.queued_since, JobRow.array_job_id, JobRow.array_task_id, JobRow.container, JobRow.image_digest)
+                JobRow.queued_since, JobRow.array_job_id, JobRow.array_task_id, JobRow.container, JobRow.image_digest,
+                JobRow.dir_key, JobRow.stop_kind, JobRow.stop_since, JobRow.tasks_per_node)
 _ATTEMPT_COLUMNS = (AttemptRow.job_id, AttemptRow.attempt, AttemptRow.placement, AttemptRow.started_at,
                     AttemptRow.ended_at, AttemptRow.gpus, AttemptRow.cause, AttemptRow.lost_gpu_s,
                     AttemptRow.max_rss_mib, AttemptRow.peak_gpu_mem_mib, AttemptRow.state, AttemptRow.reason,
-                    AttemptRow.exit_code, AttemptRow.signal, AttemptRow.image_digest, AttemptRow.gpu_summary)
+                    AttemptRow.exit_code, AttemptRow.signal, AttemptRow.image_digest, AttemptRow.gpu_summary,
+                    AttemptRow.ledger, AttemptRow.first_output_at)
 
 
 def in_window(win: Window) -> tuple[ColumnElement[bool], ...]:
@@ -310,9 +322,10 @@ def in_window(win: Window) -> tuple[ColumnElement[bool], ...]:
 
 
 def job_page(s: Session, by: Principal, win: Window, now: float, f: Filters = Filters(), *, truncate: bool = False,
-             after: int = 0, limit: int = 1000) -> AcctJobPage:
+             after: int = 0, limit: int = 1000, data_dir: Path | None = None, spec: Any = None) -> AcctJobPage:
     """Up to `limit` jobs in the window with ids above `after`, in id order (keyset pages: a page
-    costs the same wherever it starts)."""
+    costs the same wherever it starts). `data_dir` and `spec`: the running attempts' phase files
+    and the classes' idle thresholds, for their live ledger."""
     f = scoped(by, f)
     n = _page_size(limit)
     q = _filtered(select(*_JOB_COLUMNS).where(JobRow.id > after, *in_window(win)), f).order_by(JobRow.id).limit(n)
@@ -325,7 +338,10 @@ def job_page(s: Session, by: Principal, win: Window, now: float, f: Filters = Fi
             tries.setdefault(a.job_id, []).append(a)
     out = []
     for j in jobs:
-        rec = _job_record(j, tries.get(j.id, []), win, now, truncate)
+        ref = goodput_report.JobRef(j.id, j.dir_key, j.stop_kind, j.stop_since, j.attempt, j.tasks_per_node,
+                                    j.job_class)
+        ledgers = [_ledger(s, a, ref, win, now, truncate, data_dir, spec) for a in tries.get(j.id, [])]
+        rec = _job_record(j, tries.get(j.id, []), win, now, truncate, ledgers)
         if f.nodes and not set(f.nodes) & {p["node"] for a in tries.get(j.id, []) for p in a.placement or []}:
             continue
         out.append(rec)
@@ -368,7 +384,22 @@ def _peak(values: Iterable[float | None]) -> float | None:
     return max(xs) if xs else None
 
 
-def _job_record(j: Any, tries: list[Any], win: Window, now: float, truncate: bool) -> AcctJob:
+def _ledger(s: Session, a: Any, job: Any, win: Window, now: float, truncate: bool, data_dir: Path | None,
+            spec: Any) -> dict[str, float]:
+    """The attempt's goodput buckets in GPU-seconds, over the part of its run that counts."""
+    return goodput_report.in_period(s, a, job, _span(a, win, now, truncate), now, data_dir=data_dir, spec=spec)
+
+
+def _hours(buckets: dict[str, float]) -> dict[str, float]:
+    return {k: v / 3600.0 for k, v in buckets.items()}
+
+
+def _job_record(j: Any, tries: list[Any], win: Window, now: float, truncate: bool,
+                ledgers: list[dict[str, float]]) -> AcctJob:
+    total = goodput.empty()
+    for b in ledgers:
+        for k, v in b.items():
+            total[k] += v
     gpu_s = run_s = lost_s = 0.0
     lost_by: dict[str, float] = {}
     for a in tries:
@@ -398,7 +429,8 @@ def _job_record(j: Any, tries: list[Any], win: Window, now: float, truncate: boo
         submit=j.submit_time, eligible=j.eligible_time, start=start, end=end, elapsed_s=run_s, wait_s=wait,
         time_limit_s=j.time_limit_s, nnodes=len(nodes), nodelist=nodes, gpus=last.gpus if last is not None else 0,
         req_gpus=j.gpus, gpu_hours=gpu_s / 3600.0, useful_gpu_hours=(gpu_s - lost_s) / 3600.0,
-        lost_gpu_hours=lost_s / 3600.0, lost_by_cause=lost_by, attempts=len(tries), retries=j.retries,
+        lost_gpu_hours=lost_s / 3600.0, lost_by_cause=lost_by, ledger=_hours(total), goodput=goodput.share(total),
+        attempts=len(tries), retries=j.retries,
         max_rss_mib=_peak(a.max_rss_mib for a in tries), peak_gpu_mem_mib=_peak(a.peak_gpu_mem_mib for a in tries),
         array_job_id=j.array_job_id, array_task_id=j.array_task_id, image=_image(j.container),
         image_digest=j.image_digest, **acct_figures(a.gpu_summary for a in tries))
@@ -407,7 +439,8 @@ def _job_record(j: Any, tries: list[Any], win: Window, now: float, truncate: boo
 # -- attempts -----------------------------------------------------------------------------------------
 
 def attempt_page(s: Session, by: Principal, win: Window, now: float, f: Filters = Filters(), *,
-                 truncate: bool = False, after: int = 0, limit: int = 1000) -> AcctAttemptPage:
+                 truncate: bool = False, after: int = 0, limit: int = 1000, data_dir: Path | None = None,
+                 spec: Any = None) -> AcctAttemptPage:
     """Up to `limit` attempts that ran during the window, above the cursor `after` (an attempt's
     row id), in that order."""
     f = scoped(by, f)
@@ -415,7 +448,8 @@ def attempt_page(s: Session, by: Principal, win: Window, now: float, f: Filters 
     prev = aliased(AttemptRow)
     q = (select(AttemptRow.id.label("row_id"), *_ATTEMPT_COLUMNS, JobRow.name, JobRow.user, JobRow.team,
                 JobRow.job_class, JobRow.pool, JobRow.submit_time, JobRow.eligible_time, JobRow.container,
-                wait_base(prev.ended_at).label("wait_from"))
+                JobRow.tasks_per_node, JobRow.dir_key, JobRow.stop_kind, JobRow.stop_since,
+                JobRow.attempt.label("job_attempt"), wait_base(prev.ended_at).label("wait_from"))
          .join(JobRow, JobRow.id == AttemptRow.job_id)
          .outerjoin(prev, and_(prev.job_id == AttemptRow.job_id, prev.attempt == AttemptRow.attempt - 1))
          .where(AttemptRow.id > after, AttemptRow.started_at <= win.end,
@@ -428,6 +462,7 @@ def attempt_page(s: Session, by: Principal, win: Window, now: float, f: Filters 
             continue
         span = _span(a, win, now, truncate)
         lost = a.lost_gpu_s if _lost_counts(a, win, truncate) else 0.0
+        ledger = _ledger(s, a, goodput_report.job_ref(a), win, now, truncate, data_dir, spec)
         start, end = a.started_at, a.ended_at
         if truncate:
             start, end = max(start, win.start), None if end is None else min(end, win.end)
@@ -436,7 +471,8 @@ def attempt_page(s: Session, by: Principal, win: Window, now: float, f: Filters 
             pool=a.pool, state=a.state, cause=a.cause, reason=a.reason, exit_code=a.exit_code, signal=a.signal,
             start=start, end=end, elapsed_s=span, wait_s=max(0.0, a.started_at - a.wait_from), nnodes=len(nodes),
             nodelist=nodes, gpus=a.gpus, gpu_hours=a.gpus * span / 3600.0, lost_gpu_hours=lost / 3600.0,
-            useful_gpu_hours=(a.gpus * span - lost) / 3600.0, max_rss_mib=a.max_rss_mib,
+            useful_gpu_hours=(a.gpus * span - lost) / 3600.0, ledger=_hours(ledger), goodput=goodput.share(ledger),
+            max_rss_mib=a.max_rss_mib,
             peak_gpu_mem_mib=a.peak_gpu_mem_mib, image=_image(a.container), image_digest=a.image_digest,
             **acct_figures([a.gpu_summary])))
     return AcctAttemptPage(start=win.start, end=win.end, attempts=out,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from sqlalchemy.orm import Session
 
 from trainyard import figures, jobfs
 from trainyard.contracts import JobDir
-from trainyard.services import dashboard_history, events, jobs, nodes
+from trainyard.services import dashboard_history, events, goodput_report, jobs, nodes
 from trainyard.services.auth import Principal
 from trainyard.services.config import ConfigVersion
 from trainyard.services.errors import Forbidden
@@ -219,10 +220,14 @@ def job_logs(s: Session, data_dir: Path, job_id: int, by: Principal, rank: int =
     return LogView(True, "", rank, ranks, text, cut)
 
 
-def job_page(s: Session, data_dir: Path, job_id: int, by: Principal, rank: int = 0) -> dict[str, Any]:
-    """Everything the job page shows; `jobs.get` decides whether `by` may see the job at all."""
+def job_page(s: Session, data_dir: Path, job_id: int, by: Principal, rank: int = 0, *, spec: Any = None,
+             now: float | None = None) -> dict[str, Any]:
+    """Everything the job page shows; `jobs.get` decides whether `by` may see the job at all.
+    `spec` and `now`: the classes' idle thresholds and the time a running attempt's ledger is split at."""
     row = jobs.get(s, job_id, by)
+    when = time.time() if now is None else now
     return {
+        "goodput": goodput_report.job_goodput(s, data_dir, spec, job_id, by, when).model_dump(),
         "job": jobs.job_dict(row, by),
         "attempts": jobs.attempts(s, job_id),
         "events": events.list_events(s, job_id=job_id, limit=500, newest=True),

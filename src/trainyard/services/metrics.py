@@ -19,7 +19,9 @@ What is exported:
 - usage: `trainyard_gpu_seconds_total{team,user,class}` (GPU-seconds allocated to attempts,
   running ones up to the scrape: what `yard acct` and `yard report` count in GPU-hours,
   services/accounting.py; in seconds because Prometheus names base units, and `promtool check
-  metrics` refuses an `_hours_total`);
+  metrics` refuses an `_hours_total`); `trainyard_goodput_gpu_seconds_total{team,bucket}` (the
+  goodput ledger of the attempts that ended, docs/accounting.md: a running attempt's live split
+  may move seconds from one bucket to another as it goes on, and a counter never goes down);
 - queue: `trainyard_queue_length{team,class}` (jobs waiting), `trainyard_queue_wait_seconds{team,class}`
   (histogram: each started attempt's wait, as the accounting defines it: from eligibility, or the
   previous attempt's end), `trainyard_jobs{team,state}`;
@@ -57,6 +59,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import ColumnElement, and_, case, func, select
 from sqlalchemy.orm import Session, aliased
 
+from trainyard.contracts import LEDGER_BUCKETS
 from trainyard.disk import free_bytes
 from trainyard.services.accounting import wait_base
 from trainyard.services.config import ConfigVersion
@@ -85,6 +88,8 @@ COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "trainyard_job_retries": ("Automatic retries of jobs after failures.", ("team",)),
     "trainyard_gpu_seconds": ("GPU-seconds allocated to job attempts (running ones up to now).",
                               ("team", "user", "class")),
+    "trainyard_goodput_gpu_seconds": ("GPU-seconds of ended job attempts by goodput ledger bucket.",
+                                      ("team", "bucket")),
 }
 HISTOGRAMS: dict[str, tuple[str, tuple[str, ...], tuple[float, ...]]] = {
     "trainyard_queue_wait_seconds": ("Wait of each started attempt: from eligibility (or the previous attempt's end) "
@@ -163,6 +168,13 @@ def counted(s: Session, now: float, jobs: Sequence[int] | None = None) -> Sample
              .group_by(JobRow.team, JobRow.user, JobRow.job_class))
     for team, user, cls, gpu_s in s.execute(q):
         _add(out, "trainyard_gpu_seconds_total", _labels(team=team, user=user, **{"class": cls}), gpu_s)
+    q = only(select(JobRow.team, *(func.coalesce(func.sum(AttemptRow.ledger[b].as_float()), 0.0)
+                                   for b in LEDGER_BUCKETS))
+             .select_from(AttemptRow).join(JobRow, JobRow.id == AttemptRow.job_id)
+             .where(AttemptRow.ended_at.is_not(None), AttemptRow.ledger.is_not(None)).group_by(JobRow.team))
+    for team, *by_bucket in s.execute(q):
+        for b, gpu_s in zip(LEDGER_BUCKETS, by_bucket):
+            _add(out, "trainyard_goodput_gpu_seconds_total", _labels(team=team, bucket=b), gpu_s)
     prev = aliased(AttemptRow)
     q = only(select(JobRow.team, JobRow.job_class).select_from(AttemptRow)
              .join(JobRow, JobRow.id == AttemptRow.job_id)

@@ -18,7 +18,9 @@ Every figure is the accounting's (services/accounting.py), counted inside the pe
   lent GPU-hours add up to its borrowed ones. Quotas are those of the configuration in force now
   (`config_version` in the report);
 - queue wait per class: the attempts that started in the period, their wait as the accounting
-  defines it (`accounting.attempt_waits`); nearest-rank percentiles.
+  defines it (`accounting.attempt_waits`); nearest-rank percentiles;
+- the goodput ledger per team and user (`buckets`, GPU-hours per bucket, adding up to the
+  allocated GPU-hours): services/goodput_report.py's, the same figures `yard report goodput` gives.
 
 Who sees what: admins and operators everything; a member the cluster, every team's totals and
 the users of their own team only; a viewer the cluster and the teams' totals, no users
@@ -29,7 +31,8 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
@@ -37,6 +40,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
+from trainyard.contracts import LEDGER_BUCKETS
+from trainyard.services import goodput_report
 from trainyard.services.accounting import Window
 from trainyard.services.auth import Principal
 from trainyard.services.config import ConfigVersion
@@ -57,6 +62,7 @@ class Totals(BaseModel):
     oom_rate: float | None = Field(None, description="OUT_OF_MEMORY jobs / jobs ended (null: none ended)")
     preemptions_suffered: int = 0
     preemptions_caused: int = 0
+    buckets: dict[str, float] | None = Field(None, description="the goodput ledger: GPU-hours per bucket (teams, users)")
 
 
 class ClusterUsage(Totals):
@@ -136,7 +142,8 @@ def _finish(t: Totals) -> None:
     t.oom_rate = t.jobs_by_state.get("OUT_OF_MEMORY", 0) / t.jobs_ended if t.jobs_ended else None
 
 
-def report(s: Session, cfg: ConfigVersion, by: Principal, win: Window, now: float) -> UsageReport:
+def report(s: Session, cfg: ConfigVersion, by: Principal, win: Window, now: float, *,
+           data_dir: Path | None = None) -> UsageReport:
     if by.role == "job":
         raise Forbidden("a job token reads only its own job")
     capacity: dict[str, int] = defaultdict(int)
@@ -211,7 +218,14 @@ def report(s: Session, cfg: ConfigVersion, by: Principal, win: Window, now: floa
     # 5. borrowing and lending, from the spans
     for (t, p), (borrowed, lent) in lending(scan.spans, teams, win).items():
         team(t, p).borrowed_gpu_hours, team(t, p).lent_gpu_hours = borrowed / H, lent / H
-    # 6. shares and busy-ness
+    # 6. the goodput ledger per team and user (data_dir: running attempts' phase files)
+    live = goodput_report.pieces(s, win, now, data_dir=data_dir, spec=cfg.spec, running=True)
+    for (t, u, p), buckets in [*scan.ledger.items(), *(((x.team, x.user, x.pool), x.buckets) for x in live)]:
+        for x in (team(t, p), user(t, u)):
+            x.buckets = x.buckets or {b: 0.0 for b in LEDGER_BUCKETS}
+            for b, v in buckets.items():
+                x.buckets[b] += v / H
+    # 7. shares and busy-ness
     for x in [cluster, *pools.values(), *teams.values(), *users.values()]:
         _finish(x)
     cluster.busy_pct = _pct(cluster.gpu_hours, cluster.capacity_gpu_hours) or 0.0
@@ -288,6 +302,37 @@ class _Scan:
     ended: dict[tuple[str, str, str, str], tuple[int, float]]  # (attempts, lost GPU-s) per (team, user, pool, cause)
     spans: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # team, pool, GPUs, start, end
     waits: list[ClassWait]
+    ledger: dict[tuple[str, str, str], dict[str, float]] = field(default_factory=dict)  # ended attempts' buckets
+
+
+def _ledgers(keys: dict[tuple[str, str, str], int], tup: np.ndarray, done: np.ndarray, g: np.ndarray,
+             st: np.ndarray, en: np.ndarray, part: np.ndarray, lost: np.ndarray, first_out: np.ndarray,
+             stored: np.ndarray) -> dict[tuple[str, str, str], dict[str, float]]:
+    """The ended attempts' goodput buckets in the period, per (team, user, pool), with numpy: a stored
+    ledger (`stored`: one row of LEDGER_BUCKETS each, NaN where none) scaled to the part of the run
+    inside the period; an attempt without one split from its row as services/goodput_report.py
+    splits it (startup to its first output, the rest compute, its lost work recomputed out of
+    compute, then startup).
+    `tests/services/test_goodput_report.py` keeps the two ways equal."""
+    whole = np.where(done, en - st, 0.0)
+    frac = np.where(done & (whole > 0), part / np.where(whole > 0, whole, 1.0), 0.0)
+    has = ~np.isnan(stored[:, 0])
+    out = np.where(has[:, None], np.nan_to_num(stored, nan=0.0), 0.0)
+    fo = np.clip(np.where(first_out >= 0, first_out - st, 0.0), 0.0, np.maximum(whole, 0.0))
+    startup = g * fo
+    rest = g * whole - startup
+    recompute = np.minimum(np.maximum(lost, 0.0), g * np.maximum(whole, 0.0))  # out of compute, then startup
+    from_compute = np.minimum(recompute, rest)
+    i = {b: k for k, b in enumerate(LEDGER_BUCKETS)}
+    bare = ~has
+    out[bare, i["startup"]] = (startup - (recompute - from_compute))[bare]
+    out[bare, i["recompute"]] = recompute[bare]
+    out[bare, i["compute"]] = (rest - from_compute)[bare]
+    out *= np.where(g > 0, frac, 0.0)[:, None]
+    sums = np.stack([np.bincount(tup, weights=out[:, k], minlength=len(keys)) for k in range(len(LEDGER_BUCKETS))],
+                    axis=1)
+    ended = np.bincount(tup[done], minlength=len(keys))
+    return {k: dict(zip(LEDGER_BUCKETS, sums[n].tolist())) for k, n in keys.items() if ended[n]}
 
 
 def _scan(s: Session, win: Window, now: float) -> _Scan:
@@ -302,13 +347,14 @@ def _scan(s: Session, win: Window, now: float) -> _Scan:
     # No NULLs come out (times are positive: -1 stands for none), so columns become arrays at once.
     q = (select(a.job_id, a.attempt, j.team, j.user, j.pool, j.job_class, func.coalesce(a.cause, "unknown"),
                 func.coalesce(a.gpus, 0), a.started_at, func.coalesce(a.ended_at, -1.0),
-                func.coalesce(a.lost_gpu_s, 0.0), j.submit_time, func.coalesce(j.eligible_time, -1.0))
+                func.coalesce(a.lost_gpu_s, 0.0), j.submit_time, func.coalesce(j.eligible_time, -1.0),
+                func.coalesce(a.first_output_at, -1.0), *(a.ledger[b].as_float() for b in LEDGER_BUCKETS))
          .select_from(a).join(j, j.id == a.job_id).where(*overlap).order_by(a.job_id, a.attempt))
     rows = s.connection().execute(q).all()
     if not rows:
         empty = np.zeros(0)
         return _Scan({}, {}, (np.zeros(0, dtype=object), np.zeros(0, dtype=object), empty, empty, empty), [])
-    jid, att, team, user, pool, cls, cause, gpus, started, ended, lost, submit, eligible = zip(*rows)
+    jid, att, team, user, pool, cls, cause, gpus, started, ended, lost, submit, eligible, first_out, *stored = zip(*rows)
     jid_a, att_a = np.array(jid), np.array(att)
     g, st, en, lost_a, sub, elig = (np.array(x, dtype=float) for x in (gpus, started, ended, lost, submit, eligible))
     running = en < 0
@@ -332,6 +378,8 @@ def _scan(s: Session, win: Window, now: float) -> _Scan:
         for c, ci in causes.items():
             if n_by[i * n_c + ci]:
                 out_done[(*k, c)] = (int(n_by[i * n_c + ci]), float(lost_by[i * n_c + ci]))
+    ledger = _ledgers(keys, tup, done, g, st, en, np.where(done, b0 - a0, 0.0), lost_a,
+                      np.array(first_out, dtype=float), np.array(stored, dtype=float).T)
     # the spans inside the period, for the borrowing sweep
     keep = np.nonzero((g > 0) & (b0 > a0))[0]
     team_o, pool_o = np.asarray(team, dtype=object), np.asarray(pool, dtype=object)
@@ -358,7 +406,7 @@ def _scan(s: Session, win: Window, now: float) -> _Scan:
             continue
         out.append(ClassWait(job_class=c, attempts=len(arr), mean_s=float(arr.mean()), max_s=float(arr[-1]),
                              **{f"p{q}_s": nearest_rank(arr, q) for q in (50, 90, 99)}))
-    return _Scan(alloc, out_done, spans, out)
+    return _Scan(alloc, out_done, spans, out, ledger)
 
 
 def _previous_ends(s: Session, wanted: list[tuple[int, int, int]]) -> Iterable[tuple[int, float]]:

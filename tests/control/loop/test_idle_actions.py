@@ -116,6 +116,18 @@ def test_requeue_warns_then_requeues_with_reason_idle_and_the_next_idle_stretch_
     assert [(a.state, a.reason) for a in attempts(fp, j["id"])] == [("REQUEUED", "Idle"), ("CANCELLED", "Idle")]
 
 
+def test_an_idle_requeue_throws_away_only_the_work_before_it_went_idle(fp):
+    # a job that keeps no checkpoint and dies of the notice: its lost work is counted up to when it
+    # went idle (here: its start), not to its end, so its idle stretch stays idle in the ledger
+    j = running(fp, "training", FOREVER)
+    fp.until(lambda: fp.job(j["id"])["attempt"] == 2, within=AFTER + 60)
+    first = attempts(fp, j["id"])[0]
+    assert (first.state, first.cause) == ("REQUEUED", "idle")
+    assert first.ended_at - first.started_at >= AFTER
+    assert first.lost_gpu_s <= 2.0 * max(1, first.gpus), first.lost_gpu_s
+    assert first.ledger is not None and first.ledger["idle"] >= (AFTER - 10) * max(1, first.gpus)
+
+
 def test_cancel_ends_it_cancelled_with_reason_idle_and_no_checkpoint_notice(fp):
     j = running(fp, "batch")
     started = fp.clock()

@@ -29,7 +29,8 @@ def acct_jobs(q: AcctJobsQuery = Depends(), by: Principal = Depends(principal), 
               s: Session = Depends(session)) -> acct.AcctJobPage:
     """Jobs that were in the system during the window, one record each (sacct)."""
     now = cp.clock()
-    return acct.job_page(s, by, q.window(now), now, q.filters(), truncate=q.truncate, after=q.after, limit=q.limit)
+    return acct.job_page(s, by, q.window(now), now, q.filters(), truncate=q.truncate, after=q.after, limit=q.limit,
+                         data_dir=cp.data_dir, spec=cp.configs.current(s).spec)
 
 
 @router.get("/acct/attempts", response_model=acct.AcctAttemptPage)
@@ -38,7 +39,7 @@ def acct_attempts(q: AcctAttemptsQuery = Depends(), by: Principal = Depends(prin
     """Attempts that ran during the window, one record each (sacct --duplicates)."""
     now = cp.clock()
     return acct.attempt_page(s, by, q.window(now), now, q.filters(), truncate=q.truncate, after=q.after,
-                             limit=q.limit)
+                             limit=q.limit, data_dir=cp.data_dir, spec=cp.configs.current(s).spec)
 
 
 @router.get("/report", response_model=usage_report.UsageReport)
@@ -53,7 +54,7 @@ def report(start: str | None = Query(None, max_length=100, description=f"period 
     start, end = (x if x and x.strip() else None for x in (start, end))
     win = acct.window(start, end if end is not None or start is not None else f"@{acct.midnight(now)}", now,
                       default_start=acct.midnight(now, 1), start_field="start", end_field="end")
-    return usage_report.report(s, cp.configs.current(s), by, win, now)
+    return usage_report.report(s, cp.configs.current(s), by, win, now, data_dir=cp.data_dir)
 
 
 @router.get("/share", response_model=ShareReport)

@@ -207,7 +207,7 @@ def usage(request: Request, period: str = "7d", cp: Plane = Depends(plane),
     cfg = cp.configs.current(s)
     now = cp.clock()
     win = Window(now - usage_history.PERIODS[period], now)
-    rep = usage_report.report(s, cfg, who, win, now).model_dump(by_alias=True)
+    rep = usage_report.report(s, cfg, who, win, now, data_dir=cp.data_dir).model_dump(by_alias=True)
     hist = usage_history.usage_history(s, cfg, win, now)
     return pages.render("usage.html", who=who, now=now, rep=rep, charts=pages.usage_charts(hist, rep),
                         period=period, periods=list(usage_history.PERIODS))
@@ -222,13 +222,13 @@ def job(request: Request, job_id: str, rank: str = "0", cp: Plane = Depends(plan
         raise NotFound(f"no job {job_id[:50]!r}: job ids are whole numbers from 1")
     if not _whole(rank) or int(rank) > 1_000_000:
         raise ServiceError(f"rank must be a whole number from 0, not {rank[:50]!r}", field="rank")
-    data = dashboard.job_page(s, cp.data_dir, int(job_id), who, int(rank))
+    data = dashboard.job_page(s, cp.data_dir, int(job_id), who, int(rank), spec=cp.configs.current(s).spec)
     j = data["job"]
-    chart = pages.loss_chart(data["loss"])
     active = j["state"] in ("PENDING", "REQUEUED", "RUNNING", "COMPLETING")
     return pages.render("job.html", who=who, now=time.time(), j=j, attempts=data["attempts"], events=data["events"],
-                        loss=data["loss"], chart=chart, logs=data["logs"], refresh=REFRESH_S if active else 0,
-                        gpu_charts=pages.gpu_charts(data["gpus"], time.time()))
+                        loss=data["loss"], chart=pages.loss_chart(data["loss"]), logs=data["logs"],
+                        goodput=data["goodput"], ledger=pages.goodput_chart(data["goodput"]),
+                        refresh=REFRESH_S if active else 0, gpu_charts=pages.gpu_charts(data["gpus"], time.time()))
 
 
 def _whole(text: str) -> bool:

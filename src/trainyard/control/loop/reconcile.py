@@ -31,12 +31,14 @@ from trainyard.control.rules import blame
 from trainyard.control.loop.attempt_start import stderr_apart
 from trainyard.control.loop.context import Facts, LoopContext
 from trainyard.control.loop.frozen import FrozenRanks
+from trainyard.control.rules.ledger import store_ledger
 from trainyard.control.rules.lost_work import lost_work_s
 from trainyard.control.rules.outcome import classify, first_failure
 from trainyard.control.rules.retry import backoff_s, should_retry
 from trainyard.services import auth, transitions
 from trainyard.services.config import ConfigVersion
 from trainyard.services.events import record
+from trainyard.services.goodput_facts import idle_since
 from trainyard.services.ranks import ranks_for
 from trainyard.states import ACTIVE_STATES, AttemptOutcome, JobState, StopKind
 from trainyard.store.models import AttemptRow, JobRow
@@ -145,11 +147,15 @@ class Reconciler:
         if j.start_time is not None:
             j.attained_gpu_s += gpus * max(0.0, now - j.start_time)
             if out.cause not in NO_LOST_WORK:
-                # work since the last checkpoint, thrown away (training time, not wall time)
-                lost = gpus * lost_work_s(jd, j.attempt, start_time=j.start_time, checkpoint=checkpoint, now=now)
+                # work since the last checkpoint, thrown away (training time, not wall time); a job
+                # its idle policy requeued worked, at most, until it went idle
+                until = idle_since(s, j.id, j.attempt) if out.cause == "idle" else None
+                lost = gpus * lost_work_s(jd, j.attempt, start_time=j.start_time, checkpoint=checkpoint,
+                                          now=min(now, until) if until is not None else now)
                 j.lost_gpu_s += lost
         transitions.end_attempt(s, j, out.attempt_state, out.reason, now, exit_code=out.exit_code,
                                 signal=out.signal, cause=out.cause, lost_gpu_s=lost)
+        store_ledger(s, j, attempt, jd, cfg.spec, now)  # where its GPU-seconds went (before the stop is cleared)
         self._note_suspects(s, j, first_failure(st.ranks, sent=sent, first=first), out.cause, now)
         max_retries = cls.max_retries if cls is not None else 0
         retry = out.job_state not in (JobState.REQUEUED, JobState.COMPLETED) and \
