@@ -115,3 +115,12 @@ def test_in_a_larger_gang_only_the_slow_rank_is_flagged_and_the_factor_is_a_boun
     assert slow_ranks(own, 10, 1.7)[0] == []  # 1.6 times is not 1.7 times
     same = {r: {s: 0.0 for s in range(10)} for r in range(2)}  # no comm measured: everyone alike
     assert slow_ranks(same, 10, 1.5) == ([], True)
+
+
+def test_a_file_nested_too_deep_to_decode_is_no_report(tmp_path: Path) -> None:
+    jd = JobDir(tmp_path / "job")
+    path = jd.phases_file(1, 0)
+    path.parent.mkdir(parents=True)
+    path.write_text('{"attempt": 1, "rank": 0, "recent": ' + "[" * 50_000 + "]" * 50_000 + "}")  # < PHASES_MAX_BYTES
+    assert path.stat().st_size <= PHASES_MAX_BYTES
+    assert own_work(jd, 1, 0) == {}
