@@ -96,6 +96,8 @@ def test_a_slow_rank_is_flagged_once_naming_its_node_and_again_only_after_it_rec
     show = fp.admin.get(f"/api/v1/jobs/{j['id']}/events").json()["events"]  # what `yard show` lists
     assert [e["kind"] for e in show if e["kind"].startswith("job.straggler")] == \
         ["job.straggler", "job.straggler_recovered", "job.straggler"]
+    page = fp.admin.get(f"/ui/jobs/{j['id']}").text  # the dashboard's job page lists the job's events
+    assert "job.straggler" in page and "rank 1 on node-1 straggles" in page
 
 
 def test_a_restarted_plane_does_not_flag_the_same_rank_twice(fp):
