@@ -121,3 +121,17 @@ class FakePlane(Plane):
             FakeCluster.forget(self.cp.data_dir)
         stats = self.cp.loop.stats
         assert stats.errors == 0, f"the control loop failed {stats.errors} times; last: {stats.last_error}"
+
+
+def webhook_plane(base: Path, config_text: str) -> FakePlane:
+    """A fake plane on `config_text` (which names a webhook) whose notifier's POSTs are kept, decoded,
+    in `.posted` instead of sent: what the idle steps' warnings and notes said."""
+    import json
+
+    cfg = base / "webhook-plane.yaml"
+    cfg.write_text(config_text)
+    p = FakePlane(base / "yard", config=cfg)
+    p.posted = []  # type: ignore[attr-defined]
+    p.cp.notifier.post = lambda _cfg, data: p.posted.append(json.loads(data))  # type: ignore[attr-defined]
+    p.cp.notifier.start()
+    return p

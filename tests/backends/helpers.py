@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from trainyard.backends import AttemptState, LaunchSpec, LocalBackend, NodeInfo
@@ -86,3 +87,26 @@ def processes_with(**env: object) -> list[int]:
 def marked_processes(data_dir: Path) -> list[int]:
     """Live processes whose environment carries this test's mark: anything a job left behind."""
     return processes_with(**{MARK: data_dir})
+
+
+@contextmanager
+def local_backend(data: Path, containment: str) -> Iterator[LocalBackend]:
+    """A local backend on NODES with its data dir `data` (made here) and `containment`; on the way
+    out every attempt left is released and nothing of the jobs may be left running. A containment
+    this machine cannot give is a skip, saying why."""
+    import pytest
+
+    from trainyard.backends import BackendError
+
+    data.mkdir(mode=0o711)
+    try:
+        be = LocalBackend(data, NODES, containment=containment)
+    except BackendError as e:
+        pytest.skip(f"{containment} containment not here: {e}")
+    try:
+        yield be
+        for a in be.poll():
+            be.release(a.job_id, a.attempt)
+        assert wait_until(lambda: marked_processes(data) == [], 10, "nothing of the jobs left")
+    finally:
+        be.close()

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from tests.accounts import ROOT_ONLY, shared_dir
-from tests.backends.helpers import NODES, make_spec, marked_processes, wait_until
-from trainyard.backends import BackendError, LocalBackend
+from tests.backends.helpers import local_backend, make_spec
+from trainyard.backends import LocalBackend
 
 pytestmark = ROOT_ONLY
 
@@ -32,18 +32,8 @@ WAS_BUSY = ["sh", "-c", f"timeout 1 sh -c '{BUSY}'; exec sleep 300"]
 
 @pytest.fixture(params=["auto", "cgroup2", "subreaper"])
 def backend(request: pytest.FixtureRequest) -> Iterator[LocalBackend]:
-    with shared_dir("tycpu-") as place:
-        data = place / "data"
-        data.mkdir(mode=0o711)
-        try:
-            be = LocalBackend(data, NODES, containment=request.param)
-        except BackendError as e:
-            pytest.skip(f"{request.param} containment not here: {e}")
+    with shared_dir("tycpu-") as place, local_backend(place / "data", request.param) as be:
         yield be
-        for a in be.poll():
-            be.release(a.job_id, a.attempt)
-        assert wait_until(lambda: marked_processes(data) == [], 10, "nothing of the jobs left")
-        be.close()
 
 
 def _data(be: LocalBackend) -> Path:

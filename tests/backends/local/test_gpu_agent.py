@@ -15,8 +15,8 @@ from types import SimpleNamespace
 import pytest
 
 from tests.accounts import ROOT_ONLY, shared_dir
-from tests.backends.helpers import NODES, make_spec, marked_processes, wait_until
-from trainyard.backends import BackendError, LocalBackend
+from tests.backends.helpers import local_backend, make_spec
+from trainyard.backends import LocalBackend
 from trainyard.backends.base import GpuReading, NodeInfo
 from trainyard.backends.local import gpu_agent
 from trainyard.backends.local.gpu_agent import Holder, NodeAgent
@@ -31,18 +31,8 @@ HOLDS_MEMORY = ["python3", "-c", "import time; b = bytearray(64 * 2**20); b[::40
 
 @pytest.fixture(params=["auto", "subreaper"])
 def backend(request: pytest.FixtureRequest) -> Iterator[LocalBackend]:
-    with shared_dir("tyagent-") as place:
-        data = place / "data"
-        data.mkdir(mode=0o711)
-        try:
-            be = LocalBackend(data, NODES, containment=request.param)
-        except BackendError as e:
-            pytest.skip(f"{request.param} containment not here: {e}")
+    with shared_dir("tyagent-") as place, local_backend(place / "data", request.param) as be:
         yield be
-        for a in be.poll():
-            be.release(a.job_id, a.attempt)
-        assert wait_until(lambda: marked_processes(data) == [], 10, "nothing of the jobs left")
-        be.close()
 
 
 def by_gpu(readings: list[GpuReading]) -> dict[tuple[str, int], GpuReading]:

@@ -14,13 +14,12 @@ tests/backends/local/test_cpu_seconds.py.
 
 from __future__ import annotations
 
-import json
 import signal
 import time
 
 import pytest
 
-from tests.fake_plane import FakePlane, fake
+from tests.fake_plane import FakePlane, fake, webhook_plane
 from tests.plane import TWO_TEAMS
 from trainyard.control.loop.idle import sample_every
 from trainyard.store.models import JobRow
@@ -35,12 +34,7 @@ def fp(tmp_path):
                                          "max_run_time: 8h, grace_period: 0, idle_timeout: 2m}")
     assert "idle_timeout" in text
     text += "interactive: {idle_warning: 30s, idle_cpu_percent: 5}\nnotify: {webhook: 'http://127.0.0.1:9/hook'}\n"
-    cfg = tmp_path / "idle.yaml"
-    cfg.write_text(text)
-    p = FakePlane(tmp_path / "yard", config=cfg)
-    p.posted = []  # the webhook's bodies (the notifier's POST, captured)
-    p.cp.notifier.post = lambda _cfg, data: p.posted.append(json.loads(data))
-    p.cp.notifier.start()
+    p = webhook_plane(tmp_path, text)
     yield p
     p.stop()
 

@@ -15,13 +15,12 @@ on real processes and `yard up`: tests/cli/test_idle_yard_up.py; issue 38's allo
 
 from __future__ import annotations
 
-import json
 import signal
 import time
 
 import pytest
 
-from tests.fake_plane import FakePlane, fake
+from tests.fake_plane import FakePlane, fake, webhook_plane
 from tests.plane import TWO_TEAMS
 from trainyard.contracts import NOTICE_SIGNAL
 from trainyard.control.loop.idle import sample_every
@@ -44,12 +43,7 @@ def fp(tmp_path):
         line = next(ln for ln in text.splitlines() if ln.startswith(f"  - {{name: {cls},"))
         text = text.replace(line, line[:-1] + f", {pol}}}")
     text += "notify: {webhook: 'http://127.0.0.1:9/hook'}\n"
-    cfg = tmp_path / "idle.yaml"
-    cfg.write_text(text)
-    p = FakePlane(tmp_path / "yard", config=cfg)
-    p.posted = []  # the webhook's bodies (the notifier's POST, captured)
-    p.cp.notifier.post = lambda _cfg, data: p.posted.append(json.loads(data))
-    p.cp.notifier.start()
+    p = webhook_plane(tmp_path, text)
     yield p
     p.stop()
 
