@@ -18,7 +18,8 @@ totals are the sums of their jobs'; the idle job's idle GPU-seconds are in `yard
 `yard report` (those of its cancelled attempt: its requeued one lost all its work, which is its
 recompute); the preempted recipe's recompute is its lost work; the sleepy loader's `data_wait`
 and the synchronous saves' `checkpoint_stall` are the seconds the jobs themselves measured.
-About 45 s on this 2-core machine (the recipe and the two runtime scripts import torch).
+About 45 s on this 2-core machine when quiet, 80 s under load 9 (the recipe and the two runtime scripts
+import torch).
 """
 
 from __future__ import annotations
