@@ -4,7 +4,12 @@ It follows the contracts (`trainyard.contracts`) without any GPU: resumes from t
 committed checkpoint, commits `step-<N>/` every `--ckpt-every` steps (rank 0 writes), and on
 SIGUSR1 checkpoints at the next step boundary and exits 75 so that it is requeued, not lost.
 Rank 0 reports its steps and checkpoints to the control plane as the runtime does, so `yard show`
-has its progress and recovery times.
+has its progress and recovery times. Every rank writes the runtime's phase file too
+(`trainyard.runtime.phases.PhaseClock`, docs/runtime.md "Phase timings"), so that the plane's
+goodput ledger of a demo job is measured as a runtime job's is: the steps begin after the resume,
+each step ends at its sleep's end, rank 0's checkpoint writes are its `checkpoint_stall` (a
+preemption save the one after the newest step), the file is finished on the way out.
+`TRAINYARD_PHASES=0` turns it off, as for the runtime.
 
     python -m trainyard.demo.work --steps 40 --step-time 0.5 --ckpt-every 5
 """
@@ -12,6 +17,7 @@ has its progress and recovery times.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -21,6 +27,7 @@ from pathlib import Path
 from trainyard.contracts import CHECKPOINT_MARKER, NOTICE_SIGNAL, REQUEUE_EXIT, JobVar, newest_checkpoint
 from trainyard.runtime.env import JobEnv
 from trainyard.runtime.metrics import peak_memory
+from trainyard.runtime.phases import PhaseClock, enabled_by
 from trainyard.runtime.progress import ProgressReporter
 
 
@@ -47,21 +54,27 @@ def main(argv: list[str] | None = None) -> int:
     progress = ProgressReporter(env.api if rank == 0 else None, env.job_id, env.token, attempt=env.attempt,
                                 interval_s=2.0)
     last_ckpt: tuple[int, float] | None = (found[0], found[2]) if found else None
+    clock = PhaseClock(env.phases_file(rank), attempt=env.attempt, rank=rank) if enabled_by() else None
 
     def checkpoint(at: int) -> None:
         nonlocal last_ckpt
         if rank == 0:
-            d = ckdir / f"step-{at}"
-            d.mkdir(parents=True, exist_ok=True)
-            (d / "state.txt").write_text(str(at))
-            (d / CHECKPOINT_MARKER).write_text("")
+            with clock.phase("checkpoint_stall") if clock is not None else contextlib.nullcontext():
+                write_checkpoint(ckdir, at)
             last_ckpt = (at, time.time())
             progress.report(at, event="checkpoint", last_checkpoint_step=at, last_checkpoint_time=last_ckpt[1])
 
+    if clock is not None:
+        clock.start()
+    ended = time.perf_counter()  # the previous step's end (the steps begin here)
     try:
         while step < a.steps:
             time.sleep(a.step_time)
             step += 1
+            if clock is not None:
+                now = time.perf_counter()
+                clock.step_ended(step, now - ended)
+                ended = now
             progress.report(step, last_checkpoint_step=last_ckpt and last_ckpt[0],
                             last_checkpoint_time=last_ckpt and last_ckpt[1], metrics=peak_memory())
             if noticed:
@@ -73,7 +86,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rank {rank}: done after {step} steps", flush=True)
         return 0
     finally:
+        if clock is not None:
+            clock.finish()
         progress.close(timeout_s=1.0)
+
+
+def write_checkpoint(ckdir: Path, at: int) -> None:
+    """`step-<at>/` with its state, then its commit marker (the contract's layout)."""
+    d = ckdir / f"step-{at}"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "state.txt").write_text(str(at))
+    (d / CHECKPOINT_MARKER).write_text("")
 
 
 if __name__ == "__main__":
