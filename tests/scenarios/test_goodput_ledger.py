@@ -54,9 +54,9 @@ classes:
   - {name: idler, priority: 200, preemptible: false, max_wait: 24h, grace_period: 2,
      idle: {after: 5s, warning: 1s, action: requeue, max_requeues: 1}}
 default_class: training
-# The ledger of an attempt is split when it ends, from the telemetry rows flushed by then: the
-# default flush (15 s) would leave a short attempt's samples out of it (see the module docstring).
-telemetry: {interval: 0.5s, flush: 1s}
+# Sampled twice a second: the short attempts here (seconds) get several readings each; an ended
+# attempt's readings are written before its ledger is split whatever the flush period.
+telemetry: {interval: 0.5s, flush: 15s}
 """
 SCRIPT = Path(__file__).resolve().parents[1] / "runtime" / "phases_script.py"
 DATA_SLEEP, DATA_STEPS = 0.2, 12
@@ -74,7 +74,7 @@ def world(tmp_path_factory) -> Iterator[dict[str, Any]]:
     t_begin = time.monotonic()
     try:
         t0 = time.time() - 5
-        sets = [x for s in [*TINY_PRETRAIN, "steps=600", "checkpoint_every=20"] for x in ("--set", s)]
+        sets = [x for s in [*TINY_PRETRAIN, "steps=1500", "checkpoint_every=20"] for x in ("--set", s)]
         jobs = {
             "recipe": c.submit("--recipe", "llama-pretrain", "-G", "1", "-A", "vision", "-J", "recipe", *sets),
             "bare": c.submit("-G", "1", "-A", "vision", "-q", "steady", "-J", "bare", "--", sys.executable, "-c", BARE),
@@ -88,6 +88,10 @@ def world(tmp_path_factory) -> Iterator[dict[str, Any]]:
         }
         for d in ("data", "ckpt"):
             (work / d).mkdir()
+        # the others end first: `yard chaos preempt` sizes its urgent job to the GPUs free when it is
+        # asked, and a job ending meanwhile would free what it needs instead of the recipe's
+        for name in ("bare", "idle", "oom", "data", "ckpt"):
+            c.wait(jobs[name], lambda x: x["state"] in TERMINAL, timeout=300)
         c.wait_committed(jobs["recipe"], 20, timeout=180)
         c.yard("chaos", "preempt", "--job", str(jobs["recipe"]), "--seconds", "2")
         for j in jobs.values():

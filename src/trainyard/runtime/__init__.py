@@ -21,22 +21,51 @@ wired to a loop: `for batch in run.data(loader)`, `with run.phase("comm")`). Exi
 `REQUEUE_EXIT` (75), `WATCHDOG_EXIT` (86).
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from trainyard.contracts import REQUEUE_EXIT, WATCHDOG_EXIT
-from trainyard.runtime.checkpoint import (
-    CheckpointError,
-    CheckpointManager,
-    CheckpointSaveError,
-    NoValidCheckpointError,
-)
-from trainyard.runtime.env import JobEnv, JobEnvError
-from trainyard.runtime.init import Context, init, runtime_groups, seed_everything, set_deterministic
-from trainyard.runtime.metrics import MetricsLogger, read_metrics
-from trainyard.runtime.phases import PhaseClock
-from trainyard.runtime.preemption import PreemptionHandler
-from trainyard.runtime.progress import ProgressReporter
-from trainyard.runtime.run import Run
-from trainyard.runtime.sampler import ResumableSampler
-from trainyard.runtime.watchdog import Watchdog
+
+# Loaded on first use (PEP 562): a job that needs only the torch-free parts (`env`, `phases`,
+# `progress`, `metrics`: the demo's stand-in job, the tools) does not pay for importing torch
+# (seconds of CPU per rank) because it imported this package.
+_WHERE = {
+    "CheckpointError": "checkpoint", "CheckpointManager": "checkpoint", "CheckpointSaveError": "checkpoint",
+    "NoValidCheckpointError": "checkpoint", "JobEnv": "env", "JobEnvError": "env", "Context": "init",
+    "init": "init", "runtime_groups": "init", "seed_everything": "init", "set_deterministic": "init",
+    "MetricsLogger": "metrics", "read_metrics": "metrics", "PhaseClock": "phases",
+    "PreemptionHandler": "preemption", "ProgressReporter": "progress", "Run": "run",
+    "ResumableSampler": "sampler", "Watchdog": "watchdog",
+}
+
+if TYPE_CHECKING:
+    from trainyard.runtime.checkpoint import (
+        CheckpointError,
+        CheckpointManager,
+        CheckpointSaveError,
+        NoValidCheckpointError,
+    )
+    from trainyard.runtime.env import JobEnv, JobEnvError
+    from trainyard.runtime.init import Context, init, runtime_groups, seed_everything, set_deterministic
+    from trainyard.runtime.metrics import MetricsLogger, read_metrics
+    from trainyard.runtime.phases import PhaseClock
+    from trainyard.runtime.preemption import PreemptionHandler
+    from trainyard.runtime.progress import ProgressReporter
+    from trainyard.runtime.run import Run
+    from trainyard.runtime.sampler import ResumableSampler
+    from trainyard.runtime.watchdog import Watchdog
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'trainyard.runtime' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"trainyard.runtime.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "REQUEUE_EXIT",

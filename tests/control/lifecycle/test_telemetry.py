@@ -94,6 +94,23 @@ def test_readings_join_the_holders_by_placement_and_flush_one_row_per_gpu(plane,
     assert t.sample(2032.0) == 0
 
 
+def test_an_ended_attempts_readings_not_yet_flushed_are_written_for_its_ledger(plane, tmp_path):
+    # an attempt shorter than a flush: the reconcile step writes its readings before its ledger is split
+    a, _ = running_attempt(plane, [{"node": "node-0", "gpus": [0], "mem_mib": 0}], started_at=2000.0)
+    b, _ = running_attempt(plane, [{"node": "node-0", "gpus": [1], "mem_mib": 0}], started_at=2000.0)
+    t, be = sampler(plane, tmp_path)
+    be.set_gpu_readings([GpuReading("node-0", g, 0.0, 10.0, None, None, "emulated") for g in (0, 1)])
+    for i in range(4):
+        t.sample(2001.0 + i)
+    with plane.cp.lock, plane.cp.store.session.begin() as s:
+        assert t.flush_attempt(s, a, 1, 2005.0) == 1
+        assert t.flush_attempt(s, a, 1, 2005.0) == 0  # taken once
+    (r,) = rows(plane, a)
+    assert (r.time, r.util, r.period_s) == (2005.0, 0.0, 4.0) and attempt(plane, a).gpu_summary["node-0/0"]["samples"] == 4
+    assert rows(plane, b) == []  # the other attempt's readings wait for the next flush
+    assert t.flush(2010.0, 2000) == 1 and len(rows(plane, b)) == 1
+
+
 def test_a_jobs_rows_stay_bounded_and_thinning_keeps_time_and_the_mean(plane, tmp_path):
     jid, _ = running_attempt(plane, [{"node": "node-1", "gpus": [2, 3], "mem_mib": 0}])
     t, be = sampler(plane, tmp_path)

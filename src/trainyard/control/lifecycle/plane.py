@@ -113,6 +113,7 @@ class ControlPlane:
         self.retention = Retention(self.loop_store, self.configs, self.lock, self.data_dir, clock=clock)
         # every node's GPUs sampled and kept per job (issue 39, `telemetry:`)
         self.telemetry = Telemetry(self.loop_store, self.configs, self.lock, self.backend, self.data_dir, clock=clock)
+        self.loop.ctx.flush_telemetry = self.telemetry.flush_attempt  # an ended attempt's last readings, then its ledger
         # --mail-type's webhook: notes handed over after each commit, sent by a thread of its own
         self.notifier = Notifier(self._notify_settings, self._class_limit, self._cluster_name, clock=clock)
         self._detach = [notices.attach(st.session, self.notifier.put) for st in (self.store, self.loop_store)]

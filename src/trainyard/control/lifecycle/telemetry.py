@@ -13,6 +13,10 @@ A supervised thread (like retention and the storage meter) that every `telemetry
   4. for each running attempt with no `first_output_at`, looks at its rank logs through jobfs
      (control/lifecycle/first_output.py) and sets it when one has output of the attempt.
 
+When the reconcile step ends an attempt it first writes that attempt's readings not yet flushed
+(`flush_attempt`, in the step's own transaction), so the attempt's ledger judges its last period
+too: a bare job's idle tail, or the whole of an attempt shorter than a flush.
+
 Every `telemetry.flush` (default 15 s) it writes the periods in one short transaction under the
 plane's lock (`services.telemetry.flush`: one `gpu_samples` row per GPU, the attempts'
 `gpu_summary`, each job's rows kept to `telemetry.max_rows_per_job`). Readings not yet flushed
@@ -67,6 +71,7 @@ class Telemetry(BackgroundWork):
         self.store, self.configs, self.lock, self.backend = store, configs, lock, backend
         self.data_dir, self.clock = data_dir, clock
         self._periods: dict[tuple[int, int, str, int], telemetry.Period] = {}
+        self._mu = threading.Lock()  # `_periods`: this thread adds, the loop's reconcile step takes an attempt's
         self._since: float | None = None  # the start of the period being gathered
         self.samples = self.rows = 0  # readings joined to a job; rows written
 
@@ -100,11 +105,12 @@ class Telemetry(BackgroundWork):
         for rd in readings:
             for r in holders.get((rd.node, rd.gpu), ()):
                 key = (r.job_id, r.attempt, rd.node, rd.gpu)
-                p = self._periods.get(key)
-                if p is None:
-                    p = self._periods[key] = telemetry.Period(r.job_id, r.attempt, rd.node, rd.gpu,
-                                                              max(self._since, r.started_at), now, rd.source)
-                p.add(rd.util, rd.mem_mib, rd.power_w, rd.temp_c, now)
+                with self._mu:
+                    p = self._periods.get(key)
+                    if p is None:
+                        p = self._periods[key] = telemetry.Period(r.job_id, r.attempt, rd.node, rd.gpu,
+                                                                  max(self._since, r.started_at), now, rd.source)
+                    p.add(rd.util, rd.mem_mib, rd.power_w, rd.temp_c, now)
                 joined += 1
         self.samples += joined
         self._first_outputs([r for r in running if not r.has_output], now)
@@ -112,8 +118,9 @@ class Telemetry(BackgroundWork):
 
     def flush(self, now: float, max_rows: int) -> int:
         """Write the periods gathered so far; returns the rows written."""
-        periods = [p for p in self._periods.values() if p.samples]
-        self._periods, self._since = {}, now
+        with self._mu:
+            periods = [p for p in self._periods.values() if p.samples]
+            self._periods, self._since = {}, now
         if not periods:
             return 0
         with self.lock, self.store.session.begin() as s:
@@ -122,6 +129,18 @@ class Telemetry(BackgroundWork):
         if merged:
             log.debug("telemetry: %d rows merged to keep jobs within %d rows", merged, max_rows)
         return len(periods)
+
+    def flush_attempt(self, s: Any, job_id: int, attempt: int, now: float) -> int:
+        """Write the attempt's readings not yet flushed into `s` (the caller's transaction, which
+        holds the plane's lock: the reconcile step ending it); returns the rows written."""
+        with self._mu:
+            keys = [k for k in self._periods if k[0] == job_id and k[1] == attempt]
+            mine = [p for k in keys if (p := self._periods.pop(k)).samples]
+        if not mine:
+            return 0
+        telemetry.flush(s, mine, now, self.configs.current(s).spec.telemetry.max_rows_per_job)
+        self.rows += len(mine)
+        return len(mine)
 
     def running(self) -> list[Running]:
         with self.store.session() as s:

@@ -89,6 +89,10 @@ class LoopContext:
     # who is attached to each job (the plane's `sessions`, services/sessions.py); None: nothing
     # attaches (tests of the loop without an API), and interactive allocations are not watched
     sessions: Sessions | None = None
+    # the telemetry sampler's readings of an attempt not yet written, written into the given session
+    # (job id, attempt, now): the reconcile step calls it before it splits an ended attempt's ledger,
+    # so its last period counts (control/lifecycle/telemetry.py `flush_attempt`); None: no sampler
+    flush_telemetry: Callable[[Any, int, int, float], object] | None = None
 
     def job_dir(self, j: JobRow) -> JobDir:
         """The job's directory (`contracts.JobDir`, keyed by the row's `dir_key`)."""

@@ -155,6 +155,8 @@ class Reconciler:
                 j.lost_gpu_s += lost
         transitions.end_attempt(s, j, out.attempt_state, out.reason, now, exit_code=out.exit_code,
                                 signal=out.signal, cause=out.cause, lost_gpu_s=lost)
+        if self.ctx.flush_telemetry is not None:  # its GPUs' last readings, before they are judged
+            self.ctx.flush_telemetry(s, j.id, j.attempt, now)
         store_ledger(s, j, attempt, jd, cfg.spec, now)  # where its GPU-seconds went (before the stop is cleared)
         self._note_suspects(s, j, first_failure(st.ranks, sent=sent, first=first), out.cause, now)
         max_retries = cls.max_retries if cls is not None else 0
