@@ -126,8 +126,12 @@ def test_ranks_launched_later_are_slowed_also_by_a_restarted_plane_and_not_after
         be2.revive_node("node0")
         assert "slow" not in json.loads((tmp_path / "nodes" / "node0.json").read_text())
         be.launch(make_spec(tmp_path, 4, BUSY, ranks=[(0, "node0", (2,))]))
-        new, earlier, other = rates([child_pid(tmp_path / "jobs" / "4", 1, 0), pids[0], pids[1]])
-        print(f"after revive: new rank {new:.3f} CPU, earlier rank {earlier:.3f} CPU, node1 {other:.3f} CPU")
+        watched = [child_pid(tmp_path / "jobs" / "4", 1, 0), pids[0], pids[1]]
+        for _ in range(3):  # three busy ranks share two cores with the rest of the suite: a window may be unfair
+            new, earlier, other = rates(watched)
+            print(f"after revive: new rank {new:.3f} CPU, earlier rank {earlier:.3f} CPU, node1 {other:.3f} CPU")
+            if new >= 0.8 * other and earlier >= 0.8 * other:
+                break
         assert new >= 0.8 * other and earlier >= 0.8 * other, (new, earlier, other)
         assert quota(tmp_path / "jobs" / "4", 1, 0) in UNLIMITED and quota(tmp_path / "jobs" / "2", 1, 0) in UNLIMITED
     finally:
