@@ -225,6 +225,10 @@ def summarize(admin: httpx.Client, ids: list[int], t0: float, t1: float) -> dict
     first = min((j["submit_time"] for j in jobs), default=t0)
     last = max((a["ended_at"] or t1 for j in jobs for a in j["attempts"]), default=t1)
     events = admin.get("/api/v1/events", params={"limit": 10000}).json()["events"]
+    ledger: dict[str, float] = {}  # the goodput ledger's GPU-seconds per bucket, every job together
+    for i in ids:
+        for b, v in (admin.get(f"/api/v1/jobs/{i}/goodput").json().get("buckets") or {}).items():
+            ledger[b] = ledger.get(b, 0.0) + float(v)
     states: dict[str, int] = {}
     for j in jobs:
         states[j["state"]] = states.get(j["state"], 0) + 1
@@ -235,6 +239,7 @@ def summarize(admin: httpx.Client, ids: list[int], t0: float, t1: float) -> dict
         "wait_s": {c: {"avg": sum(w) / len(w), "max": max(w)} for c, w in waits.items()},
         "preemptions": sum(1 for e in events if e["kind"] == "job.preempting"),
         "resumed_from_checkpoint": sum(1 for j in jobs if j["attempt"] > 1 and j["state"] == "COMPLETED"),
+        "ledger": ledger,
     }
 
 
@@ -248,6 +253,10 @@ def print_summary(console: Console, s: dict[str, Any], url: str, data_dir: Path,
         t.add_row(f"wait ({c})", f"avg {w['avg']:.1f}s, max {w['max']:.1f}s")
     t.add_row("preemptions", f"{s['preemptions']} (by checkpoint; {s['resumed_from_checkpoint']} jobs resumed "
                              "from a checkpoint and completed)")
+    total = sum(s["ledger"].values())
+    if total > 0:  # where the GPU-seconds went (docs/accounting.md, "Goodput ledger"): the buckets over 0.5%
+        t.add_row("GPU-seconds went to", ", ".join(f"{b.replace('_', ' ')} {v / total:.0%}" for b, v in sorted(
+            s["ledger"].items(), key=lambda kv: -kv[1]) if v / total >= 0.005) + "  (yard report goodput)")
     t.add_row("processes left", str(left))
     console.print(t)
     console.print(f"API: {url}/api/v1 (OpenAPI docs {url}/docs)   dashboard: {url}/ui/")
