@@ -171,3 +171,18 @@ def test_command_check_tells_what_is_wrong(cli: Any) -> None:
     assert command_problem(cli, ["queue", "--partition", "x"]) == "no option --partition"
     assert command_problem(cli, ["cluster", "diff", "3", "4"]) is None
     assert command_problem(cli, ["report", "goodput", "--by", "node", "-S", "now-1day"]) is None
+
+
+def test_rules_read_only_metrics_the_plane_exports() -> None:
+    """Every trainyard_* series a rule reads is a family of services/metrics.py (a counter's with
+    `_total`, a histogram's or summary's with `_bucket`/`_count`/`_sum`): a renamed metric breaks this."""
+    source = (ROOT / "src" / "trainyard" / "services" / "metrics.py").read_text()
+    families = set(re.findall(r'"(trainyard_[a-z_]+)"', source))
+    read: set[str] = set()
+    for p in RULES:
+        for g in yaml.safe_load(p.read_text())["groups"]:
+            for rule in g["rules"]:
+                read |= set(re.findall(r"(?<![\w:])(trainyard_[a-z_]+)", rule["expr"]))
+    assert len(read) >= 12
+    unknown = {m for m in read if m not in families and re.sub(r"_(total|bucket|count|sum)$", "", m) not in families}
+    assert unknown == set()
