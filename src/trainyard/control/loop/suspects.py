@@ -21,7 +21,7 @@ local backend inside the node's CPU cgroup, so a slowed node measures slow). The
   and it takes work again.
 - WARN (no baseline for its model, torch missing): nothing was measured, so nothing is cleared:
   it stays suspect (and the node watch makes it `suspect` as for any WARN) until a person
-  resumes it (`yard nodes resume`, which ends the suspicion).
+  resumes it (`yard resume NODE`, which ends the suspicion).
 
 With no `speed` check configured there is nothing to measure with, and holding the node out
 without a way back would be worse than the straggler: it is marked suspect (seen in `yard nodes`,
