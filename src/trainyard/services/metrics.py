@@ -12,6 +12,7 @@ What is exported:
   its running attempts hold), `trainyard_team_gpus_borrowed{team,pool}` (held beyond nominal),
   `trainyard_team_quota_nominal_gpus{team,pool}`, `trainyard_team_quota_borrowing_limit_gpus`
   and `trainyard_team_quota_lending_limit_gpus` (only where a limit is set: none means unlimited);
+  each class's `trainyard_class_max_wait_seconds{class}` (what the queue-wait alert compares with);
 - disk per team (control/lifecycle/storage.py): `trainyard_team_storage_bytes{team}`,
   `trainyard_team_storage_quota_bytes{team}` (where set), `trainyard_team_storage_over_quota{team}`,
   `trainyard_storage_free_bytes{path}` and `trainyard_storage_reserve_bytes{path}` (the data dir's
@@ -244,6 +245,7 @@ class PlaneCollector(Collector):
             cfg = cp.configs.current(s)
             yield from self._cluster(s, cfg)
             yield from self._teams(s, cfg)
+            yield _classes(cfg)
             yield from self._queue(s)
             samples = counted(s, cp.clock())
             for key, v in carried(s).items():
@@ -358,6 +360,16 @@ def _storage(cp: Plane, spec: Any) -> Iterator[Metric]:
         free.add_metric([fs["path"]], fs["free"])
         reserve.add_metric([fs["path"]], fs["reserve"])
     yield from (used, quota, over, free, reserve)
+
+
+def _classes(cfg: ConfigVersion) -> Metric:
+    """Each class's max_wait as configured now: what an alert on a class's queue wait compares with
+    (deploy/prometheus: TrainyardQueueWaitAboveMaxWait), so the rules carry no copy of it."""
+    g = GaugeMetricFamily("trainyard_class_max_wait_seconds", "A job class's max_wait (the wait after which its jobs "
+                          "take precedence), as configured now.", labels=["class"])
+    for c in cfg.spec.classes:
+        g.add_metric([c.name], float(c.max_wait))
+    return g
 
 
 def _plane_itself(cp: Any) -> Iterator[Metric]:
