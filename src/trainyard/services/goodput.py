@@ -36,9 +36,11 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainyard import figures
 from trainyard.contracts import LEDGER_BUCKETS
 
 MAX_TIME = 1e11  # seconds since the epoch, as the progress reports' `time`
+MAX_STEP_S = 1e7  # a step longer than about four months is not a figure
 STALL_MIN_S = 60.0  # a running attempt's newest step older than this (and 10 × the median step) is idle
 STALL_STEPS = 10.0
 DEFAULT_IDLE_BELOW = 5.0  # percent utilization under which a telemetry sample is idle
@@ -49,13 +51,7 @@ RECOMPUTE_FROM = ("compute", "idle", "data_wait", "comm_wait", "checkpoint_stall
 
 def _num(v: object, limit: float = MAX_TIME) -> float | None:
     """A plain finite number of magnitude ≤ `limit` (not a bool), else None."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    try:
-        x = float(v)
-    except OverflowError:
-        return None
-    return x if math.isfinite(x) and abs(x) <= limit else None
+    return figures.finite(v, limit=limit)
 
 
 def _pos(v: object) -> float:
@@ -75,7 +71,26 @@ class RankPhases:
     checkpoint_stall: float = 0.0
     comm: float = 0.0
     after_checkpoint: float = 0.0
-    recent_steps: tuple[float, ...] = ()
+    recent: tuple[tuple[int, float, float], ...] = ()  # (step, step seconds, comm seconds), newest last
+
+    @property
+    def recent_steps(self) -> tuple[float, ...]:
+        """The newest steps' times (those over zero)."""
+        return tuple(step_s for _, step_s, _ in self.recent if step_s > 0)
+
+
+def _recent(rows: object) -> tuple[tuple[int, float, float], ...]:
+    """The phase file's `recent` rows that are plain figures: [step, step seconds, comm seconds]
+    (a missing or null comm counts as 0); any other row is skipped."""
+    out = []
+    for r in rows[:1000] if isinstance(rows, list) else ():
+        if not isinstance(r, list) or len(r) < 2:
+            continue
+        step, step_s = figures.step(r[0]), _num(r[1], MAX_STEP_S)
+        comm = _num(r[2], MAX_STEP_S) if len(r) > 2 and r[2] is not None else 0.0
+        if step is not None and step_s is not None and comm is not None and step_s >= 0 and comm >= 0:
+            out.append((step, step_s, comm))
+    return tuple(out)
 
 
 def parse_phases(obj: object, attempt: int, rank: int) -> RankPhases | None:
@@ -86,14 +101,12 @@ def parse_phases(obj: object, attempt: int, rank: int) -> RankPhases | None:
     began = _num(obj.get("began"))
     if began is None:
         return None
-    ph, after, recent = obj.get("phases"), obj.get("after_last"), obj.get("recent")
+    ph, after = obj.get("phases"), obj.get("after_last")
     ph = ph if isinstance(ph, dict) else {}
     after = after if isinstance(after, dict) else {}
-    recent = recent if isinstance(recent, list) else []
-    steps = tuple(x for r in recent[:1000] if isinstance(r, list) and len(r) >= 2 and (x := _pos(r[1])) > 0)
     return RankPhases(rank=rank, began=began, last=_num(obj.get("last")), data_wait=_pos(ph.get("data_wait")),
                       checkpoint_stall=_pos(ph.get("checkpoint_stall")), comm=_pos(ph.get("comm")),
-                      after_checkpoint=_pos(after.get("checkpoint_stall")), recent_steps=steps)
+                      after_checkpoint=_pos(after.get("checkpoint_stall")), recent=_recent(obj.get("recent")))
 
 
 @dataclass(frozen=True)

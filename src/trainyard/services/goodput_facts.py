@@ -23,36 +23,31 @@ from trainyard import jobfs
 from trainyard.contracts import PHASES_MAX_BYTES, JobDir
 from trainyard.services.goodput import DEFAULT_IDLE_BELOW, AttemptFacts, RankPhases, Sample, parse_phases
 from trainyard.services.ranks import ranks_for
+from trainyard.spec import idle
+from trainyard.spec.models import ConfigSpec
 from trainyard.store.models import EventRow, GpuSampleRow
 
 MAX_RANKS = 4096  # phase files read per attempt at most
 MAX_SAMPLES = 200_000  # telemetry rows read per attempt at most
 
 
-def idle_below(spec: Any, job_class: str) -> float:
-    """The class's idle threshold in percent (`idle: {below: 5%}`), read defensively: the idle
-    policy's field may be a number (percent) or a string such as "5%"; anything else is the default."""
-    cls = next((c for c in getattr(spec, "classes", None) or () if getattr(c, "name", None) == job_class), None)
-    below = getattr(getattr(cls, "idle", None), "below", None)
-    if isinstance(below, str):
-        try:
-            below = float(below.strip().rstrip("%"))
-        except ValueError:
-            below = None
-    if isinstance(below, bool) or not isinstance(below, (int, float)) or not 0 <= below <= 100:
-        return DEFAULT_IDLE_BELOW
-    return float(below)
+def idle_below(spec: ConfigSpec | None, job_class: str) -> float:
+    """The class's idle threshold in percent: its idle policy's `below` (`spec/idle.py`, either
+    form), else (no such policy, no configuration) `goodput.DEFAULT_IDLE_BELOW`."""
+    policy = idle.policies(spec).get(job_class) if spec is not None else None
+    return policy.below if policy is not None else DEFAULT_IDLE_BELOW
+
+
+def read_phase(jd: JobDir, attempt: int, rank: int) -> RankPhases | None:
+    """One rank's phase file of the attempt, when it is there and whole (see the module docstring):
+    the one way the plane reads it (the ledger here, the straggler step in control/loop/rank_phases.py)."""
+    return parse_phases(jobfs.Tree(jd.root).read_json(jd.phases_file(attempt, rank), limit=PHASES_MAX_BYTES),
+                        attempt, rank)
 
 
 def read_phases(jd: JobDir, attempt: int, nranks: int) -> tuple[RankPhases, ...]:
-    """Each rank's phase file of the attempt that is there and whole (see the module docstring)."""
-    tree = jobfs.Tree(jd.root)
-    out = []
-    for rank in range(min(nranks, MAX_RANKS)):
-        r = parse_phases(tree.read_json(jd.phases_file(attempt, rank), limit=PHASES_MAX_BYTES), attempt, rank)
-        if r is not None:
-            out.append(r)
-    return tuple(out)
+    """Each rank's phase file of the attempt that is there and whole."""
+    return tuple(r for rank in range(min(nranks, MAX_RANKS)) if (r := read_phase(jd, attempt, rank)) is not None)
 
 
 def samples(s: Session, job_id: int, attempt: int) -> tuple[Sample, ...]:

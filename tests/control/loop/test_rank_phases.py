@@ -17,7 +17,7 @@ from trainyard.control.loop.rank_phases import own_work, slow_ranks
 def phases(jd: JobDir, attempt: int, rank: int, recent: list, **more: object) -> Path:
     path = jd.phases_file(attempt, rank)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"v": 1, "attempt": attempt, "rank": rank, "recent": recent, **more}))
+    path.write_text(json.dumps({"v": 1, "attempt": attempt, "rank": rank, "began": 1.0, "recent": recent, **more}))
     return path
 
 
@@ -45,7 +45,7 @@ def test_garbage_figures_are_skipped_not_errors(tmp_path: Path) -> None:
             [-1, 1.0, 0], "row", [6], [10**30, 1.0, 0], [7, 1.0, 0.5], [8, 0.2, 0.9]]
     path = jd.phases_file(1, 0)
     path.parent.mkdir(parents=True)
-    path.write_text(json.dumps({"attempt": 1, "rank": 0, "recent": rows}).replace("NaN", "NaN"))
+    path.write_text(json.dumps({"v": 1, "attempt": 1, "rank": 0, "began": 1.0, "recent": rows}))
     assert own_work(jd, 1, 0) == {7: 0.5, 8: 0.0}  # comm beyond the step: no negative work
     for doc in ("[1, 2]", '{"attempt": 1, "rank": 0, "recent": "x"}', "not json", '{"attempt": "1", "rank": 0}'):
         path.write_text(doc)
@@ -55,7 +55,7 @@ def test_garbage_figures_are_skipped_not_errors(tmp_path: Path) -> None:
 def test_a_symlink_in_place_of_the_file_or_its_directory_is_not_followed(tmp_path: Path) -> None:
     jd = JobDir(tmp_path / "job")
     secret = tmp_path / "elsewhere.json"
-    secret.write_text(json.dumps({"attempt": 1, "rank": 0, "recent": steady(0.1, 0.0)}))
+    secret.write_text(json.dumps({"v": 1, "attempt": 1, "rank": 0, "began": 1.0, "recent": steady(0.1, 0.0)}))
     jd.phases_dir.mkdir(parents=True)
     os.symlink(secret, jd.phases_file(1, 0))
     assert own_work(jd, 1, 0) == {}

@@ -62,7 +62,7 @@ def report(fp: FakePlane, j: dict, own: dict[int, float], steps: range = range(1
         path = jd.phases_file(j["attempt"], rank)
         path.parent.mkdir(parents=True, exist_ok=True)
         recent = [[s, slowest + comm, slowest - work + comm] for s in steps]
-        path.write_text(json.dumps({"v": 1, "attempt": j["attempt"], "rank": rank, "recent": recent}))
+        path.write_text(json.dumps({"v": 1, "attempt": j["attempt"], "rank": rank, "began": 1.0, "recent": recent}))
 
 
 def read(fp: FakePlane) -> None:

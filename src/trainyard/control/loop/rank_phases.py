@@ -6,10 +6,10 @@ is that wait: a rank's own work in a step is its step time less its time in coll
 (`recent` = [[step, step_s, comm_s], …] in the phase file, contracts.py above `PHASES_DIR`; a
 missing comm_s counts as 0, and then every rank looks alike and nothing is flagged).
 
-The files are the job's: they are read through `jobfs` (no link followed, no FIFO waited on, at
-most `PHASES_MAX_BYTES`), and every figure in them passes `figures` (a string, NaN, 1e308, a
-negative time or a bool is skipped, never an error). A file that is missing, refused, too big or
-not of this attempt and rank is "no report" for that rank.
+The files are the job's: they are read as the ledger reads them (`services/goodput_facts.read_phase`:
+through `jobfs`, no link followed, no FIFO waited on, at most `PHASES_MAX_BYTES`; every figure a
+plain number or skipped: a string, NaN, 1e308, a negative time or a bool is never an error). A file
+that is missing, refused, too big or not of this attempt and rank is "no report" for that rank.
 
 `slow_ranks` is pure: over the newest `window` steps every rank reported, each rank's median own
 work against the median of the *other* ranks' medians (with two ranks, counting a rank in the
@@ -22,10 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from statistics import median
 
-from trainyard import figures, jobfs
-from trainyard.contracts import PHASES_MAX_BYTES, JobDir
-
-MAX_STEP_S = 1e7  # a step longer than about four months is not a figure
+from trainyard.contracts import JobDir
+from trainyard.services import goodput_facts
 
 
 @dataclass(frozen=True)
@@ -40,20 +38,8 @@ class Straggler:
 
 def own_work(job_dir: JobDir, attempt: int, rank: int) -> dict[int, float]:
     """{step: step seconds less comm seconds} of the rank's newest steps; {} when it reported none."""
-    data = jobfs.Tree(job_dir.root).read_json(job_dir.phases_file(attempt, rank), PHASES_MAX_BYTES)
-    if not isinstance(data, dict) or data.get("attempt") != attempt or data.get("rank") != rank \
-            or not isinstance(data.get("recent"), list):
-        return {}
-    out: dict[int, float] = {}
-    for row in data["recent"]:
-        if not isinstance(row, list) or len(row) < 2:
-            continue
-        step, step_s = figures.step(row[0]), figures.finite(row[1], limit=MAX_STEP_S)
-        comm_s = figures.finite(row[2], limit=MAX_STEP_S) if len(row) > 2 and row[2] is not None else 0.0
-        if step is None or step_s is None or comm_s is None or step_s < 0 or comm_s < 0:
-            continue
-        out[step] = max(0.0, step_s - comm_s)
-    return out
+    phases = goodput_facts.read_phase(job_dir, attempt, rank)
+    return {} if phases is None else {step: max(0.0, step_s - comm_s) for step, step_s, comm_s in phases.recent}
 
 
 def gang_window(own: dict[int, dict[int, float]], window: int) -> list[int] | None:
