@@ -127,12 +127,22 @@ def cluster_get(version: Optional[int] = typer.Option(None, "--version", min=1),
 
 @cluster_app.command("apply")
 def cluster_apply(file: Path = typer.Argument(..., help="YAML file with cluster, teams and classes"),
-                  message: str = typer.Option("", "-m", "--message", help="why (recorded)"), as_json: bool = JSON) -> None:
-    """Validate a configuration and make it the newest version."""
+                  message: str = typer.Option("", "-m", "--message", help="why (recorded)"), as_json: bool = JSON,
+                  what_if: bool = typer.Option(False, "--what-if", help="apply nothing: replay the cluster's own "
+                                               "history through it and the version in force (cli/whatif.py)"),
+                  since: Optional[str] = typer.Option(None, "--since", help="--what-if: history from (default now-14days)"),
+                  until: Optional[str] = typer.Option(None, "--until", help="--what-if: history to (default now)")) -> None:
+    """Validate a configuration and make it the newest version (--what-if: show what it would do)."""
     try:
         text = file.read_text()
     except OSError as e:
         fail(f"{file}: {e.strerror or e}")
+    if what_if or since is not None or until is not None:
+        from trainyard.cli.whatif import show_what_if
+
+        if not what_if:
+            fail("--since/--until: only with --what-if")
+        return show_what_if(text, since, until, as_json)
     v = Client().post("/api/v1/cluster/config", json={"text": text, "message": message})
     for w in v.get("warnings", []):
         typer.echo(f"warning: {clean(w)}", err=True)

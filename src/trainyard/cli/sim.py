@@ -38,8 +38,11 @@ def _prepare(trace, fmt, date_from, date_to, warmup_days, cluster, policies, est
         raise BadInput("--jobs: must be at least 1")
     if warmup_days < 0:
         raise BadInput("--warmup-days: cannot be negative")
-    w = load_workload(fmt, trace, date_from=date_from, date_to=date_to, warmup_days=warmup_days,
-                      cluster=cluster, seed=seed, jobs=jobs, teams=teams)
+    if fmt == "trainyard":
+        w = _history(trace, config, cluster)
+    else:
+        w = load_workload(fmt, trace, date_from=date_from, date_to=date_to, warmup_days=warmup_days,
+                          cluster=cluster, seed=seed, jobs=jobs, teams=teams)
     names = resolve_policies(policies)
     runs: dict[str, dict] = {n: {} for n in names}  # policy -> the parameters it runs with (none: defaults)
     configured = None
@@ -56,8 +59,21 @@ def _prepare(trace, fmt, date_from, date_to, warmup_days, cluster, policies, est
         else:
             typer.echo(f"note: --config names policy {configured.policy!r}, which --policies leaves out; "
                        f"it is not simulated", err=True)
-    w.jobs = apply_estimates(w.jobs, estimates, seed)
+    if fmt != "trainyard" or estimates != "user":  # a trainyard trace's user estimates are its time limits
+        w.jobs = apply_estimates(w.jobs, estimates, seed)
     return w, runs, configured, mtbf
+
+
+def _history(trace: Path | None, config: Path | None, cluster: str | None):
+    """The cluster's own history (`yard trace export`) on the configuration's nodes and teams."""
+    from trainyard.sim.history import read_history, workload_from
+    from trainyard.spec.models import load_config
+
+    if trace is None or config is None:
+        raise BadInput("--format trainyard: give --trace FILE (from yard trace export) and --config CLUSTER.yaml")
+    if cluster is not None:
+        raise BadInput("--cluster: not with --format trainyard (the nodes are --config's)")
+    return workload_from(read_history(trace), load_config(config), name=f"trainyard history {trace.name}")
 
 
 def _use_classes(w, spec, config: Path) -> None:
@@ -83,7 +99,7 @@ def _install(tmp: Path, out: Path) -> None:
 
 def sim(
     trace: Optional[Path] = typer.Option(None, "--trace", help="Trace file (--format philly or pollux)."),
-    fmt: str = typer.Option("philly", "--format", help="philly | pollux | synthetic"),
+    fmt: str = typer.Option("philly", "--format", help="philly | pollux | synthetic | trainyard (yard trace export)"),
     date_from: Optional[str] = typer.Option(None, "--from", help="First day loaded, YYYY-MM-DD (philly)."),
     date_to: Optional[str] = typer.Option(None, "--to", help="Day after the last day loaded (exclusive)."),
     warmup_days: float = typer.Option(2.0, "--warmup-days", help="Days from --from not measured (philly)."),
@@ -128,7 +144,7 @@ def sim(
     # Outside a terminal (make demo in CI, a pipe) Rich assumes 80 columns and cuts the table.
     Console(width=None if sys.stdout.isatty() else 160).print(format_table(results, title=w.name))
     meta = {"command": command_line(), "format": fmt, "trace": str(trace) if trace else None, "from": date_from,
-            "to": date_to, "warmup_days": warmup_days, "cluster": cluster or DEFAULT_CLUSTERS[fmt], "policies": names,
+            "to": date_to, "warmup_days": warmup_days, "cluster": cluster or DEFAULT_CLUSTERS.get(fmt, "--config"), "policies": names,
             "estimates": estimates, "seed": seed, "jobs": jobs if fmt == "synthetic" else None,
             "node_mtbf_s": mtbf, "config": str(config) if config else None,
             "configured_policy": configured.policy if configured is not None else None,

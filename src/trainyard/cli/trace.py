@@ -1,9 +1,12 @@
-"""`yard trace fetch|list`: the public traces `yard sim` replays, on a machine that has none.
+"""`yard trace fetch|list|export`: the public traces `yard sim` replays, on a machine that has none,
+and the cluster's own history as a trace (`export`, `--format trainyard`: `sim/history.py`).
 
 `fetch` downloads a trace's files from their pinned public source into `<data dir>/traces/`,
 keeping each only once its size and SHA-256 match (`sim/trace_catalog.py`); `list` says what
 each trace is and whether it is there. A bad trace name is exit 2; a download that fails or does
-not verify is exit 1, with nothing of that file left behind.
+not verify is exit 1, with nothing of that file left behind. `export` asks the plane (admin) for the
+jobs submitted in the window and writes them, one JSON line each, to a temporary file renamed onto
+`--out` at the end: nothing half-written.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ import typer
 
 from trainyard.cli.common import fail
 
-app = typer.Typer(help="Public cluster traces for `yard sim`: fetch them, list them.", no_args_is_help=True)
+app = typer.Typer(help="Traces for `yard sim`: the public ones (fetch, list), the cluster's own (export).",
+                  no_args_is_help=True)
 
 DATA_DIR_HELP = "where traces/ goes (default: $YARD_DATA_DIR or ~/.trainyard)"
 
@@ -64,3 +68,32 @@ def list_traces(data_dir: Optional[Path] = typer.Option(None, "--data-dir", help
         typer.echo(f"{t.name}: {t.about}")
         typer.echo(f"  {have} of {len(t.files)} files verified in {local_path(root, t.name, '')}; "
                    f"`--trace {t.name}` is {t.default_file}")
+
+
+@app.command("export")
+def export(
+    out: Path = typer.Option(..., "--out", help="the trace file to write (JSON lines)"),
+    since: Optional[str] = typer.Option(None, "--since", help="jobs submitted from (default now-14days)"),
+    until: Optional[str] = typer.Option(None, "--until", help="... and before (default now)"),
+) -> None:
+    """The cluster's own jobs as a trace for `yard sim --format trainyard --config CLUSTER.yaml`."""
+    import os
+    import tempfile
+
+    from trainyard.cli.client import Client
+    from trainyard.cli.whatif import window
+    from trainyard.sim.history import write_history
+
+    if out.is_dir():
+        fail(f"--out: {out} is a folder")
+    doc = Client().get("/api/v1/cluster/trace", params=window(since, until))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(write_history(doc["records"]))
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    typer.echo(f"{doc['jobs']} jobs written to {out}", err=True)

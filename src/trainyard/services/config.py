@@ -115,13 +115,7 @@ def apply(s: Session, text: str, by: Principal, message: str = "") -> int:
     an error naming the entry, never a job that later runs as someone else."""
     if not by.is_admin:
         raise Forbidden("only an admin can change the cluster configuration")
-    spec = _validated(text)
-    try:
-        owners.check_config(spec)
-    except ConfigError as e:
-        raise ServiceError(str(e), field=e.field) from None
-    images.registry_access(spec)  # each registry's password file readable now, not at a job's first pull
-    new = spec
+    new = check(text)
     latest = s.scalar(select(func.max(ConfigVersionRow.version))) or 0
     current = s.get(ConfigVersionRow, latest) if latest else None
     if current is not None and current.text == text:
@@ -136,6 +130,23 @@ def apply(s: Session, text: str, by: Principal, message: str = "") -> int:
         record(s, by.user, "quota.changed", f"team {team}: quota changed in configuration version {version}",
                data={"team": team, "version": version, "before": before, "after": after})
     return version
+
+
+def check(text: str) -> ConfigSpec:
+    """`text` validated as `apply` validates it, nothing stored: the model, the accounts and groups
+    it names (`owners.check_config`), each registry's password file (readable now, not at a job's
+    first pull). A what-if (`services/whatif.py`) gives a proposal the very same errors.
+
+    Raises:
+        ServiceError: the first problem, naming its field.
+    """
+    spec = _validated(text)
+    try:
+        owners.check_config(spec)
+    except ConfigError as e:
+        raise ServiceError(str(e), field=e.field) from None
+    images.registry_access(spec)
+    return spec
 
 
 class TeamQuotas(TypedDict):

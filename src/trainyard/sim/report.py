@@ -2,8 +2,9 @@
 
     write_report(out_dir, results, workload, meta)
 
-- `report.json`: `{"policies": {NAME: metrics(result)}, "meta": {...}}`; the metric names and
-  definitions are those of `trainyard.sim.result` (also docs/simulator.md).
+- `report.json`: `{"policies": {NAME: metrics(result)}, "breakdown": {NAME: per team and class},
+  "meta": {...}}`; the metric names and definitions are those of `trainyard.sim.result` (also
+  docs/simulator.md), the breakdown's those of `trainyard.sim.breakdown`.
 - `report.md`: one row per policy (the 14 headline metrics), the workload's notes (how quotas and
   everything else the trace does not say were derived) and the metric definitions.
 - `utilization.png`: allocated GPUs / cluster GPUs over time, per policy (hourly time-weighted
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from trainyard.sim import result as result_mod
+from trainyard.sim.breakdown import breakdown
 from trainyard.sim.result import SimResult, metrics
 from trainyard.sim.workload import Workload
 
@@ -255,6 +257,7 @@ def write_report(out_dir: str | Path, results: dict[str, SimResult], workload: W
     ms = all_metrics(results)
     doc = {
         "policies": ms,
+        "breakdown": {name: breakdown(res, workload) for name, res in results.items()},  # sim/breakdown.py
         "meta": _jsonable({
             **meta,
             "workload": workload.name,
