@@ -2,7 +2,8 @@
 
 Command groups live in their own modules and are wired here:
 - `yard sim` (`cli/sim.py`): simulate a workload under each policy, write a report;
-- `yard trace fetch|list` (`cli/trace.py`): the public traces it replays, downloaded and verified;
+- `yard trace fetch|list|export` (`cli/trace.py`): the public traces it replays, downloaded and verified,
+  and the cluster's own history as a trace;
 - `yard plan capacity` (`cli/plan.py`): smallest cluster meeting a wait target, by simulation;
 - `yard bench sched` (`cli/bench.py`): time scheduling cycles on a synthetic snapshot;
 - `yard up` (`cli/up.py`): the control plane (API, store, control loop, local backend);

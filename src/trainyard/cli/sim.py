@@ -10,6 +10,10 @@ what runs. `--policies` still chooses which policies run; the configured policy'
 runs with the configured parameters instead of its defaults (the others, the baselines it is
 compared with, keep theirs). The report's meta records, per policy, every parameter it ran with
 (`params`) and which policy the configuration names (`configured_policy`).
+
+`--format trainyard` replays the cluster's own history (`yard trace export`; `sim/history.py`) on
+`--config`'s nodes and teams too, which it then requires; its `--estimates user` are the jobs' own
+time limits. `yard cluster apply --what-if` replays the same records the same way.
 """
 
 from __future__ import annotations

@@ -20,6 +20,10 @@ from trainyard.cli.render import print_json, table
 FIGURES = (("mean_wait_s", "s"), ("p99_wait_s", "s"), ("mean_jct_s", "s"), ("gpu_share", "share"),
            ("quota_share", "share"), ("preemptions", "n"), ("lost_gpu_hours", "h"), ("busy_gpu_hours", "h"))
 
+# The whole cluster's, from `yard sim`'s metrics (sim/result.py).
+OVERALL = (("avg_wait_s", "s"), ("p99_wait_s", "s"), ("avg_jct_s", "s"), ("utilization", "share"),
+           ("preemptions", "n"), ("lost_gpu_hours", "h"))
+
 
 def window(since: str | None, until: str | None) -> dict[str, float]:
     """`--since`/`--until` as UNIX seconds (exit 2 on a bad time, or an end before the start)."""
@@ -56,15 +60,22 @@ def _signed(value: Any, kind: str) -> str:
     if value is None:
         return "-"
     text = _fmt(abs(value), kind)
-    return f"{'-' if value < 0 else '+'}{text}" if value else "0"
+    if not value or text.strip("0.s") == "":  # nothing, or less than the figure shows
+        return "0"
+    return f"{'-' if value < 0 else '+'}{text}"
 
 
 def rows(doc: dict[str, Any]) -> list[list[str]]:
     """One row per team or class and figure: in force, proposed, delta."""
     out: list[list[str]] = []
+    a, b, d = doc["in_force"]["metrics"], doc["proposed"]["metrics"], doc["delta"]["metrics"]
+    for fig, kind in OVERALL:
+        out.append(["all jobs", fig, _fmt(a.get(fig), kind), _fmt(b.get(fig), kind), _signed(d.get(fig), kind)])
     for scope in ("teams", "classes"):
         a, b, d = doc["in_force"][scope], doc["proposed"][scope], doc["delta"][scope]
         for name in sorted(set(a) | set(b)):
+            if not a.get(name, {}).get("jobs") and not b.get(name, {}).get("jobs"):
+                continue  # a class no job of the window is of
             for fig, kind in FIGURES:
                 if fig not in a.get(name, b.get(name, {})):
                     continue

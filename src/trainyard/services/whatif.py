@@ -130,7 +130,7 @@ def what_if(plane: Plane, by: Principal, text: str, since: str | float | None = 
     """
     if not by.is_admin:
         raise Forbidden("only an admin can change the cluster configuration")
-    proposed = config.check(text)
+    config.check(text)  # the errors of apply; replayed below from the text, as the child process takes it
     now = plane.clock()
     win = history_window(since, until, now)
     with plane.store.session() as s:
