@@ -9,17 +9,9 @@ from typing import Iterator
 import pytest
 
 from tests.plane import Plane
-from tests.sim.recorded_day import THREE_TEAMS, recorded_day, write_day
+from tests.sim.recorded_day import DAY_ORIGIN_AGO_S, THREE_TEAMS, half_quota, recorded_day, write_day
 
-DAY_ORIGIN_AGO_S = 2 * 86400.0
-
-
-def half_quota(text: str) -> str:
-    """`text` (tests/fixtures/three_teams.yaml's) with team-a's nominal quota halved, the half
-    split between team-b and team-c (halved alone, the 4 GPUs would be no one's: a cohort lends
-    only its members' nominal quotas, and every team's waits rise)."""
-    a, b = text.split("name: team-b", 1)
-    return a.replace("{nominal: 8}", "{nominal: 4}") + "name: team-b" + b.replace("{nominal: 4}", "{nominal: 6}")
+pytestmark = pytest.mark.xdist_group("whatif-api")  # one plane for the module
 
 
 @pytest.fixture(scope="module")

@@ -19,12 +19,12 @@ from typing import Iterator
 
 import pytest
 
-from tests.api.test_whatif import DAY_ORIGIN_AGO_S, half_quota
-from tests.sim.recorded_day import THREE_TEAMS, recorded_day, write_day
+from tests.sim.recorded_day import DAY_ORIGIN_AGO_S, THREE_TEAMS, half_quota, recorded_day, write_day
 from tests.yard_cluster import YardCluster
 from trainyard.store.db import open_store, sqlite_url
 
-pytestmark = pytest.mark.slow  # two starts of `yard up`, a dozen `yard` commands and a `yard sim`: about a minute
+# two starts of `yard up`, a dozen `yard` commands and a `yard sim`: 30-60 s; one cluster for the module
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("whatif-yard-up")]
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,7 @@ from trainyard.spec.models import ConfigSpec, load_config
 from trainyard.store.models import AttemptRow, JobRow
 
 THREE_TEAMS = Path(__file__).parents[1] / "fixtures" / "three_teams.yaml"
+DAY_ORIGIN_AGO_S = 2 * 86400.0  # the tests write the day from two days ago (all of it ended before now)
 SHARES = (("team-a", 0.5), ("team-b", 0.25), ("team-c", 0.25))
 _H = 3600.0
 
@@ -91,3 +92,11 @@ def write_day(s: Session, day: list[RecordedJob], origin: float) -> None:
             s.add(AttemptRow(job_id=rj.req.id, attempt=k, placement=[], started_at=origin + a, ended_at=origin + b,
                              state="COMPLETED" if cause == "completed" else "PREEMPTED", cause=cause, gpus=g,
                              exit_code=0 if cause == "completed" else None))
+
+
+def half_quota(text: str) -> str:
+    """`text` (tests/fixtures/three_teams.yaml's) with team-a's nominal quota halved, the half
+    split between team-b and team-c (halved alone, the 4 GPUs would be no one's: a cohort lends
+    only its members' nominal quotas, and every team's waits rise)."""
+    a, b = text.split("name: team-b", 1)
+    return a.replace("{nominal: 8}", "{nominal: 4}") + "name: team-b" + b.replace("{nominal: 4}", "{nominal: 6}")
