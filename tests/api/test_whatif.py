@@ -64,6 +64,8 @@ def test_only_an_admin_may_ask_and_a_bad_time_is_named(plane: Plane) -> None:
     assert member.get("/api/v1/cluster/trace").status_code == 403
     r = plane.admin.post("/api/v1/cluster/config/what-if", json={"text": half_quota_text(plane), "since": "last tuesday"})
     assert r.status_code == 400 and r.json()["field"] == "since"
+    empty = plane.admin.post("/api/v1/cluster/config/what-if", json={"text": half_quota_text(plane), "since": "now-1hours"})
+    assert empty.status_code == 200 and empty.json()["jobs"] == 0  # no history: every figure 0, no error
     r = plane.admin.get("/api/v1/cluster/trace", params={"since": "now-1hours", "until": "now-2days"})
     assert r.status_code == 400 and r.json()["field"] == "until"
 

@@ -86,7 +86,7 @@ def export(
 
     if out.is_dir():
         fail(f"--out: {out} is a folder")
-    doc = Client().get("/api/v1/cluster/trace", params=window(since, until))
+    doc = Client(timeout=300.0).get("/api/v1/cluster/trace", params=window(since, until))  # months of jobs
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
     try:

@@ -20,6 +20,8 @@ from trainyard.cli.render import print_json, table
 FIGURES = (("mean_wait_s", "s"), ("p99_wait_s", "s"), ("mean_jct_s", "s"), ("gpu_share", "share"),
            ("quota_share", "share"), ("preemptions", "n"), ("lost_gpu_hours", "h"), ("busy_gpu_hours", "h"))
 
+WHAT_IF_TIMEOUT_S = 600.0
+
 # The whole cluster's, from `yard sim`'s metrics (sim/result.py).
 OVERALL = (("avg_wait_s", "s"), ("p99_wait_s", "s"), ("avg_jct_s", "s"), ("utilization", "share"),
            ("preemptions", "n"), ("lost_gpu_hours", "h"))
@@ -87,7 +89,9 @@ def rows(doc: dict[str, Any]) -> list[list[str]]:
 
 def show_what_if(text: str, since: str | None, until: str | None, as_json: bool) -> None:
     """Ask for the what-if and print it (nothing is applied)."""
-    doc = Client().post("/api/v1/cluster/config/what-if", json={"text": text, **window(since, until)})
+    # Weeks of a busy cluster are two replays of tens of seconds each (bench/README.md, "What-if").
+    doc = Client(timeout=WHAT_IF_TIMEOUT_S).post("/api/v1/cluster/config/what-if",
+                                                 json={"text": text, **window(since, until)})
     if as_json:
         print_json(doc)
         return
