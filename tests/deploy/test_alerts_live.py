@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -82,6 +83,12 @@ def stack(tmp_path):
         hook.close()
 
 
+def unix(rfc3339: str) -> float:
+    """Alertmanager's times (RFC 3339, up to nanoseconds, UTC) as unix time."""
+    whole, _, frac = rfc3339.rstrip("Z").partition(".")
+    return datetime.fromisoformat(whole).replace(tzinfo=timezone.utc).timestamp() + float(f"0.{frac or 0}")
+
+
 def wait_query(prom: str, expr: str, timeout: float = 30.0) -> list[dict]:
     deadline = time.monotonic() + timeout
     while not (got := query(prom, expr)):
@@ -112,10 +119,10 @@ def test_a_dead_node_pages_within_for_plus_two_scrapes_and_resolves_when_revived
     took = post.at - downs[0]["time"]
     bound = FOR_S + 2 * SCRAPE_S + GROUP_WAIT_S
     alert = next(a for a in post.body["alerts"] if a["labels"]["alertname"] == ALERT)
-    pending = alert["startsAt"]
+    fired = unix(alert["startsAt"]) - downs[0]["time"]  # Prometheus's startsAt: when it went from pending to firing
     print(f"\nnode {node} down (node.down event) -> {ALERT} at the webhook: {took:.2f} s "
           f"(bound: for {FOR_S:g} s + 2 scrapes of {SCRAPE_S:g} s + group_wait {GROUP_WAIT_S:g} s = {bound:g} s); "
-          f"firing since {pending}")
+          f"down -> firing {fired:.2f} s (pending {fired - FOR_S:.2f} s), firing -> webhook {took - fired:.2f} s")
     assert alert["status"] == "firing"
     assert alert["labels"]["severity"] == "critical" and alert["labels"]["pool"] == "default", alert["labels"]
     assert alert["annotations"]["runbook_url"].endswith("docs/runbooks.md#trainyardnodedownnoremediation")
