@@ -41,8 +41,9 @@ def tools_or_skip() -> dict[str, str]:
     found = {t: shutil.which(t) for t in TOOLS}
     missing = [t for t, p in found.items() if p is None]
     if missing:
-        pytest.skip(f"{', '.join(missing)} not installed and scripts/{SETUP.name} could not install them "
-                    f"(it needs root and apt-get): {failed}")
+        why = failed or "not run: it needs root (and TRAINYARD_ALERTMANAGER_NO_INSTALL unset)"
+        pytest.skip(f"{', '.join(missing)} not installed and scripts/{SETUP.name} (root, apt-get) could not "
+                    f"install them: {why}")
     return {t: p for t, p in found.items() if p is not None}
 
 
