@@ -125,7 +125,7 @@ def test_a_dead_node_pages_within_for_plus_two_scrapes_and_resolves_when_revived
     fired = unix(alert["startsAt"]) - downs[0]["time"]  # Prometheus's startsAt: when it went from pending to firing
     print(f"\nnode {node} down (node.down event) -> {ALERT} at the webhook: {took:.2f} s "
           f"(bound: for {FOR_S:g} s + 2 scrapes of {SCRAPE_S:g} s + group_wait {GROUP_WAIT_S:g} s = {bound:g} s); "
-          f"down -> firing {fired:.2f} s (pending {fired - FOR_S:.2f} s), firing -> webhook {took - fired:.2f} s")
+          f"down -> pending {fired - FOR_S:.2f} s, -> firing {fired:.2f} s, firing -> webhook {took - fired:.2f} s")
     assert alert["status"] == "firing"
     assert alert["labels"]["severity"] == "critical" and alert["labels"]["pool"] == "default", alert["labels"]
     assert alert["annotations"]["runbook_url"].endswith("docs/runbooks.md#trainyardnodedownnoremediation")
