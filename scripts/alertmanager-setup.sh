@@ -7,10 +7,9 @@
 # Exit 0: installed. Exit non-zero, with the reason on stderr, when it cannot install.
 #
 # Starts no daemon: the packages' postinst would start the system's prometheus (port 9090) and
-# alertmanager (9093), and the test starts its own on free loopback ports. Where the machine has
-# no /usr/sbin/policy-rc.d, one that refuses every start (exit 101, Debian's policy-rc.d
-# interface, which invoke-rc.d and deb-systemd-invoke honour) is put there for the install and
-# removed after it. Where a service runs all the same afterwards, it is stopped and disabled.
+# alertmanager (9093), and the test starts its own on free loopback ports: _apt-install.sh keeps
+# the postinst from starting them (policy-rc.d). Where a service runs all the same afterwards (a
+# machine's own policy-rc.d allows it), it is stopped and disabled.
 set -euo pipefail
 export PATH="${PATH:-/usr/bin:/bin}:/usr/sbin:/sbin"
 
@@ -24,18 +23,6 @@ gone=$(missing_commands "${needed[@]}")
 if [ -z "$gone" ]; then
     exit 0
 fi
-
-POLICY=/usr/sbin/policy-rc.d
-ours=
-if [ "$(id -u)" = 0 ] && [ ! -e "$POLICY" ]; then
-    printf '#!/bin/sh\n# put here by trainyard scripts/alertmanager-setup.sh for one install\nexit 101\n' >"$POLICY"
-    chmod 755 "$POLICY"
-    ours=1
-fi
-cleanup() {
-    if [ -n "$ours" ]; then rm -f "$POLICY"; fi
-}
-trap cleanup EXIT
 
 apt_install "missing: ${gone}" prometheus prometheus-alertmanager
 
