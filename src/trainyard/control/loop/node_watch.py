@@ -24,6 +24,7 @@ from trainyard.services import transitions
 from trainyard.services.events import record
 from trainyard.services.nodes import node_states
 from trainyard.spec.models import HealthSpec
+from trainyard.spec.pilot import effective_for
 from trainyard.states import ACTIVE_STATES, JobState, StopKind
 from trainyard.store.models import JobRow, NodeRow
 
@@ -40,9 +41,9 @@ class NodeWatch:
         with ctx.lock, ctx.store.session.begin() as s:
             rows = node_states(s)
             active = list(s.scalars(select(JobRow).where(JobRow.state.in_(ACTIVE_STATES))))
-            hspec = ctx.configs.current(s).spec.health
-            for info in facts.inventory:
-                self._watch(s, info, rows.get(info.name), hspec, active, facts, now)
+            spec = ctx.configs.current(s).spec
+            for info in facts.inventory:  # each node under its own settings: a pilot node's trial (spec/pilot.py)
+                self._watch(s, info, rows.get(info.name), effective_for(spec, info.name).health, active, facts, now)
             for j in active:
                 if j.stop_kind is None and (j.id, j.attempt) in hung:
                     after = ctx.params.hung_after_s
