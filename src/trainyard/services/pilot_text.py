@@ -9,32 +9,47 @@ text it was put into.
 
 from __future__ import annotations
 
+import difflib
 import io
 from typing import Any, Callable
 
 import yaml
+
+from trainyard.services.config_edit import INDENTS  # the two common indentations of a sequence
 
 
 def _edited(text: str, change: Callable[[Any], None]) -> str:
     want = yaml.safe_load(text)
     change(want)
     try:
-        from ruamel.yaml import YAML  # the plane's dependency only: the CLI never edits configurations
-
-        rt = YAML(typ="rt")
-        rt.preserve_quotes = True
-        rt.width = 1 << 16  # never reflow a long line
-        doc = rt.load(text)
-        change(doc)
-        out = io.StringIO()
-        rt.dump(doc, out)
-        edited: str | None = out.getvalue()
+        edited: str | None = min((_round_trip(text, change, indent) for indent in INDENTS),
+                                 key=lambda out: _changed_lines(text, out))
     except Exception:  # noqa: BLE001 - any layout ruamel cannot follow: fall back to a fresh dump
         edited = None
     if edited is not None and yaml.safe_load(edited) == want:
         return edited
     dumped: str = yaml.safe_dump(want, sort_keys=False)  # yaml is untyped: a str when no stream is given
     return dumped
+
+
+def _round_trip(text: str, change: Callable[[Any], None], indent: tuple[int, int, int]) -> str:
+    from ruamel.yaml import YAML  # the plane's dependency only: the CLI never edits configurations
+
+    rt = YAML(typ="rt")
+    rt.preserve_quotes = True
+    rt.width = 1 << 16  # never reflow a long line
+    mapping, sequence, offset = indent
+    rt.indent(mapping=mapping, sequence=sequence, offset=offset)
+    doc = rt.load(text)
+    change(doc)
+    out = io.StringIO()
+    rt.dump(doc, out)
+    return out.getvalue()
+
+
+def _changed_lines(a: str, b: str) -> int:
+    return sum(1 for line in difflib.unified_diff(a.splitlines(), b.splitlines(), lineterm="", n=0)
+               if line[:1] in "+-" and not line.startswith(("+++", "---")))
 
 
 def _block(mapping: Any) -> None:
