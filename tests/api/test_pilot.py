@@ -139,3 +139,21 @@ def test_a_features_trial_shows_on_the_pilot_node_only_and_promotes_to_its_entry
     assert yaml.safe_load(r.json()["text"])["cluster"]["nodes"][0]["features"] == ["ib"]
     with plane.cp.store.session() as s:
         assert all(n.features == {"ib"} for n in plane.cp.configs.current(s).nodes)
+
+
+def test_status_compares_the_pilots_jobs_with_the_rests(plane):
+    """One job fails on the pilot node, one completes on the other: failure rates 1 and 0, and each
+    side's allocated GPU-seconds from the goodput ledger."""
+    assert plane.admin.post("/api/v1/cluster/pilot", json={"text": edited(
+        plane, lambda d: d["cluster"]["nodes"][0].update(features=["ib"]))}).status_code == 200
+    plane.cp.start()
+    fails = plane.submit(command=["sh", "-c", "sleep 0.5; exit 3"], gpus=1, team="vision", nodelist="node-0")
+    works = plane.submit(command=["sh", "-c", "sleep 0.5"], gpus=1, team="vision", nodelist="node-1")
+    assert plane.wait(fails["id"], ("FAILED",))["attempts"][0]["placement"][0]["node"] == "node-0"
+    plane.wait(works["id"], "COMPLETED")
+    sides = plane.admin.get("/api/v1/cluster/pilot/status").json()["sides"]
+    p, r = sides["pilot"], sides["rest"]
+    assert (p["attempts_ended"], p["attempts_failed"], p["failure_rate"]) == (1, 1, 1.0)
+    assert (r["attempts_ended"], r["attempts_failed"], r["failure_rate"]) == (1, 0, 0.0)
+    assert p["allocated_gpu_s"] > 0.4 and r["allocated_gpu_s"] > 0.4
+    assert p["downs"] == r["downs"] == 0

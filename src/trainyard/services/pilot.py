@@ -72,7 +72,9 @@ def apply_trial(s: Session, text: str, by: Principal, message: str, now: float) 
         entry["features"] = feats
     new_text = pilot_text.with_trial(row.text, entry)
     nodes = base.pilot.nodes if base.pilot else []
-    changes = pilot.what_changes(base, checked(new_text).pilot.trial)  # type: ignore[union-attr, arg-type]
+    t = pilot.trial(checked(new_text))
+    assert t is not None  # just put in
+    changes = pilot.what_changes(base, t)
     version = config.apply(s, new_text, by, message or f"pilot trial on {', '.join(nodes)}")
     record(s, by.user, "pilot.applied", f"configuration version {version}: trial on the pilot ({', '.join(nodes)}): "
            f"{'; '.join(changes)}", at=now,

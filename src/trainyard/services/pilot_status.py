@@ -69,7 +69,7 @@ def status(s: Session, cfg: ConfigVersion, now: float, data_dir: Path | None = N
         d["attempts_failed"] += state in FAILED
     for kind, node in s.execute(select(EventRow.kind, EventRow.node).where(
             EventRow.time >= t.since, EventRow.kind.in_(NODE_EVENTS), EventRow.node.is_not(None))):
-        d = side(node)
+        d = side(str(node))
         d[NODE_EVENTS[kind]] += 1
         per = d["events_by_node"].setdefault(node, {v: 0 for v in NODE_EVENTS.values()})
         per[NODE_EVENTS[kind]] += 1

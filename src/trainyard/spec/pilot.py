@@ -41,8 +41,9 @@ class NodeSettings:
 def effective_for(spec: ConfigSpec, node: str) -> NodeSettings:
     """The settings `node` runs under: the trial's on a pilot node while a trial is in progress,
     the configuration's own otherwise (the module docstring)."""
-    trial = spec.pilot.trial if spec.pilot is not None else None
-    if trial is None or node not in spec.pilot.nodes:  # type: ignore[union-attr]  # trial implies pilot
+    p = spec.pilot
+    trial = p.trial if p is not None and node in p.nodes else None
+    if trial is None:
         return NodeSettings(False, spec.health, None)
     feats = trial.features.get(node)
     return NodeSettings(True, trial.health if trial.health is not None else spec.health,
