@@ -135,6 +135,9 @@ def test_a_features_trial_shows_on_the_pilot_node_only_and_promotes_to_its_entry
     with plane.cp.store.session() as s:
         feats = {n.name: set(n.features) for n in plane.cp.configs.current(s).nodes}
     assert feats == {"node-0": {"ib"}, "node-1": set()}
+    plane.cp.start()
+    j = plane.submit(command=["true"], gpus=1, team="vision", constraint="ib")  # -C ib: the pilot's feature
+    assert plane.wait(j["id"], "COMPLETED")["attempts"][0]["placement"][0]["node"] == "node-0"
     r = plane.admin.post("/api/v1/cluster/pilot/promote", json={})
     assert yaml.safe_load(r.json()["text"])["cluster"]["nodes"][0]["features"] == ["ib"]
     with plane.cp.store.session() as s:

@@ -7,7 +7,7 @@ Command groups live in their own modules and are wired here:
 - `yard bench sched` (`cli/bench.py`): time scheduling cycles on a synthetic snapshot;
 - `yard up` (`cli/up.py`): the control plane (API, store, control loop, local backend);
 - job commands (`cli/jobs.py`): submit, queue, show, cancel, hold, release, requeue, logs, events;
-- cluster commands (`cli/admin.py`): nodes, drain, resume, teams, cluster; tokens (`cli/tokens.py`): create, list, revoke;
+- cluster commands (`cli/admin.py`): nodes, drain, resume, teams, cluster (its `pilot`: `cli/pilot.py`); tokens (`cli/tokens.py`): create, list, revoke;
   login, logout, whoami (`cli/login.py`): the Unix account as identity, one-time codes;
   reservations (`cli/reservations.py`): create, list, delete;
 - accounting: acct (sacct, `cli/acct.py`), report (sreport, `cli/report.py`), share and prio (sshare,
