@@ -144,9 +144,10 @@ class HealthChecker:
         with self._lock:
             return node in self._busy or node in self._queued
 
-    def results(self, node: str) -> list[CheckResult]:
-        """The newest result of each check the node runs now (module docstring)."""
-        names = {c.name for c in self.node_spec_of(node).checks}
+    def results(self, node: str, spec: HealthSpec | None = None) -> list[CheckResult]:
+        """The newest result of each check the node runs now (module docstring); `spec`: its
+        settings where the caller has them (the loop's steps: the version of their pass)."""
+        names = {c.name for c in (spec or self.node_spec_of(node)).checks}
         with self._lock:
             return [r for k, r in self._results.get(node, {}).items() if k in names]
 

@@ -47,7 +47,7 @@ def gate(health: HealthChecker, cfg: ConfigVersion, states: dict[str, NodeRow], 
                 checking = True
             continue
         since = horizon if row is None or row.updated_by == HEALTH else max(horizon, row.updated_at)
-        if health.fresh(n.name, hspec, since) and worst(health.results(n.name)) is None:
+        if health.fresh(n.name, hspec, since) and worst(health.results(n.name, hspec)) is None:
             continue
         unchecked.add(n.name)
         if wanted and used.get(n.name, 0) < n.gpus:

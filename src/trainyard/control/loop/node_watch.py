@@ -55,7 +55,7 @@ class NodeWatch:
     def _watch(self, s: Session, info: NodeInfo, row: NodeRow | None, hspec: HealthSpec, active: list[JobRow],
                facts: Facts, now: float) -> None:
         name = info.name
-        checks = self.health.results(name)
+        checks = self.health.results(name, hspec)
         if row is not None and row.state == "up" and row.updated_by != HEALTH:
             # resumed by a person: what the checks found before is forgotten, and only rounds run
             # since count (the before-work gate holds its work until one passes)

@@ -119,7 +119,8 @@ class Suspects:
                           "(never measured: no speed check is configured)", now)
             return
         names = speed_checks(cfg, row.name)
-        results = [r for r in self.health.results(row.name) if r.check in names and r.at >= since]
+        mine = self.health.results(row.name, effective_for(cfg.spec, row.name).health)
+        results = [r for r in mine if r.check in names and r.at >= since]
         if len(results) < len(names):
             self.health.request(row.name)  # none queued or running since: at once (a running one is that round)
             return
