@@ -127,13 +127,15 @@ def cluster_get(version: Optional[int] = typer.Option(None, "--version", min=1),
 
 @cluster_app.command("apply")
 def cluster_apply(file: Path = typer.Argument(..., help="YAML file with cluster, teams and classes"),
-                  message: str = typer.Option("", "-m", "--message", help="why (recorded)"), as_json: bool = JSON) -> None:
+                  message: str = typer.Option("", "-m", "--message", help="why (recorded)"),
+                  pilot: bool = typer.Option(False, "--pilot", help="try its health and node-feature changes on the "
+                                             "pilot pool first (yard cluster pilot)"), as_json: bool = JSON) -> None:
     """Validate a configuration and make it the newest version."""
     try:
         text = file.read_text()
     except OSError as e:
         fail(f"{file}: {e.strerror or e}")
-    v = Client().post("/api/v1/cluster/config", json={"text": text, "message": message})
+    v = Client().post("/api/v1/cluster/pilot" if pilot else "/api/v1/cluster/config", json={"text": text, "message": message})
     for w in v.get("warnings", []):
         typer.echo(f"warning: {clean(w)}", err=True)
     print_json(v) if as_json else typer.echo(f"configuration version {v['version']} in force")
