@@ -1,8 +1,9 @@
 """deploy/prometheus (issue 40): the rules pass Prometheus's own `promtool check rules` and the
 unit tests beside them (`promtool test rules`), every alert carries what the on-call needs
 (`for:`, a severity, a summary, a runbook_url whose anchor is a section of docs/runbooks.md), every
-alert has a unit test where it fires and one where it stays quiet, and every `yard` command the
-runbooks tell the on-call to type exists with the options they give it.
+alert has a unit test where it fires and one where it stays quiet, every `yard` command the
+runbooks tell the on-call to type exists with the options they give it, and the example
+prometheus.yml and alertmanager.yml pass `promtool check config` and `amtool check-config`.
 
 promtool is Debian's `prometheus` package: scripts/promtool-setup.sh installs it when the test
 runs as root (as tests/api/test_metrics.py does); elsewhere, without it, the promtool tests skip
@@ -186,3 +187,25 @@ def test_rules_read_only_metrics_the_plane_exports() -> None:
     assert len(read) >= 12
     unknown = {m for m in read if m not in families and re.sub(r"_(total|bucket|count|sum)$", "", m) not in families}
     assert unknown == set()
+
+
+def test_the_example_configurations_pass_their_own_checks(tmp_path: Path) -> None:
+    """deploy/prometheus's prometheus.yml (as the live test fills it in: its rule files found) and
+    alertmanager.yml pass `promtool check config` and `amtool check-config`: what the README tells
+    a site to run, here without starting either server (tests/deploy/test_alerts_live.py does)."""
+    from tests.deploy.alert_stack import alertmanager_config, prometheus_config, tools_or_skip
+
+    tools_or_skip()
+    token = tmp_path / "trainyard.token"
+    token.write_text("x\n")
+    cfg = prometheus_config(plane="127.0.0.1:8080", token_file=token, rules=RULES, alertmanager="127.0.0.1:9093",
+                            interval_s=30)
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(cfg))
+    r = subprocess.run(["promtool", "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0 and "SUCCESS" in r.stdout + r.stderr, r.stdout + r.stderr
+    r = subprocess.run(["amtool", "check-config", str(PROM / "alertmanager.yml")], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and "SUCCESS" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert alertmanager_config(webhook="http://127.0.0.1:1", group_wait_s=1, group_interval_s=1)["receivers"][0][
+        "webhook_configs"][0]["url"] == "http://127.0.0.1:1/page"

@@ -19,6 +19,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from trainyard.api.admission import Admission, Counts
 from trainyard.api.routers import accounting, cluster, goodput, images, jobs, misc, nodes, ports, reservations, storage, teams, terminal, tokens, ui
+from trainyard.api.routers import pilot as pilot_routes
 from trainyard.api.routers import login as login_routes
 from trainyard.api.routers import whatif as whatif_routes
 from trainyard.disk import free_bytes
@@ -102,7 +103,7 @@ def create_app(cp: Plane) -> FastAPI:
 
     for r in (jobs.router, nodes.router, teams.router, cluster.router, misc.router, tokens.router, accounting.router, goodput.router,
               reservations.router, storage.router, ui.router, login_routes.router, images.router, terminal.router, ports.router,
-              whatif_routes.router):
+              pilot_routes.router, whatif_routes.router):
         app.include_router(r)
 
     @app.get("/", include_in_schema=False)

@@ -127,7 +127,9 @@ def cluster_get(version: Optional[int] = typer.Option(None, "--version", min=1),
 
 @cluster_app.command("apply")
 def cluster_apply(file: Path = typer.Argument(..., help="YAML file with cluster, teams and classes"),
-                  message: str = typer.Option("", "-m", "--message", help="why (recorded)"), as_json: bool = JSON,
+                  message: str = typer.Option("", "-m", "--message", help="why (recorded)"),
+                  pilot: bool = typer.Option(False, "--pilot", help="try its health and node-feature changes on the "
+                                             "pilot pool first (yard cluster pilot)"), as_json: bool = JSON,
                   what_if: bool = typer.Option(False, "--what-if", help="apply nothing: replay the cluster's own "
                                                "history through it and the version in force (cli/whatif.py)"),
                   since: Optional[str] = typer.Option(None, "--since", help="--what-if: history from (default now-14days)"),
@@ -140,10 +142,10 @@ def cluster_apply(file: Path = typer.Argument(..., help="YAML file with cluster,
     if what_if or since is not None or until is not None:
         from trainyard.cli.whatif import show_what_if
 
-        if not what_if:
-            fail("--since/--until: only with --what-if")
+        if not what_if or pilot:
+            fail("--since/--until: only with --what-if" if not what_if else "--what-if: not with --pilot")
         return show_what_if(text, since, until, as_json)
-    v = Client().post("/api/v1/cluster/config", json={"text": text, "message": message})
+    v = Client().post("/api/v1/cluster/pilot" if pilot else "/api/v1/cluster/config", json={"text": text, "message": message})
     for w in v.get("warnings", []):
         typer.echo(f"warning: {clean(w)}", err=True)
     print_json(v) if as_json else typer.echo(f"configuration version {v['version']} in force")

@@ -8,7 +8,7 @@ Command groups live in their own modules and are wired here:
 - `yard bench sched` (`cli/bench.py`): time scheduling cycles on a synthetic snapshot;
 - `yard up` (`cli/up.py`): the control plane (API, store, control loop, local backend);
 - job commands (`cli/jobs.py`): submit, queue, show, cancel, hold, release, requeue, logs, events;
-- cluster commands (`cli/admin.py`): nodes, drain, resume, teams, cluster; tokens (`cli/tokens.py`): create, list, revoke;
+- cluster commands (`cli/admin.py`): nodes, drain, resume, teams, cluster (its `pilot`: `cli/pilot.py`); tokens (`cli/tokens.py`): create, list, revoke;
   login, logout, whoami (`cli/login.py`): the Unix account as identity, one-time codes;
   reservations (`cli/reservations.py`): create, list, delete;
 - accounting: acct (sacct, `cli/acct.py`), report (sreport, `cli/report.py`), share and prio (sshare,
@@ -40,6 +40,7 @@ from trainyard.cli import alloc as alloc_cmd
 from trainyard.cli import srun_cmd
 from trainyard.cli import notebook as notebook_cmd
 from trainyard.cli import port_forward
+from trainyard.cli import pilot
 from trainyard.cli.strict import CONTEXT, StrictCommand
 
 app = typer.Typer(help="trainyard: a manager for GPU training clusters shared by several teams.",
@@ -72,6 +73,7 @@ for _name in ("queue", "show", "cancel", "hold", "release", "requeue", "logs", "
 for _name in ("nodes", "drain", "resume"):
     app.command(_name)(getattr(admin, _name))
 app.add_typer(admin.teams_app, name="teams")
+admin.cluster_app.add_typer(pilot.pilot_app, name="pilot")
 app.add_typer(admin.cluster_app, name="cluster")
 app.add_typer(tokens.token_app, name="token")
 app.add_typer(login_cmd.login_app, name="login")  # login, logout, whoami: cli/login.py

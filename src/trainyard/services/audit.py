@@ -4,7 +4,8 @@ when, and what it was before and after, as JSON lines.
 The changes are events of these kinds (`AUDIT_KINDS`), each with `actor` and `time`, and
 `data.before` / `data.after` where a value changed:
 - `config.applied` (the version before and after) and `quota.changed` (a team's cohort and
-  quotas per pool, before and after; none before: a new team);
+  quotas per pool, before and after; none before: a new team); the pilot pool's steps, each also
+  a version: `pilot.applied`, `pilot.promoted`, `pilot.rolled_back` (services/pilot.py);
 - `token.created`, `token.revoked`;
 - a person's action on a job: `job.submitted`, `job.cancelled` (while waiting) and
   `job.cancel_requested` (running), `job.held`, `job.released`, `job.requeued` and
@@ -32,7 +33,8 @@ from trainyard.services.errors import Forbidden
 from trainyard.store.models import EventRow
 
 AUDIT_KINDS: tuple[str, ...] = (
-    "config.applied", "quota.changed", "token.created", "token.revoked",
+    "config.applied", "quota.changed", "pilot.applied", "pilot.promoted", "pilot.rolled_back",
+    "token.created", "token.revoked",
     "job.submitted", "job.cancelled", "job.cancel_requested", "job.held", "job.released", "job.requeued",
     "job.requeue_requested",
     "node.drain", "node.up", "node.down", "node.suspect", "node.remediating", "node.remediated",

@@ -35,6 +35,7 @@ from trainyard.services.events import record
 from trainyard.sched.cluster import Node
 from trainyard.sched.policy import Policy
 from trainyard.sched.types import AdminReservation, JobClass, Team
+from trainyard.spec.pilot import effective_nodes
 from trainyard.spec.models import EXAMPLE_CONFIG, ConfigError, ConfigSpec, parse_config
 from trainyard.store.models import ConfigVersionRow
 
@@ -59,8 +60,9 @@ class ConfigVersion:
     # Derived once per version: every submission and every loop pass reads them.
     @cached_property
     def nodes(self) -> list[Node]:
-        """The configuration's nodes, `count` expanded (`ClusterSpec.expand`)."""
-        return self.spec.cluster.expand()
+        """The configuration's nodes, `count` expanded (`ClusterSpec.expand`), a pilot node with
+        its trial's features (`spec.pilot.effective_nodes`)."""
+        return effective_nodes(self.spec)
 
     @cached_property
     def sched(self) -> tuple[dict[str, Team], dict[str, JobClass]]:

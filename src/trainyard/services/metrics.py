@@ -35,7 +35,8 @@ What is exported:
   the start when it has none). The label is `job_id`: Prometheus's own target label is `job`, and
   a scrape renamed ours to `exported_job`;
 - the plane itself (this process's counts): `trainyard_loop_pass_seconds` (a summary: quantiles of
-  the recent passes), `trainyard_loop_slow_passes_total`, `trainyard_thread_restarts_total{thread}`,
+  the recent passes), `trainyard_loop_last_pass_timestamp_seconds` (when the newest pass ended,
+  unix time), `trainyard_loop_slow_passes_total`, `trainyard_thread_restarts_total{thread}`,
   `trainyard_thread_alive{thread}`, `trainyard_data_disk_free_bytes`,
   `trainyard_api_refused_total` (503s under overload, api/app.py).
 
@@ -389,6 +390,13 @@ def _plane_itself(cp: Any) -> Iterator[Metric]:
     yield passes
     yield CounterMetricFamily("trainyard_loop_slow_passes", "Control-loop passes over their time budget.",
                               value=st.slow_passes)
+    # the newest pass's end as a unix time (the stats keep it on the monotonic clock): an alert takes
+    # `time() - it` as the loop's pass age, which a counter's changes() sees only minutes late
+    last = GaugeMetricFamily("trainyard_loop_last_pass_timestamp_seconds", "Unix time the control loop's newest "
+                             "pass ended (absent until the first pass ends).", labels=[])
+    if st.last_pass_at is not None:
+        last.add_metric([], time.time() - (time.monotonic() - st.last_pass_at))
+    yield last
     restarts = CounterMetricFamily("trainyard_thread_restarts", "Supervised background threads restarted after "
                                    "dying (control/lifecycle/supervise.py).", labels=["thread"])
     alive = GaugeMetricFamily("trainyard_thread_alive", "1 while a supervised background thread runs.",

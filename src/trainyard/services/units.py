@@ -15,7 +15,7 @@ from typing import Any, Callable, Protocol
 from sqlalchemy.orm import Session
 
 from trainyard.images.types import ImagePullError
-from trainyard.services import auth, config, events, image_admin, jobs, login, nodes, progress, reservations, teams, tokens
+from trainyard.services import auth, config, events, image_admin, jobs, login, nodes, pilot, progress, reservations, teams, tokens
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Conflict, Forbidden, NotFound, ServiceError
 from trainyard.services.login_codes import Issue
@@ -101,6 +101,16 @@ def apply_config(plane: Plane, by: Principal, text: str, message: str) -> dict[s
 def rollback_config(plane: Plane, by: Principal, version: int) -> dict[str, Any]:
     """An older version's text as the newest version (history is never rewritten)."""
     return _change_config(plane, by, lambda s: config.rollback(s, version, by))
+
+
+def pilot_step(plane: Plane, by: Principal, step: str, message: str, text: str = "") -> dict[str, Any]:
+    """The pilot's `apply` (a trial of `text`), `promote` or `rollback` (services/pilot.py): a version."""
+    now = plane.clock()
+    change: dict[str, Callable[[Session], int]] = {
+        "apply": lambda s: pilot.apply_trial(s, text, by, message, now),
+        "promote": lambda s: pilot.promote(s, by, message, now),
+        "rollback": lambda s: pilot.rollback(s, by, message, now)}
+    return _change_config(plane, by, change[step])
 
 
 def _change_config(plane: Plane, by: Principal, change: Callable[[Session], int]) -> dict[str, Any]:

@@ -589,6 +589,30 @@ class ReservationSpec(_Model):
         return self
 
 
+Feature = Annotated[str, Field(max_length=B.MAX_NAME, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.=:+-]*$")]
+
+
+class TrialSpec(_Model):
+    """A change tried on the pilot pool (spec/pilot.py): the proposed values of the pilotable
+    sections only, written by `yard cluster apply FILE --pilot`, never by hand. `health`: the
+    proposed `health:` section (None: unchanged); `features`: each node's proposed features where
+    they differ from its own (all nodes, so that `promote` can apply them everywhere)."""
+
+    since: Annotated[float, Field(ge=0, le=4102444800)]  # when the trial began (epoch seconds)
+    base_version: int = Field(ge=1)  # the version in force when it began
+    message: str = Field("", max_length=500)
+    health: HealthSpec | None = None
+    features: dict[Name, list[Feature]] = Field(default_factory=dict, max_length=B.MAX_NODES)
+
+
+class PilotSpec(_Model):
+    """`pilot:` the nodes that take a change of health checks, remediation or node features first,
+    and the trial in progress, if any (docs/control-plane.md, "Pilot pool")."""
+
+    nodes: Annotated[list[Name], BeforeValidator(_hostlist), Field(min_length=1, max_length=B.MAX_NODES)]
+    trial: TrialSpec | None = None
+
+
 class ConfigSpec(_Model):
     """A whole cluster configuration: the file `yard up --config` and `yard sim --config` read."""
 
@@ -621,6 +645,8 @@ class ConfigSpec(_Model):
     interactive: InteractiveSpec = Field(default_factory=InteractiveSpec)
     # Slow ranks within a job, nodes slow in several jobs (spec/stragglers.py, control/loop/stragglers.py)
     stragglers: StragglersSpec = Field(default_factory=StragglersSpec)
+    # Nodes that take a change first, and the trial in progress (spec/pilot.py)
+    pilot: PilotSpec | None = None
 
     @model_validator(mode="after")
     def _references(self) -> "ConfigSpec":
@@ -653,7 +679,24 @@ class ConfigSpec(_Model):
             if dup:
                 raise ValueError(f"{kind} names must be unique; repeated: {sorted(dup)}")
         self._check_reservations()
+        self._check_pilot()
         return self
+
+    def _check_pilot(self) -> None:
+        """The pilot's nodes (and a trial's features) name known nodes; some node stays out of it."""
+        if self.pilot is None:
+            return
+        nodes = [n.name for n in self.cluster.expand()]
+        for where, named in (("pilot.nodes", self.pilot.nodes),
+                             ("pilot.trial.features", list(self.pilot.trial.features) if self.pilot.trial else [])):
+            unknown = [n for n in named if n not in nodes]
+            if unknown:
+                raise ValueError(f"{where}: unknown node {unknown[0]!r}")
+        dup = sorted({n for n in self.pilot.nodes if self.pilot.nodes.count(n) > 1})
+        if dup:
+            raise ValueError(f"pilot.nodes: node {dup[0]!r} named twice")
+        if set(nodes) <= set(self.pilot.nodes):
+            raise ValueError("pilot.nodes: every node is in the pilot; leave some out to compare the pilot with")
 
     def _check_reservations(self) -> None:
         """Reservations name known nodes and teams, have unique names, and no two hold one node at

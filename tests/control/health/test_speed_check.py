@@ -77,7 +77,7 @@ def _speed_processes(marker: str) -> list[int]:
 
 def test_a_run_past_its_time_out_is_critical_and_leaves_no_rank_behind(tmp_path: Path) -> None:
     marker = "9991"  # iterations no other test asks for: finds this run's processes
-    spec = speed_check({"cpu": {"tflops": 1e-6}}, matmul_n=2048, iters=int(marker), cpu_ranks=2, timeout=3)
+    spec = speed_check({"cpu": {"tflops": 1e-6}}, matmul_n=2048, iters=int(marker), cpu_ranks=2, timeout=12)
     t0 = time.monotonic()
     with ThreadPoolExecutor(1) as pool:
         running = pool.submit(run_check, spec, "node-0", tmp_path)
@@ -86,9 +86,11 @@ def test_a_run_past_its_time_out_is_critical_and_leaves_no_rank_behind(tmp_path:
             most = max(most, len(_speed_processes(marker)))
             time.sleep(0.05)
         r = running.result()
-    assert r.status == CRITICAL and r.message == "speed test timed out after 3s", r.message
-    assert time.monotonic() - t0 < 10
-    assert most == 2  # rank 0 and the rank it forked were running when the time ran out
+    assert r.status == CRITICAL and r.message == "speed test timed out after 12s", r.message
+    assert time.monotonic() - t0 < 20
+    # rank 0 and the rank it forked were running when the time ran out (12 s: under a loaded
+    # suite the two ranks' torch imports took more than the 3 s this test once allowed)
+    assert most == 2
     deadline = time.monotonic() + 5
     while _speed_processes(marker) and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -8,6 +8,11 @@ for a node whose round is running or queued is that round.
 
 `fresh(node, spec, since)` is the before-work test the loop applies: every configured check has
 a result from a run that started at or after `since`.
+
+Each node runs its own checks (`node_spec_of(node)`: the pilot's trial on a pilot node,
+spec/pilot.py); the periodic rounds come every `interval`, the shortest any node's settings give.
+A node's results are only those of the checks it runs now: a check taken out of its settings (a
+trial rolled back) is forgotten at once, not at its next round.
 """
 
 from __future__ import annotations
@@ -39,9 +44,11 @@ class HealthChecker:
     def __init__(self, data_dir: Path, spec_of: Callable[[], HealthSpec], nodes_of: Callable[[], list[str]],
                  on_round: Callable[[str, str], None] | None = None,
                  model_of: Callable[[str], str | None] | None = None,
-                 cell_of: Callable[[str], AbstractContextManager[list[str]]] | None = None):
+                 cell_of: Callable[[str], AbstractContextManager[list[str]]] | None = None,
+                 node_spec_of: Callable[[str], HealthSpec] | None = None):
         self.data_dir = data_dir
-        self.spec_of = spec_of
+        self.spec_of = spec_of  # the configuration's own health settings
+        self.node_spec_of = node_spec_of or (lambda node: self.spec_of())  # a node's (spec/pilot.py)
         self.nodes_of = nodes_of
         self.on_round = on_round
         self.model_of = model_of or (lambda node: None)  # a node's gpu_model: the `speed` check's baseline
@@ -71,17 +78,19 @@ class HealthChecker:
 
     def _run(self, stop: threading.Event) -> None:
         while not stop.is_set():
-            spec = self.spec_of()
-            if spec.checks:
-                for node in self.nodes_of():
-                    if self._stop.is_set():
-                        return
+            interval = self.spec_of().interval
+            for node in self.nodes_of():
+                if self._stop.is_set():
+                    return
+                spec = self.node_spec_of(node)
+                interval = min(interval, spec.interval)
+                if spec.checks:
                     self.run_now(node, spec)
-            self._stop.wait(spec.interval)
+            self._stop.wait(interval)
 
     def run_now(self, node: str, spec: HealthSpec | None = None, context: str = PERIODIC) -> list[CheckResult] | None:
         """One round on `node` in this thread; None (and nothing run) if one is running already."""
-        spec = spec or self.spec_of()
+        spec = spec or self.node_spec_of(node)
         checks = [c for c in spec.checks if context == BEFORE_WORK or c.when == "always"]
         with self._lock:
             if node in self._busy:
@@ -135,9 +144,12 @@ class HealthChecker:
         with self._lock:
             return node in self._busy or node in self._queued
 
-    def results(self, node: str) -> list[CheckResult]:
+    def results(self, node: str, spec: HealthSpec | None = None) -> list[CheckResult]:
+        """The newest result of each check the node runs now (module docstring); `spec`: its
+        settings where the caller has them (the loop's steps: the version of their pass)."""
+        names = {c.name for c in (spec or self.node_spec_of(node)).checks}
         with self._lock:
-            return list(self._results.get(node, {}).values())
+            return [r for k, r in self._results.get(node, {}).items() if k in names]
 
     def fresh(self, node: str, spec: HealthSpec, since: float) -> bool:
         """Every check in `spec` has a result on `node` from a run started at or after `since`."""

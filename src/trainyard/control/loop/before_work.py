@@ -15,6 +15,7 @@ from typing import Any
 from trainyard.control.loop.context import HEALTH
 from trainyard.control.health import HealthChecker, worst
 from trainyard.services.config import ConfigVersion
+from trainyard.spec.pilot import effective_for
 from trainyard.store.models import JobRow, NodeRow
 
 
@@ -22,17 +23,17 @@ def gate(health: HealthChecker, cfg: ConfigVersion, states: dict[str, NodeRow], 
          running: Sequence[JobRow], pending: Sequence[Any], now: float) -> tuple[set[str], bool]:
     """The nodes that may not take work now, and whether a round is under way for one of them
     (then the schedule step starts no preemption: the node may be free for the job in a moment)."""
-    hspec = cfg.spec.health
-    if not hspec.checks:
+    if not any(effective_for(cfg.spec, n.name).health.checks for n in cfg.nodes):
         return set(), False
     used: dict[str, int] = {}
     for j in running:
         for part in j.placement or []:
             used[part["node"]] = used.get(part["node"], 0) + len(part["gpus"])
     pools = {p.pool for p in pending}
-    horizon = now - hspec.before_work_max_age
     unchecked, checking = set(), False
     for n in cfg.nodes:
+        hspec = effective_for(cfg.spec, n.name).health  # a pilot node's trial (spec/pilot.py)
+        horizon = now - hspec.before_work_max_age
         row = states.get(n.name)
         wanted = n.pool in pools
         if n.name in unhealthy:
@@ -46,7 +47,7 @@ def gate(health: HealthChecker, cfg: ConfigVersion, states: dict[str, NodeRow], 
                 checking = True
             continue
         since = horizon if row is None or row.updated_by == HEALTH else max(horizon, row.updated_at)
-        if health.fresh(n.name, hspec, since) and worst(health.results(n.name)) is None:
+        if health.fresh(n.name, hspec, since) and worst(health.results(n.name, hspec)) is None:
             continue
         unchecked.add(n.name)
         if wanted and used.get(n.name, 0) < n.gpus:

@@ -24,6 +24,7 @@ from trainyard.services import transitions
 from trainyard.services.events import record
 from trainyard.services.nodes import node_states
 from trainyard.spec.models import HealthSpec
+from trainyard.spec.pilot import effective_for
 from trainyard.states import ACTIVE_STATES, JobState, StopKind
 from trainyard.store.models import JobRow, NodeRow
 
@@ -40,9 +41,9 @@ class NodeWatch:
         with ctx.lock, ctx.store.session.begin() as s:
             rows = node_states(s)
             active = list(s.scalars(select(JobRow).where(JobRow.state.in_(ACTIVE_STATES))))
-            hspec = ctx.configs.current(s).spec.health
-            for info in facts.inventory:
-                self._watch(s, info, rows.get(info.name), hspec, active, facts, now)
+            spec = ctx.configs.current(s).spec
+            for info in facts.inventory:  # each node under its own settings: a pilot node's trial (spec/pilot.py)
+                self._watch(s, info, rows.get(info.name), effective_for(spec, info.name).health, active, facts, now)
             for j in active:
                 if j.stop_kind is None and (j.id, j.attempt) in hung:
                     after = ctx.params.hung_after_s
@@ -54,7 +55,7 @@ class NodeWatch:
     def _watch(self, s: Session, info: NodeInfo, row: NodeRow | None, hspec: HealthSpec, active: list[JobRow],
                facts: Facts, now: float) -> None:
         name = info.name
-        checks = self.health.results(name)
+        checks = self.health.results(name, hspec)
         if row is not None and row.state == "up" and row.updated_by != HEALTH:
             # resumed by a person: what the checks found before is forgotten, and only rounds run
             # since count (the before-work gate holds its work until one passes)

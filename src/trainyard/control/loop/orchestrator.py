@@ -53,6 +53,7 @@ from trainyard.sched.policy import Policy
 from trainyard.services.config import ConfigCache
 from trainyard.services.sessions import Sessions
 from trainyard.spec.models import HealthSpec
+from trainyard.spec.pilot import effective_for
 from trainyard.store.db import Store
 
 __all__ = ["ControlLoop", "LoopParams", "LoopStats"]
@@ -93,7 +94,8 @@ class ControlLoop:
         # a finished round wakes the loop: a node that just passed takes its work at once
         self.health = HealthChecker(ctx.data_dir, self._health_spec, self._node_names,
                                     on_round=lambda node, context: self.wake(), model_of=self._node_model,
-                                    cell_of=getattr(ctx.backend, "check_cell", None))  # local: the node's cgroup
+                                    cell_of=getattr(ctx.backend, "check_cell", None),  # local: the node's cgroup
+                                    node_spec_of=self._node_health)
         frozen = FrozenRanks(ctx.params.hung_after_s)
         self.reconcile = Reconciler(ctx, frozen)
         self.node_watch = NodeWatch(ctx, self.health, frozen)
@@ -116,6 +118,11 @@ class ControlLoop:
     def _health_spec(self) -> HealthSpec:
         with self.ctx.store.session() as s:
             return self.ctx.configs.current(s).spec.health
+
+    def _node_health(self, node: str) -> HealthSpec:
+        """The node's health settings: the pilot's trial on a pilot node (spec/pilot.py)."""
+        with self.ctx.store.session() as s:
+            return effective_for(self.ctx.configs.current(s).spec, node).health
 
     def _node_names(self) -> list[str]:
         with self.ctx.store.session() as s:

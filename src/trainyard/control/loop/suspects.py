@@ -38,6 +38,7 @@ from trainyard.control.health import CRITICAL, OK, CheckResult, HealthChecker
 from trainyard.control.loop.context import LoopContext
 from trainyard.services.config import ConfigVersion
 from trainyard.services.events import record
+from trainyard.spec.pilot import effective_for
 from trainyard.store.models import EventRow, JobRow, NodeRow
 
 ACTOR = "stragglers"
@@ -46,14 +47,19 @@ CLEARED, CONFIRMED = "node.suspect_cleared", "node.suspect_confirmed"
 ENDS = (CLEARED, CONFIRMED, "node.up")  # after these, earlier flags count no more
 
 
-def speed_checked(cfg: ConfigVersion) -> bool:
+def speed_checks(cfg: ConfigVersion, node: str) -> set[str]:
+    """The node's `speed` checks (its own settings: a pilot node's trial, spec/pilot.py)."""
+    return {c.name for c in effective_for(cfg.spec, node).health.checks if c.kind == "speed"}
+
+
+def speed_checked(cfg: ConfigVersion, node: str) -> bool:
     """A `speed` check is configured: a suspect node is held out of new work until it runs."""
-    return any(c.kind == "speed" for c in cfg.spec.health.checks)
+    return bool(speed_checks(cfg, node))
 
 
 def held(cfg: ConfigVersion, row: NodeRow | None) -> bool:
     """The node takes no new work because it is suspect (and a speed check will judge it)."""
-    return row is not None and row.suspect_since is not None and speed_checked(cfg)
+    return row is not None and row.suspect_since is not None and speed_checked(cfg, row.name)
 
 
 class Suspects:
@@ -88,7 +94,7 @@ class Suspects:
             groups.setdefault(array if array is not None else jid, []).append(jid)
         if len(groups) < 2:
             return
-        checked = speed_checked(cfg)
+        checked = speed_checked(cfg, node)
         row = row or NodeRow(name=node)
         s.add(row)
         names = ", ".join(str(j) for j in jobs)
@@ -107,13 +113,14 @@ class Suspects:
     def _follow(self, s: Session, cfg: ConfigVersion, row: NodeRow, window: float, now: float) -> None:
         """A suspect node: ask for its speed check until one started after the suspicion, then act on it."""
         since = row.suspect_since or 0.0
-        if not speed_checked(cfg):
+        if not speed_checked(cfg, row.name):
             if now - since >= window:
                 self._end(s, row, CLEARED, f"node {row.name}: its straggler suspicion lapsed after {window:g}s "
                           "(never measured: no speed check is configured)", now)
             return
-        names = {c.name for c in cfg.spec.health.checks if c.kind == "speed"}
-        results = [r for r in self.health.results(row.name) if r.check in names and r.at >= since]
+        names = speed_checks(cfg, row.name)
+        mine = self.health.results(row.name, effective_for(cfg.spec, row.name).health)
+        results = [r for r in mine if r.check in names and r.at >= since]
         if len(results) < len(names):
             self.health.request(row.name)  # none queued or running since: at once (a running one is that round)
             return
