@@ -37,7 +37,7 @@ def test_the_run_time_is_the_gpu_time_held_less_the_lost_work_at_full_size() -> 
     ({"gpus": "2"}, "gpus"), ({"run_time_known": 1}, "run_time_known"), ({"gpus": True}, "gpus"),
     ({"submit_time": float("nan")}, "submit_time"), ({"team": None}, "team"), ({"nodes_min": 0}, "nodes_min"),
     ({"nodes_max": 1, "nodes_min": 2}, "nodes_max"), ({"run_time_s": -1.0}, "run_time_s"),
-    ({"gpus_per_node": 0}, "gpus_per_node"),
+    ({"gpus_per_node": 0}, "gpus_per_node"), ({"gpus": 0}, "gpus"),
 ])
 def test_a_bad_record_names_its_field_and_line(change: dict[str, Any], field: str) -> None:
     with pytest.raises(ConfigError) as e:

@@ -85,8 +85,8 @@ def check_record(rec: Any, where: str) -> dict[str, Any]:
             raise ConfigError(f"{where}: field {name!r} is {v!r}, expected {' or '.join(t.__name__ for t in types)}",
                               field=name)
     for name in ("gpus", "nodes_min", "nodes_max"):
-        if rec[name] < (0 if name == "gpus" else 1):
-            raise ConfigError(f"{where}: field {name!r} is {rec[name]}, too small", field=name)
+        if rec[name] < 1:
+            raise ConfigError(f"{where}: field {name!r} is {rec[name]}, must be at least 1", field=name)
     if rec["nodes_max"] < rec["nodes_min"]:
         raise ConfigError(f"{where}: nodes_max {rec['nodes_max']} is below nodes_min {rec['nodes_min']}",
                           field="nodes_max")
