@@ -22,6 +22,7 @@ from trainyard.api.routers import accounting, cluster, goodput, images, jobs, mi
 from trainyard.api.routers import pilot as pilot_routes
 from trainyard.api.routers import login as login_routes
 from trainyard.api.routers import whatif as whatif_routes
+from trainyard.api.routers import ui_config
 from trainyard.disk import free_bytes
 from trainyard.services.errors import ServiceError
 from trainyard.services.login_codes import LoginCodes
@@ -103,7 +104,7 @@ def create_app(cp: Plane) -> FastAPI:
 
     for r in (jobs.router, nodes.router, teams.router, cluster.router, misc.router, tokens.router, accounting.router, goodput.router,
               reservations.router, storage.router, ui.router, login_routes.router, images.router, terminal.router, ports.router,
-              pilot_routes.router, whatif_routes.router):
+              pilot_routes.router, whatif_routes.router, ui_config.router):
         app.include_router(r)
 
     @app.get("/", include_in_schema=False)

@@ -100,7 +100,7 @@ def _safe_next(value: str | None) -> str:
     return value
 
 
-def _same_origin(request: Request) -> bool:
+def same_origin(request: Request) -> bool:
     """A browser's POST says where its page came from; refuse another site's (login CSRF)."""
     origin = request.headers.get("origin")
     if origin is None:  # not a browser form (curl, a script): nothing to protect
@@ -122,7 +122,7 @@ def login_form(request: Request, next: str | None = None) -> HTMLResponse:  # no
 
 @router.post("/login")
 async def login(request: Request, cp: Plane = Depends(plane)) -> Response:
-    if not _same_origin(request):
+    if not same_origin(request):
         return error_page(403, "a login form posted from another site is refused")
     body = await request.body()
     if len(body) > MAX_FORM_BYTES:
@@ -164,7 +164,7 @@ def _logged_in(request: Request, token: str, target: str) -> Response:
 
 @router.post("/logout")
 def logout(request: Request) -> Response:
-    if not _same_origin(request):
+    if not same_origin(request):
         return error_page(403, "a logout posted from another site is refused")
     r = RedirectResponse("/ui/login", status_code=303, headers=pages.HEADERS)
     r.delete_cookie(COOKIE, path="/ui")
