@@ -11,10 +11,13 @@ import time
 from typing import Iterator
 
 import pytest
+import yaml
 from fastapi.testclient import TestClient
+from markupsafe import escape
 
-from tests.plane import Plane
+from tests.plane import TWO_TEAMS, Plane
 from tests.sim.recorded_day import DAY_ORIGIN_AGO_S, THREE_TEAMS, half_quota, recorded_day, write_day
+from trainyard.store.models import AttemptRow, JobRow
 
 pytestmark = pytest.mark.xdist_group("dashboard-config")  # one plane for the module
 
@@ -110,6 +113,10 @@ def test_the_what_if_renders_the_apis_figures_per_team_and_class(plane: Plane) -
     assert cells(html, "team team-a", "quota_share") == {"in_force": 0.5, "proposed": 0.25, "delta": -0.25}
     assert cells(html, "class batch", "mean_wait_s")["in_force"] == api["in_force"]["classes"]["batch"]["mean_wait_s"]
     assert cells(html, "all jobs", "utilization")["proposed"] == api["proposed"]["metrics"]["utilization"]
+    tiny = [(g, f) for g, f, d, shown in re.findall(
+        r'<tr data-group="([^"]*)" data-figure="([^"]*_share)"[^>]*data-delta="([^"]*)">.*?<td>([^<]*)</td></tr>', html, re.S)
+        if 0 < abs(float(d)) < 0.0005 and shown == "0"]
+    assert tiny, "a change smaller than the figure shows reads 0, not -0.000"
     assert "{nominal: 4}" in html  # the form keeps the proposal
     assert versions(plane) == before  # nothing applied
 
@@ -127,7 +134,6 @@ def test_a_bad_proposal_gets_the_apis_error_on_the_page_and_nothing_is_stored(pl
     assert status == api.status_code and status in (400, 422)
     m = re.search(r'<p class="error" id="what-if-error" role="alert" data-field="([^"]*)">([^<]*)</p>', html)
     assert m, html
-    from markupsafe import escape
     assert m.group(2) == str(escape(api.json()["detail"])) and m.group(1) == (api.json()["field"] or "")
     if field is not None:
         assert field in m.group(1)
@@ -148,3 +154,40 @@ def test_user_text_is_escaped_everywhere(plane: Plane) -> None:
     assert status == 400 and EVIL not in html
     r = c.post("/ui/config/what-if", data={"text": "x"}, headers={"Origin": "https://evil.example"})
     assert r.status_code == 403 and "another site" in r.text
+
+
+def test_the_pilot_pool_and_its_trial_are_shown_read_only_with_the_apis_figures(tmp_path) -> None:
+    d = yaml.safe_load(TWO_TEAMS.read_text())
+    d["pilot"] = {"nodes": "node-0"}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(d, sort_keys=False))
+    p = Plane(tmp_path / "yard", config=path, start=False)
+    try:
+        c = browser(p, p.admin_token)
+        assert '<span id="pilot-nodes">node-0</span>' in c.get("/ui/config").text
+        assert 'id="no-trial"' in c.get("/ui/config").text
+        d = yaml.safe_load(p.admin.get("/api/v1/cluster/config").json()["text"])
+        d["health"] = {"checks": [{"name": "ecc", "command": ["true"], "timeout": "5s"}]}
+        r = p.admin.post("/api/v1/cluster/pilot", json={"text": yaml.safe_dump(d), "message": f"try ecc {EVIL}"})
+        assert r.status_code == 200, r.text
+        now = time.time() + 1
+        with p.cp.store.session() as s:  # an attempt that failed on the pilot's node since the trial began
+            s.add(JobRow(id=1, name="j", user="alice", team="vision", job_class="batch", pool="default",
+                         state="FAILED", command=["false"], workdir="/tmp", gpus=1, submit_time=now - 10,
+                         queued_since=now - 10, start_time=now - 5, end_time=now, exit_code=1))
+            s.flush()
+            s.add(AttemptRow(job_id=1, attempt=0, placement=[{"node": "node-0", "gpus": [0]}], started_at=now - 5,
+                             ended_at=now, state="FAILED", cause="failed", gpus=1, exit_code=1))
+            s.commit()
+        api = p.admin.get("/api/v1/cluster/pilot/status").json()
+        html = c.get("/ui/config").text
+        assert 'id="trial"' in html and EVIL not in html and "try ecc &lt;script&gt;" in html
+        assert api["sides"]["pilot"]["attempts_failed"] == 1 and api["sides"]["rest"]["attempts_ended"] == 0
+        for side in ("pilot", "rest"):
+            s = api["sides"][side]
+            row = re.search(rf'<tr data-side="{side}">(.*?)</tr>', html, re.S).group(1)
+            tds = re.findall(r"<td>([^<]*)</td>", row)
+            assert tds[:3] == [str(len(s["nodes"])), str(s["attempts_ended"]), str(s["attempts_failed"])]
+        assert "yard cluster pilot" in html and 'action="/api/v1/cluster/pilot' not in html  # read-only
+    finally:
+        p.cp.stop()
