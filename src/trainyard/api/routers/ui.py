@@ -2,7 +2,8 @@
 
 Pages: `/ui/login` (a token form), `/ui/` (cluster map, queue, running jobs, allocation and wait
 over time, recent events), `/ui/jobs/{id}` (details, attempts, loss curve, events, logs),
-`/ui/usage` (GPU-hours per team against quota, busy %, waits per class, lost work by cause).
+`/ui/usage` (GPU-hours per team against quota, busy %, waits per class, lost work by cause);
+`/ui/config` (versions, the pilot, the what-if form) is `ui_config.py`'s.
 
 Login: the token is checked like any API request (`auth.authenticate`) and kept in an HttpOnly,
 SameSite=Strict cookie scoped to /ui (Secure under HTTPS): page scripts never see it, other sites
