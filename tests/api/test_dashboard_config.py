@@ -156,6 +156,22 @@ def test_user_text_is_escaped_everywhere(plane: Plane) -> None:
     assert r.status_code == 403 and "another site" in r.text
 
 
+def test_odd_forms_are_answered_with_a_4xx_and_an_empty_window_with_zeros(plane: Plane) -> None:
+    c = browser(plane, plane.admin_token)
+    text = in_force(plane)["text"]
+    for data, status, field in (({"text": text + "\x00"}, 400, "text"), ({"text": text, "since": "x" * 101}, 400, "since"),
+                                ({"text": ""}, 400, None), ({}, 400, None)):
+        r = c.post("/ui/config/what-if", data=data)
+        assert r.status_code == status, (data.keys(), r.text)
+        if field:
+            assert f'data-field="{field}"' in r.text
+    r = c.post("/ui/config/what-if", content=b"text=" + b"a" * 3_100_000,
+               headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 413
+    status, html = what_if(c, text, "now-1hours")  # no job in the window: a table of zeros, no error
+    assert status == 200 and '<span id="what-if-jobs">0</span>' in html and 'id="what-if-error"' not in html
+
+
 def test_the_pilot_pool_and_its_trial_are_shown_read_only_with_the_apis_figures(tmp_path) -> None:
     d = yaml.safe_load(TWO_TEAMS.read_text())
     d["pilot"] = {"nodes": "node-0"}

@@ -32,7 +32,7 @@ from trainyard.services.plane_facade import Plane
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
-MAX_TEXT = 1_000_000  # as the API's `text` (api/routers/whatif.py)
+MAX_TEXT, MAX_SINCE = 1_000_000, 100  # as the API's `text` and `since` (api/routers/whatif.py)
 MAX_FORM_BYTES = 3 * MAX_TEXT + 4096  # the text form-encoded (a character may take %XX) and `since`
 
 
@@ -49,13 +49,23 @@ def config_page(request: Request, diff: str | None = None, cp: Plane = Depends(p
 async def config_what_if(request: Request, cp: Plane = Depends(plane)) -> Response:
     if not same_origin(request):
         return error_page(403, "a what-if posted from another site is refused")
-    if int(request.headers.get("content-length") or 0) > MAX_FORM_BYTES:
-        return error_page(413, f"the what-if form is larger than {MAX_FORM_BYTES} bytes")
-    body = await request.body()
-    if len(body) > MAX_FORM_BYTES:
+    body = await _body(request)
+    if body is None:
         return error_page(413, f"the what-if form is larger than {MAX_FORM_BYTES} bytes")
     text, since = _form(body)
     return await run_in_threadpool(_what_if_page, request=request, cp=cp, text=text, since=since)
+
+
+async def _body(request: Request) -> bytes | None:
+    """The form's body, or None past MAX_FORM_BYTES (read no further: a sender may lie in or
+    leave out its Content-Length)."""
+    parts, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_FORM_BYTES:
+            return None
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 @page
@@ -78,6 +88,9 @@ def _checked_what_if(cp: Plane, who: Principal, text: str, since: str | None) ->
         raise Forbidden("only an admin can change the cluster configuration")
     if len(text) > MAX_TEXT or "\x00" in text:
         raise ServiceError(f"the configuration must be at most {MAX_TEXT} characters, with no NUL", field="text")
+    if since is not None and len(since) > MAX_SINCE:
+        raise ServiceError(f"since must be at most {MAX_SINCE} characters (now-14days, 2026-11-01T08:00 …)",
+                           field="since")
     return whatif.what_if(cp, who, text, since)
 
 
