@@ -18,7 +18,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from trainyard.api.admission import Admission, Counts
-from trainyard.api.routers import accounting, cluster, goodput, images, jobs, misc, nodes, ports, reservations, storage, teams, terminal, tokens, ui
+from trainyard.api.routers import accounting, cluster, estimates, goodput, images, jobs, misc, nodes, ports, reservations, storage, teams, terminal, tokens, ui
 from trainyard.api.routers import login as login_routes
 from trainyard.disk import free_bytes
 from trainyard.services.errors import ServiceError
@@ -99,7 +99,7 @@ def create_app(cp: Plane) -> FastAPI:
     async def _config_error(_: Request, e: ConfigError) -> JSONResponse:
         return JSONResponse({"detail": str(e), "field": e.field}, status_code=400)
 
-    for r in (jobs.router, nodes.router, teams.router, cluster.router, misc.router, tokens.router, accounting.router, goodput.router,
+    for r in (jobs.router, nodes.router, teams.router, cluster.router, misc.router, tokens.router, accounting.router, goodput.router, estimates.router,
               reservations.router, storage.router, ui.router, login_routes.router, images.router, terminal.router, ports.router):
         app.include_router(r)
 
