@@ -55,6 +55,24 @@ def test_a_spell_keeps_its_first_estimate_and_the_latest(plane):
     assert [r[1] for r in kept[1:]] == [T0 + i for i in range(n - estimates.KEPT + 1, n)]  # the latest
 
 
+def test_an_estimate_drifting_each_pass_is_recorded_once_it_moved_from_the_last_row(plane):
+    jid = add_job(plane, state="PENDING", submit=0.0)
+    rec = estimates.Recorder()
+    stored = None
+    for i in range(10):  # told "in a minute" at each pass, 0.3 s apart
+        est = T0 + 60 + 0.3 * i
+        with plane.cp.store.session.begin() as s:
+            rec.note(s, T0 + 0.3 * i, {jid: est, 999: None}, {jid: (1, stored)})
+        stored = est  # the column the schedule step overwrites every pass
+    assert [r[2] - T0 for r in rows(plane, jid)] == pytest.approx([60.0, 61.2, 62.4])
+    # a restarted plane (a new recorder) compares with the stored column: nothing new for 0.3 s
+    with plane.cp.store.session.begin() as s:
+        assert estimates.Recorder().note(s, T0 + 3, {jid: stored + 0.3}, {jid: (1, stored)}) == 0
+        # the next wait (after a requeue) is recorded from its first estimate
+        assert rec.note(s, T0 + 4, {jid: stored}, {jid: (2, None)}) == 1
+    assert rows(plane, jid)[-1][0] == 2
+
+
 def test_a_start_settles_the_first_and_last_estimates(plane):
     jid = add_job(plane, state="PENDING", submit=0.0)
     with plane.cp.store.session.begin() as s:

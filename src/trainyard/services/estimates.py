@@ -9,7 +9,7 @@ Choices, as docs/scheduler.md says them:
   recorded and judged on its own; the wait before the first attempt and the wait after a
   preemption are different questions.
 - **Only on change**: the schedule step writes a row when the estimate moved by at least
-  `MIN_CHANGE_S` (or appeared); an estimate that went away (None: held, beyond the estimated
+  `MIN_CHANGE_S` from the last one recorded (or appeared: `Recorder`); an estimate that went away (None: held, beyond the estimated
   jobs) writes nothing. A spell keeps its first row and the last `KEPT` - 1: an estimate that moves
   every pass (a job behind one that overran its limit) cannot grow the table without bound.
 - **The error** is actual start − estimate: positive when late. A job that started within
@@ -21,7 +21,7 @@ Retention deletes both tables' rows with their job (services/retention.py).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import delete, func, insert, select
@@ -39,18 +39,49 @@ def changed(old: float | None, new: float | None) -> bool:
     return new is not None and (old is None or abs(new - old) >= MIN_CHANGE_S)
 
 
+class Recorder:
+    """The schedule step's memory of the estimate last recorded for each waiting job, so that an
+    estimate drifting a little each pass (a job behind one past its expected end is told "in a
+    minute" at every pass) is recorded once it has moved `MIN_CHANGE_S` from the last row, not
+    compared with the column the last pass overwrote. After a restart it starts from the column."""
+
+    def __init__(self) -> None:
+        self.last: dict[int, tuple[int, float]] = {}  # job id -> (attempt, estimate) last recorded
+
+    def note(self, s: Session, now: float, estimates: Mapping[int, float | None],
+             waiting: Mapping[int, tuple[int, float | None]]) -> int:
+        """Record the estimates that changed. `estimates`: the cycle's, per job; `waiting`: per job
+        read this pass, (attempt it waits to start as, its stored estimate). Returns rows written."""
+        rows: list[tuple[int, int, float]] = []
+        for jid, est in estimates.items():
+            seen = waiting.get(jid)
+            if seen is None or est is None:
+                continue
+            attempt, stored = seen
+            last = self.last.get(jid)
+            old = last[1] if last is not None and last[0] == attempt else stored
+            if changed(old, est):
+                rows.append((jid, attempt, est))
+                self.last[jid] = (attempt, est)
+        if len(self.last) > 2 * len(waiting):  # forget the jobs that stopped waiting
+            self.last = {j: v for j, v in self.last.items() if j in waiting}
+        record(s, rows, now)
+        return len(rows)
+
+
 def record(s: Session, rows: Sequence[tuple[int, int, float]], now: float) -> None:
     """Append (job id, attempt it waits to start as, estimated start) made at `now`, then trim
-    each spell to its first row and the latest `KEPT` - 1."""
+    each spell of those jobs to its first row and the latest `KEPT` - 1 (one statement)."""
     if not rows:
         return
     s.execute(insert(StartEstimateRow), [{"job_id": j, "attempt": a, "at": now, "est_start": e} for j, a, e in rows])
     t = StartEstimateRow
-    over = s.execute(select(t.job_id, t.attempt).where(t.job_id.in_(sorted({j for j, _, _ in rows})))
-                     .group_by(t.job_id, t.attempt).having(func.count() > KEPT)).all()
-    for job_id, attempt in over:
-        ids = list(s.scalars(select(t.id).where(t.job_id == job_id, t.attempt == attempt).order_by(t.id)))
-        s.execute(delete(t).where(t.id.in_(ids[1:len(ids) - (KEPT - 1)])))
+    spell = (t.job_id, t.attempt)
+    ranked = (select(t.id, func.row_number().over(partition_by=spell, order_by=t.id).label("n"),
+                     func.count().over(partition_by=spell).label("c"))
+              .where(t.job_id.in_(sorted({j for j, _, _ in rows}))).subquery())
+    doomed = select(ranked.c.id).where(ranked.c.n > 1, ranked.c.n <= ranked.c.c - (KEPT - 1))
+    s.execute(delete(t).where(t.id.in_(doomed)))
 
 
 def settle(s: Session, j: JobRow, now: float) -> EstimateOutcomeRow | None:

@@ -71,6 +71,7 @@ class Scheduler:
         self._stopped_for: dict[int, int] = {}
         self._usage = DecayedUsage()  # fair share's usage, kept up to date (not six weeks reread a pass)
         self.launches = for_backend(ctx)  # inline, or off the loop's thread (Slurm)
+        self._estimates = estimates.Recorder()  # the estimates recorded as they change (services/estimates.py)
 
     def run(self, facts: Facts, now: float) -> int:
         """One scheduling cycle; returns how many running jobs it asked to stop (preemptions),
@@ -124,9 +125,8 @@ class Scheduler:
                        if k in by_id and (by_id[k].reason != texts[k] or by_id[k].est_start != v.est_start)]
             if updates:
                 write_reasons(s, updates)
-            estimates.record(s, [(k, by_id[k].attempt + 1, v.est_start) for k, v in result.pending.items()
-                                 if k in by_id and v.est_start is not None
-                                 and estimates.changed(by_id[k].est_start, v.est_start)], now)
+            self._estimates.note(s, now, {k: v.est_start for k, v in result.pending.items()},
+                                 {r.id: (r.attempt + 1, r.est_start) for r in pending})
         for spec in launches:
             self.launches.start(spec, now)
         return stopping
