@@ -73,3 +73,21 @@ def test_late_means_the_same_in_the_simulator_and_the_plane():
 def test_an_unknown_estimator_is_refused():
     with pytest.raises(ValueError, match="start estimator"):
         simulate(generate(jobs=5, cluster="1x8"), TrainyardPolicy(), SimParams(start_estimator="oracle"))
+
+
+def test_yard_sim_reports_the_estimate_errors_and_refuses_an_unknown_estimator(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from trainyard.cli.main import app
+
+    out = tmp_path / "out"
+    bad = CliRunner().invoke(app, ["sim", "--format", "synthetic", "--jobs", "40", "--cluster", "1x8",
+                                   "--policies", "trainyard", "--start-estimator", "oracle", "--out", str(out)])
+    assert bad.exit_code == 2 and "--start-estimator" in bad.stderr and not out.exists()
+    ok = CliRunner().invoke(app, ["sim", "--format", "synthetic", "--jobs", "40", "--cluster", "1x8",
+                                  "--policies", "trainyard", "--start-estimator", "learned", "--out", str(out)])
+    assert ok.exit_code == 0, ok.stderr
+    rep = json.loads((out / "report.json").read_text())
+    assert "est_p50_abs_err_s" in json.dumps(rep) and "est_p50_abs_err_s" in (out / "report.md").read_text()
