@@ -46,7 +46,8 @@ def running_ends(running: Sequence[RunningJob], classes: Mapping[str, JobClass],
     """Per pool, (expected end, GPUs) of every running job whose end can be estimated; a job in
     `leaving` (preempted: its notice sent, or chosen as a victim in this cycle) ends then.
 
-    The same formula as `expected_end`, inlined: this pass runs over every running job (8,000
+    The same formula as `expected_end` for a job without a learned run time (one with one ends
+    at it until it is past it: the module notes), inlined: this pass runs over every running job (8,000
     in the scheduling benchmark) on every cycle, and the per-job function calls were most of its
     time. `tests/sched/test_fast_paths.py` keeps the two in step.
     """
