@@ -16,7 +16,7 @@ from tests.yard_cluster import YardCluster
 from trainyard.services.estimates import LATE_AFTER_S
 from trainyard.services.usage_report import nearest_rank
 
-pytestmark = pytest.mark.xdist_group("estimates-cli")
+pytestmark = [pytest.mark.xdist_group("estimates-cli"), pytest.mark.slow]  # a real plane, ~30-60 s
 
 
 def sleeper(seconds: float) -> list[str]:
