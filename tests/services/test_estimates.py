@@ -39,8 +39,8 @@ def rows(p: Plane, jid: int) -> list[tuple[int, float, float]]:
 
 
 def test_only_changes_are_worth_a_row():
-    assert estimates.changed(None, 5.0) and estimates.changed(5.0, 6.0) and estimates.changed(6.0, 4.0)
-    assert not estimates.changed(5.0, 5.5) and not estimates.changed(5.0, None) and not estimates.changed(None, None)
+    assert estimates.changed(None, 5.0) and estimates.changed(5.0, 65.0) and estimates.changed(65.0, 4.0)
+    assert not estimates.changed(5.0, 64.5) and not estimates.changed(5.0, None) and not estimates.changed(None, None)
 
 
 def test_a_spell_keeps_its_first_estimate_and_the_latest(plane):
@@ -59,12 +59,12 @@ def test_an_estimate_drifting_each_pass_is_recorded_once_it_moved_from_the_last_
     jid = add_job(plane, state="PENDING", submit=0.0)
     rec = estimates.Recorder()
     stored = None
-    for i in range(10):  # told "in a minute" at each pass, 0.3 s apart
-        est = T0 + 60 + 0.3 * i
+    for i in range(41):  # told "in a minute" at each pass, 3 s apart
+        est = T0 + 60 + 3 * i
         with plane.cp.store.session.begin() as s:
-            rec.note(s, T0 + 0.3 * i, {jid: est, 999: None}, {jid: (1, stored)})
+            rec.note(s, T0 + 3 * i, {jid: est, 999: None}, {jid: (1, stored)})
         stored = est  # the column the schedule step overwrites every pass
-    assert [r[2] - T0 for r in rows(plane, jid)] == pytest.approx([60.0, 61.2, 62.4])
+    assert [r[2] - T0 for r in rows(plane, jid)] == pytest.approx([60.0, 120.0, 180.0])
     # a restarted plane (a new recorder) compares with the stored column: nothing new for 0.3 s
     with plane.cp.store.session.begin() as s:
         assert estimates.Recorder().note(s, T0 + 3, {jid: stored + 0.3}, {jid: (1, stored)}) == 0

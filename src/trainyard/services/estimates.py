@@ -30,7 +30,10 @@ from sqlalchemy.orm import Session
 from trainyard.store.models import EstimateOutcomeRow, JobRow, StartEstimateRow
 
 KEPT = 32  # rows per spell: the first estimate and the latest KEPT - 1
-MIN_CHANGE_S = 1.0  # a smaller move of the estimate is not recorded
+# a smaller move is not recorded: a job behind one past its expected end is told "in a minute" at
+# every pass (seconds apart), and a row per pass per such job would be the loop's biggest write;
+# a minute is also the lateness that counts (LATE_AFTER_S), so no judged error moves by more
+MIN_CHANGE_S = 60.0
 LATE_AFTER_S = 60.0  # started more than this after the estimate: late (the simulator's too)
 
 
