@@ -15,6 +15,12 @@ default) prints them all. The teams and users sections end with the goodput ledg
 is the ledger alone (`GET /api/v1/report/goodput`): per bucket GPU-hours and the goodput (the
 compute share) of each row, by every section or those named in `--by` (comma-separated).
 
+    yard report estimates [-S/--since -E] [--by class|team] [--json]
+
+how good the estimated starts were (`GET /api/v1/report/estimates`, services/estimates_report.py):
+per class (or team) the attempts started in the period after being given an estimate, p50/p90 of
+|actual start − first estimate|, the share that started late, and p50/p90 for the last estimate.
+
 The period is sreport's: 00:00 yesterday to 00:00 today unless given (`-S` alone runs to now).
 `--csv` writes the section as CSV (with `summary`, each section after a `# name` line),
 `-P/--parsable2` '|'-separated, `--json` the whole report as the API gives it.
@@ -36,7 +42,8 @@ from trainyard.cli.common import fail
 from trainyard.contracts import LEDGER_BUCKETS
 from trainyard.spec.parsing import parse_time
 
-SECTIONS = ("summary", "cluster", "pools", "teams", "users", "waits", "lost", "outcomes", "goodput")
+SECTIONS = ("summary", "cluster", "pools", "teams", "users", "waits", "lost", "outcomes", "goodput", "estimates")
+ESTIMATES_BY = ("class", "team")  # services/estimates_report.BY
 GOODPUT_BY = ("cluster", "team", "user", "node", "class")  # services/goodput_report.SECTIONS
 LEDGER = LEDGER_BUCKETS
 LEDGER_HEADER = ["StartupGPUh", "ComputeGPUh", "DataWaitGPUh", "CkptStallGPUh", "CommWaitGPUh", "RecomputeGPUh",
@@ -104,6 +111,15 @@ def tables(rep: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]]]:
     }
 
 
+def estimates_table(rep: dict[str, Any]) -> dict[str, tuple[list[str], list[list[str]]]]:
+    """The estimates report as one table: per class (or team), the errors as [DD-]HH:MM:SS."""
+    return {"estimates": ([rep["by"].capitalize(), "Starts", "P50Err", "P90Err", "Late%", "MeanErr", "P50LastErr",
+                           "P90LastErr"],
+                          [[r["key"], str(r["starts"]), hms(r["p50_abs_error_s"]), hms(r["p90_abs_error_s"]),
+                            _rate(r["late_share"]), ("-" if r["mean_error_s"] < 0 else "") + hms(abs(r["mean_error_s"])),
+                            hms(r["p50_abs_last_error_s"]), hms(r["p90_abs_last_error_s"])] for r in rep["rows"]])}
+
+
 def _aligned(header: list[str], rows: list[list[str]], write: Callable[[str], Any], noheader: bool) -> None:
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
     lines = [] if noheader else [header, ["-" * w for w in widths]]
@@ -114,14 +130,15 @@ def _aligned(header: list[str], rows: list[list[str]], write: Callable[[str], An
 
 def report(
     section: str = typer.Argument("summary", help=f"one of {', '.join(SECTIONS)}"),
-    start: Optional[str] = typer.Option(None, "-S", "--start", help="period start (default 00:00 yesterday): "
+    start: Optional[str] = typer.Option(None, "-S", "--start", "--since", help="period start (default 00:00 yesterday): "
                                         "now-30days, 2026-11-01, 11/01 …"),
     end: Optional[str] = typer.Option(None, "-E", "--end", help="period end (default 00:00 today; now with -S)"),
     as_csv: bool = typer.Option(False, "--csv", help="CSV"),
     parsable2: bool = typer.Option(False, "-P", "--parsable2", help="'|'-separated"),
     noheader: bool = typer.Option(False, "-n", "--noheader", help="no header lines"),
     as_json: bool = typer.Option(False, "--json", help="the whole report as JSON"),
-    by: Optional[str] = typer.Option(None, "--by", help="goodput only: cluster,team,user,node,class (default all)"),
+    by: Optional[str] = typer.Option(None, "--by", help="goodput: cluster,team,user,node,class (default all); "
+                                     "estimates: class or team (default class)"),
 ) -> None:
     """Usage over a period (sreport): GPU-hours per cluster, pool, team and user, quota, busy %, waits, losses."""
     if section not in SECTIONS:
@@ -144,19 +161,24 @@ def report(
         e = now if start is not None else parse_time("today", now)
     if e < s:
         fail(f"--end ({when(e)}) is before --start ({when(s)})")
-    if by is not None and section != "goodput":
-        fail("--by: only with the goodput section (yard report goodput --by team)")
+    if by is not None and section not in ("goodput", "estimates"):
+        fail("--by: only with the goodput and estimates sections (yard report goodput --by team)")
+    if section == "estimates" and by is not None and by not in ESTIMATES_BY:
+        fail(f"--by: {by[:40]!r} is not one of {', '.join(ESTIMATES_BY)}")
     bad = [x for x in (by or "").split(",") if x.strip() and x.strip() not in GOODPUT_BY]
-    if bad:
+    if bad and section == "goodput":
         fail(f"--by: {bad[0].strip()[:40]!r} is not one of {', '.join(GOODPUT_BY)}")
     period = {"start": f"@{s!r}", "end": f"@{e!r}"}
-    if section == "goodput":
+    if section == "estimates":
+        rep = Client().get("/api/v1/report/estimates", params={**period, "by": by or "class"})
+        parts, names = estimates_table(rep), ["estimates"]
+    elif section == "goodput":
         rep = Client().get("/api/v1/report/goodput", params={**period, **({"by": by} if by else {})})
         parts, names = goodput_tables(rep), list(rep["sections"])
     else:
         rep = Client().get("/api/v1/report", params=period)
         parts = tables(rep)
-        names = [x for x in SECTIONS[1:-1]] if section == "summary" else [section]
+        names = [x for x in SECTIONS[1:-2]] if section == "summary" else [section]
     if as_json:
         typer.echo(json.dumps(rep, indent=2))
         return
@@ -173,6 +195,9 @@ def report(
         return
     if not noheader and section == "goodput":
         out.write(f"Goodput ledger from {when(rep['start'])} to {when(rep['end'])} (GPU-hours)\n")
+    elif not noheader and section == "estimates":
+        out.write(f"Estimated starts against actual ones, attempts started from {when(rep['start'])} to "
+                  f"{when(rep['end'])} (errors: actual - first estimate; late: over {rep['late_after_s']:.0f} s)\n")
     elif not noheader:
         out.write(f"Usage of {rep['cluster']['cluster']} from {when(rep['start'])} to {when(rep['end'])} "
                   f"(GPU-hours; configuration version {rep['config_version']})\n")

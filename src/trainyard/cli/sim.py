@@ -111,6 +111,8 @@ def sim(
                                           help="NODESxGPUS, e.g. 80x8 (default: 80x8; pollux: 16x4)."),
     policies: str = typer.Option("all", "--policies", help="'all' or a comma-separated list."),
     estimates: str = typer.Option("user", "--estimates", help="none | user | oracle"),
+    start_estimator: Optional[str] = typer.Option(None, "--start-estimator", help="limit | learned: measure the "
+                                                  "estimated starts of the jobs that waited (sim/estimates.py)"),
     seed: int = typer.Option(1, "--seed"),
     out: Path = typer.Option(..., "--out", help="Folder for report.json, report.md and the plots."),
     jobs: int = typer.Option(400, "--jobs", help="Number of jobs (synthetic)."),
@@ -121,6 +123,9 @@ def sim(
                                           "scheduler: section's policy runs with its parameters."),
 ) -> None:
     """Simulate a workload under each policy and write a report comparing them."""
+    if start_estimator is not None:
+        from trainyard.sim.estimates import START_ESTIMATORS
+        run_guarded(check_choice, start_estimator, START_ESTIMATORS, "--start-estimator")
     w, runs, configured, mtbf = run_guarded(_prepare, trace, fmt, date_from, date_to, warmup_days, cluster,
                                             policies, estimates, seed, jobs, teams, node_mtbf, config)
     names = list(runs)
@@ -131,7 +136,7 @@ def sim(
     from trainyard.sim.report import format_table, write_report
     from trainyard.sim.simulator import SimParams, simulate
 
-    params = SimParams(node_mtbf_s=mtbf, seed=seed)
+    params = SimParams(node_mtbf_s=mtbf, seed=seed, start_estimator=start_estimator)
     err = Console(stderr=True)
     results = {}
     with Progress(TextColumn("{task.description:<10}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
@@ -149,7 +154,7 @@ def sim(
     Console(width=None if sys.stdout.isatty() else 160).print(format_table(results, title=w.name))
     meta = {"command": command_line(), "format": fmt, "trace": str(trace) if trace else None, "from": date_from,
             "to": date_to, "warmup_days": warmup_days, "cluster": cluster or DEFAULT_CLUSTERS.get(fmt, "--config"), "policies": names,
-            "estimates": estimates, "seed": seed, "jobs": jobs if fmt == "synthetic" else None,
+            "estimates": estimates, "start_estimator": start_estimator, "seed": seed, "jobs": jobs if fmt == "synthetic" else None,
             "node_mtbf_s": mtbf, "config": str(config) if config else None,
             "configured_policy": configured.policy if configured is not None else None,
             "params": {n: resolved_params(n, runs[n]) for n in names}}

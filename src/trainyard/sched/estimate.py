@@ -6,6 +6,13 @@ run-time estimates, or the class's max run time). Each job takes its GPUs at the
 enough are free and gives them back after its own estimate. It ignores topology and memory (a
 job may in truth need a particular node to free up), so it is a lower bound in spirit, shown as
 Slurm shows START_TIME: a best guess that moves as the queue moves.
+
+The run time it assumes is `JobRequest.expected_runtime_s` where the cluster has learned one (the
+median of the user's past runs of the same job, at most the limit: services/learned_runtimes.py),
+else the limit (`est_runtime_s`). A running job past its learned run time is assumed to run to its
+limit. Only these estimates read the learned figure: `expected_end`, which reservations (step 6)
+and so the decisions use, keeps the limit, as Slurm's backfill trusts limits, because the plane
+stops nothing at the learned time and a reservation planned on it would be broken.
 """
 
 from __future__ import annotations
@@ -14,7 +21,12 @@ import heapq
 import math
 from typing import Mapping, Sequence
 
-from trainyard.sched.types import JobClass, JobId, PendingJob, Reservation, RunningJob, Snapshot
+from trainyard.sched.types import JobClass, JobId, JobRequest, PendingJob, Reservation, RunningJob, Snapshot
+
+
+def run_time(req: JobRequest) -> float | None:
+    """The run time the start estimates assume for `req`: learned where known, else its limit."""
+    return req.expected_runtime_s if req.expected_runtime_s is not None else req.est_runtime_s
 
 
 def expected_end(r: RunningJob, cls: JobClass, now: float) -> float:
@@ -34,17 +46,23 @@ def running_ends(running: Sequence[RunningJob], classes: Mapping[str, JobClass],
     """Per pool, (expected end, GPUs) of every running job whose end can be estimated; a job in
     `leaving` (preempted: its notice sent, or chosen as a victim in this cycle) ends then.
 
-    The same formula as `expected_end`, inlined: this pass runs over every running job (8,000
+    The same formula as `expected_end` for a job without a learned run time (one with one ends
+    at it until it is past it: the module notes), inlined: this pass runs over every running job (8,000
     in the scheduling benchmark) on every cycle, and the per-job function calls were most of its
     time. `tests/sched/test_fast_paths.py` keeps the two in step.
     """
     by_pool: dict[str, list[tuple[float, int]]] = {}
+    # A learned run time, where a job has one, replaces the limit (module notes); the loop below
+    # is the limit's formula, unchanged, for every job without one.
     max_run = {name: c.max_run_s for name, c in classes.items()}
     soon = now + 60.0
     for r in running:
         req = r.req
         g = r.placement.gpus
         est = req.est_runtime_s
+        exp = req.expected_runtime_s
+        if exp is not None and r.start_time + (exp - r.progress_s) * req.max_gpus / g > now:
+            est = exp  # not yet past what it was expected to run
         if leaving and req.id in leaving:
             end = leaving[req.id]  # not moved to `soon`: it leaves at its grace's end
             ends = by_pool.get(req.pool)
@@ -90,8 +108,9 @@ def estimate_starts(snap: Snapshot, pending_in_order: Sequence[PendingJob], star
         for pj, g in started:
             if pj.req.pool == pool:
                 avail -= g
-                if pj.req.est_runtime_s is not None:
-                    ends.append((now + pj.req.est_runtime_s, g))
+                run_s = run_time(pj.req)
+                if run_s is not None:
+                    ends.append((now + run_s, g))
         ends.sort()
         k, n_ends = 0, len(ends)
         heap: list[tuple[float, int]] = []
@@ -115,6 +134,7 @@ def estimate_starts(snap: Snapshot, pending_in_order: Sequence[PendingJob], star
             start = max(t, reserved.get(pj.req.id, t))
             out[pj.req.id] = start
             avail -= g
-            if pj.req.est_runtime_s is not None:
-                heapq.heappush(heap, (start + max(60.0, pj.req.est_runtime_s - pj.progress_s), g))
+            run_s = run_time(pj.req)
+            if run_s is not None:
+                heapq.heappush(heap, (start + max(60.0, run_s - pj.progress_s), g))
     return out

@@ -112,6 +112,10 @@ class JobRequest:
     avoid: frozenset[str] = frozenset()  # node names to use only when nothing else fits (suspects)
     where: Where | None = None
     reservation: str | None = None  # the admin reservation it runs in (sbatch --reservation; sched/reservations.py)
+    # What the cluster has learned the job will run (services/learned_runtimes.py; the simulator's
+    # sim/estimates.py `learned`), at most its limit; read only by the start-time estimates
+    # (sched/estimate.py), never by a decision: the limit stays what backfill and reservations trust.
+    expected_runtime_s: float | None = None
 
     # Derived once at construction: read on every job in every cycle.
     min_gpus: int = field(init=False, compare=False, repr=False)

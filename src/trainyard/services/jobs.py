@@ -26,7 +26,7 @@ from trainyard.spec import io_patterns, mail_types
 from trainyard.backends.base import Owner
 from trainyard.contracts import JobDir
 from trainyard.spec.parsing import parse_begin, parse_mem_mib
-from trainyard.services import allocations, arrays, dependencies, images, limits, notices, output_paths, owners, placement_ask, reservations, transitions
+from trainyard.services import allocations, arrays, dependencies, images, learned_runtimes, limits, notices, output_paths, owners, placement_ask, reservations, transitions
 from trainyard.services.auth import Principal
 from trainyard.services.config import ConfigVersion
 from trainyard.services.errors import Conflict, Forbidden, NotFound, ServiceError
@@ -498,7 +498,8 @@ def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_d
         nodes_min=lo, nodes_max=hi, gpus_per_node=gpn, gpus=total, tasks_per_node=sub.tasks_per_node,
         gpu_mem_mib=None if sub.gpu_mem_gb is None else int(round(sub.gpu_mem_gb * 1024)),
         mem_mib=_mem_limit(sub.mem), mem_per_gpu_mib=_mem_limit(sub.mem_per_gpu), cpus_per_task=sub.cpus_per_task,
-        time_limit_s=parse_duration(sub.time), notice_signal=sub.signal, checkpoint_interval_s=parse_duration(sub.checkpoint_interval),
+        time_limit_s=parse_duration(sub.time),
+        expected_runtime_s=learned_runtimes.expected(s, by.user, name, parse_duration(sub.time)), notice_signal=sub.signal, checkpoint_interval_s=parse_duration(sub.checkpoint_interval),
         submit_time=now, queued_since=now, attempt=0, progress_s=0.0, attained_gpu_s=0.0, est_start=None,
         start_time=None, end_time=None, placement=None, last_checkpoint=None, exit_code=None, signal=None,
         progress=None, retries=0, retry_after=None, lost_gpu_s=0.0, avoid_nodes=None, stop_kind=None,

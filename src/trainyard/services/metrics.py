@@ -31,6 +31,9 @@ What is exported:
   `trainyard_preemptions_total{team}`, `trainyard_lost_gpu_seconds_total{team,cause}`,
   `trainyard_recovery_seconds{team}` (histogram: an attempt's end → the next one's first step),
   `trainyard_job_retries_total{team}`;
+- start-time estimates (services/estimates.py): `trainyard_start_estimate_error_seconds{class}`
+  (histogram: |actual start − first estimated start| of each attempt that waited with an estimate)
+  and `trainyard_start_estimate_late_total{class}` (those that started over a minute late);
 - running jobs: `trainyard_job_checkpoint_age_seconds{job_id,team}` (since the last checkpoint, or
   the start when it has none). The label is `job_id`: Prometheus's own target label is `job`, and
   a scrape renamed ours to `exported_job`;
@@ -65,14 +68,17 @@ from trainyard.contracts import LEDGER_BUCKETS
 from trainyard.disk import free_bytes
 from trainyard.services.accounting import wait_base
 from trainyard.services.config import ConfigVersion
+from trainyard.services.estimates import LATE_AFTER_S
 from trainyard.states import PENDING_STATES
 from trainyard.services.nodes import list_nodes
-from trainyard.store.models import AttemptRow, JobRow, UsageCarryRow
+from trainyard.store.models import AttemptRow, EstimateOutcomeRow, JobRow, UsageCarryRow
 
 if TYPE_CHECKING:
     from trainyard.services.plane_facade import Plane
 
 RECOVERY_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
+ESTIMATE_ERROR_BUCKETS = (60.0, 300.0, 900.0, 1800.0, 3600.0, 2 * 3600.0, 4 * 3600.0, 12 * 3600.0, 86400.0,
+                          3 * 86400.0, 7 * 86400.0)
 WAIT_BUCKETS = (1.0, 10.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 12 * 3600.0, 86400.0, 3 * 86400.0)
 # attempt causes that are failures, by the reason label dashboards group them under
 FAILURE_REASONS = {"oom": "oom", "pids": "pids", "node_lost": "node", "user_error": "user", "hung": "hang",
@@ -92,12 +98,16 @@ COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
                               ("team", "user", "class")),
     "trainyard_goodput_gpu_seconds": ("GPU-seconds of ended job attempts by goodput ledger bucket.",
                                       ("team", "bucket")),
+    "trainyard_start_estimate_late": ("Attempts that started more than a minute after their first estimated start.",
+                                      ("class",)),
 }
 HISTOGRAMS: dict[str, tuple[str, tuple[str, ...], tuple[float, ...]]] = {
     "trainyard_queue_wait_seconds": ("Wait of each started attempt: from eligibility (or the previous attempt's end) "
                                      "to its start.", ("team", "class"), WAIT_BUCKETS),
     "trainyard_recovery_seconds": ("From an attempt's end to the next attempt's first finished step.", ("team",),
                                    RECOVERY_BUCKETS),
+    "trainyard_start_estimate_error_seconds": ("|actual start - first estimated start| of each attempt that waited "
+                                               "with an estimate.", ("class",), ESTIMATE_ERROR_BUCKETS),
 }
 CARRIED = tuple(COUNTERS) + tuple(HISTOGRAMS)
 
@@ -190,7 +200,21 @@ def counted(s: Session, now: float, jobs: Sequence[int] | None = None) -> Sample
              .where(AttemptRow.ended_at.is_not(None), nxt.first_step_at.is_not(None)).group_by(JobRow.team))
     _histogram(out, "trainyard_recovery_seconds", RECOVERY_BUCKETS, q, ("team",), nxt.first_step_at - AttemptRow.ended_at,
                s)
+    _estimate_errors(out, s, jobs)
     return out
+
+
+def _estimate_errors(out: Samples, s: Session, jobs: Sequence[int] | None) -> None:
+    """The start-estimate families (services/estimates.py): each outcome's absolute error, late starts."""
+    t = EstimateOutcomeRow
+    q = select(t.job_class).group_by(t.job_class)
+    if jobs is not None:
+        q = q.where(t.job_id.in_(list(jobs)))
+    _histogram(out, "trainyard_start_estimate_error_seconds", ESTIMATE_ERROR_BUCKETS, q, ("class",),
+               func.abs(t.error_s), s)
+    late = q.add_columns(func.sum(case((t.error_s > LATE_AFTER_S, 1), else_=0)))
+    for cls, n in s.execute(late):
+        _add(out, "trainyard_start_estimate_late_total", _labels(**{"class": cls}), n or 0)
 
 
 def carried(s: Session) -> Samples:

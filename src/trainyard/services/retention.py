@@ -5,7 +5,7 @@ control/lifecycle/retention.py, runs them without holding the write lock for lon
 Two horizons, both off by default (kept for ever, as slurmdbd's PurgeJobAfter):
 - `job_dirs`: a finished job's directory (logs, checkpoints, metrics) is removed; its rows stay,
   so `yard acct` and `yard report` still account for it (everything they read is in the rows);
-- `jobs`: a finished job's rows go (the job, its attempts, its events) — but not its audit events
+- `jobs`: a finished job's rows go (the job, its attempts, its events, its estimated starts and their outcomes) — but not its audit events
   (services/audit.py: who cancelled it, held it…), which outlive it. Its directory goes too.
 
 A purge never lowers a Prometheus counter or histogram: what the purged rows added to them
@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 
 from trainyard import jobfs
 from trainyard.contracts import JobDir
+from trainyard.services import estimates
 from trainyard.services.audit import AUDIT_KINDS
 from trainyard.services.events import record
 from trainyard.services.metrics import carry_key, counted
@@ -73,6 +74,7 @@ def purge_jobs(s: Session, data_dir: Path, spec: RetentionSpec, now: float) -> P
         else:
             row.value += value
     s.flush()
+    estimates.purge(s, ids)  # its estimated starts and their outcomes (counted above)
     out.attempts = _deleted(s, delete(AttemptRow).where(AttemptRow.job_id.in_(ids)))
     out.events = _deleted(s, delete(EventRow).where(EventRow.job_id.in_(ids), EventRow.kind.not_in(AUDIT_KINDS)))
     out.jobs = _deleted(s, delete(JobRow).where(JobRow.id.in_(ids)))

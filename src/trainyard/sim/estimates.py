@@ -14,6 +14,15 @@ Every draw is made from `random.Random(f"{seed}:{job name}")` (`SimJob.name`: th
 name: every policy, every run and every subset of the workload sees the same estimate for the same
 job. The label, not the int id, because the estimates of every published figure were drawn from
 those strings (when ids were strings), and an int seed would draw others.
+
+Start-time estimates (`yard sim --start-estimator limit|learned`, `SimParams.start_estimator`):
+what the engine tells a waiting job about when it will start, measured against when it did
+(issue 40). `limit` assumes every job runs to its limit (`est_runtime_s`), as a cluster that has
+learned nothing; `learned` gives each job, at its arrival, the run time learned from the jobs
+completed before it (`LearnedRuntimes`), as the control plane's services/learned_runtimes.py does
+from a user's past jobs of the same name. The Philly trace has neither users nor job names, so the
+key is the nearest it has: the same virtual cluster (team), the same GPU count and the same limit.
+`estimate_errors` adds up the error of each job's first estimate.
 """
 
 from __future__ import annotations
@@ -21,8 +30,11 @@ from __future__ import annotations
 import bisect
 import math
 import random
+from collections import deque
 from dataclasses import replace
 
+from trainyard.sched.types import JobRequest
+from trainyard.sim.result import JobRecord, _pct
 from trainyard.sim.workload import SimJob
 
 MODES = ("none", "user", "oracle")
@@ -60,3 +72,57 @@ def apply_estimates(jobs: list[SimJob], mode: str, seed: int) -> list[SimJob]:
             est = user_estimate(job.duration_s, random.Random(f"{seed}:{job.name}"))
         out.append(replace(job, req=replace(job.req, est_runtime_s=est)))
     return out
+
+
+START_ESTIMATORS = ("limit", "learned")
+LEARNED_LAST = 10  # the learned run time is the median of the last this many completed jobs of a key
+# A job that starts less than this after its estimate kept its promise (the control plane's loop
+# passes are seconds apart; the same tolerance there: services/estimates.py).
+LATE_AFTER_S = 60.0
+
+
+def median_of(values: list[float]) -> float:
+    s = sorted(values)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2.0
+
+
+class LearnedRuntimes:
+    """Run times learned from completed jobs, keyed by (team, GPUs, limit): the median of the last
+    `LEARNED_LAST` of the key, at most the job's limit; nothing where the key has none yet."""
+
+    def __init__(self, last: int = LEARNED_LAST) -> None:
+        self.last = last
+        self.seen: dict[tuple[str, int, float | None], deque[float]] = {}
+
+    @staticmethod
+    def key(req: JobRequest) -> tuple[str, int, float | None]:
+        return (req.team, req.max_gpus, req.est_runtime_s)
+
+    def observe(self, req: JobRequest, run_s: float) -> None:
+        got = self.seen.get(self.key(req))
+        if got is None:
+            got = self.seen[self.key(req)] = deque(maxlen=self.last)
+        got.append(run_s)
+
+    def expected(self, req: JobRequest) -> float | None:
+        got = self.seen.get(self.key(req))
+        if not got:
+            return None
+        m = median_of(list(got))
+        return m if req.est_runtime_s is None else min(m, req.est_runtime_s)
+
+
+def estimate_errors(jobs: list[JobRecord]) -> dict[str, float | int]:
+    """The error of the first estimated start of each measured job that waited (it got an estimate
+    and started later than it arrived): actual first start − that estimate. Counts, p50 and p90 of
+    its absolute value, and the share of those jobs that started more than `LATE_AFTER_S` late."""
+    errs = [r.first_start - r.first_est for r in jobs
+            if r.measured and r.first_est is not None and r.first_start is not None and r.first_start > r.submit]
+    absolute = [abs(e) for e in errs]
+    return {
+        "est_waited": len(errs),
+        "est_p50_abs_err_s": round(_pct(absolute, 0.5), 1),
+        "est_p90_abs_err_s": round(_pct(absolute, 0.9), 1),
+        "est_late_share": round(sum(1 for e in errs if e > LATE_AFTER_S) / len(errs), 4) if errs else 0.0,
+    }

@@ -34,6 +34,9 @@ COLUMNS = (
     "avg_bounded_slowdown", "makespan_s", "preemptions", "lost_gpu_hours", "lost_gpu_hours_if_ignored", "jain_fairness",
     "quota_violations",
 )
+# With a start estimator (`yard sim --start-estimator`): the error of the first estimated start of
+# the jobs that waited (sim/estimates.py), after the columns above.
+EST_COLUMNS = ("est_waited", "est_p50_abs_err_s", "est_p90_abs_err_s", "est_late_share")
 DEFINITIONS_POINTER = "docs/simulator.md; src/trainyard/sim/result.py (module docstring)"
 MAX_TEAMS = 12
 BIN_S = 3600.0
@@ -55,7 +58,7 @@ def format_value(name: str, value: Any, *, with_seconds: bool = True) -> str:
         return "-"
     if name.endswith("_s"):
         return f"{value:.0f} s ({_human_s(value)})" if with_seconds else _human_s(value)
-    if name in ("utilization", "goodput", "jain_fairness"):
+    if name in ("utilization", "goodput", "jain_fairness", "est_late_share"):
         return f"{value:.3f}"
     if isinstance(value, float):
         return f"{value:.2f}" if not value.is_integer() or name.startswith("lost_gpu_hours") else f"{value:.0f}"
@@ -66,12 +69,18 @@ def all_metrics(results: dict[str, SimResult]) -> dict[str, dict[str, float | in
     return {name: metrics(res) for name, res in results.items()}
 
 
+def columns_of(ms: dict[str, dict[str, Any]]) -> tuple[str, ...]:
+    """The columns shown: `COLUMNS`, and `EST_COLUMNS` where a run measured its estimates."""
+    return COLUMNS + (EST_COLUMNS if any(EST_COLUMNS[0] in m for m in ms.values()) else ())
+
+
 def markdown_table(results: dict[str, SimResult] | dict[str, dict[str, Any]]) -> str:
     """A markdown table, one row per policy; takes results or already computed metrics."""
     ms = {k: (metrics(v) if isinstance(v, SimResult) else v) for k, v in results.items()}
-    lines = ["| policy | " + " | ".join(COLUMNS) + " |", "|---|" + "---:|" * len(COLUMNS)]
+    cols = columns_of(ms)
+    lines = ["| policy | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
     for name, m in ms.items():
-        lines.append(f"| {name} | " + " | ".join(format_value(c, m.get(c)) for c in COLUMNS) + " |")
+        lines.append(f"| {name} | " + " | ".join(format_value(c, m.get(c)) for c in cols) + " |")
     return "\n".join(lines)
 
 
@@ -85,7 +94,7 @@ def format_table(results: dict[str, SimResult] | dict[str, dict[str, Any]], titl
     table.add_column("metric", style="bold", no_wrap=True)
     for name in ms:
         table.add_column(name, justify="right", no_wrap=True)
-    for c in COLUMNS:
+    for c in columns_of(ms):
         table.add_row(c, *(format_value(c, m.get(c), with_seconds=False) for m in ms.values()))
     return table
 

@@ -21,6 +21,9 @@ Definitions (also in docs/simulator.md):
 - `lost_frac`: GPU-seconds lost inside the window / capacity (utilization − goodput).
 - `jain_fairness`: Jain's index over teams of 1 / (the team's mean bounded slowdown): 1.0 when
   every team's jobs are slowed down alike.
+- `est_waited`, `est_p50_abs_err_s`, `est_p90_abs_err_s`, `est_late_share` (with a start estimator,
+  `SimParams.start_estimator`): of the measured jobs that waited, the absolute error of their first
+  estimated start (p50, p90) and the share that started more than a minute after it (sim/estimates.py).
 - `quota_violations`: episodes in which a team had a pending job that fits inside its unused
   nominal quota while another team of its cohort held more than its own nominal quota, for longer
   than its borrowers' grace period plus min run time (GPUs it was owed stayed with a borrower;
@@ -51,6 +54,8 @@ class JobRecord:
     lost_gpu_s: float = 0.0
     lost_if_ignored_gpu_s: float = 0.0  # the same had every preemption notice been ignored
     measured: bool = True
+    # the first estimated start of its first wait, with a start estimator on (sim/estimates.py)
+    first_est: float | None = None
 
 
 @dataclass(slots=True)
@@ -73,6 +78,7 @@ class SimResult:
     cycles: int = 0
     wall_s: float = 0.0
     end_time: float = 0.0
+    start_estimator: str | None = None  # SimParams.start_estimator: the estimate errors are reported
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -132,4 +138,11 @@ def metrics(res: SimResult) -> dict[str, float | int]:
         "quota_owed_gpu_hours": round(res.quota_violation_gpu_s / 3600, 2),
         "cycles": res.cycles,
         "sim_wall_s": round(res.wall_s, 2),
+        **(_estimate_errors(jobs) if res.start_estimator else {}),
     }
+
+
+def _estimate_errors(jobs: list[JobRecord]) -> dict[str, float | int]:
+    """`sim.estimates.estimate_errors` (imported here: that module imports this one)."""
+    from trainyard.sim.estimates import estimate_errors
+    return estimate_errors(jobs)

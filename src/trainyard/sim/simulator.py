@@ -45,6 +45,7 @@ from typing import Callable
 from trainyard.sched.cluster import ClusterState
 from trainyard.sched.policy import Policy
 from trainyard.sched.types import CycleResult, JobId, PendingJob, RunningJob, Snapshot
+from trainyard.sim.estimates import START_ESTIMATORS, LearnedRuntimes
 from trainyard.sim.result import JobRecord, SimResult
 from trainyard.sim.workload import SimJob, Workload
 
@@ -61,6 +62,9 @@ class SimParams:
     tick_s: float = 30.0  # cycle at least this often while jobs wait
     horizon_s: float = 400 * 86400.0  # give up this long after the last arrival (failed nodes)
     seed: int = 0
+    # None: no start estimates (the engine's step 7 off, as before); "limit" or "learned": every
+    # cycle explains, and each job's first estimated start is recorded (sim/estimates.py)
+    start_estimator: str | None = None
 
 
 # Event kinds, in the order they are applied within one instant: leaving before arriving, so the
@@ -123,6 +127,10 @@ class _Sim:
         self.done = 0
         self.arrivals_left = len(wl.jobs)
         self.rng = random.Random(params.seed)
+        if params.start_estimator not in (None, *START_ESTIMATORS):
+            raise ValueError(f"unknown start estimator {params.start_estimator!r}; choose one of "
+                             f"{', '.join(START_ESTIMATORS)}")
+        self.learned = LearnedRuntimes() if params.start_estimator == "learned" else None
 
     # -- events ---------------------------------------------------------------------------------
 
@@ -170,7 +178,7 @@ class _Sim:
             busy_gpu_s_in_window=self.busy_in_window, lost_gpu_s_in_window=self.lost_in_window,
             quota_violations=self.violations, quota_violation_s=self.violation_s,
             quota_violation_gpu_s=self.violation_gpu_s, cycles=self.cycles,
-            wall_s=_time.perf_counter() - wall0, end_time=self.now)
+            wall_s=_time.perf_counter() - wall0, end_time=self.now, start_estimator=self.p.start_estimator)
 
     def stuck(self) -> bool:
         """Jobs wait on an idle, healthy cluster with nothing more to come: the policy will never
@@ -196,6 +204,9 @@ class _Sim:
             r = sj.req
             self.records[job] = JobRecord(job, r.team, r.job_class, r.max_gpus, r.submit_time, sj.duration_s,
                                           measured=self.wl.measured(r.submit_time))
+            if self.learned is not None:
+                r = replace(r, expected_runtime_s=self.learned.expected(r))
+                self.jobs[job] = replace(sj, req=r)
             self.enqueue(PendingJob(r, 0, self.now))
         elif kind == _FINISH:
             if self.end_token.get(job) == token and job in self.running:
@@ -267,12 +278,16 @@ class _Sim:
         self.decay_usage()
         snap = Snapshot(now=self.now, cluster=self.cluster, teams=self.wl.teams, classes=self.wl.classes,
                         running=list(self.running.values()), pending=list(self.pending.values()),
-                        usage=self.usage, explain=False,
+                        usage=self.usage, explain=self.p.start_estimator is not None,
                         allocated={(t, "default"): g for t, g in self.team_alloc.items()},
                         allocated_by_class={k: g for k, g in self.class_alloc.items() if g},
                         stopped_for=self.victims_in_play())
         res: CycleResult = self.policy.cycle(snap)
         self.cycles += 1
+        for jid, info in res.pending.items():  # empty unless a start estimator is on
+            rec = self.records[jid]
+            if rec.first_est is None and rec.first_start is None and info.est_start is not None:
+                rec.first_est = info.est_start
         for pre in res.preemptions:
             self.preempt(pre.job_id)
             self.stopped_for[pre.job_id] = pre.for_job
@@ -336,6 +351,8 @@ class _Sim:
         self.cluster.release(rj.placement)
         rec.end = self.now
         self.done += 1
+        if self.learned is not None:
+            self.learned.observe(rj.req, self.jobs[job].duration_s)
         if self.on_attempt is not None:
             self.on_attempt(job, rj.start_time, self.now)
         self.change_alloc(rj.req.team, rj.req.job_class, -rj.gpus)

@@ -5,6 +5,8 @@ What lives where:
 - `attempts`: one row per start of a job (a requeue starts a new attempt), with placement and exit;
 - `events`: the audit trail — every state change, who did it, when and why;
 - `nodes`: runtime state of the nodes (drained, down, suspect) — their shape comes from the configuration;
+- `start_estimates`, `estimate_outcomes`: each waiting job's estimated start as it changed, and
+  per started attempt the error of its first and last estimates (issue 40, services/estimates.py);
 - `gpu_samples`: per-GPU telemetry of the jobs, a bounded time series per job (issue 39);
 - `config_versions`: the cluster configuration (nodes, teams and quotas, classes) as versioned
   YAML; the newest row is in force, older ones allow diff and rollback;
@@ -83,6 +85,9 @@ class JobRow(Base):
     pids_max: Mapped[int | None] = mapped_column(Integer, nullable=True)
     gpu_mem_mib: Mapped[int | None] = mapped_column(Integer, nullable=True, info=engine())
     time_limit_s: Mapped[float | None] = mapped_column(Float, nullable=True, info=engine("est_runtime_s"))
+    # what the user's past jobs of the same name ran (migration 0016, services/learned_runtimes.py), at
+    # most the limit, set at submission: only the start estimates read it (sched/estimate.py)
+    expected_runtime_s: Mapped[float | None] = mapped_column(Float, nullable=True, info=engine())
     checkpoint_interval_s: Mapped[float | None] = mapped_column(Float, nullable=True, info=engine())
     # --signal: `[B:]NAME@secs` (spec/signals.py), and the attempt it was last sent to (once per attempt)
     notice_signal: Mapped[str | None] = mapped_column(String, nullable=True)
@@ -257,6 +262,47 @@ class GpuSampleRow(Base):
     source: Mapped[str] = mapped_column(String(20), default="nvml")  # nvml | emulated | nvidia-smi
 
     __table_args__ = (Index("ix_gpu_samples_job_time", "job_id", "time"),)
+
+
+class StartEstimateRow(Base):
+    """A waiting job's estimated start, recorded when it changed (services/estimates.py): per
+    pending spell (`attempt`: the attempt the job waits to start as), the first and the latest
+    `estimates.KEPT` - 1 changes are kept."""
+
+    __tablename__ = "start_estimates"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(Integer)
+    attempt: Mapped[int] = mapped_column(Integer)
+    at: Mapped[float] = mapped_column(Float)  # when the loop made it
+    est_start: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (Index("ix_start_estimates_job", "job_id", "attempt", "id"),)
+
+
+class EstimateOutcomeRow(Base):
+    """An attempt that started after being given an estimated start: the first estimate (what the
+    user was told when the wait began: THE error, `error_s`), the last one, and when it started.
+    Errors are actual − estimate: positive when it started late."""
+
+    __tablename__ = "estimate_outcomes"
+
+    job_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_class: Mapped[str] = mapped_column(String(100))
+    team: Mapped[str] = mapped_column(String(100))
+    user: Mapped[str] = mapped_column(String(100))
+    queued_since: Mapped[float] = mapped_column(Float)  # the wait's start (submission or requeue)
+    first_at: Mapped[float] = mapped_column(Float)
+    first_estimate: Mapped[float] = mapped_column(Float)
+    last_at: Mapped[float] = mapped_column(Float)
+    last_estimate: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float] = mapped_column(Float)
+    error_s: Mapped[float] = mapped_column(Float)  # started_at - first_estimate
+    last_error_s: Mapped[float] = mapped_column(Float)  # started_at - last_estimate
+    changes: Mapped[int] = mapped_column(Integer)  # estimates kept for the spell (at most `estimates.KEPT`)
+
+    __table_args__ = (Index("ix_estimate_outcomes_started_at", "started_at"),)
 
 
 class ConfigVersionRow(Base):

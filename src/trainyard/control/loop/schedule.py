@@ -8,7 +8,8 @@ of them while the disk reserve is crossed (`DiskReserve`), as Slurm keeps a job 
 association's limits out of the schedule. The decisions
 are applied under the write lock, each re-checked against the store (a job cancelled meanwhile is
 not started). A start is committed before the backend launches it (`control/loop/attempt_start.py`). Every
-job left waiting gets the engine's reason and estimated start (`squeue`'s REASON and START_TIME).
+job left waiting gets the engine's reason and estimated start (`squeue`'s REASON and START_TIME);
+an estimate that moved is recorded, and a start settles its wait's promise (services/estimates.py).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from trainyard.control.loop.snapshot import NodeIndex, PendingCache, build_snaps
 from trainyard.control.loop.usage_cache import DecayedUsage
 from trainyard.sched.policy import Policy
 from trainyard.sched.types import BORROWING_LIMIT, COHORT_IN_USE, PendingInfo, Reason
-from trainyard.services import arrays, transitions
+from trainyard.services import arrays, estimates, transitions
 from trainyard.services.nodes import node_states
 from trainyard.states import ACTIVE_STATES, PENDING_STATES, JobState, StopKind
 from trainyard.store.models import ENGINE_COLUMNS, JobRow
@@ -70,6 +71,7 @@ class Scheduler:
         self._stopped_for: dict[int, int] = {}
         self._usage = DecayedUsage()  # fair share's usage, kept up to date (not six weeks reread a pass)
         self.launches = for_backend(ctx)  # inline, or off the loop's thread (Slurm)
+        self._estimates = estimates.Recorder()  # the estimates recorded as they change (services/estimates.py)
 
     def run(self, facts: Facts, now: float) -> int:
         """One scheduling cycle; returns how many running jobs it asked to stop (preemptions),
@@ -115,6 +117,7 @@ class Scheduler:
                 seen = by_id.get(st.job_id)
                 if j is None or j.state not in PENDING_STATES or j.held or seen is None or j.attempt != seen.attempt:
                     continue
+                estimates.settle(s, j, now)  # the promise its wait was given, kept or not
                 launches.append(attempt_start.start(ctx, s, j, idx, st.placement, cfg.spec.cluster.name, now))
             texts = {k: reason_text(v) for k, v in result.pending.items() if k in by_id}
             updates = [{"jid": k, "r": texts[k], "e": v.est_start}
@@ -122,6 +125,8 @@ class Scheduler:
                        if k in by_id and (by_id[k].reason != texts[k] or by_id[k].est_start != v.est_start)]
             if updates:
                 write_reasons(s, updates)
+            self._estimates.note(s, now, {k: v.est_start for k, v in result.pending.items()},
+                                 {r.id: (r.attempt + 1, r.est_start) for r in pending})
         for spec in launches:
             self.launches.start(spec, now)
         return stopping
