@@ -1,9 +1,9 @@
-"""`dashboard_config.what_if_rows`: the what-if's answer as the configuration page's table rows
+"""`sim.side_by_side.what_if_rows`: the what-if's answer as the configuration page's table rows
 (the page itself, on a real plane: tests/api/test_dashboard_config.py)."""
 
 from __future__ import annotations
 
-from trainyard.services.dashboard_config import FIGURES, OVERALL, what_if_rows
+from trainyard.sim.side_by_side import FIGURES, OVERALL, what_if_rows
 
 
 def side(teams: dict, classes: dict, wait: float) -> dict:

@@ -16,16 +16,7 @@ from trainyard.cli.client import Client
 from trainyard.cli.common import fail
 from trainyard.cli.render import print_json, table
 
-# (figure, how it is shown): the table's rows per team and class, in this order.
-FIGURES = (("mean_wait_s", "s"), ("p99_wait_s", "s"), ("mean_jct_s", "s"), ("gpu_share", "share"),
-           ("quota_share", "share"), ("preemptions", "n"), ("lost_gpu_hours", "h"), ("busy_gpu_hours", "h"))
-
 WHAT_IF_TIMEOUT_S = 600.0
-
-# The whole cluster's, from `yard sim`'s metrics (sim/result.py).
-OVERALL = (("avg_wait_s", "s"), ("p99_wait_s", "s"), ("avg_jct_s", "s"), ("utilization", "share"),
-           ("preemptions", "n"), ("lost_gpu_hours", "h"))
-
 
 def window(since: str | None, until: str | None) -> dict[str, float]:
     """`--since`/`--until` as UNIX seconds (exit 2 on a bad time, or an end before the start)."""
@@ -68,23 +59,11 @@ def _signed(value: Any, kind: str) -> str:
 
 
 def rows(doc: dict[str, Any]) -> list[list[str]]:
-    """One row per team or class and figure: in force, proposed, delta."""
-    out: list[list[str]] = []
-    a, b, d = doc["in_force"]["metrics"], doc["proposed"]["metrics"], doc["delta"]["metrics"]
-    for fig, kind in OVERALL:
-        out.append(["all jobs", fig, _fmt(a.get(fig), kind), _fmt(b.get(fig), kind), _signed(d.get(fig), kind)])
-    for scope in ("teams", "classes"):
-        a, b, d = doc["in_force"][scope], doc["proposed"][scope], doc["delta"][scope]
-        for name in sorted(set(a) | set(b)):
-            if not a.get(name, {}).get("jobs") and not b.get(name, {}).get("jobs"):
-                continue  # a class no job of the window is of
-            for fig, kind in FIGURES:
-                if fig not in a.get(name, b.get(name, {})):
-                    continue
-                out.append([f"{scope[:-1] if scope == 'teams' else 'class'} {name}", fig,
-                            _fmt(a.get(name, {}).get(fig), kind), _fmt(b.get(name, {}).get(fig), kind),
-                            _signed(d.get(name, {}).get(fig), kind)])
-    return out
+    """One row per team or class and figure: in force, proposed, delta (sim/side_by_side.py)."""
+    from trainyard.sim.side_by_side import what_if_rows
+
+    return [[r["group"], r["figure"], _fmt(r["in_force"], r["kind"]), _fmt(r["proposed"], r["kind"]),
+             _signed(r["delta"], r["kind"])] for r in what_if_rows(doc)]
 
 
 def show_what_if(text: str, since: str | None, until: str | None, as_json: bool) -> None:

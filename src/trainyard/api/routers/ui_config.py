@@ -29,6 +29,7 @@ from trainyard.services import dashboard_config, whatif
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Forbidden, NotFound, ServiceError
 from trainyard.services.plane_facade import Plane
+from trainyard.sim.side_by_side import what_if_rows
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -102,7 +103,7 @@ def _render(cp: Plane, s: Session, who: Principal, diff_from: int | None,
     doc = result if isinstance(result, dict) else None
     text, since = posted or (data["current"]["text"], whatif.DEFAULT_SINCE)
     return pages.render("config.html", status=error.status if error else 200, who=who, **data, error=error,
-                        result=doc, rows=dashboard_config.what_if_rows(doc) if doc else [], text=text, since=since)
+                        result=doc, rows=what_if_rows(doc) if doc else [], text=text, since=since)
 
 
 def _form(body: bytes) -> tuple[str, str | None]:
