@@ -95,7 +95,7 @@ def test_yard_acct_shows_the_buckets_and_the_goodput(cluster):
 
 @pytest.mark.parametrize("args,needle", [
     (("report", "goodput", "--by", "team,rack"), "--by: 'rack' is not one of cluster, team, user, node, class"),
-    (("report", "teams", "--by", "team"), "--by: only with the goodput section"),
+    (("report", "teams", "--by", "team"), "--by: only with the goodput and estimates sections"),
 ])
 def test_bad_arguments_name_the_option_and_exit_2(cluster, args, needle):
     r = cluster.yard(*args, check=False)
