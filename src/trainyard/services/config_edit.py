@@ -13,12 +13,9 @@ keeps the data but not the comments.
 from __future__ import annotations
 
 import copy
-import difflib
-import io
 from typing import Any
 
-import yaml
-
+from trainyard.services import yaml_edit
 from trainyard.services.errors import NotFound
 
 UNSET: Any = object()  # a field the update does not name
@@ -36,16 +33,7 @@ def edit_team(text: str, name: str, *, cohort: Any = UNSET,
     Raises:
         NotFound: no team of that name.
     """
-    want = yaml.safe_load(text)
-    _apply(_team(want, name), cohort, quotas, replace)
-    try:
-        edited = _round_trip(text, name, cohort, quotas, replace)
-    except Exception:  # noqa: BLE001 - any layout ruamel cannot follow: fall back to a fresh dump
-        edited = None
-    if edited is not None and yaml.safe_load(edited) == want:
-        return edited
-    dumped: str = yaml.safe_dump(want, sort_keys=False)  # yaml is untyped: a str when no stream is given
-    return dumped
+    return yaml_edit.edited(text, lambda doc: _apply(_team(doc, name), cohort, copy.deepcopy(quotas), replace))
 
 
 def _team(doc: Any, name: str) -> Any:
@@ -85,30 +73,3 @@ def _apply(team: Any, cohort: Any, quotas: dict[str, dict[str, Any] | None] | No
                 q.pop(k, None)
             else:
                 q[k] = v
-
-
-# ruamel writes every block sequence with one indentation; these are the two common ones
-# (`teams:\n- name:` and `teams:\n  - name:`), and the one that changes fewest lines is kept.
-INDENTS = ((2, 2, 0), (2, 4, 2))
-
-
-def _round_trip(text: str, name: str, cohort: Any, quotas: Any, replace: bool) -> str:
-    from ruamel.yaml import YAML  # the plane's dependency only: the CLI never edits configurations
-
-    outs = []
-    for mapping, sequence, offset in INDENTS:
-        rt = YAML(typ="rt")
-        rt.preserve_quotes = True
-        rt.width = 1 << 16  # never reflow a long line
-        rt.indent(mapping=mapping, sequence=sequence, offset=offset)
-        doc = rt.load(text)
-        _apply(_team(doc, name), cohort, copy.deepcopy(quotas), replace)
-        out = io.StringIO()
-        rt.dump(doc, out)
-        outs.append(out.getvalue())
-    return min(outs, key=lambda o: _changed_lines(text, o))
-
-
-def _changed_lines(a: str, b: str) -> int:
-    return sum(1 for line in difflib.unified_diff(a.splitlines(), b.splitlines(), lineterm="", n=0)
-               if line[:1] in "+-" and not line.startswith(("+++", "---")))

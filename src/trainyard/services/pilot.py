@@ -91,17 +91,7 @@ def promote(s: Session, by: Principal, message: str, now: float) -> int:
     Raises:
         Conflict: no trial is in progress.
     """
-    _admin(by)
-    text, spec = _current_trial(s)
-    t = pilot.trial(spec)
-    assert t is not None and spec.pilot is not None
-    changes = pilot.what_changes(spec, t)
-    version = config.apply(s, pilot_text.promoted(text), by,
-                           message or f"pilot trial of version {t.base_version} promoted to every node")
-    record(s, by.user, "pilot.promoted", f"configuration version {version}: the pilot's trial applies to every node: "
-           f"{'; '.join(changes)}", at=now,
-           data={"version": version, "base_version": t.base_version, "nodes": spec.pilot.nodes, "changes": changes})
-    return version
+    return _end_trial(s, by, message, now, promoted=True)
 
 
 def rollback(s: Session, by: Principal, message: str, now: float) -> int:
@@ -110,14 +100,25 @@ def rollback(s: Session, by: Principal, message: str, now: float) -> int:
     Raises:
         Conflict: no trial is in progress.
     """
+    return _end_trial(s, by, message, now, promoted=False)
+
+
+def _end_trial(s: Session, by: Principal, message: str, now: float, *, promoted: bool) -> int:
+    """Promote or roll back the trial in progress: the new version and its audit event."""
     _admin(by)
     text, spec = _current_trial(s)
     t = pilot.trial(spec)
     assert t is not None and spec.pilot is not None
     changes = pilot.what_changes(spec, t)
-    version = config.apply(s, pilot_text.without_trial(text), by,
-                           message or f"pilot trial of version {t.base_version} rolled back")
-    record(s, by.user, "pilot.rolled_back", f"configuration version {version}: the pilot's trial is rolled back "
-           f"(was: {'; '.join(changes)})", at=now,
+    if promoted:
+        new_text, kind = pilot_text.promoted(text), "pilot.promoted"
+        default = f"pilot trial of version {t.base_version} promoted to every node"
+        what = f"the pilot's trial applies to every node: {'; '.join(changes)}"
+    else:
+        new_text, kind = pilot_text.without_trial(text), "pilot.rolled_back"
+        default = f"pilot trial of version {t.base_version} rolled back"
+        what = f"the pilot's trial is rolled back (was: {'; '.join(changes)})"
+    version = config.apply(s, new_text, by, message or default)
+    record(s, by.user, kind, f"configuration version {version}: {what}", at=now,
            data={"version": version, "base_version": t.base_version, "nodes": spec.pilot.nodes, "changes": changes})
     return version

@@ -20,22 +20,19 @@ reservation for a user nobody can act as is a typo.
 
 from __future__ import annotations
 
-import io
 import re
 import time
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from trainyard.contracts import compress_hostlist, expand_hostlist
 from trainyard.spec.parsing import parse_begin, parse_duration
-from trainyard.services import config
+from trainyard.services import config, yaml_edit
 from trainyard.services.auth import Principal
-from trainyard.services.config_edit import INDENTS, _changed_lines
 from trainyard.services.errors import Conflict, Forbidden, NotFound, ServiceError
 from trainyard.spec.models import ReservationSpec
 from trainyard.spec.bounds import MAX_NODES
@@ -204,36 +201,9 @@ def check_job(cfg: config.ConfigVersion, name: str | None, user: str, team: str,
 
 def _edit(text: str, change: Callable[[list[Any]], None]) -> str:
     """`text` with `change` applied to its `reservations:` list (made when missing), comments kept
-    through ruamel's round trip (as `config_edit.edit_team`); a fresh dump if that fails."""
-    want = yaml.safe_load(text)
-    want.setdefault("reservations", None)
-    if not isinstance(want["reservations"], list):
-        want["reservations"] = []
-    change(want["reservations"])
-    try:
-        edited = _round_trip(text, change)
-    except Exception:  # noqa: BLE001 - a layout ruamel cannot follow: a fresh dump keeps the data
-        edited = None
-    if edited is not None and yaml.safe_load(edited) == want:
-        return edited
-    dumped: str = yaml.safe_dump(want, sort_keys=False)  # yaml is untyped: a str when no stream is given
-    return dumped
-
-
-def _round_trip(text: str, change: Callable[[list[Any]], None]) -> str:
-    from ruamel.yaml import YAML
-
-    outs = []
-    for mapping, sequence, offset in INDENTS:
-        rt = YAML(typ="rt")
-        rt.preserve_quotes = True
-        rt.width = 1 << 16
-        rt.indent(mapping=mapping, sequence=sequence, offset=offset)
-        doc = rt.load(text)
+    (`yaml_edit.edited`)."""
+    def on_list(doc: Any) -> None:
         if not isinstance(doc.get("reservations"), list):
             doc["reservations"] = []
         change(doc["reservations"])
-        out = io.StringIO()
-        rt.dump(doc, out)
-        outs.append(out.getvalue())
-    return min(outs, key=lambda o: _changed_lines(text, o))
+    return yaml_edit.edited(text, on_list)
