@@ -63,11 +63,12 @@ def _set(doc: dict[str, Any], path: tuple[str | int, ...], value: Any) -> None:
 
 
 def prometheus_config(*, plane: str, token_file: Path, rules: list[Path], alertmanager: str,
-                      interval_s: float) -> dict[str, Any]:
-    """deploy/prometheus/prometheus.yml for this machine: `plane` and `alertmanager` as host:port."""
+                      interval_s: float, evaluation_s: float | None = None) -> dict[str, Any]:
+    """deploy/prometheus/prometheus.yml for this machine: `plane` and `alertmanager` as host:port,
+    scraping every `interval_s` and evaluating the rules every `evaluation_s` (default the same)."""
     doc = yaml.safe_load((PROM / "prometheus.yml").read_text())
     _set(doc, ("global", "scrape_interval"), f"{interval_s:g}s")
-    _set(doc, ("global", "evaluation_interval"), f"{interval_s:g}s")
+    _set(doc, ("global", "evaluation_interval"), f"{round(1000 * (evaluation_s or interval_s))}ms")  # "0.5s" is no duration to Prometheus
     by_name = {p.name: p for p in rules}
     assert sorted(Path(p).name for p in doc["rule_files"]) == sorted(by_name)
     _set(doc, ("rule_files",), [str(by_name[Path(p).name]) for p in doc["rule_files"]])
