@@ -160,3 +160,14 @@ def test_status_compares_the_pilots_jobs_with_the_rests(plane):
     assert (r["attempts_ended"], r["attempts_failed"], r["failure_rate"]) == (1, 0, 0.0)
     assert p["allocated_gpu_s"] > 0.4 and r["allocated_gpu_s"] > 0.4
     assert p["downs"] == r["downs"] == 0
+
+
+def test_a_whole_apply_during_a_trial_says_it_ends_the_trial(plane):
+    base = stored(plane)["text"]
+    assert plane.admin.post("/api/v1/cluster/pilot", json={"text": edited(plane, lambda d: d.update(
+        health={"checks": [CHECK]}))}).status_code == 200
+    r = plane.admin.post("/api/v1/cluster/config", json={"text": base})
+    assert r.status_code == 200, r.text
+    assert any("ends the pilot's trial" in w for w in r.json()["warnings"]), r.json()
+    r = plane.admin.post("/api/v1/cluster/config", json={"text": base + "# again\n"})
+    assert not any("trial" in w for w in r.json()["warnings"]), r.json()  # no trial left to end

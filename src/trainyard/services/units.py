@@ -118,6 +118,7 @@ def _change_config(plane: Plane, by: Principal, change: Callable[[Session], int]
     if not by.is_admin:
         raise Forbidden("only an admin can change the cluster configuration")
     with plane.transaction() as s:
+        before = config.get_version(s)
         version = change(s)
         spec = parse_config(config.get_version(s, version).text)
         new = {n.name for n in spec.cluster.expand()}
@@ -127,7 +128,19 @@ def _change_config(plane: Plane, by: Principal, change: Callable[[Session], int]
     plane.wake()
     with plane.store.session() as s:
         return {**config_row(config.get_version(s, version)),
-                "warnings": teams.overcommitted(spec) + spec.scheduler.deprecations()}
+                "warnings": teams.overcommitted(spec) + spec.scheduler.deprecations() + _trial_ended(before, spec)}
+
+
+def _trial_ended(before: ConfigVersionRow, after: Any) -> list[str]:
+    """A warning when a whole new configuration ends the pilot's trial in progress: a file without
+    `pilot.trial` replaces the trial like any other change, which an operator should hear of
+    (`yard cluster pilot promote|rollback` are the ways to end one on purpose)."""
+    from trainyard.spec import pilot as pilot_spec
+
+    if pilot_spec.trial(after) is not None or pilot_spec.trial(parse_config(before.text)) is None:
+        return []
+    return [f"this version ends the pilot's trial that was in force in version {before.version} "
+            "(the file has no pilot.trial): every node now runs the file's own settings"]
 
 
 def update_team(plane: Plane, name: str, body: teams.TeamUpdate | teams.TeamPatch, by: Principal) -> dict[str, Any]:
