@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ as a script: 
 from philly_windows import DEFAULT_STARTS, DEFAULT_TRACE, OURS  # noqa: E402
 
 from trainyard.sched.policy import get_policy  # noqa: E402
-from trainyard.sim.estimates import LATE_AFTER_S, START_ESTIMATORS, apply_estimates  # noqa: E402
+from trainyard.sim.estimates import START_ESTIMATORS, apply_estimates  # noqa: E402
 from trainyard.sim.philly import load_philly  # noqa: E402
-from trainyard.sim.result import _pct, metrics  # noqa: E402
+from trainyard.sim.result import LATE_AFTER_S, _pct, first_estimate_errors, metrics  # noqa: E402
 from trainyard.sim.simulator import SimParams, simulate  # noqa: E402
 
 
@@ -45,8 +45,7 @@ def run_one(task: tuple[dict[str, Any], str, str]) -> tuple[str, str, dict[str, 
     w.jobs = apply_estimates(w.jobs, args["estimates"], args["seed"])
     t0 = time.perf_counter()
     res = simulate(w, get_policy(OURS), SimParams(start_estimator=estimator))
-    errs = [r.first_start - r.first_est for r in res.jobs
-            if r.measured and r.first_est is not None and r.first_start is not None and r.first_start > r.submit]
+    errs = first_estimate_errors(res.jobs)
     return start, estimator, metrics(res), errs, time.perf_counter() - t0
 
 

@@ -171,3 +171,7 @@ def test_a_whole_apply_during_a_trial_says_it_ends_the_trial(plane):
     assert any("ends the pilot's trial" in w for w in r.json()["warnings"]), r.json()
     r = plane.admin.post("/api/v1/cluster/config", json={"text": base + "# again\n"})
     assert not any("trial" in w for w in r.json()["warnings"]), r.json()  # no trial left to end
+    assert plane.admin.post("/api/v1/cluster/pilot", json={"text": edited(plane, lambda d: d.update(
+        health={"checks": [CHECK]}))}).status_code == 200
+    r = plane.admin.post("/api/v1/cluster/pilot/rollback", json={})
+    assert r.status_code == 200 and not any("trial" in w for w in r.json()["warnings"]), r.json()  # its own job

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 import pytest
 
 from tests.yard_cluster import YardCluster
-from trainyard.services.estimates import LATE_AFTER_S
+from trainyard.sim.result import LATE_AFTER_S
 from trainyard.services.usage_report import nearest_rank
 
 pytestmark = [pytest.mark.xdist_group("estimates-cli"), pytest.mark.slow]  # a real plane, ~30-60 s

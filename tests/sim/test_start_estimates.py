@@ -9,8 +9,9 @@ import pytest
 
 from trainyard.sched.engine import TrainyardPolicy
 from trainyard.sched.types import JobRequest
-from trainyard.services.estimates import LATE_AFTER_S as PLANE_LATE_AFTER_S
-from trainyard.sim.estimates import LATE_AFTER_S, LearnedRuntimes, apply_estimates, estimate_errors
+from trainyard.services.estimates_report import LATE_AFTER_S as PLANE_LATE_AFTER_S
+from trainyard.sim.estimates import LearnedRuntimes, apply_estimates
+from trainyard.sim.result import LATE_AFTER_S, estimate_errors
 from trainyard.sim.result import metrics
 from trainyard.sim.simulator import SimParams, simulate
 from trainyard.sim.synthetic import generate

@@ -13,7 +13,7 @@ Choices, as docs/scheduler.md says them:
   jobs) writes nothing. A spell keeps its first row and the last `KEPT` - 1: an estimate that moves
   every pass (a job behind one that overran its limit) cannot grow the table without bound.
 - **The error** is actual start − estimate: positive when late. A job that started within
-  `LATE_AFTER_S` of its estimate kept the promise (the loop's passes are seconds apart).
+  `sim.result.LATE_AFTER_S` of its estimate kept the promise (the loop's passes are seconds apart).
 - A job that never had an estimate (it started at once, or waited beyond `max_estimates`) has
   no outcome: it was promised nothing.
 Retention deletes both tables' rows with their job (services/retention.py).
@@ -32,9 +32,8 @@ from trainyard.store.models import EstimateOutcomeRow, JobRow, StartEstimateRow
 KEPT = 32  # rows per spell: the first estimate and the latest KEPT - 1
 # a smaller move is not recorded: a job behind one past its expected end is told "in a minute" at
 # every pass (seconds apart), and a row per pass per such job would be the loop's biggest write;
-# a minute is also the lateness that counts (LATE_AFTER_S), so no judged error moves by more
+# a minute is also the lateness that counts (sim.result.LATE_AFTER_S), so no judged error moves by more
 MIN_CHANGE_S = 60.0
-LATE_AFTER_S = 60.0  # started more than this after the estimate: late (the simulator's too)
 
 
 def changed(old: float | None, new: float | None) -> bool:

@@ -3,7 +3,7 @@
 Over the attempts that started in a period after being given an estimate (`estimate_outcomes`,
 services/estimates.py), per class (or team) and for the whole cluster: how many, the p50 and p90 of
 |actual start − first estimate| (nearest rank, as the other reports), the share that started more
-than `estimates.LATE_AFTER_S` after it, the mean signed error (positive: late on the whole), and the
+than `sim.result.LATE_AFTER_S` after it (the simulator's figure too), the mean signed error (positive: late on the whole), and the
 same p50/p90 for the last estimate before the start. Aggregates only: no job or user is named, so
 any principal may read it.
 """
@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from trainyard.services.accounting import Window
 from trainyard.services.errors import ServiceError
-from trainyard.services.estimates import LATE_AFTER_S
+from trainyard.sim.result import LATE_AFTER_S
 from trainyard.services.usage_report import nearest_rank
 from trainyard.store.models import EstimateOutcomeRow
 

@@ -190,6 +190,11 @@ def _keys(section: str, p: Piece, cluster: str) -> list[tuple[str, float]]:
         return [(f"{p.team}/{p.user}", 1.0)]
     if section == "class":
         return [(p.job_class, 1.0)]
+    return node_shares(p)
+
+
+def node_shares(p: Piece) -> list[tuple[str, float]]:
+    """(node, share of the piece) for each node of its placement: its share of the GPUs held."""
     held = [(str(x.get("node")), len(x.get("gpus") or [])) for x in p.placement if isinstance(x, dict)]
     n = sum(g for _, g in held)
     return [(node, g / n) for node, g in held if g] if n else []

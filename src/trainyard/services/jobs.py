@@ -487,6 +487,7 @@ def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_d
     spec = arrays.parse(sub.array) if sub.array else None
     limits.check(s, cfg.spec.limits, user=by.user, team=team, command=sub.command, env=sub.env, script=sub.script,
                  indices=spec.indices if spec else None)  # the operator's limits: nothing stored past one
+    limit_s = parse_duration(sub.time)
     values = dict(
         name=name, user=by.user, team=team, job_class=cls, pool=sub.pool, state=JobState.PENDING,
         reason="JobHeldUser" if sub.hold else "Dependency" if waits else free_reason(begin, now), held=sub.hold,
@@ -498,8 +499,7 @@ def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_d
         nodes_min=lo, nodes_max=hi, gpus_per_node=gpn, gpus=total, tasks_per_node=sub.tasks_per_node,
         gpu_mem_mib=None if sub.gpu_mem_gb is None else int(round(sub.gpu_mem_gb * 1024)),
         mem_mib=_mem_limit(sub.mem), mem_per_gpu_mib=_mem_limit(sub.mem_per_gpu), cpus_per_task=sub.cpus_per_task,
-        time_limit_s=parse_duration(sub.time),
-        expected_runtime_s=learned_runtimes.expected(s, by.user, name, parse_duration(sub.time)), notice_signal=sub.signal, checkpoint_interval_s=parse_duration(sub.checkpoint_interval),
+        time_limit_s=limit_s, expected_runtime_s=learned_runtimes.expected(s, by.user, name, limit_s), notice_signal=sub.signal, checkpoint_interval_s=parse_duration(sub.checkpoint_interval),
         submit_time=now, queued_since=now, attempt=0, progress_s=0.0, attained_gpu_s=0.0, est_start=None,
         start_time=None, end_time=None, placement=None, last_checkpoint=None, exit_code=None, signal=None,
         progress=None, retries=0, retry_after=None, lost_gpu_s=0.0, avoid_nodes=None, stop_kind=None,

@@ -14,6 +14,8 @@ the plane stops no job at its learned time (docs/scheduler.md, "Estimated start"
 
 from __future__ import annotations
 
+import statistics
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -21,12 +23,6 @@ from trainyard.states import JobState
 from trainyard.store.models import JobRow
 
 LAST = 10  # completed runs the median is taken over, newest first
-
-
-def median(values: list[float]) -> float:
-    v = sorted(values)
-    n = len(v)
-    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2.0
 
 
 def past_runs(s: Session, user: str, name: str, last: int = LAST) -> list[float]:
@@ -44,5 +40,5 @@ def expected(s: Session, user: str, name: str, limit_s: float | None) -> float |
     runs = past_runs(s, user, name)
     if not runs:
         return None
-    m = median(runs)
+    m = statistics.median(runs)
     return m if limit_s is None else min(m, limit_s)

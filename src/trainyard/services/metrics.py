@@ -68,7 +68,7 @@ from trainyard.contracts import LEDGER_BUCKETS
 from trainyard.disk import free_bytes
 from trainyard.services.accounting import wait_base
 from trainyard.services.config import ConfigVersion
-from trainyard.services.estimates import LATE_AFTER_S
+from trainyard.sim.result import LATE_AFTER_S
 from trainyard.states import PENDING_STATES
 from trainyard.services.nodes import list_nodes
 from trainyard.store.models import AttemptRow, EstimateOutcomeRow, JobRow, UsageCarryRow

@@ -75,12 +75,10 @@ def status(s: Session, cfg: ConfigVersion, now: float, data_dir: Path | None = N
         per[NODE_EVENTS[kind]] += 1
     buckets = {k: goodput.empty() for k in SIDES}
     for piece in goodput_report.pieces(s, Window(t.since, now), now, data_dir=data_dir, spec=spec):
-        held = [(str(x.get("node")), len(x.get("gpus") or [])) for x in piece.placement if isinstance(x, dict)]
-        total = sum(g for _, g in held)
-        for node, g in held:
+        for node, share in goodput_report.node_shares(piece):
             b = buckets["pilot" if node in in_pilot else "rest"]
             for k, v in piece.buckets.items():
-                b[k] += v * g / total
+                b[k] += v * share
     for k in SIDES:
         d = sides[k]
         d["failure_rate"] = d["attempts_failed"] / d["attempts_ended"] if d["attempts_ended"] else None

@@ -20,7 +20,9 @@ from trainyard.services.auth import Principal
 from trainyard.services.errors import Conflict, Forbidden, NotFound, ServiceError
 from trainyard.services.login_codes import Issue
 from trainyard.services.plane_facade import Plane
-from trainyard.spec.models import parse_config
+from trainyard.services.config import ConfigVersion
+from trainyard.spec import pilot as pilot_spec
+from trainyard.spec.models import ConfigSpec, parse_config
 from trainyard.states import ACTIVE_STATES, PENDING_STATES
 from trainyard.store.models import ConfigVersionRow, JobRow
 
@@ -110,15 +112,18 @@ def pilot_step(plane: Plane, by: Principal, step: str, message: str, text: str =
         "apply": lambda s: pilot.apply_trial(s, text, by, message, now),
         "promote": lambda s: pilot.promote(s, by, message, now),
         "rollback": lambda s: pilot.rollback(s, by, message, now)}
-    return _change_config(plane, by, change[step])
+    return _change_config(plane, by, change[step], ends_trials=True)
 
 
-def _change_config(plane: Plane, by: Principal, change: Callable[[Session], int]) -> dict[str, Any]:
-    """A new version by `change`, refused (409) when it would drop nodes that run jobs."""
+def _change_config(plane: Plane, by: Principal, change: Callable[[Session], int], *,
+                   ends_trials: bool = False) -> dict[str, Any]:
+    """A new version by `change`, refused (409) when it would drop nodes that run jobs; with a
+    warning when it ends the pilot's trial in progress, unless ending trials is its job
+    (`ends_trials`: the pilot's own steps)."""
     if not by.is_admin:
         raise Forbidden("only an admin can change the cluster configuration")
     with plane.transaction() as s:
-        before = config.get_version(s)
+        before = plane.configs.current(s)
         version = change(s)
         spec = parse_config(config.get_version(s, version).text)
         new = {n.name for n in spec.cluster.expand()}
@@ -128,16 +133,14 @@ def _change_config(plane: Plane, by: Principal, change: Callable[[Session], int]
     plane.wake()
     with plane.store.session() as s:
         return {**config_row(config.get_version(s, version)),
-                "warnings": teams.overcommitted(spec) + spec.scheduler.deprecations() + _trial_ended(before, spec)}
+                "warnings": teams.overcommitted(spec) + spec.scheduler.deprecations() + ([] if ends_trials else _trial_ended(before, spec))}
 
 
-def _trial_ended(before: ConfigVersionRow, after: Any) -> list[str]:
+def _trial_ended(before: ConfigVersion, after: ConfigSpec) -> list[str]:
     """A warning when a whole new configuration ends the pilot's trial in progress: a file without
     `pilot.trial` replaces the trial like any other change, which an operator should hear of
     (`yard cluster pilot promote|rollback` are the ways to end one on purpose)."""
-    from trainyard.spec import pilot as pilot_spec
-
-    if pilot_spec.trial(after) is not None or pilot_spec.trial(parse_config(before.text)) is None:
+    if pilot_spec.trial(after) is not None or pilot_spec.trial(before.spec) is None:
         return []
     return [f"this version ends the pilot's trial that was in force in version {before.version} "
             "(the file has no pilot.trial): every node now runs the file's own settings"]

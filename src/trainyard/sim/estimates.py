@@ -22,7 +22,7 @@ learned nothing; `learned` gives each job, at its arrival, the run time learned 
 completed before it (`LearnedRuntimes`), as the control plane's services/learned_runtimes.py does
 from a user's past jobs of the same name. The Philly trace has neither users nor job names, so the
 key is the nearest it has: the same virtual cluster (team), the same GPU count and the same limit.
-`estimate_errors` adds up the error of each job's first estimate.
+`sim.result.estimate_errors` adds up the error of each job's first estimate.
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ from __future__ import annotations
 import bisect
 import math
 import random
+import statistics
 from collections import deque
 from dataclasses import replace
 
 from trainyard.sched.types import JobRequest
-from trainyard.sim.result import JobRecord, _pct
 from trainyard.sim.workload import SimJob
 
 MODES = ("none", "user", "oracle")
@@ -76,15 +76,6 @@ def apply_estimates(jobs: list[SimJob], mode: str, seed: int) -> list[SimJob]:
 
 START_ESTIMATORS = ("limit", "learned")
 LEARNED_LAST = 10  # the learned run time is the median of the last this many completed jobs of a key
-# A job that starts less than this after its estimate kept its promise (the control plane's loop
-# passes are seconds apart; the same tolerance there: services/estimates.py).
-LATE_AFTER_S = 60.0
-
-
-def median_of(values: list[float]) -> float:
-    s = sorted(values)
-    n = len(s)
-    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2.0
 
 
 class LearnedRuntimes:
@@ -109,20 +100,5 @@ class LearnedRuntimes:
         got = self.seen.get(self.key(req))
         if not got:
             return None
-        m = median_of(list(got))
+        m = statistics.median(got)
         return m if req.est_runtime_s is None else min(m, req.est_runtime_s)
-
-
-def estimate_errors(jobs: list[JobRecord]) -> dict[str, float | int]:
-    """The error of the first estimated start of each measured job that waited (it got an estimate
-    and started later than it arrived): actual first start − that estimate. Counts, p50 and p90 of
-    its absolute value, and the share of those jobs that started more than `LATE_AFTER_S` late."""
-    errs = [r.first_start - r.first_est for r in jobs
-            if r.measured and r.first_est is not None and r.first_start is not None and r.first_start > r.submit]
-    absolute = [abs(e) for e in errs]
-    return {
-        "est_waited": len(errs),
-        "est_p50_abs_err_s": round(_pct(absolute, 0.5), 1),
-        "est_p90_abs_err_s": round(_pct(absolute, 0.9), 1),
-        "est_late_share": round(sum(1 for e in errs if e > LATE_AFTER_S) / len(errs), 4) if errs else 0.0,
-    }

@@ -37,6 +37,10 @@ from dataclasses import dataclass, field
 
 from trainyard.sched.types import JobId
 
+# A job that starts more than this after its estimated start started late: the plane's loop passes
+# are seconds apart. The control plane's figure too (services/estimates.py).
+LATE_AFTER_S = 60.0
+
 
 @dataclass(slots=True)
 class JobRecord:
@@ -138,11 +142,25 @@ def metrics(res: SimResult) -> dict[str, float | int]:
         "quota_owed_gpu_hours": round(res.quota_violation_gpu_s / 3600, 2),
         "cycles": res.cycles,
         "sim_wall_s": round(res.wall_s, 2),
-        **(_estimate_errors(jobs) if res.start_estimator else {}),
+        **(estimate_errors(jobs) if res.start_estimator else {}),
     }
 
 
-def _estimate_errors(jobs: list[JobRecord]) -> dict[str, float | int]:
-    """`sim.estimates.estimate_errors` (imported here: that module imports this one)."""
-    from trainyard.sim.estimates import estimate_errors
-    return estimate_errors(jobs)
+def first_estimate_errors(jobs: list[JobRecord]) -> list[float]:
+    """Actual first start − first estimated start of each measured job that waited (it got an
+    estimate and started later than it arrived)."""
+    return [r.first_start - r.first_est for r in jobs
+            if r.measured and r.first_est is not None and r.first_start is not None and r.first_start > r.submit]
+
+
+def estimate_errors(jobs: list[JobRecord]) -> dict[str, float | int]:
+    """The errors of the first estimates (`first_estimate_errors`): counts, p50 and p90 of their
+    absolute value, and the share of those jobs that started more than `LATE_AFTER_S` late."""
+    errs = first_estimate_errors(jobs)
+    absolute = [abs(e) for e in errs]
+    return {
+        "est_waited": len(errs),
+        "est_p50_abs_err_s": round(_pct(absolute, 0.5), 1),
+        "est_p90_abs_err_s": round(_pct(absolute, 0.9), 1),
+        "est_late_share": round(sum(1 for e in errs if e > LATE_AFTER_S) / len(errs), 4) if errs else 0.0,
+    }

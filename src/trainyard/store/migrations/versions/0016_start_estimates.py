@@ -2,6 +2,7 @@
 
 - jobs.expected_runtime_s: the run time learned from the user's past jobs of the same name
   (services/learned_runtimes.py), at most the limit; the start estimates use it (sched/estimate.py);
+  ix_jobs_user_name_state_end finds a user's newest completed jobs of a name at each submission;
 - start_estimates: each waiting job's estimated start whenever it changed, per pending spell
   (`attempt`: the attempt it waits to start as), bounded per spell (services/estimates.py);
 - estimate_outcomes: per started attempt that had an estimate, its first and last estimates and
@@ -22,6 +23,7 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table("jobs") as batch_op:
         batch_op.add_column(sa.Column("expected_runtime_s", sa.Float(), nullable=True))
+    op.create_index("ix_jobs_user_name_state_end", "jobs", ["user", "name", "state", "end_time"])
     op.create_table(
         "start_estimates",
         sa.Column("id", sa.Integer(), primary_key=True, autoincrement=True),
@@ -56,4 +58,5 @@ def downgrade() -> None:
     op.drop_table("estimate_outcomes")
     op.drop_index("ix_start_estimates_job", table_name="start_estimates")
     op.drop_table("start_estimates")
+    op.drop_index("ix_jobs_user_name_state_end", table_name="jobs")
     op.drop_column("jobs", "expected_runtime_s")  # plain DROP COLUMN: see 0013
