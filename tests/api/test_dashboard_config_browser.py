@@ -7,33 +7,21 @@ halve team-a's quota, submits it and reads the side-by-side table, which says wh
 
 from __future__ import annotations
 
-import time
 from typing import Any, Iterator
 
 import pytest
 
 from tests.api.test_dashboard_browser import chromium, login, shot  # noqa: F401 (chromium: a fixture)
-from tests.sim.recorded_day import DAY_ORIGIN_AGO_S, THREE_TEAMS, half_quota, recorded_day, write_day
+from tests.sim.recorded_day import half_quota, yard_up_with_a_recorded_day
 from tests.yard_cluster import YardCluster
-from trainyard.store.db import open_store, sqlite_url
 
 pytestmark = pytest.mark.xdist_group("dashboard-config-browser")
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[YardCluster]:
-    c = YardCluster(tmp_path_factory.mktemp("dashconfig-up"), "local", config_file=THREE_TEAMS)
-    try:
-        c.server.terminate()
-        store = open_store(sqlite_url(c.data_dir))
-        with store.session() as s:
-            write_day(s, recorded_day(), time.time() - DAY_ORIGIN_AGO_S)
-            s.commit()
-        store.close()
-        c.restart()
+    with yard_up_with_a_recorded_day(tmp_path_factory.mktemp("dashconfig-up")) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def test_an_admin_halves_a_teams_quota_in_the_what_if_form_and_reads_the_table(cluster: YardCluster,

@@ -13,15 +13,13 @@ while the plane is down), then, through the `yard` CLI as an admin types it:
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-from tests.sim.recorded_day import DAY_ORIGIN_AGO_S, THREE_TEAMS, half_quota, recorded_day, write_day
+from tests.sim.recorded_day import half_quota, yard_up_with_a_recorded_day
 from tests.yard_cluster import YardCluster
-from trainyard.store.db import open_store, sqlite_url
 
 # two starts of `yard up`, a dozen `yard` commands and a `yard sim`: 30-60 s; one cluster for the module
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("whatif-yard-up")]
@@ -29,18 +27,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("whatif-yard-up")]
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[YardCluster]:
-    c = YardCluster(tmp_path_factory.mktemp("whatif-up"), "local", config_file=THREE_TEAMS)
-    try:
-        c.server.terminate()  # the day is written while the plane is down, then `yard up` again
-        store = open_store(sqlite_url(c.data_dir))
-        with store.session() as s:
-            write_day(s, recorded_day(), time.time() - DAY_ORIGIN_AGO_S)
-            s.commit()
-        store.close()
-        c.restart()
+    with yard_up_with_a_recorded_day(tmp_path_factory.mktemp("whatif-up")) as c:
         yield c
-    finally:
-        c.stop()
 
 
 def versions(c: YardCluster) -> list[dict]:

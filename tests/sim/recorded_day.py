@@ -10,15 +10,19 @@ each job with its attempts (start, end, GPUs, cause) and the work it lost.
 Why the simulator and not the plane's loop on the fake backend for a simulated day: the rows are
 the same kinds (jobs, attempts, lost work), the simulator runs the same engine, and it makes the
 day in a fraction of a second where the loop would take thousands of passes; the what-if reads
-only those rows. `write_day()` writes them through the store's models into a real store.
+only those rows. `write_day()` writes them through the store's models into a real store, and
+`yard_up_with_a_recorded_day()` is a real `yard up` whose store holds the day.
 """
 
 from __future__ import annotations
 
 import math
 import random
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Iterator
 
 from sqlalchemy.orm import Session
 
@@ -26,7 +30,11 @@ from trainyard.sched.types import JobRequest
 from trainyard.sim.simulator import SimParams, simulate
 from trainyard.sim.workload import SimJob, Workload
 from trainyard.spec.models import ConfigSpec, load_config
+from trainyard.store.db import open_store, sqlite_url
 from trainyard.store.models import AttemptRow, JobRow
+
+if TYPE_CHECKING:
+    from tests.yard_cluster import YardCluster
 
 THREE_TEAMS = Path(__file__).parents[1] / "fixtures" / "three_teams.yaml"
 DAY_ORIGIN_AGO_S = 2 * 86400.0  # the tests write the day from two days ago (all of it ended before now)
@@ -100,3 +108,23 @@ def half_quota(text: str) -> str:
     only its members' nominal quotas, and every team's waits rise)."""
     a, b = text.split("name: team-b", 1)
     return a.replace("{nominal: 8}", "{nominal: 4}") + "name: team-b" + b.replace("{nominal: 4}", "{nominal: 6}")
+
+
+@contextmanager
+def yard_up_with_a_recorded_day(path: Path) -> Iterator[YardCluster]:
+    """A real `yard up` (local backend, three_teams.yaml) whose store holds the recorded day,
+    written while the plane is down, then the plane started again."""
+    from tests.yard_cluster import YardCluster
+
+    c = YardCluster(path, "local", config_file=THREE_TEAMS)
+    try:
+        c.server.terminate()
+        store = open_store(sqlite_url(c.data_dir))
+        with store.session() as s:
+            write_day(s, recorded_day(), time.time() - DAY_ORIGIN_AGO_S)
+            s.commit()
+        store.close()
+        c.restart()
+        yield c
+    finally:
+        c.stop()
