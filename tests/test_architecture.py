@@ -45,7 +45,8 @@ CONTROL_PLANE = {"api", "cli", "control", "services", "store", "backends", "demo
 # whole parts, and modules or sub-packages by dotted name (`spec.parsing`), that use the standard library only
 STDLIB_ONLY = {"sched", "contracts", "states", "ports", "defaults", "jobfs", "clock", "disk", "figures",
                "spec.parsing", "spec.io_patterns", "spec.mail_types", "spec.signals", "spec.image_ref",
-               "spec.container_mounts", "spec.container", "spec.container_flags", "images.types"}
+               "spec.container_mounts", "spec.container", "spec.container_flags", "images.types",
+               "staging.types"}
 
 # part (or sub-package, by dotted name) → the project's parts and sub-packages it may not import
 FORBIDDEN: dict[str, set[str]] = {
@@ -67,6 +68,8 @@ FORBIDDEN: dict[str, set[str]] = {
     "spec.container": set(PARTS) - {"spec"},  # its mounts are spec.container_mounts'
     # the images on the nodes: below the plane and the backends, which both use it
     "images": CONTROL_PLANE | {"sched", "sim", "plan", "runtime", "recipes"},
+    # datasets on the nodes (issue 41: trainyard.staging): below the plane and the backends, which both use it
+    "staging": CONTROL_PLANE | {"sched", "sim", "plan", "runtime", "recipes", "images"},
     "store": set(PARTS) - {"store", "states"},
     "services": {"api", "control", "cli", "demo", "recipes", "runtime"},
     "api": {"store", "cli", "demo", "control"},

@@ -143,6 +143,9 @@ class JobVar:
     # launch sets them, an exported model's lineage records them (recipes/export.py)
     IMAGE = "TRAINYARD_IMAGE"
     IMAGE_DIGEST = "TRAINYARD_IMAGE_DIGEST"
+    # a job's datasets (issue 41): TRAINYARD_DATASET_<NAME> is the staged copy on the rank's node
+    # (`staging.types.dataset_var` makes the name)
+    DATASET_PREFIX = "TRAINYARD_DATASET_"
 
 
 _KEY = re.compile(r"[0-9a-f]{1,32}")

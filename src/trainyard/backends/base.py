@@ -52,6 +52,7 @@ from typing import Protocol
 
 from trainyard.contracts import JobInfo, RankPlacement
 from trainyard.images.types import CachedImage, EntryInfo, RegistryAccess
+from trainyard.staging.types import DatasetEntry, DatasetRef, SourceAccess, StagedDataset
 from trainyard.spec.container import ContainerOptions
 
 
@@ -267,6 +268,19 @@ class Backend(Protocol):
     def image_entries(self, node: str) -> list[EntryInfo]: ...
 
     def remove_image(self, node: str, digest: str) -> bool: ...  # False: not there, or in use
+
+    # Datasets (issue 41; docs/control-plane.md, "Storage"): each node's cache. `stage_dataset`
+    # copies `ref` into `node`'s cache unless it is there (verified against `ref.checksum`, made
+    # visible atomically: never half a dataset), evicting least-recently-used entries no running
+    # job uses to stay under `access.cache_max_bytes`, and returns where it lies; it raises
+    # `staging.types.DataStagingError`. `job` pins the entry for the attempt (job id, attempt)
+    # until `release` of that attempt. It may take minutes: the loop calls it off its thread.
+    def stage_dataset(self, node: str, ref: DatasetRef, access: SourceAccess,
+                      job: tuple[int, int] | None = None) -> StagedDataset: ...
+
+    def dataset_entries(self, node: str) -> list[DatasetEntry]: ...
+
+    def remove_dataset(self, node: str, checksum: str) -> bool: ...  # False: not there, or in use
 
     # A command in a running rank's place (issue 38): its node, its cell (cgroups), its mount
     # namespace (private /tmp, its container), its environment, as the job's owner, on a new

@@ -26,7 +26,9 @@ from trainyard.sched.policy import (
     Param, Policy, flat_aliases, get_policy, nest_flat, policy_names, policy_params, resolved_params,
 )
 from trainyard.sched.types import ALL_CLASSES, AdminReservation, JobClass, JobId, JobRequest, Quota, Team
+from trainyard.spec.datasets import MAX_DATASETS, MAX_OBJECT_STORES, DatasetCacheSpec, DatasetSpec, ObjectStoreSpec
 from trainyard.spec.idle import IdleSpec
+from trainyard.spec.lifecycle import ArchiveSpec, LifecycleSpec
 from trainyard.spec.images import ImagesSpec
 from trainyard.spec.interactive import InteractiveSpec
 from trainyard.spec.limits import LimitsSpec
@@ -137,6 +139,7 @@ class TeamStorageSpec(_Model):
     `storage.quota_gb` (`StorageSpec`)."""
 
     quota_gb: float | None = Field(None, gt=0, le=B.MAX_STORAGE_GB)
+    lifecycle: LifecycleSpec | None = None  # its rules, over the class's and the cluster's (spec/lifecycle.py)
 
 
 class TeamSpec(_Model):
@@ -181,6 +184,8 @@ class JobClassSpec(_Model):
     idle_timeout: OptDuration = None
     # What happens to a job of the class that holds GPUs and does nothing (spec/idle.py)
     idle: IdleSpec | None = None
+    # What is kept of its jobs' checkpoints, logs and dirs, under the team's rules (spec/lifecycle.py)
+    lifecycle: LifecycleSpec | None = None
     description: str = ""
 
     @model_validator(mode="after")
@@ -497,6 +502,12 @@ class StorageSpec(_Model):
     reserve_gb: float = Field(0.0, ge=0, le=B.MAX_STORAGE_GB)
     reserve_percent: float = Field(5.0, ge=0, le=50)  # ext4 keeps 5% for root; kubelet evicts under 10%
     interval: Duration = Field(300.0, ge=B.MIN_STORAGE_INTERVAL_S)
+    # Issue 41 (spec/datasets.py, spec/lifecycle.py): the object stores the plane reads and writes,
+    # each node's dataset cache, the checkpoints' archive tier and the cluster's lifecycle rules.
+    object_stores: list[ObjectStoreSpec] = Field(default_factory=list, max_length=MAX_OBJECT_STORES)
+    dataset_cache: DatasetCacheSpec = Field(default_factory=DatasetCacheSpec)
+    archive: ArchiveSpec | None = None
+    lifecycle: LifecycleSpec = Field(default_factory=LifecycleSpec)
 
     def quota_bytes(self, team: TeamSpec) -> int | None:
         """`team`'s quota in bytes (its own, else the cluster's), or None for no quota."""
@@ -647,9 +658,12 @@ class ConfigSpec(_Model):
     stragglers: StragglersSpec = Field(default_factory=StragglersSpec)
     # Nodes that take a change first, and the trial in progress (spec/pilot.py)
     pilot: PilotSpec | None = None
+    # The operator's dataset catalogue (spec/datasets.py); members add theirs with `yard dataset add`
+    datasets: list[DatasetSpec] = Field(default_factory=list, max_length=MAX_DATASETS)
 
     @model_validator(mode="after")
     def _references(self) -> "ConfigSpec":
+        self._storage_references()
         pools = {n.pool for n in self.cluster.nodes}
         for i, t in enumerate(self.teams):
             for pool in t.quotas:
@@ -681,6 +695,44 @@ class ConfigSpec(_Model):
         self._check_reservations()
         self._check_pilot()
         return self
+
+    def _storage_references(self) -> None:
+        """Datasets and object stores name known teams; `name:version` is unique; an s3:// source
+        or archive lies under a configured object store that the dataset's team may use."""
+        teams = {t.name for t in self.teams}
+        stores = self.storage.object_stores
+        for i, o in enumerate(stores):
+            unknown = [t for t in (o.teams or ()) if t not in teams]
+            if unknown:
+                raise ValueError(f"storage.object_stores.{i}.teams: no team {unknown[0]!r}; teams are {sorted(teams)}")
+        seen: set[tuple[str, str]] = set()
+        for i, d in enumerate(self.datasets):
+            for field, name in [("team", d.team)] + [(f"grants.{k}", g) for k, g in enumerate(d.grants)]:
+                if name not in teams:
+                    raise ValueError(f"datasets.{i}.{field}: no team {name!r}; teams are {sorted(teams)}")
+            if (d.name, d.version) in seen:
+                raise ValueError(f"datasets.{i}: {d.name}:{d.version} is listed twice")
+            seen.add((d.name, d.version))
+            if d.source.startswith("s3://"):
+                store = max((o for o in stores if d.source == o.url or d.source.startswith(o.url + "/")),
+                            key=lambda o: len(o.url), default=None)
+                if store is None:
+                    raise ValueError(f"datasets.{i}.source: {d.source!r} is under no storage.object_stores url")
+                if store.teams is not None and d.team not in store.teams:
+                    raise ValueError(f"datasets.{i}.source: team {d.team!r} may not read {store.url!r}")
+        a = self.storage.archive
+        if a is not None and a.url.startswith("s3://") and not any(
+                a.url == o.url or a.url.startswith(o.url + "/") for o in stores):
+            raise ValueError(f"storage.archive.url: {a.url!r} is under no storage.object_stores url")
+
+    def lifecycle_for(self, team: str, job_class: str) -> LifecycleSpec:
+        """The lifecycle rules for a job of `team` and `job_class`: field by field the team's, else the
+        class's, else the cluster's (spec/lifecycle.py)."""
+        from trainyard.spec.lifecycle import merged
+
+        t = next((x for x in self.teams if x.name == team), None)
+        c = next((x for x in self.classes if x.name == job_class), None)
+        return merged(t.storage.lifecycle if t else None, c.lifecycle if c else None, self.storage.lifecycle)
 
     def _check_pilot(self) -> None:
         """The pilot's nodes (and a trial's features) name known nodes; some node stays out of it."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Table, Text, false
+from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Table, Text, false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -117,6 +117,9 @@ class JobRow(Base):
     # "exit": its session's exit code once the session ended it}; None: a batch job
     interactive: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     image_digest: Mapped[str | None] = mapped_column(String(71), nullable=True)
+    # its datasets (migration 0017, issue 41), pinned at submit: [{"name", "version", "checksum",
+    # "source", "bytes", "reader"}, …] in the order asked (`services/datasets.py`); None: none
+    datasets: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
 
     # history the scheduler weighs
     submit_time: Mapped[float] = mapped_column(Float, info=engine(None))
@@ -352,3 +355,71 @@ class UsageCarryRow(Base):
     name: Mapped[str] = mapped_column(String(100), primary_key=True)
     labels: Mapped[str] = mapped_column(String(500), primary_key=True)
     value: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+
+
+class DatasetRow(Base):
+    """A dataset version a member added (`yard dataset add`; migration 0017). The configuration's
+    `datasets:` are the operator's and are not stored here; `services/datasets.py` reads both."""
+
+    __tablename__ = "datasets"
+    __table_args__ = (Index("ux_datasets_name_version", "name", "version", unique=True),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(63))
+    version: Mapped[str] = mapped_column(String(64))
+    team: Mapped[str] = mapped_column(String(100))
+    source: Mapped[str] = mapped_column(Text)
+    checksum: Mapped[str] = mapped_column(String(71))
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    files: Mapped[int] = mapped_column(Integer)
+    grants: Mapped[list[str]] = mapped_column(JSON, default=list)
+    description: Mapped[str] = mapped_column(Text, default="")
+    added_by: Mapped[str] = mapped_column(String(100))
+    added_at: Mapped[float] = mapped_column(Float)
+    # who a path source is read as (`staging.types.Reader`): {"uid", "gid", "groups"}; None: an s3:// source
+    reader: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+
+
+class NodeDatasetRow(Base):
+    """What the plane knows of a node's dataset cache (migration 0017): written when a staging
+    ends and when an entry is evicted or removed; the schedule step's tie-break and `yard dataset
+    ls --node` read it. The node's cache itself is the truth (`staging/cache.py`)."""
+
+    __tablename__ = "node_datasets"
+
+    node: Mapped[str] = mapped_column(String(100), primary_key=True)
+    checksum: Mapped[str] = mapped_column(String(71), primary_key=True)
+    name: Mapped[str] = mapped_column(String(63))
+    version: Mapped[str] = mapped_column(String(64))
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    staged_at: Mapped[float] = mapped_column(Float)
+    last_used_at: Mapped[float] = mapped_column(Float)
+
+
+class CheckpointCopyRow(Base):
+    """A committed checkpoint of a job in one tier (migration 0017): `fast` (the job dir's
+    `checkpoints/step-N`, as the plane last saw it) or `archive` (a verified copy at `location`).
+    The archiver and the lifecycle rules keep it (issue 41); `yard storage` and a resume read it."""
+
+    __tablename__ = "checkpoint_copies"
+
+    job_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    step: Mapped[int] = mapped_column(Integer, primary_key=True)
+    tier: Mapped[str] = mapped_column(String(10), primary_key=True)  # fast | archive
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    files: Mapped[int] = mapped_column(Integer)
+    at: Mapped[float] = mapped_column(Float)  # when it was recorded (committed, or archived and verified)
+    location: Mapped[str] = mapped_column(Text, default="")
+    metrics: Mapped[dict[str, float] | None] = mapped_column(JSON, nullable=True)  # the manifest's, for keep_best
+
+
+class CheckpointKeepRow(Base):
+    """A checkpoint marked `keep` (`yard checkpoints keep JOB STEP`): it stays in the fast tier and
+    no rule deletes it (migration 0017)."""
+
+    __tablename__ = "checkpoint_keeps"
+
+    job_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    step: Mapped[int] = mapped_column(Integer, primary_key=True)
+    by: Mapped[str] = mapped_column(String(100))
+    at: Mapped[float] = mapped_column(Float)
