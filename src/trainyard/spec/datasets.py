@@ -41,7 +41,9 @@ class DatasetSpec(_Model):
     version: str = Field(pattern=VERSION_RE.pattern)
     source: str = Field(max_length=4096, pattern=SOURCE_RE)
     team: Team
-    checksum: str | None = Field(None, pattern=CHECKSUM_RE.pattern)  # None: computed when it is first read
+    # required here: what every node verifies its copy against (`yard dataset add` computes it for members;
+    # `yard dataset checksum PATH` prints one for an operator)
+    checksum: str = Field(pattern=CHECKSUM_RE.pattern)
     grants: list[Team] = Field(default_factory=list, max_length=B.MAX_TEAMS)
     description: str = Field("", max_length=1000)
 
