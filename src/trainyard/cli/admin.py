@@ -176,3 +176,8 @@ def cluster_rollback(version: int = typer.Argument(..., min=1), as_json: bool = 
     """Apply an older version's text as the newest version."""
     v = Client().post("/api/v1/cluster/config/rollback", json={"version": version})
     print_json(v) if as_json else typer.echo(f"configuration version {v['version']} in force (copy of {version})")
+
+
+from trainyard.cli.pilot import pilot_app  # noqa: E402 - `yard cluster pilot`, a group of its own module
+
+cluster_app.add_typer(pilot_app, name="pilot")

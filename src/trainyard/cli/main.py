@@ -30,21 +30,62 @@ from __future__ import annotations
 
 import typer
 
-from trainyard.cli import (acct, admin, audit, bench, chaos, images, jobs, model_export, models, plan, report, reservations, run,
-                           share, storage, tboard, tokens, up)
-from trainyard.cli import login as login_cmd
-from trainyard.cli import trace as trace_cmd
-from trainyard.cli import sim as sim_cmd
-from trainyard.cli import shell as shell_cmd
-from trainyard.cli import alloc as alloc_cmd
-from trainyard.cli import srun_cmd
-from trainyard.cli import notebook as notebook_cmd
-from trainyard.cli import port_forward
-from trainyard.cli import pilot
+from trainyard.cli.lazy import Lazy, lazy_group
 from trainyard.cli.strict import CONTEXT, StrictCommand
 
+STRICT = {"cls": StrictCommand, "context_settings": CONTEXT}  # long options never abbreviated, `--` kept
+
+# Every command: its name, then "module:attribute" under trainyard.cli (a function is a command, a
+# typer.Typer a group). A module loads only when its command runs or a help lists it (cli/lazy.py).
+# The order is `yard --help`'s.
+COMMANDS: dict[str, Lazy] = {
+    "sim": Lazy("sim:sim"),
+    "up": Lazy("up:up"),
+    "demo": Lazy("up:demo"),
+    "submit": Lazy("jobs:submit", STRICT),
+    "queue": Lazy("jobs:queue"),
+    "show": Lazy("jobs:show"),
+    "cancel": Lazy("jobs:cancel"),
+    "hold": Lazy("jobs:hold"),
+    "release": Lazy("jobs:release"),
+    "requeue": Lazy("jobs:requeue"),
+    "logs": Lazy("jobs:logs"),
+    "events": Lazy("jobs:events"),
+    "nodes": Lazy("admin:nodes"),
+    "drain": Lazy("admin:drain"),
+    "resume": Lazy("admin:resume"),
+    "logout": Lazy("login:logout"),
+    "whoami": Lazy("login:whoami"),
+    "acct": Lazy("acct:acct"),
+    "report": Lazy("report:report"),
+    "storage": Lazy("storage:storage"),
+    "share": Lazy("share:share"),
+    "prio": Lazy("share:prio"),
+    "audit": Lazy("audit:audit"),
+    "run": Lazy("run:run"),
+    "export": Lazy("model_export:export"),
+    "models": Lazy("models:models"),
+    "chaos": Lazy("chaos:chaos"),
+    "tensorboard": Lazy("tboard:tensorboard"),
+    "shell": Lazy("shell:shell"),
+    "alloc": Lazy("alloc:alloc", STRICT),
+    "srun": Lazy("srun_cmd:srun", STRICT),
+    "notebook": Lazy("notebook:notebook", {"cls": StrictCommand}),
+    "port-forward": Lazy("port_forward:port_forward"),
+    "trace": Lazy("trace:app"),
+    "plan": Lazy("plan:app"),
+    "bench": Lazy("bench:app"),
+    "teams": Lazy("admin:teams_app"),
+    "cluster": Lazy("admin:cluster_app"),  # with its `pilot` group (cli/pilot.py)
+    "token": Lazy("tokens:token_app"),
+    "login": Lazy("login:login_app"),  # login; logout and whoami above
+    "reservation": Lazy("reservations:app"),
+    "image": Lazy("images:app"),
+}
+
 app = typer.Typer(help="trainyard: a manager for GPU training clusters shared by several teams.",
-                  no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False)
+                  no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False,
+                  cls=lazy_group(COMMANDS))
 
 
 def _version(value: bool) -> None:
@@ -59,44 +100,6 @@ def _version(value: bool) -> None:
 def _main(version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
                                        help="print the version and exit")) -> None:
     """trainyard: a manager for GPU training clusters shared by several teams."""
-
-
-app.command("sim")(sim_cmd.sim)
-app.add_typer(trace_cmd.app, name="trace")
-app.add_typer(plan.app, name="plan")
-app.add_typer(bench.app, name="bench")
-app.command("up")(up.up)
-app.command("demo")(up.demo)
-app.command("submit", cls=StrictCommand, context_settings=CONTEXT)(jobs.submit)
-for _name in ("queue", "show", "cancel", "hold", "release", "requeue", "logs", "events"):
-    app.command(_name)(getattr(jobs, _name))
-for _name in ("nodes", "drain", "resume"):
-    app.command(_name)(getattr(admin, _name))
-app.add_typer(admin.teams_app, name="teams")
-admin.cluster_app.add_typer(pilot.pilot_app, name="pilot")
-app.add_typer(admin.cluster_app, name="cluster")
-app.add_typer(tokens.token_app, name="token")
-app.add_typer(login_cmd.login_app, name="login")  # login, logout, whoami: cli/login.py
-app.command("logout")(login_cmd.logout)
-app.command("whoami")(login_cmd.whoami)
-app.add_typer(reservations.app, name="reservation")
-app.add_typer(images.app, name="image")
-app.command("acct")(acct.acct)
-app.command("report")(report.report)
-app.command("storage")(storage.storage)
-app.command("share")(share.share)
-app.command("prio")(share.prio)
-app.command("audit")(audit.audit)
-app.command("run")(run.run)
-app.command("export")(model_export.export)
-app.command("models")(models.models)
-app.command("chaos")(chaos.chaos)
-app.command("tensorboard")(tboard.tensorboard)
-app.command("shell")(shell_cmd.shell)
-app.command("alloc", cls=StrictCommand, context_settings=CONTEXT)(alloc_cmd.alloc)
-app.command("srun", cls=StrictCommand, context_settings=CONTEXT)(srun_cmd.srun)
-app.command("notebook", cls=StrictCommand)(notebook_cmd.notebook)
-app.command("port-forward")(port_forward.port_forward)
 
 
 def main() -> None:  # `python -m trainyard.cli.main`
