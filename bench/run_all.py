@@ -37,6 +37,8 @@ BENCHES = [
      [sys.executable, str(HERE / "images_start.py"), "--json", str(HERE / "results" / "images_start.json")]),
     ("the node agent: one node of 8 emulated GPUs sampled at 1 Hz (issue 39)",
      [sys.executable, str(HERE / "node_agent.py")]),
+    ("a yard process's start-up: CPU, wall and modules of a few commands (the suite starts thousands)",
+     [sys.executable, str(HERE / "cli_startup.py")]),
 ]
 
 
