@@ -12,6 +12,8 @@ after the slow-down). Choices for a loaded 2-core machine (docs/control-plane.md
   quarter of a CPU a quarter-CPU cap changes nothing (backends/contain/cpu_quota.py);
 - the straggler factor is 2, not 1.5: under such load an unslowed rank's median own work varied up
   to 1.8 times its peer's (measured), which 1.5 would flag;
+- before_work_max_age is 90 s until node-1 is down (the second job must land there on the first
+  job's round), then 5 s (applied as an operator would), so node-1 returns soon after the revive;
 - the speed check's baseline is this machine's own figure, measured by the check's child before the
   plane starts, and a node must reach 40% of it: what the machine gives an unslowed rank varies with
   the load by up to twice, a slowed node's is capped at a sixteenth of a core.
@@ -145,6 +147,14 @@ def test_a_slowed_node_is_flagged_suspected_checked_drained_and_returns_after_re
                 if suspect["time"] <= att["started_at"] <= down["time"]:
                     assert "node-1" not in {p["node"] for p in att["placement"]}, (j["id"], att)
 
+        # The long before_work_max_age served its end (job b landed on node-1 on job a's round); a
+        # node its checks took down is checked again once its newest round is that old, while work
+        # waits for it: 90 s would be waited out after revive-node (97.6 s measured). An operator's
+        # shorter age, applied now, brings node-1 back on the first round after the revive.
+        shorter = yaml.safe_load(c.yard("cluster", "get").stdout)
+        shorter["health"]["before_work_max_age"] = "5s"
+        (tmp_path / "shorter.yaml").write_text(yaml.safe_dump(shorter, sort_keys=False))
+        c.yard("cluster", "apply", str(tmp_path / "shorter.yaml"), "-m", "before_work_max_age 5s")
         c.yard("chaos", "revive-node", "node-1")
         t_revive = time.time()
         until(lambda: c.http.get("/api/v1/nodes/node-1").json()["state"] == "up", 360, "node-1 back after revive")
