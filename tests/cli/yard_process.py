@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+import httpx
+
 from tests.plane import YARD, YardServer
 
 
@@ -31,7 +33,12 @@ def yard_process(tmp_path_factory, name: str = "cli", config_file: Path | None =
     yield run
     for j in json.loads(run("queue", "--json").stdout):
         run("cancel", str(j["id"]), ok=False)
-    time.sleep(1)
+    # a second for the plane to end what it was told to cancel before it stops, no longer than
+    # that takes (the whole second was waited out by every module, most of which leave nothing running)
+    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {server.token}"}, timeout=10) as c:
+        deadline = time.monotonic() + 1
+        while c.get("/api/v1/jobs", params={"active": "true"}).json()["jobs"] and time.monotonic() < deadline:
+            time.sleep(0.1)
     server.terminate()
 
 
