@@ -93,6 +93,8 @@ def test_grant_then_a_job_pins_its_datasets(yard, members, files, tmp_path):
     job = json.loads(yard("show", jid, "--json").stdout)
     assert [(d["name"], d["version"]) for d in job["datasets"]] == [("shards", "v1"), ("vocab", "1")]
     assert job["datasets"][0]["reader"] is not None and job["datasets"][1]["reader"] is None
+    shown = yard("show", jid).stdout
+    assert "dataset: shards:v1 sha256:" in shown and "dataset: vocab:1 " + CONFIGURED in shown, shown
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/sh\n#SBATCH --dataset=corpus\n#SBATCH --dataset shards\ntrue\n")
     jid = nlp("submit", "--parsable", "--hold", str(script)).stdout.strip()

@@ -92,9 +92,10 @@ def test_a_missing_path_is_not_found_and_a_relative_one_refused(tmp_path: Path):
     with pytest.raises(DataStagingError) as e:
         S.probe(str(tmp_path / "nope"), NONE, None, label="corpus:v1")
     assert e.value.kind == NOT_FOUND and str(e.value).startswith("corpus:v1: ")
-    with pytest.raises(DataStagingError) as e:
-        S.probe("relative/path", NONE, None)
-    assert e.value.kind == FORBIDDEN
+    for bad in ("relative/path", "/", "/proc/kmsg", "/dev/../dev/zero", "/sys/kernel"):
+        with pytest.raises(DataStagingError) as e:
+            S.probe(bad, NONE, None)
+        assert e.value.kind == FORBIDDEN, bad
 
 
 def test_a_silent_reader_is_killed_after_the_time_limit():

@@ -462,6 +462,11 @@ def show(job_id: str = typer.Argument(..., help="job id, or ARRAY_TASK (42_3)"),
         typer.echo(f"{'image':>22}: {clean(image_view.image_line(j['container'], j.get('image_digest')))}")
         if image_view.options_line(j["container"]):
             typer.echo(f"{'container':>22}: {clean(image_view.options_line(j['container']))}")
+    for d in j.get("datasets") or ():  # pinned at submit (services/datasets.py): what every node stages
+        from trainyard.cli.storage import size as _size
+
+        typer.echo(f"{'dataset':>22}: {clean(d['name'])}:{clean(d['version'])} {clean(d['checksum'])} "
+                   f"{_size(d['bytes']) if d.get('bytes') else 'size unknown'} from {clean(d['source'])}")
     for k in ("submit_time", "begin_time", "eligible_time", "start_time", "end_time", "est_start"):
         typer.echo(f"{k:>22}: {'' if j[k] is None else time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(j[k]))}")
     typer.echo(f"{'limits':>22}: {limits_line(j)}")

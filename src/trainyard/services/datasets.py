@@ -233,7 +233,7 @@ def _credentials(path: str, where: str) -> tuple[str, str]:
         ServiceError: naming `where`.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)  # plane's own: a secret
     except OSError as e:
         why = "is a symbolic link" if e.errno == 40 else (e.strerror or str(e)).lower()
         raise ServiceError(f"{where}: {path} {why}", field=where) from None

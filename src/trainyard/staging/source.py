@@ -73,9 +73,21 @@ def store_of(source: str, access: SourceAccess, label: str) -> ObjectStore:
     return store
 
 
+PSEUDO = ("/proc", "/sys", "/dev", "/run")  # the kernel's and the system's, not data: a read there may block
+
+
 def check_source(source: str, label: str) -> None:
+    """A source is an absolute path (not `/` itself nor under the pseudo file systems) or an s3:// URL.
+
+    Raises:
+        DataStagingError: FORBIDDEN.
+    """
     if not (is_path(source) or objects.is_url(source)):
         raise DataStagingError(FORBIDDEN, label, f"{source!r} is neither an absolute path nor an s3:// URL")
+    if is_path(source):
+        norm = os.path.normpath(source)
+        if norm in ("/", "//") or any(norm == p or norm.startswith(p + "/") for p in PSEUDO):
+            raise DataStagingError(FORBIDDEN, label, f"{source}: not a place for data (the root, {', '.join(PSEUDO)})")
 
 
 # -- errors -----------------------------------------------------------------------------------------
