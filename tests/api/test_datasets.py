@@ -201,3 +201,25 @@ def test_an_unreachable_object_store_at_add(p: Plane, seaweed: SeaweedS3):  # no
                                                                              "source": url})
     assert r.status_code == 422 and r.json()["field"] == "source" and "unreachable" in r.text, r.text
     assert _count(p, "datasets") == before
+
+
+@pytest.mark.parametrize("mode, content, said", [
+    (0o644, "k\ns\n", "may be read by others"),
+    (0o600, "only-one-line\n", "two lines"),
+    (None, "", "no such file"),
+])
+def test_an_unusable_credentials_file_is_refused_at_apply(p: Plane, tmp_path: Path, mode, content, said):
+    cred = tmp_path / "bad.cred"
+    if mode is not None:
+        cred.write_text(content)
+        cred.chmod(mode)
+    text = TWO_TEAMS.read_text() + f"""
+storage:
+  object_stores:
+    - {{url: "s3://other-bucket", endpoint_url: "http://127.0.0.1:9", credentials_file: "{cred}"}}
+"""
+    before = len(p.admin.get("/api/v1/cluster/config/versions").json()["versions"])
+    r = p.admin.post("/api/v1/cluster/config", json={"text": text})
+    assert r.status_code == 400 and r.json()["field"] == "storage.object_stores.0.credentials_file", r.text
+    assert said in r.text
+    assert len(p.admin.get("/api/v1/cluster/config/versions").json()["versions"]) == before
