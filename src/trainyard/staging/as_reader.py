@@ -37,6 +37,8 @@ from trainyard.staging.types import Reader
 
 _HEAD = 5
 _PIPE_SIZE = 1 << 20
+_GATHER = 256 << 10  # the child writes when it has this much to say
+FLUSH_S = 0.5  # ... or when it last wrote this long ago
 Send = Callable[[bytes, bytes], None]
 
 
@@ -53,18 +55,38 @@ class Stalled(Exception):
     """The child sent nothing for `stall_s` seconds (and was killed)."""
 
 
-def _sender(fd: int) -> Send:
-    def send(kind: bytes, payload: bytes = b"") -> None:
-        view = memoryview(kind + len(payload).to_bytes(4, "big") + payload)
+def _sender(fd: int) -> tuple[Send, Callable[[], None]]:
+    """The child's `send` and `flush`: small frames are gathered and written together (a frame per
+    small file, each its own write, would wake the plane thousands of times), at least every
+    FLUSH_S so that the plane hears from a slow child well within its time limit."""
+    buf = bytearray()
+    last = [time.monotonic()]
+
+    def write(data: bytes | bytearray) -> None:
+        view = memoryview(data)
         while view:
-            n = os.write(fd, view)
-            view = view[n:]
-    return send
+            view = view[os.write(fd, view):]
+
+    def flush() -> None:
+        write(buf)
+        buf.clear()
+        last[0] = time.monotonic()
+
+    def send(kind: bytes, payload: bytes = b"") -> None:
+        buf.extend(kind + len(payload).to_bytes(4, "big"))
+        if len(payload) >= _GATHER:  # a big piece goes as it is, after what was gathered
+            flush()
+            write(payload)
+            return
+        buf.extend(payload)
+        if len(buf) >= _GATHER or kind in (b"R", b"X") or time.monotonic() - last[0] >= FLUSH_S:
+            flush()
+    return send, flush
 
 
 def _child(w: int, reader: Reader | None, work: Callable[[Send], Any]) -> None:
     """In the forked child: become the reader, run `work`, send its answer or its error; never returns."""
-    send = _sender(w)
+    send, _ = _sender(w)
     try:
         try:
             if plane_acts_for(reader):
