@@ -118,10 +118,13 @@ def summary_of_source(source: str, access: SourceAccess, reader: Reader | None, 
     try:
         fs = objects.filesystem(store.fsspec_options(), access.timeout_s)
         kind, found = objects.listing(fs, source)
-        for rel, path, _size in found:
+
+        def one(item: tuple[str, str, int]) -> None:
             h = hashlib.sha256()
-            n = objects.read_object(fs, path, h.update)
-            total.add(rel.encode(), n, h.hexdigest())
+            n = objects.read_object(fs, item[1], h.update)
+            total.add(item[0].encode(), n, h.hexdigest())  # (list.append: safe from the reading threads)
+
+        objects.each(found, one)
     except Exception as e:  # noqa: BLE001 - sorted into the kinds
         raise from_store(e, source, label) from None
     return {"checksum": total.value(kind), "kind": kind, "bytes": sum(e[1] for e in total.entries),

@@ -6,6 +6,8 @@ A URL names one object (a file source) or a prefix (a directory source: every ob
 `../x`, `./y`) are refused, since they would name something outside the copy; "directory marker"
 objects (a key ending in `/`) are not files and are skipped.
 
+A directory's objects are read PARALLEL at a time (`each`), each streamed in CHUNK pieces.
+
 Time: one request waits at most `timeout_s` to connect and `timeout_s` for each read (botocore's
 `connect_timeout`/`read_timeout`), so a stalled server fails the read rather than holding it;
 s3fs retries what it deems transient first. Each call makes its own filesystem object
@@ -15,13 +17,16 @@ changed in the configuration applies at the next read.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from typing import Any, TypeVar
 
 from trainyard.staging.local_tree import MAX_FILES
 
 CHUNK = 8 << 20
 PREFIX = "s3://"
+PARALLEL = 8  # objects of a directory source read at once (each in CHUNK pieces: memory stays bounded)
+T = TypeVar("T")
 
 
 class BadKey(Exception):
@@ -90,3 +95,23 @@ def read_object(fs: Any, path: str, sink: Callable[[bytes], None]) -> int:
                 return n
             n += len(data)
             sink(data)
+
+
+def each(items: Iterable[T], fn: Callable[[T], None], parallel: int = PARALLEL) -> None:
+    """`fn(item)` for every item, `parallel` at a time (a directory of many small objects is a
+    round trip each); the first failure is raised once the reads in flight have ended, and the
+    reads not yet started are dropped."""
+    todo = list(items)
+    if len(todo) <= 1 or parallel <= 1:
+        for item in todo:
+            fn(item)
+        return
+    with ThreadPoolExecutor(max_workers=min(parallel, len(todo)), thread_name_prefix="s3-read") as pool:
+        futures = [pool.submit(fn, item) for item in todo]
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        failed = next((f for f in futures if f.done() and f.exception() is not None), None)
+        if failed is not None:
+            for f in futures:
+                f.cancel()
+            wait(futures)
+            raise failed.exception()  # type: ignore[misc]

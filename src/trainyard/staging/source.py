@@ -249,16 +249,10 @@ def _fetch_object(source: str, store: ObjectStore, access: SourceAccess, dest: s
         kind, found = objects.listing(fs, source)
     except Exception as e:  # noqa: BLE001 - sorted into the kinds
         raise from_store(e, source, label) from None
-    if kind == "dir":
-        os.mkdir(dest, _DIR_MODE)
-    made: set[str] = set()
-    for rel, path, _size in found:
-        target = dest if kind == "file" else os.path.join(dest, rel)
-        parent = os.path.dirname(rel)
-        if kind == "dir" and parent and parent not in made:
-            os.makedirs(os.path.join(dest, parent), _DIR_MODE, exist_ok=True)
-            made.add(parent)
-        fd = _new_file(target)
+
+    def one(item: tuple[str, str, int]) -> None:
+        rel, path, _size = item
+        fd = _new_file(dest if kind == "file" else os.path.join(dest, rel))
         try:
             objects.read_object(fs, path, lambda data: _write_all(fd, data))
         except OSError as e:
@@ -269,6 +263,12 @@ def _fetch_object(source: str, store: ObjectStore, access: SourceAccess, dest: s
             raise from_store(e, f"s3://{path}", label) from None
         finally:
             os.close(fd)
+
+    if kind == "dir":
+        os.mkdir(dest, _DIR_MODE)
+        for parent in sorted({os.path.dirname(rel) for rel, _, _ in found} - {""}):
+            os.makedirs(os.path.join(dest, parent), _DIR_MODE, exist_ok=True)
+    objects.each(found, one)
 
 
 def fetch(source: str, access: SourceAccess, reader: Reader | None, dest: str, *, label: str | None = None) -> None:
