@@ -8,6 +8,17 @@ Two horizons, both off by default (kept for ever, as slurmdbd's PurgeJobAfter):
 - `jobs`: a finished job's rows go (the job, its attempts, its events, its estimated starts and their outcomes) — but not its audit events
   (services/audit.py: who cancelled it, held it…), which outlive it. Its directory goes too.
 
+Lifecycle rules (issue 41, spec/lifecycle.py) per team and class, field by field the team's, else
+the class's, else the cluster's `storage.lifecycle` (`ConfigSpec.lifecycle_for`):
+- `logs`: a finished job's `logs/` is deleted this long after its end;
+- `job_dirs`: its whole directory; `retention.job_dirs` is the cluster-wide fallback it always was.
+Each deletion is one audit event `retention.deleted` naming the job, what (`logs` or `job_dir`),
+its apparent bytes and the rule (`rule_for`'s path, e.g. `teams.nlp.storage.lifecycle.logs`),
+recorded in its own transaction before the files go, so no deletion is ever unrecorded (a crash
+between the two records it again at the next pass). Only a job in a terminal state is touched,
+looked at again under the write lock just before; its rows stay (`yard acct` still counts it).
+The checkpoints' rules are applied by control/lifecycle/checkpoint_tiers.py.
+
 A purge never lowers a Prometheus counter or histogram: what the purged rows added to them
 (`metrics.counted` of the batch's jobs) is added to `usage_carry` in the same transaction, and
 the scrape adds it back. Each batch records a `retention.purged` event (kept: it is audited).
@@ -15,11 +26,12 @@ the scrape adds it back. Each batch records a `retention.purged` event (kept: it
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import CursorResult, Delete, delete, select
+from sqlalchemy import CursorResult, Delete, delete, func, not_, select
 from sqlalchemy.orm import Session
 
 from trainyard import jobfs
@@ -28,7 +40,8 @@ from trainyard.services import estimates
 from trainyard.services.audit import AUDIT_KINDS
 from trainyard.services.events import record
 from trainyard.services.metrics import carry_key, counted
-from trainyard.spec.models import RetentionSpec
+from trainyard.spec.lifecycle import LifecycleSpec
+from trainyard.spec.models import ConfigSpec, RetentionSpec
 from trainyard.states import TERMINAL_STATES
 from trainyard.store.models import AttemptRow, EventRow, JobRow, UsageCarryRow
 
@@ -88,22 +101,6 @@ def purge_jobs(s: Session, data_dir: Path, spec: RetentionSpec, now: float) -> P
     return out
 
 
-def dirs_to_purge(s: Session, data_dir: Path, spec: RetentionSpec, now: float, after_id: int) -> Purged:
-    """The directories of up to a batch of jobs (ids above `after_id`) that ended before the
-    `job_dirs` horizon and still have one; their rows stay. Reads only."""
-    out = Purged(last_id=after_id)
-    if spec.job_dirs is None:
-        return out
-    rows = s.execute(select(JobRow.id, JobRow.dir_key)
-                     .where(JobRow.id > after_id, JobRow.state.in_(TERMINAL_STATES),
-                            JobRow.end_time < now - spec.job_dirs)
-                     .order_by(JobRow.id).limit(spec.batch)).all()
-    out.dirs = _existing(data_dir, rows)
-    out.last_id = rows[-1].id if rows else after_id
-    out.jobs = len(rows)  # looked at
-    return out
-
-
 def _existing(data_dir: Path, rows: Any) -> list[Path]:
     """The job dirs of `rows` (id, dir_key) that are there (looked at through no link)."""
     jobs = jobfs.Tree(Path(data_dir) / "jobs")
@@ -118,3 +115,114 @@ def remove(dirs: list[Path]) -> int:
     for d in dirs:
         n += jobfs.Tree(d.parent).remove_tree(d.name)
     return n
+
+
+DELETED = "retention.deleted"  # one per deletion of a rule (an audit kind, services/audit.py)
+LOGS, JOB_DIR = "logs", "job_dir"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How long a finished job's `what` is kept, and the configuration field that says so."""
+
+    what: str  # LOGS | JOB_DIR
+    keep_s: float
+    source: str  # e.g. "teams.nlp.storage.lifecycle.logs", "classes.dev.lifecycle.job_dirs", "retention.job_dirs"
+
+
+def rules_for(spec: ConfigSpec, team: str, job_class: str) -> dict[str, Rule]:
+    """The rules for a finished job of `team` and `job_class`: what -> Rule (absent: kept for ever)."""
+    t = next((x for x in spec.teams if x.name == team), None)
+    c = next((x for x in spec.classes if x.name == job_class), None)
+    layers: list[tuple[LifecycleSpec | None, str]] = [
+        (t.storage.lifecycle if t else None, f"teams.{team}.storage.lifecycle"),
+        (c.lifecycle if c else None, f"classes.{job_class}.lifecycle"), (spec.storage.lifecycle, "storage.lifecycle")]
+    out: dict[str, Rule] = {}
+    for what, field_ in ((LOGS, "logs"), (JOB_DIR, "job_dirs")):
+        for layer, where in layers:
+            v = getattr(layer, field_) if layer is not None else None
+            if v is not None:
+                out[what] = Rule(what, v, f"{where}.{field_}")
+                break
+    if JOB_DIR not in out and spec.retention.job_dirs is not None:
+        out[JOB_DIR] = Rule(JOB_DIR, spec.retention.job_dirs, "retention.job_dirs")
+    return out
+
+
+def horizons(spec: ConfigSpec) -> tuple[float, float] | None:
+    """(the shortest, the longest) time any rule keeps logs or dirs; None: no rule at all."""
+    layers = [spec.storage.lifecycle, *(t.storage.lifecycle for t in spec.teams), *(c.lifecycle for c in spec.classes)]
+    vals = [v for layer in layers if layer is not None for v in (layer.logs, layer.job_dirs) if v is not None]
+    if spec.retention.job_dirs is not None:
+        vals.append(spec.retention.job_dirs)
+    return (min(vals), max(vals)) if vals else None
+
+
+@dataclass(frozen=True)
+class Due:
+    """Something of a finished job a rule deletes now: `path` is under `jobs/` (its dir, or its logs)."""
+
+    job_id: int
+    team: str
+    path: str
+    rule: Rule
+    due_at: float
+
+
+def due(s: Session, data_dir: Path, spec: ConfigSpec, now: float, after_id: int, batch: int) -> tuple[list[Due], int]:
+    """What the rules delete now of up to `batch` finished jobs with ids above `after_id` (what is
+    still there, looked at through no link); and the last id looked at. Reads only."""
+    h = horizons(spec)
+    if h is None:
+        return [], after_id
+    rows = s.execute(select(JobRow.id, JobRow.dir_key, JobRow.team, JobRow.job_class, JobRow.end_time)
+                     .where(JobRow.id > after_id, JobRow.state.in_(TERMINAL_STATES), JobRow.end_time < now - h[0])
+                     .order_by(JobRow.id).limit(batch)).all()
+    jobs = jobfs.Tree(Path(data_dir) / "jobs")
+    out: list[Due] = []
+    for r in rows:
+        rules = rules_for(spec, r.team, r.job_class)
+        name = JobDir.name_of(r.id, r.dir_key)
+        for what, path in ((JOB_DIR, name), (LOGS, f"{name}/logs")):
+            rule = rules.get(what)
+            if rule is not None and r.end_time + rule.keep_s <= now and jobs.exists(path):
+                out.append(Due(r.id, r.team, path, rule, r.end_time + rule.keep_s))
+                break  # the whole dir takes its logs with it
+    return out, rows[-1].id if rows else after_id
+
+
+def undecided_from(s: Session, spec: ConfigSpec, now: float) -> int | None:
+    """The lowest job id whose fate under the rules is not settled yet (it runs, or ended within
+    the longest horizon): a pass's cursor never goes past it. None: every job is settled."""
+    h = horizons(spec)
+    if h is None:
+        return None
+    settled = JobRow.state.in_(TERMINAL_STATES) & (JobRow.end_time < now - h[1])
+    low: int | None = s.scalar(select(func.min(JobRow.id)).where(not_(settled)))
+    return low
+
+
+def record_deletion(s: Session, d: Due, nbytes: int, complete: bool, now: float) -> bool:
+    """The audit event of one deletion, if its job is still finished (looked at again, under the
+    write lock, in the transaction the caller commits before it deletes). False: leave it."""
+    state = s.scalar(select(JobRow.state).where(JobRow.id == d.job_id))
+    if state not in TERMINAL_STATES:
+        return False
+    what = "its logs" if d.rule.what == LOGS else "its job dir"
+    record(s, "retention", DELETED, f"deleted {what} ({nbytes} bytes{'' if complete else ' at least'}): "
+           f"{d.rule.source} keeps it {d.rule.keep_s:.0f} s after the job ended", job_id=d.job_id, at=now,
+           data={"job_id": d.job_id, "team": d.team, "what": d.rule.what, "bytes": nbytes, "complete": complete,
+                 "rule": d.rule.source, "keep_s": d.rule.keep_s, "due_at": d.due_at, "path": d.path})
+    return True
+
+
+def apparent_bytes(data_dir: Path, path: str, budget_s: float = 30.0) -> tuple[int, bool]:
+    """(apparent bytes of `path` under `jobs/`, as `du -sbx` counts them; whether counted whole)."""
+    walk = jobfs.UsageWalk(jobfs.Tree(Path(data_dir) / "jobs"), path)
+    done = walk.run(deadline=time.monotonic() + budget_s)
+    return walk.apparent, done and walk.whole
+
+
+def remove_item(data_dir: Path, d: Due) -> bool:
+    """Remove what `d` names (a link inside is unlinked, never followed)."""
+    return jobfs.Tree(Path(data_dir) / "jobs").remove_tree(d.path)
