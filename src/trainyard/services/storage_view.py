@@ -86,8 +86,12 @@ def _checkpoint_deletions(s: Session, spec: ConfigSpec, now: float) -> list[dict
         c["metrics"] = c["metrics"] or metrics
     if not copies:
         return []
-    keeps = set(s.execute(select(CheckpointKeepRow.job_id, CheckpointKeepRow.step)
-                          .where(CheckpointKeepRow.job_id.in_(list(copies)[:IN_CHUNK * 20]))).tuples())
+    ids = sorted(copies)
+    keeps: set[tuple[int, int]] = set()
+    for i in range(0, len(ids), IN_CHUNK):
+        q3 = select(CheckpointKeepRow.job_id, CheckpointKeepRow.step).where(
+            CheckpointKeepRow.job_id.in_(ids[i:i + IN_CHUNK]))
+        keeps.update((jid, step) for jid, step in s.execute(q3))
     jobs = _jobs(s, set(copies))
     out: list[dict[str, Any]] = []
     for jid, steps in copies.items():
