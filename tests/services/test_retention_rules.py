@@ -117,5 +117,22 @@ def test_a_job_that_is_no_longer_finished_when_its_deletion_is_recorded_is_left(
     with p.cp.store.session.begin() as s:  # requeued meanwhile (an admin's `yard requeue`)
         s.execute(update(JobRow).where(JobRow.id == jid).values(state="PENDING"))
     with p.cp.store.session.begin() as s:
-        assert not retention.record_deletion(s, items[0], 1, True, NOW)
+        assert retention.record_deletion(s, p.cp.data_dir, items[0], 1, True, NOW) is None
     assert root.exists()
+
+
+def test_what_a_crash_left_moved_aside_is_removed_at_the_next_pass(plane, tmp_path):
+    p = plane
+    jid = add_job(p, name="a", team="nlp", tries=(Try(0, 0.5 * H),))
+    root = fill(p, jid, tmp_path)
+    from trainyard.services import retention
+
+    with p.cp.store.session() as s:
+        [item], _ = retention.due(s, p.cp.data_dir, p.cp.configs.current(s).spec, NOW, 0, 100)
+    with p.cp.store.session.begin() as s:  # recorded and moved aside, then the plane died
+        trash = retention.record_deletion(s, p.cp.data_dir, item, apparent(root), True, NOW)
+    assert trash is not None and not root.exists() and (p.cp.data_dir / "jobs" / trash).is_dir()
+    p.cp.retention.run_once()
+    assert not (p.cp.data_dir / "jobs" / trash).exists() and list((p.cp.data_dir / "jobs").iterdir()) == []
+    with p.cp.store.session() as s:  # one event: the deletion was recorded once
+        assert len(s.scalars(select(EventRow.id).where(EventRow.kind == "retention.deleted")).all()) == 1

@@ -14,9 +14,11 @@ the class's, else the cluster's `storage.lifecycle` (`ConfigSpec.lifecycle_for`)
 - `job_dirs`: its whole directory; `retention.job_dirs` is the cluster-wide fallback it always was.
 Each deletion is one audit event `retention.deleted` naming the job, what (`logs` or `job_dir`),
 its apparent bytes and the rule (`rule_for`'s path, e.g. `teams.nlp.storage.lifecycle.logs`),
-recorded in its own transaction before the files go, so no deletion is ever unrecorded (a crash
-between the two records it again at the next pass). Only a job in a terminal state is touched,
-looked at again under the write lock just before; its rows stay (`yard acct` still counts it).
+recorded in the transaction that, under the write lock, looks at the job's state once more and
+moves what goes aside (a rename to `jobs/.retention-…`): no attempt can start between the look and
+the move, and no deletion is unrecorded. The removal of what was moved runs after, without the
+lock (a crash leaves it for the next pass's `empty_trash`). Only a job in a terminal state is
+touched; its rows stay (`yard acct` still counts it).
 The checkpoints' rules are applied by control/lifecycle/checkpoint_tiers.py.
 
 A purge never lowers a Prometheus counter or histogram: what the purged rows added to them
@@ -119,6 +121,7 @@ def remove(dirs: list[Path]) -> int:
 
 DELETED = "retention.deleted"  # one per deletion of a rule (an audit kind, services/audit.py)
 LOGS, JOB_DIR = "logs", "job_dir"
+TRASH = ".retention-"  # what a deletion moved aside under `jobs/`, until it is removed (no job dir's name)
 
 
 @dataclass(frozen=True)
@@ -202,18 +205,37 @@ def undecided_from(s: Session, spec: ConfigSpec, now: float) -> int | None:
     return low
 
 
-def record_deletion(s: Session, d: Due, nbytes: int, complete: bool, now: float) -> bool:
-    """The audit event of one deletion, if its job is still finished (looked at again, under the
-    write lock, in the transaction the caller commits before it deletes). False: leave it."""
+def record_deletion(s: Session, data_dir: Path, d: Due, nbytes: int, complete: bool, now: float) -> str | None:
+    """The audit event of one deletion, and what it deletes moved aside (renamed to a trash name
+    under `jobs/`, which the caller removes once the transaction committed), if its job is still
+    finished: looked at again in the caller's transaction under the write lock, so no attempt can
+    start on it between the look and the move. None: leave it (it runs again, or is gone)."""
     state = s.scalar(select(JobRow.state).where(JobRow.id == d.job_id))
     if state not in TERMINAL_STATES:
-        return False
+        return None
+    trash = TRASH + d.path.replace("/", "-")
+    try:
+        jobfs.Tree(Path(data_dir) / "jobs").rename(d.path, trash)
+    except FileNotFoundError:
+        return None
     what = "its logs" if d.rule.what == LOGS else "its job dir"
     record(s, "retention", DELETED, f"deleted {what} ({nbytes} bytes{'' if complete else ' at least'}): "
            f"{d.rule.source} keeps it {d.rule.keep_s:.0f} s after the job ended", job_id=d.job_id, at=now,
            data={"job_id": d.job_id, "team": d.team, "what": d.rule.what, "bytes": nbytes, "complete": complete,
                  "rule": d.rule.source, "keep_s": d.rule.keep_s, "due_at": d.due_at, "path": d.path})
-    return True
+    return trash
+
+
+def empty_trash(data_dir: Path, names: list[str] | None = None) -> int:
+    """Remove what deletions moved aside (`names`, else every trash name under `jobs/`: what a
+    crash left between a recorded deletion and its removal); how many went."""
+    jobs = jobfs.Tree(Path(data_dir) / "jobs")
+    if names is None:
+        try:
+            names = [n for n, _ in jobs.list_dir("", limit=1_000_000) if n.startswith(TRASH)]
+        except OSError:
+            return 0  # no jobs/ yet
+    return sum(jobs.remove_tree(n) for n in names)
 
 
 def apparent_bytes(data_dir: Path, path: str, budget_s: float = 30.0) -> tuple[int, bool]:
@@ -223,6 +245,3 @@ def apparent_bytes(data_dir: Path, path: str, budget_s: float = 30.0) -> tuple[i
     return walk.apparent, done and walk.whole
 
 
-def remove_item(data_dir: Path, d: Due) -> bool:
-    """Remove what `d` names (a link inside is unlinked, never followed)."""
-    return jobfs.Tree(Path(data_dir) / "jobs").remove_tree(d.path)

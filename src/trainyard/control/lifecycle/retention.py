@@ -8,8 +8,8 @@ take the lock between batches. So a purge of a year of jobs delays a loop pass b
 most, never by the whole purge.
 
 Logs and job dirs (the rules of `storage.lifecycle`, per team and class, with `retention.job_dirs`
-as the fallback) are looked at by job id from a cursor: each deletion is measured, recorded (one
-audit event, committed under the lock) and only then done, without the lock. At the end of a pass
+as the fallback) are looked at by job id from a cursor: each deletion is measured, then recorded (one audit event)
+and moved aside in one transaction under the lock, and removed after it, without the lock. At the end of a pass
 the cursor stays below every job whose fate is not settled yet (running, or ended within the
 longest rule: `services.retention.undecided_from`), so a job that ends late is never skipped;
 a new configuration version starts it from the beginning again.
@@ -84,14 +84,16 @@ class Retention(BackgroundWork):
                 self._dirs_cursor, self._cursor_version = 0, cfg.version
             floor = retention.undecided_from(s, spec, now)
         cursor = self._dirs_cursor
+        retention.empty_trash(self.data_dir)  # what a crash left moved aside
         while not self._stop.is_set():
             with self.store.session() as s:
                 items, last = retention.due(s, self.data_dir, spec, now, cursor, spec.retention.batch)
             for d in items:
                 nbytes, complete = retention.apparent_bytes(self.data_dir, d.path)
                 with self.lock, self.store.session.begin() as s:
-                    ok = retention.record_deletion(s, d, nbytes, complete, self.clock())
-                if ok and retention.remove_item(self.data_dir, d):
+                    trash = retention.record_deletion(s, self.data_dir, d, nbytes, complete, self.clock())
+                if trash is not None:
+                    retention.empty_trash(self.data_dir, [trash])
                     self.deleted += 1
                     log.info("retention: deleted %s of job %d (%d bytes, %s)", d.rule.what, d.job_id, nbytes,
                              d.rule.source)
