@@ -22,9 +22,9 @@ from trainyard.contracts import JobDir
 pytestmark = pytest.mark.slow
 
 BASE = TWO_TEAMS.read_text() + "retention: {interval: 0.5s}\nstorage: {interval: 1h}\n"
-# vision: a finished job's whole dir goes 1 s after its end; nlp: its logs do
+# vision: a finished job's whole dir goes 1 s after its end; nlp: its logs do, its dir a day after
 RULES = (BASE.replace("  - name: vision\n", "  - name: vision\n    storage: {lifecycle: {job_dirs: 1s}}\n", 1)
-         .replace("  - name: nlp\n", "  - name: nlp\n    storage: {lifecycle: {logs: 1s}}\n", 1))
+         .replace("  - name: nlp\n", "  - name: nlp\n    storage: {lifecycle: {logs: 1s, job_dirs: 1d}}\n", 1))
 WRITE = ('echo "rank $TRAINYARD_JOB_ID says hello"; head -c {n} /dev/urandom > "$TRAINYARD_CHECKPOINT_DIR/w.pt"; '
          'mkdir -p "$TRAINYARD_CHECKPOINT_DIR/step-1" && echo 1 > "$TRAINYARD_CHECKPOINT_DIR/step-1/COMMITTED"')
 
@@ -122,8 +122,14 @@ def test_rules_delete_what_they_say_and_yard_storage_agrees_with_the_disk(tmp_pa
         assert state(nlp_running) == "RUNNING"
         assert all(p.read_bytes() == data for p, data in running_files.items())
         assert not any(n["job_id"] == nlp_running for n in after["next"])
+        [nxt] = after["next"]  # what goes next: the finished nlp job's dir, a day after its end
+        end = json.loads(yard("show", str(nlp_done), "--json").stdout)["end_time"]
+        assert (nxt["job_id"], nxt["what"], nxt["at"], nxt["rule"]) == (
+            nlp_done, "job_dir", end + 86400, "teams.nlp.storage.lifecycle.job_dirs")
+        assert nxt["bytes"] == apparent(nlp_dir)
         shown = yard("storage").stdout
-        assert "per tier and kind" in shown and "nlp" in shown
+        assert "per tier and kind" in shown and "what the rules delete next" in shown, shown
+        assert any(line.split()[1:4] == [str(nlp_done), "nlp", "job_dir"] for line in shown.splitlines()), shown
     finally:
         for j in json.loads(yard("queue", "--json").stdout):
             subprocess.run([YARD, "cancel", str(j["id"])], env=env, capture_output=True)
