@@ -19,7 +19,9 @@ moves what goes aside (a rename to `jobs/.retention-…`): no attempt can start 
 the move, and no deletion is unrecorded. The removal of what was moved runs after, without the
 lock (a crash leaves it for the next pass's `empty_trash`). Only a job in a terminal state is
 touched; its rows stay (`yard acct` still counts it).
-The checkpoints' rules are applied by control/lifecycle/checkpoint_tiers.py.
+A purge of `jobs` records the same event for each job dir it removes (rule `retention.jobs`),
+beside the batch's `retention.purged`. The checkpoints' rules are applied by
+control/lifecycle/checkpoint_tiers.py.
 
 A purge never lowers a Prometheus counter or histogram: what the purged rows added to them
 (`metrics.counted` of the batch's jobs) is added to `usage_carry` in the same transaction, and
@@ -67,15 +69,35 @@ def _deleted(s: Session, stmt: Delete) -> int:
     return result.rowcount
 
 
-def purge_jobs(s: Session, data_dir: Path, spec: RetentionSpec, now: float) -> Purged:
+def _purge_query(spec: RetentionSpec, now: float) -> Any:
+    assert spec.jobs is not None
+    return (select(JobRow.id, JobRow.dir_key, JobRow.team)
+            .where(JobRow.state.in_(TERMINAL_STATES), JobRow.end_time < now - spec.jobs)
+            .order_by(JobRow.id).limit(spec.batch))
+
+
+def purge_candidates(s: Session, data_dir: Path, spec: RetentionSpec, now: float) -> dict[int, str]:
+    """The next batch `purge_jobs` would purge: job id -> its dir's name under `jobs/`, for those
+    whose dir is there (so that the caller measures them before the batch, without the lock)."""
+    if spec.jobs is None:
+        return {}
+    rows = s.execute(_purge_query(spec, now)).all()
+    jobs = jobfs.Tree(Path(data_dir) / "jobs")
+    names = {r.id: JobDir.name_of(r.id, r.dir_key) for r in rows}
+    return {jid: name for jid, name in names.items() if jobs.exists(name)}
+
+
+def purge_jobs(s: Session, data_dir: Path, spec: RetentionSpec, now: float,
+               sizes: dict[int, tuple[int, bool]] | None = None) -> Purged:
     """Delete up to a batch of jobs that ended before the `jobs` horizon, with their attempts and
-    non-audit events; carry their counter samples. Call inside a transaction, under the write lock."""
+    non-audit events; carry their counter samples. Each job dir that goes is moved aside and
+    recorded as one `retention.deleted` event (`sizes`: job id -> (apparent bytes, counted whole),
+    as `purge_candidates` and `apparent_bytes` found them). Call inside a transaction, under the
+    write lock; `out.dirs` are removed by the caller once it committed."""
     out = Purged()
     if spec.jobs is None:
         return out
-    rows = s.execute(select(JobRow.id, JobRow.dir_key)
-                     .where(JobRow.state.in_(TERMINAL_STATES), JobRow.end_time < now - spec.jobs)
-                     .order_by(JobRow.id).limit(spec.batch)).all()
+    rows = s.execute(_purge_query(spec, now)).all()
     if not rows:
         return out
     ids = [r.id for r in rows]
@@ -93,7 +115,16 @@ def purge_jobs(s: Session, data_dir: Path, spec: RetentionSpec, now: float) -> P
     out.attempts = _deleted(s, delete(AttemptRow).where(AttemptRow.job_id.in_(ids)))
     out.events = _deleted(s, delete(EventRow).where(EventRow.job_id.in_(ids), EventRow.kind.not_in(AUDIT_KINDS)))
     out.jobs = _deleted(s, delete(JobRow).where(JobRow.id.in_(ids)))
-    out.dirs = _existing(data_dir, rows)
+    rule = Rule(JOB_DIR, spec.jobs, "retention.jobs")
+    jobs = jobfs.Tree(Path(data_dir) / "jobs")
+    for r in rows:
+        name = JobDir.name_of(r.id, r.dir_key)
+        if not jobs.exists(name):
+            continue
+        nbytes, complete = (sizes or {}).get(r.id, (0, False))
+        trash = _move_aside(s, data_dir, Due(r.id, r.team, name, rule, now), nbytes, complete, now)
+        if trash is not None:
+            out.dirs.append(Path(data_dir) / "jobs" / trash)
     out.last_id = ids[-1]
     record(s, "retention", "retention.purged",
            f"purged {out.jobs} jobs ended before {spec.jobs:.0f} s ago (ids {ids[0]}..{ids[-1]}), with {out.attempts} "
@@ -101,13 +132,6 @@ def purge_jobs(s: Session, data_dir: Path, spec: RetentionSpec, now: float) -> P
            data={"jobs": out.jobs, "attempts": out.attempts, "events": out.events, "first_id": ids[0],
                  "last_id": ids[-1], "keep_s": spec.jobs, "before": {"jobs": out.jobs}, "after": {"jobs": 0}})
     return out
-
-
-def _existing(data_dir: Path, rows: Any) -> list[Path]:
-    """The job dirs of `rows` (id, dir_key) that are there (looked at through no link)."""
-    jobs = jobfs.Tree(Path(data_dir) / "jobs")
-    dirs = [JobDir.of(data_dir, r.id, r.dir_key).root for r in rows]
-    return [d for d in dirs if jobs.exists(d.name)]
 
 
 def remove(dirs: list[Path]) -> int:
@@ -213,6 +237,10 @@ def record_deletion(s: Session, data_dir: Path, d: Due, nbytes: int, complete: b
     state = s.scalar(select(JobRow.state).where(JobRow.id == d.job_id))
     if state not in TERMINAL_STATES:
         return None
+    return _move_aside(s, data_dir, d, nbytes, complete, now)
+
+
+def _move_aside(s: Session, data_dir: Path, d: Due, nbytes: int, complete: bool, now: float) -> str | None:
     trash = TRASH + d.path.replace("/", "-")
     try:
         jobfs.Tree(Path(data_dir) / "jobs").rename(d.path, trash)

@@ -2,8 +2,9 @@
 rules say (services/retention.py), in bounded batches, beside the control loop rather than inside a pass.
 
 Every `retention.interval` (and once at start) it purges batch after batch until nothing is due:
-each batch is one short transaction under the write lock (`retention.batch` jobs), then the
-directories it named are removed without the lock, then a short pause lets the loop and the API
+each batch's job dirs are measured first, without the lock, then the batch is one short
+transaction under the write lock (`retention.batch` jobs; each dir moved aside and recorded as
+one `retention.deleted` event), then the directories it moved aside are removed without the lock, then a short pause lets the loop and the API
 take the lock between batches. So a purge of a year of jobs delays a loop pass by one batch at
 most, never by the whole purge.
 
@@ -58,9 +59,13 @@ class Retention(BackgroundWork):
         done = batches = 0
         while not self._stop.is_set() and (max_batches is None or batches < max_batches):
             now = self.clock()
+            with self.store.session() as s:
+                spec = self.configs.current(s).spec.retention
+                names = retention.purge_candidates(s, self.data_dir, spec, now)
+            sizes = {jid: retention.apparent_bytes(self.data_dir, name) for jid, name in names.items()}
             with self.lock, self.store.session.begin() as s:
                 spec = self.configs.current(s).spec.retention
-                out = retention.purge_jobs(s, self.data_dir, spec, now)
+                out = retention.purge_jobs(s, self.data_dir, spec, now, sizes)
             if not out.jobs:
                 break
             done += out.jobs
