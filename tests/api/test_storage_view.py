@@ -89,6 +89,12 @@ def test_tiers_kinds_and_the_next_deletions(plane):
     assert not any(n["job_id"] == running for n in nxt)  # a running job's files have no date
     assert [n["at"] for n in nxt] == sorted(n["at"] for n in nxt)
     assert len(p.admin.get("/api/v1/storage", params={"next": 2}).json()["next"]) == 2
+    # a purge of the rows sooner than the dir rule: the dir goes with them, under that rule
+    text = CONFIG.replace("storage: {interval: 1h,", "retention: {jobs: 5h}\nstorage: {interval: 1h,")
+
+    assert p.admin.post("/api/v1/cluster/config", json={"text": text}).status_code in (200, 201)
+    jdir = next(n for n in p.admin.get("/api/v1/storage").json()["next"] if n["what"] == "job_dir")
+    assert (jdir["at"], jdir["rule"]) == (T0 + 7 * H, "retention.jobs")
 
 
 def test_refresh_is_an_admins_and_reading_is_a_readers(plane):

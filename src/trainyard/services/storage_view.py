@@ -132,6 +132,9 @@ def next_deletions(s: Session, spec: ConfigSpec, dirs: list[dict[str, Any]], now
         rules = retention.rules_for(spec, job.team, job.job_class)
         d = by_id[jid]
         jd, logs = rules.get(retention.JOB_DIR), rules.get(retention.LOGS)
+        purge = spec.retention.jobs
+        if purge is not None and (jd is None or purge < jd.keep_s):  # the rows go, and the dir with them
+            jd = retention.Rule(retention.JOB_DIR, purge, "retention.jobs")
         if logs is not None and (jd is None or logs.keep_s < jd.keep_s) and d["kinds"].get("logs", 0):
             out.append({"job_id": jid, "team": job.team, "what": retention.LOGS, "bytes": d["kinds"]["logs"],
                         "at": job.ended_at + logs.keep_s, "rule": logs.source})
