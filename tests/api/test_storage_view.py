@@ -91,7 +91,6 @@ def test_tiers_kinds_and_the_next_deletions(plane):
     assert len(p.admin.get("/api/v1/storage", params={"next": 2}).json()["next"]) == 2
     # a purge of the rows sooner than the dir rule: the dir goes with them, under that rule
     text = CONFIG.replace("storage: {interval: 1h,", "retention: {jobs: 5h}\nstorage: {interval: 1h,")
-
     assert p.admin.post("/api/v1/cluster/config", json={"text": text}).status_code in (200, 201)
     jdir = next(n for n in p.admin.get("/api/v1/storage").json()["next"] if n["what"] == "job_dir")
     assert (jdir["at"], jdir["rule"]) == (T0 + 7 * H, "retention.jobs")
