@@ -207,8 +207,11 @@ def due(s: Session, data_dir: Path, spec: ConfigSpec, now: float, after_id: int,
                      .order_by(JobRow.id).limit(batch)).all()
     jobs = jobfs.Tree(Path(data_dir) / "jobs")
     out: list[Due] = []
+    rules_of: dict[tuple[str, str], dict[str, Rule]] = {}
     for r in rows:
-        rules = rules_for(spec, r.team, r.job_class)
+        if (r.team, r.job_class) not in rules_of:
+            rules_of[r.team, r.job_class] = rules_for(spec, r.team, r.job_class)
+        rules = rules_of[r.team, r.job_class]
         name = JobDir.name_of(r.id, r.dir_key)
         for what, path in ((JOB_DIR, name), (LOGS, f"{name}/logs")):
             rule = rules.get(what)

@@ -94,11 +94,15 @@ def _checkpoint_deletions(s: Session, spec: ConfigSpec, now: float) -> list[dict
         keeps.update((jid, step) for jid, step in s.execute(q3))
     jobs = _jobs(s, set(copies))
     out: list[dict[str, Any]] = []
+    rules_of: dict[tuple[str, str], CheckpointRules] = {}  # per (team, class): merged once, not per job
     for jid, steps in copies.items():
         job = jobs.get(jid)
         if job is None:
             continue
-        rules = spec.lifecycle_for(job.team, job.job_class).checkpoints
+        key = (job.team, job.job_class)
+        if key not in rules_of:
+            rules_of[key] = spec.lifecycle_for(*key).checkpoints
+        rules = rules_of[key]
         cps = [Checkpoint(step, frozenset(c["tiers"]) & {FAST, ARCHIVE}, c["metrics"], (jid, step) in keeps)
                for step, c in steps.items()]
         archive_tier = spec.storage.archive is not None
@@ -126,10 +130,14 @@ def next_deletions(s: Session, spec: ConfigSpec, dirs: list[dict[str, Any]], now
         return []
     out = _checkpoint_deletions(s, spec, now)
     by_id = {d["job_id"]: d for d in dirs if d.get("job_id") is not None}
+    rules_of: dict[tuple[str, str], dict[str, retention.Rule]] = {}
     for jid, job in _jobs(s, set(by_id)).items():
         if job.ended_at is None:
             continue
-        rules = retention.rules_for(spec, job.team, job.job_class)
+        key = (job.team, job.job_class)
+        if key not in rules_of:
+            rules_of[key] = retention.rules_for(spec, *key)
+        rules = rules_of[key]
         d = by_id[jid]
         jd, logs = rules.get(retention.JOB_DIR), rules.get(retention.LOGS)
         purge = spec.retention.jobs
