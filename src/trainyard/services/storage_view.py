@@ -11,6 +11,7 @@ tiers are shown beside it, not charged against it.
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -75,49 +76,67 @@ def _rule_text(rules: CheckpointRules) -> str:
     return "checkpoints: " + (", ".join(f"{k}={v}" for k, v in set_.items()) if set_ else "keep_last=3 (default)")
 
 
-def _checkpoint_deletions(s: Session, spec: ConfigSpec, now: float) -> list[dict[str, Any]]:
-    copies: dict[int, dict[int, dict[str, Any]]] = defaultdict(dict)
-    q = select(CheckpointCopyRow.job_id, CheckpointCopyRow.step, CheckpointCopyRow.tier, CheckpointCopyRow.bytes,
-               CheckpointCopyRow.metrics).limit(MAX_COPY_ROWS)
-    for jid, step, tier, nbytes, metrics in s.execute(q):
-        c = copies[jid].setdefault(step, {"tiers": set(), "bytes": 0, "metrics": None})
-        c["tiers"].add(tier)
-        c["bytes"] += nbytes
-        c["metrics"] = c["metrics"] or metrics
+Soon = tuple[float, int, int, Any]  # (when, job id, step or 0, what to make of it): sorted, the first `limit` made
+
+
+def _checkpoint_deletions(s: Session, spec: ConfigSpec, now: float, limit: int) -> list[Soon]:
+    """The `limit` soonest checkpoint deletions, as `Soon`s whose last item makes the row."""
+    best = any(layer is not None and layer.checkpoints.keep_best is not None for layer in (
+        spec.storage.lifecycle, *(t.storage.lifecycle for t in spec.teams), *(c.lifecycle for c in spec.classes)))
+    cols = [CheckpointCopyRow.job_id, CheckpointCopyRow.step, CheckpointCopyRow.tier, CheckpointCopyRow.bytes]
+    q = select(*cols, CheckpointCopyRow.metrics) if best else select(*cols)  # metrics only for keep_best
+    copies: dict[int, dict[int, list[Any]]] = defaultdict(dict)  # job -> step -> [tiers, bytes, metrics]
+    one = {FAST: frozenset({FAST}), ARCHIVE: frozenset({ARCHIVE})}  # shared, not one set per row
+    none: frozenset[str] = frozenset()
+    for row in s.execute(q.limit(MAX_COPY_ROWS)):
+        jid, step, tier, nbytes = row[0], row[1], row[2], row[3]
+        assert isinstance(jid, int) and isinstance(step, int) and isinstance(tier, str) and isinstance(nbytes, int)
+        metrics = row[4] if best else None
+        c = copies[jid].get(step)
+        if c is None:
+            copies[jid][step] = [one.get(tier, none), nbytes, metrics]
+        else:
+            c[0] = c[0] | one.get(tier, none)
+            c[1] += nbytes
+            c[2] = c[2] or metrics
     if not copies:
         return []
     ids = sorted(copies)
-    keeps: set[tuple[int, int]] = set()
+    keeps: dict[int, set[int]] = defaultdict(set)  # job -> its steps marked keep
     for i in range(0, len(ids), IN_CHUNK):
         q3 = select(CheckpointKeepRow.job_id, CheckpointKeepRow.step).where(
             CheckpointKeepRow.job_id.in_(ids[i:i + IN_CHUNK]))
-        keeps.update((jid, step) for jid, step in s.execute(q3))
+        for jid, step in s.execute(q3):
+            keeps[jid].add(step)
     jobs = _jobs(s, set(copies))
-    out: list[dict[str, Any]] = []
-    rules_of: dict[tuple[str, str], CheckpointRules] = {}  # per (team, class): merged once, not per job
+    out: list[Soon] = []
+    rules_of: dict[tuple[str, str], tuple[CheckpointRules, str]] = {}  # per (team, class), not per job
+    archive_tier = spec.storage.archive is not None
     for jid, steps in copies.items():
         job = jobs.get(jid)
         if job is None:
             continue
         key = (job.team, job.job_class)
         if key not in rules_of:
-            rules_of[key] = spec.lifecycle_for(*key).checkpoints
-        rules = rules_of[key]
-        cps = [Checkpoint(step, frozenset(c["tiers"]) & {FAST, ARCHIVE}, c["metrics"], (jid, step) in keeps)
-               for step, c in steps.items()]
-        archive_tier = spec.storage.archive is not None
+            r = spec.lifecycle_for(*key).checkpoints
+            rules_of[key] = (r, _rule_text(r))
+        rules, text = rules_of[key]
+        marked = keeps.get(jid, ())
+        cps = [Checkpoint(step, c[0], c[2], step in marked) for step, c in steps.items()]
         now_plan = plan(cps, rules, archive_tier=archive_tier, ended_at=job.ended_at, now=now)
-        items = [(step, now, _rule_text(rules)) for step in now_plan.delete]
+        out += [(now, jid, step, (job.team, steps[step], text)) for step in now_plan.delete]
         if rules.keep_for is not None and job.ended_at is not None and now < job.ended_at + rules.keep_for:
             at = job.ended_at + rules.keep_for
             later = plan(cps, rules, archive_tier=archive_tier, ended_at=job.ended_at, now=at)
-            items += [(step, at, f"checkpoints: keep_for={rules.keep_for:g}")
-                      for step in later.delete - now_plan.delete]
-        for step, at, rule in items:
-            c = steps[step]
-            out.append({"job_id": jid, "team": job.team, "what": "checkpoint", "step": step,
-                        "tiers": sorted(c["tiers"]), "bytes": c["bytes"], "at": at, "rule": rule})
-    return out
+            out += [(at, jid, step, (job.team, steps[step], f"checkpoints: keep_for={rules.keep_for:g}"))
+                    for step in later.delete - now_plan.delete]
+    return heapq.nsmallest(limit, out, key=lambda x: x[:3])
+
+
+def _checkpoint_row(x: Soon) -> dict[str, Any]:
+    at, jid, step, (team, c, rule) = x
+    return {"job_id": jid, "team": team, "what": "checkpoint", "step": step, "tiers": sorted(c[0]), "bytes": c[1],
+            "at": at, "rule": rule}
 
 
 def next_deletions(s: Session, spec: ConfigSpec, dirs: list[dict[str, Any]], now: float,
@@ -128,7 +147,7 @@ def next_deletions(s: Session, spec: ConfigSpec, dirs: list[dict[str, Any]], now
     have no date yet and are not listed."""
     if limit <= 0:
         return []
-    out = _checkpoint_deletions(s, spec, now)
+    out = [_checkpoint_row(x) for x in _checkpoint_deletions(s, spec, now, limit)]
     by_id = {d["job_id"]: d for d in dirs if d.get("job_id") is not None}
     rules_of: dict[tuple[str, str], dict[str, retention.Rule]] = {}
     for jid, job in _jobs(s, set(by_id)).items():
