@@ -44,3 +44,15 @@ def test_a_refresh_waits_for_a_sweep_under_way(plane):  # noqa: F811
     meter._sweeping.release()
     assert done.wait(10)
     t.join()
+
+
+def test_the_kinds_are_gauges_too(plane):  # noqa: F811
+    p, meter = plane, plane.cp.storage
+    v = job_with_dir(p, "nlp")
+    write(v.logs / "rank-0.log", 12_345)
+    meter.refresh()
+    [d] = [d for d in meter.dirs() if d.name == v.root.name]
+    metrics = dict(line.rsplit(" ", 1) for line in p.admin.get("/metrics").text.splitlines()
+                   if line.startswith("trainyard_team_storage_kind_bytes"))
+    assert float(metrics['trainyard_team_storage_kind_bytes{kind="logs",team="nlp"}']) == dict(d.kinds)["logs"]
+    assert float(metrics['trainyard_team_storage_kind_bytes{kind="checkpoints",team="vision"}']) == 0
