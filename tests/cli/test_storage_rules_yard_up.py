@@ -75,7 +75,10 @@ def test_rules_delete_what_they_say_and_yard_storage_agrees_with_the_disk(tmp_pa
                 or not (job_dir(server.data_dir, nlp_running) / "checkpoints" / "step-1" / "COMMITTED").exists():
             assert time.monotonic() < deadline, yard("queue", "-t", "all").stdout
             time.sleep(0.3)
-        time.sleep(1.0)  # the finished attempts' end notes and run state are written
+        settled, deadline = {}, time.monotonic() + 30
+        while settled != (settled := disk(server.data_dir, teams)):  # end notes written, run state released
+            assert time.monotonic() < deadline
+            time.sleep(1.0)
         running_dir = job_dir(server.data_dir, nlp_running)
         running_files = {p: p.read_bytes() for p in running_dir.rglob("*") if p.is_file() and "run" not in p.parts}
 
