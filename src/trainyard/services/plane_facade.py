@@ -11,7 +11,7 @@ that a router never reaches into the plane's parts.
     transaction()                     the plane's lock held, one committed store transaction
     wake()                            the control loop looks again now, not at its next tick
     containment                       how jobs are contained (`yard nodes`' column)
-    job_disk(name), storage_report()  the storage meter's last figures (`control/lifecycle/storage.py`)
+    job_disk(name), storage_report(), storage_dirs(), storage_refresh()  the storage meter's figures (`control/lifecycle/storage.py`)
     shutting_down, health(), ready()  the self-checks of /healthz and /readyz (`control/lifecycle/liveness.py`)
     share(), priority()               `yard share` and `yard prio` (`control/reports/priority.py`)
     pull_image(), image_entries(),    `yard image pull|ls|rm` on the nodes' image caches, without the
@@ -86,7 +86,13 @@ class Plane(Protocol):
         """Job dir `name` (under `jobs/`) as the storage meter last measured it, or None."""
 
     def storage_report(self, spec: ConfigSpec, jobs: int = 0) -> dict[str, Any]:
-        """What `GET /api/v1/storage` answers."""
+        """The meter's part of what `GET /api/v1/storage` answers (services/storage_view.py adds the tiers)."""
+
+    def storage_dirs(self) -> list[dict[str, Any]]:
+        """Every job dir as last measured: {job_id, team, bytes, apparent_bytes, kinds}."""
+
+    def storage_refresh(self) -> None:
+        """Measure every job dir now, whole (an admin's `yard storage --refresh`)."""
 
     def health(self) -> tuple[bool, dict[str, Any]]:
         """(all checks pass, what /healthz shows)."""

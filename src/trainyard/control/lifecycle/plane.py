@@ -194,6 +194,13 @@ class ControlPlane:
     def storage_report(self, spec: ConfigSpec, jobs: int = 0) -> dict[str, Any]:
         return self.storage.report(spec, jobs)
 
+    def storage_dirs(self) -> list[dict[str, Any]]:
+        return [{"job_id": d.job_id, "team": d.team, "bytes": d.bytes, "apparent_bytes": d.apparent,
+                 "kinds": dict(d.kinds)} for d in self.storage.dirs()]
+
+    def storage_refresh(self) -> None:
+        self.storage.refresh()
+
     def health(self) -> tuple[bool, dict[str, Any]]:
         rep = self.liveness.report()
         return rep.ok, rep.to_dict()
