@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 from trainyard.services.errors import Forbidden, NotFound, ServiceError
 from trainyard.spec.models import ConfigSpec
 from trainyard.staging.types import NAME_RE, VERSION_RE, DatasetEntry, DatasetRef, ObjectStore, Reader, SourceAccess
-from trainyard.states import JobState
+from trainyard.states import PENDING_STATES, JobState
 from trainyard.store.models import DatasetRow, JobRow, NodeDatasetRow
 
 MAX_CREDENTIALS_BYTES = 64 << 10
@@ -112,6 +112,25 @@ def held_bytes(s: Session, checksums: Iterable[str]) -> dict[str, dict[str, int]
         return out
     for r in s.scalars(select(NodeDatasetRow).where(NodeDatasetRow.checksum.in_(wanted))):
         out.setdefault(r.checksum, {})[r.node] = int(r.bytes)
+    return out
+
+
+def data_on(s: Session) -> dict[int, tuple[tuple[str, int], ...]]:
+    """Each waiting job with datasets: (node, bytes of its datasets the node holds), for the nodes
+    holding any (the schedule step's tie-break, `JobRequest.data_on`)."""
+    jobs = [(j_id, ds) for j_id, ds in s.execute(select(JobRow.id, JobRow.datasets).where(
+        JobRow.state.in_(PENDING_STATES), JobRow.datasets.is_not(None))) if ds]
+    if not jobs:
+        return {}
+    held = held_bytes(s, (str(d.get("checksum")) for _, ds in jobs for d in ds))
+    out: dict[int, tuple[tuple[str, int], ...]] = {}
+    for j_id, ds in jobs:
+        per: dict[str, int] = {}
+        for checksum in {str(d.get("checksum")) for d in ds}:
+            for node, size in held.get(checksum, {}).items():
+                per[node] = per.get(node, 0) + size
+        if per:
+            out[int(j_id)] = tuple(sorted(per.items()))
     return out
 
 

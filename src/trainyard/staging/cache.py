@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import importlib
 import json
 import os
 import re
@@ -73,15 +74,12 @@ def hex_of(checksum: str) -> str:
 
 
 def _default_fetch(source: str, access: SourceAccess, reader: Reader | None, dest: str) -> object:
-    from trainyard.staging.source import fetch  # fsspec and the readers, only where data is staged
-
-    return fetch(source, access, reader, dest)
+    # staging/source.py: fsspec and the readers, loaded only where data is staged
+    return importlib.import_module("trainyard.staging.source").fetch(source, access, reader, dest)
 
 
 def _default_digest(path: str) -> str:
-    from trainyard.staging.checksum import of_local
-
-    return of_local(path)
+    return str(importlib.import_module("trainyard.staging.checksum").of_local(path))
 
 
 @dataclass(frozen=True)

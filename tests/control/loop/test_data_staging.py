@@ -151,3 +151,21 @@ def test_an_entry_the_node_evicted_loses_its_row(tmp_path):
         assert _rows(p) == {("node-0", "other"), ("node-1", "other")}
     finally:
         p.stop()
+
+
+def test_a_job_lands_on_the_node_that_holds_its_data_among_equal_nodes(plane):
+    p = plane
+    blocker = p.submit(name="blocker", team="nlp", gpus=4, command=fake("run=20"))["id"]
+    p.wait(blocker, "RUNNING")
+    assert [x["node"] for x in p.job(blocker)["placement"]] == ["node-0"]
+    first = _submit(p, gpus=4)  # node-0 is taken: it stages on node-1
+    j = p.wait(first, "COMPLETED")
+    assert [x["node"] for x in j["placement"]] == ["node-1"]
+    p.wait(blocker, "COMPLETED")
+    plain = p.submit(name="plain", team="vision", gpus=4, command=fake("run=5"))["id"]
+    j = p.wait(plain, "COMPLETED")
+    assert [x["node"] for x in j["placement"]] == ["node-0"]  # both free: the first node, without data
+    second = _submit(p, gpus=4)
+    j = p.wait(second, "COMPLETED")
+    assert [x["node"] for x in j["placement"]] == ["node-1"]  # both free: the node holding its data
+    assert p.backend.cluster.stagings == [("node-1", "corpus:v1")]
