@@ -342,6 +342,31 @@ class NodeDatasetCache:
                 os.chmod(d, mode)
 
 
+def node_cache(top: str | Path, node: str) -> NodeDatasetCache:
+    """The cache of `node` under `top` (every node's caches: `<top>/<node>`, `top` made 0711)."""
+    if not node or "/" in node or node in (".", ".."):
+        raise ValueError(f"not a node name: {node!r}")
+    top = Path(top)
+    top.mkdir(mode=0o711, exist_ok=True)
+    os.chmod(top, 0o711)  # made by an older plane with another mode
+    return NodeDatasetCache(top / node, None, node)
+
+
+def unpin_everywhere(top: str | Path, job_id: int, attempt: int) -> None:
+    """The attempt's pins gone from every node's cache under `top` (its release)."""
+    top = Path(top)
+    if not top.is_dir():
+        return
+    for node in os.listdir(top):
+        pins = top / node / "pins"
+        if pins.is_dir() and not pins.is_symlink():
+            for hexa in os.listdir(pins):
+                try:
+                    os.unlink(pins / hexa / f"{job_id}.{attempt}")
+                except (FileNotFoundError, NotADirectoryError):
+                    pass
+
+
 def _read_only(path: Path) -> int:
     """Make the copy at `path` read-only to all (files 0444, directories 0555), following no link;
     its bytes (regular files' sizes). Anything but regular files and directories is refused."""

@@ -112,6 +112,7 @@ from trainyard.backends.rundir import terminal
 from trainyard.backends.rundir import port as rank_port
 from trainyard.backends.base import AttemptState, BackendError, GpuReading, LaunchSpec, NodeInfo, RankState, Terminal, Tunnel
 from trainyard.images.types import CachedImage, EntryInfo, RegistryAccess
+from trainyard.staging import cache as dataset_cache
 from trainyard.staging.cache import NodeDatasetCache
 from trainyard.staging.types import DatasetEntry, DatasetRef, SourceAccess, StagedDataset
 from trainyard.spec.image_ref import parse_image
@@ -380,9 +381,7 @@ class LocalBackend(WatchesExits):
             if att is not None:
                 self._abort(att)
             terminal.end_sessions(self._terminals.pop((job_id, attempt), []))
-        for node in self._node_list:  # its datasets' pins: what it staged may now be evicted
-            if (self._data_dir / DATASETS_DIR / node.name).is_dir():
-                self._datasets(node.name).unpin(job_id, attempt)
+        dataset_cache.unpin_everywhere(self._data_dir / DATASETS_DIR, job_id, attempt)  # evictable again
 
     # -- images (`backends.local.container`) -----------------------------------------------------
 
@@ -420,10 +419,7 @@ class LocalBackend(WatchesExits):
         self._known_node(node)
         with self._lock:
             if node not in self._dataset_caches:
-                top = self._data_dir / DATASETS_DIR
-                top.mkdir(mode=0o711, exist_ok=True)
-                os.chmod(top, 0o711)
-                self._dataset_caches[node] = NodeDatasetCache(top / node, None, node)
+                self._dataset_caches[node] = dataset_cache.node_cache(self._data_dir / DATASETS_DIR, node)
             return self._dataset_caches[node]
 
     def stage_dataset(self, node: str, ref: DatasetRef, access: SourceAccess,

@@ -72,6 +72,7 @@ from trainyard.backends.base import GpuReading
 from trainyard.backends.slurm import pyxis
 from trainyard.images.types import UNSUPPORTED, CachedImage, EntryInfo, ImageConfig, ImagePullError, RegistryAccess
 from trainyard.contracts import NOTICE_SIGNAL, JobDir
+from trainyard.staging import cache as dataset_cache
 from trainyard.staging.cache import NodeDatasetCache
 from trainyard.staging.types import DatasetEntry, DatasetRef, SourceAccess, StagedDataset
 
@@ -275,11 +276,10 @@ class SlurmBackend(WatchesExits):
         with self._lock:
             cache = self._dataset_caches.get(node)
             if cache is None:
-                if "/" in node or node in ("", ".", ".."):
-                    raise BackendError(f"unknown node {node!r}")
-                top = self._data_dir / "datasets"
-                top.mkdir(mode=0o711, exist_ok=True)
-                cache = self._dataset_caches[node] = NodeDatasetCache(top / node, None, node)
+                try:
+                    cache = self._dataset_caches[node] = dataset_cache.node_cache(self._data_dir / "datasets", node)
+                except ValueError as e:
+                    raise BackendError(str(e)) from None
             return cache
 
     def stage_dataset(self, node: str, ref: DatasetRef, access: SourceAccess,
@@ -295,10 +295,7 @@ class SlurmBackend(WatchesExits):
         return self._datasets(node).remove(checksum)
 
     def _unpin_datasets(self, job_id: int, attempt: int) -> None:
-        top = self._data_dir / "datasets"
-        if top.is_dir():
-            for node in os.listdir(top):
-                self._datasets(node).unpin(job_id, attempt)
+        dataset_cache.unpin_everywhere(self._data_dir / "datasets", job_id, attempt)
 
     def _running_rank(self, job_id: int, attempt: int, rank: int) -> tuple[_Attempt, str | None]:
         """The attempt of a rank that runs now, and its node (not down): what a terminal or a
