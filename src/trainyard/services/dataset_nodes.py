@@ -23,7 +23,10 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from trainyard.services import events, image_admin
+from trainyard.services.auth import Principal
 from trainyard.services.errors import Forbidden, NotFound, ServiceError
+from trainyard.services.plane_facade import Plane
 from trainyard.spec.models import ConfigSpec
 from trainyard.staging.types import NAME_RE, VERSION_RE, DatasetEntry, DatasetRef, ObjectStore, Reader, SourceAccess
 from trainyard.states import PENDING_STATES, JobState
@@ -201,3 +204,35 @@ def may_stage(role: str, teams: Iterable[str], team: str, grants: Iterable[str],
     allowed = {team, *grants}
     if not allowed & set(teams):
         raise Forbidden(f"dataset: {label} belongs to team {team!r} and is not granted to yours", field="dataset")
+
+
+# -- the API's calls (`api/routers/dataset_nodes.py`): no lock held while the nodes copy ------------
+
+def stage(plane: Plane, by: Principal, dataset: str, node_list: str | None) -> dict[str, Any]:
+    """`POST /api/v1/datasets/stage`: `dataset` (NAME[:VERSION]) staged on the nodes (all, or the
+    hostlist `node_list`) by an admin or a member of a team that may use it; one audit event."""
+    if by.role not in ("admin", "member"):
+        raise Forbidden(f"an admin or a member of a team that may use the dataset pre-stages it (a {by.role} token)")
+    name, version = parse_label(dataset)
+    with plane.store.session() as s:
+        cfg = plane.configs.current(s)
+        ref, team, grants = resolve(s, cfg.spec, name, version)
+    may_stage(by.role, [by.team] if by.team else [], team, grants, ref.label)
+    names = image_admin.node_names(cfg, node_list)
+    out = plane.stage_dataset(ref, names)
+    failed = [r["node"] for r in out["nodes"] if not r["ok"]]
+    with plane.transaction() as s:
+        events.record(s, by.user, "dataset.staged", f"{ref.label} staged on {len(names) - len(failed)} of "
+                      f"{len(names)} nodes" + (f"; failed on {', '.join(failed)}" if failed else ""),
+                      data={"dataset": ref.label, "checksum": ref.checksum, "nodes": out["nodes"]})
+    return out
+
+
+def cache_entries(plane: Plane, by: Principal, node: str | None) -> dict[str, Any]:
+    """`GET /api/v1/datasets/cache?node=N|all`: what each node's cache holds, as the plane last saw it."""
+    if by.role == "job":
+        raise Forbidden("a job's token does not list the nodes' dataset caches")
+    with plane.store.session() as s:
+        if node not in (None, "", "all"):
+            image_admin.node_names(plane.configs.current(s), node)  # a known node, or 404 naming `node`
+        return {"entries": listing(s, None if node in (None, "", "all") else node)}
