@@ -31,7 +31,7 @@ class Copier:
         self.copies: list[str] = []
         self.before_return = None  # a callable run after the copy (to race, or to crash)
 
-    def __call__(self, source, access, reader, dest) -> None:
+    def __call__(self, source, access, reader, dest, *, label=None) -> None:
         if not os.path.exists(source):
             raise DataStagingError(NOT_FOUND, source, "no such file")
         if os.path.isdir(source):

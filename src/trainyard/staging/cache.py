@@ -54,7 +54,7 @@ from trainyard.staging.types import (
     StagedDataset,
 )
 
-Fetch = Callable[[str, SourceAccess, "Reader | None", str], object]  # (source, access, reader, dest)
+Fetch = Callable[..., object]  # (source, access, reader, dest, *, label): staging.source.fetch
 Digest = Callable[[str], str]  # a local path -> "sha256:<hex>"
 
 _HEX = re.compile(r"[0-9a-f]{64}")
@@ -73,9 +73,9 @@ def hex_of(checksum: str) -> str:
     return hexa
 
 
-def _default_fetch(source: str, access: SourceAccess, reader: Reader | None, dest: str) -> object:
+def _default_fetch(source: str, access: SourceAccess, reader: Reader | None, dest: str, *, label: str) -> object:
     # staging/source.py: fsspec and the readers, loaded only where data is staged
-    return importlib.import_module("trainyard.staging.source").fetch(source, access, reader, dest)
+    return importlib.import_module("trainyard.staging.source").fetch(source, access, reader, dest, label=label)
 
 
 def _default_digest(path: str) -> str:
@@ -185,7 +185,7 @@ class NodeDatasetCache:
             work.mkdir(mode=0o700)
         try:
             dest = work / DATA
-            self._fetch(ref.source, access, ref.reader, str(dest))
+            self._fetch(ref.source, access, ref.reader, str(dest), label=ref.label)
             if not os.path.lexists(dest):
                 raise DataStagingError(FORBIDDEN, ref.label, "the source gave nothing to copy")
             got = self._digest(str(dest))
