@@ -178,16 +178,16 @@ def _choose_gang(state: ClusterState, eligible: list[tuple[int, int]], n: int, g
     fitting = [(len(v), b) for b, v in blocks.items() if len(v) >= n]
     if fitting:
         _, b = min(fitting)
-        chosen = _choose_in_block(state, blocks[b], n, held)
+        picked = _choose_in_block(state, blocks[b], n, held)
         if held:  # rule 6: a block as tight, as few racks, more of the job's data
-            shape = (len(blocks[b]), _racks(state, chosen))
+            shape = (len(blocks[b]), _racks(state, picked))
             for size, other in sorted(fitting):
                 if size == shape[0] and other != b and _data(held, blocks[other]) > _data(held, blocks[b]):
                     alt = _choose_in_block(state, blocks[other], n, held)
                     if _racks(state, alt) == shape[1] and _data(held, [(i, 0) for i in alt]) > \
-                            _data(held, [(i, 0) for i in chosen]):
-                        b, chosen = other, alt
-        return chosen
+                            _data(held, [(i, 0) for i in picked]):
+                        b, picked = other, alt
+        return picked
     chosen: list[int] = []
     for _, b in sorted(((-len(v), b) for b, v in blocks.items())):
         chosen.extend(_choose_in_block(state, blocks[b], min(n - len(chosen), len(blocks[b])), held))
