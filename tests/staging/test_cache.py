@@ -164,3 +164,11 @@ def test_a_link_in_the_caches_place_is_refused(tmp_path):
     (tmp_path / "cache").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(DataStagingError):
         NodeDatasetCache(tmp_path / "cache", None, "n1", fetch=Copier(), digest=digest)
+
+
+def test_a_dataset_of_unknown_size_still_brings_the_cache_under_its_cap(tmp_path):
+    cache, _ = _cache(tmp_path, cap=250)
+    a, b = _file(tmp_path, "a", 100), _file(tmp_path, "b", 200)
+    cache.stage(ref_of(a, "a"), ACCESS)
+    got = cache.stage(replace(ref_of(b, "b"), bytes=0), ACCESS)  # its size unknown until copied
+    assert got.bytes == 200 and [e.name for e in cache.entries()] == ["b"] and cache.usage() == 200

@@ -148,6 +148,7 @@ class NodeDatasetCache:
                     return self._staged(ref, hexa, False, began)
                 self._sweep_tmp(hexa)
                 self._copy(ref, access, hexa)
+                self._trim(keep=hexa)
                 return self._staged(ref, hexa, True, began)
         except BaseException:
             if job is not None:
@@ -230,6 +231,18 @@ class NodeDatasetCache:
             raise DataStagingError(DISK_FULL, ref.label,
                                    f"node {self.node}'s dataset cache ({self.cap_bytes} bytes) is full of data "
                                    "running jobs use")
+
+    def _trim(self, keep: str) -> None:
+        """After a copy: unpinned entries evicted, least recently used first, while the cache is
+        over its cap (a dataset whose size was not known before its copy, `ref.bytes` 0)."""
+        if self.cap_bytes is None:
+            return
+        with self._locked():
+            for other, _ in sorted(self._all(), key=lambda e: e[1].last_used):
+                if self.usage() <= self.cap_bytes:
+                    return
+                if other != keep:
+                    self._remove(other)
 
     def _remove(self, hexa: str) -> bool:
         if self._pinned(hexa) or not (self.root / hexa).is_dir():
