@@ -169,3 +169,41 @@ def test_a_job_lands_on_the_node_that_holds_its_data_among_equal_nodes(plane):
     j = p.wait(second, "COMPLETED")
     assert [x["node"] for x in j["placement"]] == ["node-1"]  # both free: the node holding its data
     assert p.backend.cluster.stagings == [("node-1", "corpus:v1")]
+
+
+def test_an_image_is_pulled_first_then_the_data_staged_in_the_jobs_time(plane):
+    p = plane
+    digest = "sha256:" + "5e" * 32
+    pull, stage = threading.Event(), threading.Event()
+    p.backend.cluster.pull_gate, p.backend.cluster.stage_gate = pull, stage
+    job = _submit(p, container={"image": f"127.0.0.1:5000/vision/env@{digest}"})
+    j = p.wait(job, "CONFIGURING")
+    assert j["reason"] == "ImagePull"
+    p.run(20)
+    pulled = p.clock()
+    pull.set()
+    j = p.wait(job, lambda j: j["reason"] == "DataStaging")
+    assert j["state"] == "CONFIGURING" and j["start_time"] >= pulled - 1e-6  # the pull was not the job's time
+    started = j["start_time"]
+    p.run(20)
+    stage.set()
+    j = p.wait(job, "RUNNING")
+    assert j["start_time"] == pytest.approx(started)  # the staging was
+    p.wait(job, "COMPLETED")
+
+
+def test_a_job_cancelled_while_its_nodes_stage_ends_cancelled(plane):
+    """As with an image pull: the launch goes on (the reconcile step would take an attempt the
+    backend never saw for an interrupted launch and requeue it), and the stop sequence, which held
+    its signals while the attempt was in flight, ends it at once."""
+    p = plane
+    gate = threading.Event()
+    p.backend.cluster.stage_gate = gate
+    job = _submit(p)
+    p.wait(job, "CONFIGURING")
+    assert p.admin.post(f"/api/v1/jobs/{job}/cancel").status_code == 200
+    p.run(5)
+    gate.set()
+    j = p.wait(job, "CANCELLED", timeout=60)
+    p.run(10)
+    assert p.job(job)["state"] == "CANCELLED" and len(j["attempts"]) == 1
