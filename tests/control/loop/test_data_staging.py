@@ -207,3 +207,12 @@ def test_a_job_cancelled_while_its_nodes_stage_ends_cancelled(plane):
     j = p.wait(job, "CANCELLED", timeout=60)
     p.run(10)
     assert p.job(job)["state"] == "CANCELLED" and len(j["attempts"]) == 1
+
+
+def test_a_failed_staging_leaves_no_pin_on_the_nodes_that_did_stage(plane):
+    p = plane
+    p.backend.cluster.stage_errors["node-1"] = DataStagingError(CHECKSUM_MISMATCH, "corpus:v1", "hashes otherwise")
+    job = _submit(p)
+    p.wait(job, "FAILED")
+    assert [e.in_use for e in p.backend.dataset_entries("node-0")] == [False]
+    assert p.backend.remove_dataset("node-0", CORPUS.checksum)

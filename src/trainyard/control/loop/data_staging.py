@@ -85,6 +85,11 @@ def prepare(ctx: LoopContext, spec: LaunchSpec) -> LaunchSpec | None:
                     failure = _worse(failure, (e, node))
                 except BackendError as e:
                     failure = _worse(failure, (DataStagingError(UNREACHABLE, label, str(e)), node))
+    if failure is not None:
+        try:  # nothing of it runs: the entries it pinned (those that did stage) may be evicted again
+            ctx.backend.release(spec.job_id, spec.attempt)
+        except BackendError as e:
+            log.warning("job %s attempt %s: release after a failed staging: %s", spec.job_id, spec.attempt, e)
     _record_nodes(ctx, nodes)
     if failure is not None:
         _failed(ctx, spec, *failure)
