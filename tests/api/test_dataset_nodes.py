@@ -80,6 +80,12 @@ def test_bad_input_names_the_field_and_stages_nothing(plane, body, status, field
     assert plane.admin.get("/api/v1/datasets/cache").json()["entries"] == []
 
 
+def test_the_listing_of_an_unknown_node_is_a_404_naming_it(plane):
+    r = plane.admin.get("/api/v1/datasets/cache", params={"node": "node-9"})
+    assert r.status_code == 404 and r.json()["field"] == "node"
+    assert plane.as_user("vic", "viewer").get("/api/v1/datasets/cache").status_code == 200
+
+
 def test_a_node_that_fails_is_its_own_line(plane):
     p = plane
     p.backend.cluster.stage_errors["node-1"] = DataStagingError(CHECKSUM_MISMATCH, "corpus:v1", "hashes otherwise")

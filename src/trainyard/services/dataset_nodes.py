@@ -233,6 +233,6 @@ def cache_entries(plane: Plane, by: Principal, node: str | None) -> dict[str, An
     if by.role == "job":
         raise Forbidden("a job's token does not list the nodes' dataset caches")
     with plane.store.session() as s:
-        if node not in (None, "", "all"):
-            image_admin.node_names(plane.configs.current(s), node)  # a known node, or 404 naming `node`
+        if node not in (None, "", "all") and node not in {n.name for n in plane.configs.current(s).nodes}:
+            raise NotFound(f"node: no node {node!r} in the configuration", field="node")
         return {"entries": listing(s, None if node in (None, "", "all") else node)}
