@@ -86,6 +86,16 @@ def test_the_listing_of_an_unknown_node_is_a_404_naming_it(plane):
     assert plane.as_user("vic", "viewer").get("/api/v1/datasets/cache").status_code == 200
 
 
+def test_a_member_lists_only_what_their_team_may_use(plane):
+    p = plane
+    for name in ("corpus:v1", "shared:v1"):
+        p.admin.post("/api/v1/datasets/stage", json={"dataset": name, "nodes": "node-0"})
+    names = lambda c: sorted(e["name"] for e in c.get("/api/v1/datasets/cache").json()["entries"])  # noqa: E731
+    assert names(p.admin) == names(p.as_user("olga", "operator")) == ["corpus", "shared"]
+    assert names(p.as_user("alice", "member", "vision")) == ["corpus", "shared"]
+    assert names(p.as_user("nora", "member", "nlp")) == ["shared"]  # granted; corpus is vision's alone
+
+
 def test_a_node_that_fails_is_its_own_line(plane):
     p = plane
     p.backend.cluster.stage_errors["node-1"] = DataStagingError(CHECKSUM_MISMATCH, "corpus:v1", "hashes otherwise")

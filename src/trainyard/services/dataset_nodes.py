@@ -229,10 +229,28 @@ def stage(plane: Plane, by: Principal, dataset: str, node_list: str | None) -> d
 
 
 def cache_entries(plane: Plane, by: Principal, node: str | None) -> dict[str, Any]:
-    """`GET /api/v1/datasets/cache?node=N|all`: what each node's cache holds, as the plane last saw it."""
+    """`GET /api/v1/datasets/cache?node=N|all`: what each node's cache holds, as the plane last saw
+    it. Admins and operators see every entry; anyone else those of the datasets their team may use
+    (an entry's checksum is where it lies on the node)."""
     if by.role == "job":
         raise Forbidden("a job's token does not list the nodes' dataset caches")
     with plane.store.session() as s:
-        if node not in (None, "", "all") and node not in {n.name for n in plane.configs.current(s).nodes}:
+        cfg = plane.configs.current(s)
+        if node not in (None, "", "all") and node not in {n.name for n in cfg.nodes}:
             raise NotFound(f"node: no node {node!r} in the configuration", field="node")
-        return {"entries": listing(s, None if node in (None, "", "all") else node)}
+        entries = listing(s, None if node in (None, "", "all") else node)
+        if by.role not in ("admin", "operator"):
+            mine = _usable(s, cfg.spec, by.team)
+            entries = [e for e in entries if (e["name"], e["version"]) in mine]
+        return {"entries": entries}
+
+
+def _usable(s: Session, spec: ConfigSpec, team: str | None) -> set[tuple[str, str]]:
+    """(name, version) of the datasets `team` owns or was granted."""
+    if team is None:
+        return set()
+    out = {(d.name, d.version) for d in spec.datasets if team == d.team or team in d.grants}
+    for r in s.scalars(select(DatasetRow)):
+        if team == r.team or team in (r.grants or ()):
+            out.add((r.name, r.version))
+    return out
