@@ -46,6 +46,8 @@ def test_an_admin_stages_on_the_nodes_then_they_find_it_cached(plane):
     assert set(entries[0]) == {"node", "name", "version", "checksum", "bytes", "last_used", "in_use"}
     every = p.admin.get("/api/v1/datasets/cache", params={"node": "all"}).json()["entries"]
     assert [e["node"] for e in every] == ["node-0", "node-1"]
+    listed = p.admin.get("/api/v1/datasets/cache", params={"node": "node-[0-1]"}).json()["entries"]
+    assert listed == every
     assert any(e["kind"] == "dataset.staged" for e in p.events())
 
 
@@ -83,6 +85,8 @@ def test_bad_input_names_the_field_and_stages_nothing(plane, body, status, field
 def test_the_listing_of_an_unknown_node_is_a_404_naming_it(plane):
     r = plane.admin.get("/api/v1/datasets/cache", params={"node": "node-9"})
     assert r.status_code == 404 and r.json()["field"] == "node"
+    r = plane.admin.get("/api/v1/datasets/cache", params={"node": "node-[0"})
+    assert r.status_code == 400 and r.json()["field"] == "node"
     assert plane.as_user("vic", "viewer").get("/api/v1/datasets/cache").status_code == 200
 
 

@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from trainyard.contracts import expand_hostlist
 from trainyard.services import events, image_admin
 from trainyard.services.auth import Principal
 from trainyard.services.errors import Forbidden, NotFound, ServiceError
@@ -137,12 +138,12 @@ def data_on(s: Session) -> dict[int, tuple[tuple[str, int], ...]]:
     return out
 
 
-def listing(s: Session, node: str | None) -> list[dict[str, Any]]:
-    """The cache entries of `node` (None: every node), as the plane last saw them; `in_use`: a job
+def listing(s: Session, nodes: list[str] | None) -> list[dict[str, Any]]:
+    """The cache entries of `nodes` (None: every node), as the plane last saw them; `in_use`: a job
     placed on that node that pins the entry is under way."""
     q = select(NodeDatasetRow).order_by(NodeDatasetRow.node, NodeDatasetRow.name, NodeDatasetRow.version)
-    if node is not None:
-        q = q.where(NodeDatasetRow.node == node)
+    if nodes is not None:
+        q = q.where(NodeDatasetRow.node.in_(nodes))
     used: set[tuple[str, str]] = set()
     for j in s.scalars(select(JobRow).where(JobRow.state.in_(IN_USE_STATES), JobRow.datasets.is_not(None))):
         for p in j.placement or ():
@@ -236,13 +237,28 @@ def cache_entries(plane: Plane, by: Principal, node: str | None) -> dict[str, An
         raise Forbidden("a job's token does not list the nodes' dataset caches")
     with plane.store.session() as s:
         cfg = plane.configs.current(s)
-        if node not in (None, "", "all") and node not in {n.name for n in cfg.nodes}:
-            raise NotFound(f"node: no node {node!r} in the configuration", field="node")
-        entries = listing(s, None if node in (None, "", "all") else node)
+        entries = listing(s, None if node in (None, "", "all") else _nodes(cfg.nodes, str(node)))
         if by.role not in ("admin", "operator"):
             mine = _usable(s, cfg.spec, by.team)
             entries = [e for e in entries if (e["name"], e["version"]) in mine]
         return {"entries": entries}
+
+
+def _nodes(known: Iterable[Any], hostlist: str) -> list[str]:
+    """The configured nodes the hostlist `hostlist` names (a node, or `node-[0-3]`).
+
+    Raises:
+        ServiceError: a malformed hostlist; NotFound: a node the configuration lacks (field `node`).
+    """
+    names = {n.name for n in known}
+    try:
+        asked = list(dict.fromkeys(expand_hostlist(hostlist.strip())))
+    except ValueError as e:
+        raise ServiceError(f"node: {e}", field="node") from None
+    unknown = [n for n in asked if n not in names]
+    if unknown or not asked:
+        raise NotFound(f"node: no node {(unknown or [hostlist])[0]!r} in the configuration", field="node")
+    return asked
 
 
 def _usable(s: Session, spec: ConfigSpec, team: str | None) -> set[tuple[str, str]]:

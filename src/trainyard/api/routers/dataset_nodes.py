@@ -17,9 +17,9 @@ router = APIRouter(prefix="/api/v1/datasets", tags=["datasets"], dependencies=[D
 
 
 @router.get("/cache")
-def cache(node: str | None = Query(None, max_length=200), by: Principal = Depends(principal),
+def cache(node: str | None = Query(None, max_length=10_000), by: Principal = Depends(principal),
           cp: Plane = Depends(plane)) -> dict[str, Any]:
-    """The entries of `node`'s cache (`all` or none: every node's)."""
+    """The entries of the caches of `node` (a node or a hostlist; `all` or none: every node)."""
     return dataset_nodes.cache_entries(cp, by, node)
 
 
