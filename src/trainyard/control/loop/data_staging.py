@@ -19,8 +19,9 @@ the placement, so the goodput ledger puts the staging in the attempt's `startup`
 
 A staging that fails ends the attempt with the cause `DataStagingError`: the user's kinds (checksum
 mismatch, not found, forbidden) fail the job; the source's or the node's (unreachable, disk full)
-put it back in the queue after a pause not counted against its retries, and hold it after
-`SOURCE_FAULTS_MAX` such attempts in a row (as ImagePull's registry faults).
+put it back in the queue after a pause not counted against its retries, and fail it after
+`SOURCE_FAULTS_MAX` such attempts in a row, so that an outage does not spin it for ever (as
+ImagePull's registry faults are ended: `image_pull.py`).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from trainyard.store.models import AttemptRow, JobRow
 
 log = logging.getLogger("trainyard.loop")
 
-SOURCE_FAULTS_MAX = 5  # source- or node-side failures in a row before the job is held
+SOURCE_FAULTS_MAX = 5  # source- or node-side failures in a row before the job fails
 RETRY_PAUSE_S = (30.0, 60.0, 120.0, 300.0, 600.0)  # after the 1st, 2nd, ... such failure
 MAX_THREADS = 32
 CAUSE_USER, CAUSE_SOURCE = "data_staging", "data_staging_source"
