@@ -9,7 +9,7 @@ from sqlalchemy import select
 
 from tests.fake_plane import FakePlane, fake
 from tests.plane import TWO_TEAMS
-from trainyard.services import dataset_nodes
+from trainyard.services import dataset_nodes, datasets
 from trainyard.staging.types import CHECKSUM_MISMATCH, DataStagingError
 from trainyard.store.models import JobRow
 
@@ -71,7 +71,7 @@ def test_who_may_stage(plane):
 @pytest.mark.parametrize("body,status,field", [
     ({"dataset": "nothere"}, 404, "dataset"),
     ({"dataset": "corpus:v9"}, 404, "dataset"),
-    ({"dataset": "Bad Name"}, 400, "dataset"),
+    ({"dataset": "Bad Name"}, 422, "dataset"),
     ({"dataset": "corpus:v1", "nodes": "node-9"}, 404, "nodes"),
     ({"dataset": "corpus:v1", "nodes": "node-[1"}, 400, "nodes"),
 ])
@@ -114,8 +114,8 @@ def test_an_entry_a_running_job_uses_is_in_use(plane):
     p.admin.post("/api/v1/datasets/stage", json={"dataset": "corpus:v1"})
     job = p.submit(name="d", team="vision", gpus=4, command=fake("run=60"))["id"]
     with p.cp.store.session.begin() as s:
-        ref = dataset_nodes.resolve(s, p.cp.configs.current(s).spec, "corpus", "v1")[0]
-        s.get(JobRow, job).datasets = [dataset_nodes.record_of(ref)]
+        ref = next(e for e in datasets.catalogue(s, p.cp.configs.current(s).spec, "corpus") if e.version == "v1").ref()
+        s.get(JobRow, job).datasets = [datasets.record_of(ref)]
     j = p.wait(job, "RUNNING")
     node = j["placement"][0]["node"]
     used = {e["node"]: e["in_use"] for e in p.admin.get("/api/v1/datasets/cache").json()["entries"]}

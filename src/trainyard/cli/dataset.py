@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 import typer
 
+from trainyard.cli import dataset_stage
 from trainyard.cli.client import EXIT_UNAVAILABLE, Client, error_message
 from trainyard.cli.common import EXIT_BAD_INPUT, fail
 from trainyard.cli.render import print_json, table
@@ -184,3 +185,6 @@ def checksum(path: str = typer.Argument(..., help="a file or a directory on this
         fail(f"{path}: {str(e).removeprefix(path + ': ')}")
     except OSError as e:
         fail(f"{path}: {e.strerror or e}")
+
+
+app.command("stage")(dataset_stage.stage)  # `yard dataset stage`: pre-staging on the nodes (cli/dataset_stage.py)

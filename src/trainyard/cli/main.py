@@ -15,7 +15,7 @@ Command groups live in their own modules and are wired here:
   sprio, `cli/share.py`), audit (the audit trail as JSON lines, `cli/audit.py`);
 - storage (`cli/storage.py`): the disk job dirs take per team, against quotas and the reserve;
 - image pull|ls|rm (`cli/images.py`): the nodes' image caches;
-- dataset add|ls|show|grant|checksum (`cli/dataset.py`): the dataset catalogue, and what the nodes' caches hold;
+- dataset add|ls|show|grant|checksum|stage (`cli/dataset.py`, `cli/dataset_stage.py`): the dataset catalogue, what the nodes' caches hold, pre-staging;
 - shell (`cli/shell.py`): a terminal in a running job's rank, through the API's WebSocket;
   alloc (salloc, `cli/alloc.py`) and srun --pty (`cli/srun_cmd.py`): an interactive allocation and its session;
   notebook (`cli/notebook.py`): JupyterLab in an allocation, on a local URL through a forwarded port;

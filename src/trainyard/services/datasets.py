@@ -222,6 +222,14 @@ def refs_of(pins: list[dict[str, Any]] | None) -> list[DatasetRef]:
     return out
 
 
+def record_of(ref: DatasetRef) -> dict[str, Any]:
+    """`ref` as `jobs.datasets` stores it."""
+    reader = None if ref.reader is None else \
+        {"uid": ref.reader.uid, "gid": ref.reader.gid, "groups": list(ref.reader.groups)}
+    return {"name": ref.name, "version": ref.version, "source": ref.source, "checksum": ref.checksum,
+            "bytes": ref.bytes, "reader": reader}
+
+
 # -- the object stores ------------------------------------------------------------------------------
 
 

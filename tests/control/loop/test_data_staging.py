@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from tests.fake_plane import FakePlane, fake
 from tests.plane import TWO_TEAMS
-from trainyard.services import dataset_nodes
+from trainyard.services import dataset_nodes, datasets
 from trainyard.staging.types import (
     CHECKSUM_MISMATCH, DISK_FULL, UNREACHABLE, DatasetRef, DataStagingError, dataset_var,
 )
@@ -41,7 +41,7 @@ def _submit(p: FakePlane, refs=(CORPUS,), **more) -> int:
     body = {"name": "data", "team": "vision", "gpus": 8, "command": fake("run=5"), **more}
     job = p.submit(**body)["id"]
     with p.cp.store.session.begin() as s:
-        s.get(JobRow, job).datasets = [dataset_nodes.record_of(r) for r in refs]
+        s.get(JobRow, job).datasets = [datasets.record_of(r) for r in refs]
     return job
 
 

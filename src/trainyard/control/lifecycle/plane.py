@@ -47,7 +47,7 @@ from trainyard.control.lifecycle.storage import StorageMeter
 from trainyard.control.lifecycle.supervise import Supervised
 from trainyard.control.lifecycle.telemetry import Telemetry
 from trainyard.images.types import EntryInfo
-from trainyard.services import dataset_nodes, images, notices
+from trainyard.services import dataset_nodes, datasets, images, notices
 from trainyard.services.config import ConfigCache, ConfigVersion
 from trainyard.services.errors import BadGateway, Conflict, NotFound
 from trainyard.services.events import record
@@ -122,7 +122,7 @@ class ControlPlane:
         # `yard image pull|ls|rm` (control/lifecycle/image_admin.py), outside the lock
         self.images = ImageAdmin(self.backend, lambda: images.registry_access(self._current_spec()))
         # `yard dataset stage` (control/lifecycle/dataset_admin.py), outside the lock while the nodes copy
-        self.datasets = DatasetAdmin(self.backend, lambda: dataset_nodes.source_access(self._current_spec()),
+        self.datasets = DatasetAdmin(self.backend, lambda: datasets.source_access(self._current_spec()),
                                      self._record_datasets)
 
     def start(self) -> None:

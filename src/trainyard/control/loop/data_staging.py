@@ -36,7 +36,7 @@ from sqlalchemy.orm import Session
 
 from trainyard.backends.base import BackendError, LaunchSpec
 from trainyard.control.loop.context import LoopContext
-from trainyard.services import dataset_nodes, transitions
+from trainyard.services import dataset_nodes, datasets, transitions
 from trainyard.services.errors import ServiceError
 from trainyard.services.events import record
 from trainyard.staging.types import (
@@ -71,7 +71,7 @@ def prepare(ctx: LoopContext, spec: LaunchSpec) -> LaunchSpec | None:
     began = time.monotonic()
     try:
         with ctx.store.session() as s:
-            access = dataset_nodes.source_access(ctx.configs.current(s).spec)
+            access = datasets.source_access(ctx.configs.current(s).spec)
     except ServiceError as e:  # a credentials file the plane cannot use: the operator's fault
         access, failure = None, (DataStagingError(UNREACHABLE, spec.datasets[0].label, e.message), "")
     if access is not None:
@@ -187,4 +187,4 @@ def _source_faults(s: Session, j: JobRow) -> int:
 
 def refs_of(records: list[dict] | None) -> tuple[DatasetRef, ...]:
     """A job's `jobs.datasets` as the launch carries them."""
-    return tuple(dataset_nodes.ref_of(r) for r in records or ())
+    return tuple(datasets.refs_of(records))
