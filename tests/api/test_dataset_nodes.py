@@ -9,7 +9,7 @@ from sqlalchemy import select
 
 from tests.fake_plane import FakePlane, fake
 from tests.plane import TWO_TEAMS
-from trainyard.services import dataset_nodes, datasets
+from trainyard.services import datasets
 from trainyard.staging.types import CHECKSUM_MISMATCH, DataStagingError
 from trainyard.store.models import JobRow
 

@@ -12,8 +12,6 @@ and who may pre-stage a dataset (the catalogue, the sources' access and a job's 
 
 from __future__ import annotations
 
-import os
-import stat
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -30,7 +28,6 @@ from trainyard.staging.types import DatasetEntry, DatasetRef
 from trainyard.states import PENDING_STATES, JobState
 from trainyard.store.models import DatasetRow, JobRow, NodeDatasetRow
 
-MAX_CREDENTIALS_BYTES = 64 << 10
 IN_USE_STATES = (JobState.CONFIGURING, JobState.RUNNING, JobState.COMPLETING)
 
 
