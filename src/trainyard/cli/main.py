@@ -14,6 +14,7 @@ Command groups live in their own modules and are wired here:
 - accounting: acct (sacct, `cli/acct.py`), report (sreport, `cli/report.py`), share and prio (sshare,
   sprio, `cli/share.py`), audit (the audit trail as JSON lines, `cli/audit.py`);
 - storage (`cli/storage.py`): the disk job dirs take per team, against quotas and the reserve;
+  checkpoints (`cli/checkpoints.py`): a job's checkpoints in each tier, keep marks;
 - image pull|ls|rm (`cli/images.py`): the nodes' image caches;
 - shell (`cli/shell.py`): a terminal in a running job's rank, through the API's WebSocket;
   alloc (salloc, `cli/alloc.py`) and srun --pty (`cli/srun_cmd.py`): an interactive allocation and its session;
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import typer
 
-from trainyard.cli import (acct, admin, audit, bench, chaos, images, jobs, model_export, models, plan, report, reservations, run,
+from trainyard.cli import (acct, admin, audit, bench, chaos, checkpoints, images, jobs, model_export, models, plan, report, reservations, run,
                            share, storage, tboard, tokens, up)
 from trainyard.cli import login as login_cmd
 from trainyard.cli import trace as trace_cmd
@@ -84,6 +85,7 @@ app.add_typer(images.app, name="image")
 app.command("acct")(acct.acct)
 app.command("report")(report.report)
 app.command("storage")(storage.storage)
+app.command("checkpoints")(checkpoints.checkpoints)
 app.command("share")(share.share)
 app.command("prio")(share.prio)
 app.command("audit")(audit.audit)

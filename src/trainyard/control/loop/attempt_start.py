@@ -23,7 +23,7 @@ from trainyard import jobfs
 from trainyard.backends.base import BackendError, Constraints, ContainerLaunch, LaunchSpec, Limits
 from trainyard.contracts import JobDir, JobInfo, JobVar
 from trainyard.control.jobfiles import claim, ownership
-from trainyard.control.loop import fingerprints, image_pull
+from trainyard.control.loop import checkpoint_fetch, fingerprints, image_pull
 from trainyard.control.loop.context import LoopContext
 from trainyard.services import auth, owners, transitions
 from trainyard.services.errors import Forbidden
@@ -142,6 +142,9 @@ def launch(ctx: LoopContext, spec: LaunchSpec, now: float) -> None:
             spec = pulled
         elif not fingerprints.enforce(ctx, spec, cfg.spec.images.fingerprint):
             return
+        if (fetched := checkpoint_fetch.prepare(ctx, spec, who)) is None:  # resume across tiers (issue 41)
+            return
+        spec = fetched
         if output:
             link_outputs(output, spec, name, jd, array, user=user)
         if error and spec.stderr_apart:
