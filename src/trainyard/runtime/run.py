@@ -237,8 +237,9 @@ class Run:
         if write and self.optimizer is not None and "lr" not in values:
             lr = self.optimizer.param_groups[0].get("lr")
             values["lr"] = float(lr) if lr is not None else None
-        self.metrics.log_step(step, samples=samples, tokens=tokens, write=write, **values)
-        self.checkpoints.metrics.update(manifest_metrics(values))
+        rec = self.metrics.log_step(step, samples=samples, tokens=tokens, write=write, **values)
+        if rec is not None:  # the latest values logged (tensors read once, by the logger): the next manifest's
+            self.checkpoints.metrics.update(manifest_metrics({k: rec[k] for k in values if k in rec}))
         if self.phases is not None:
             self.phases.step_ended(step, self.metrics.last_step_s)
         if self.watchdog is not None:
