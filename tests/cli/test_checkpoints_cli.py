@@ -64,7 +64,7 @@ def test_listing_keep_and_bad_input(tmp_path):
         assert "JOB" in yard("checkpoints", "abc", rc=2).stderr
         assert "STEP" in yard("checkpoints", "keep", str(job), rc=2).stderr
         assert "--undo" in yard("checkpoints", str(job), "--undo", rc=2).stderr
-        missing = yard("checkpoints", "keep", str(job), "4", rc=1)
+        missing = yard("checkpoints", "keep", str(job), "4", rc=2)
         assert "no committed checkpoint step 4" in missing.stderr + missing.stdout
         assert not json.loads(yard("checkpoints", str(job), "--json").stdout)["checkpoints"][-1]["keep"]
         audit = [e["kind"] for e in json.loads(server_get(server, f"/api/v1/jobs/{job}/events"))["events"]]

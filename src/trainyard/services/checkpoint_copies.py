@@ -162,7 +162,7 @@ def archive_for(spec: ConfigSpec) -> Archive | None:
     key = secret = None
     if o.credentials_file:
         try:
-            with open(o.credentials_file, encoding="utf-8") as fh:
+            with open(o.credentials_file, encoding="utf-8") as fh:  # plane's own: the configuration's secret
                 lines = [x.strip() for x in fh.read(64 << 10).splitlines() if x.strip()]
             key, secret = (lines[0], lines[1]) if len(lines) >= 2 else (None, None)
         except OSError:

@@ -143,7 +143,7 @@ class CheckpointTiers(BackgroundWork):
         """One job: see its fast tier, then (under the plane's rules) apply the plan."""
         jd = JobDir.of(self.data_dir, v.id, v.dir_key)
         tree = jobfs.Tree(jd.root)
-        on_disk = self._see_fast(v, tree) if jd.root.is_dir() else {}
+        on_disk = self._see_fast(v, tree) if jobfs.Tree(jd.root.parent).is_dir(jd.root.name) else {}
         if not copies.plane_rules(spec, v.team, v.job_class):
             return
         rules = spec.lifecycle_for(v.team, v.job_class).checkpoints
