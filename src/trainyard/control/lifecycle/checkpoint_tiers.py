@@ -1,7 +1,8 @@
 """The checkpoint tiers thread (issue 41): beside the loop, it keeps each job's checkpoints where
 the lifecycle rules say (spec/lifecycle.py; the plan is services/checkpoint_plan.py).
 
-Every `storage.archive.interval` (default 60 s; and when woken), for each job that may have
+Every `storage.archive.interval` (default 60 s; without an archive every 60 s, to record the fast
+tier for `yard checkpoints`; and at once when `wake()` is called), for each job that may have
 checkpoints (active, waiting to resume, recently ended, or with copies on record):
 
 1. it reads the committed steps of the job's `checkpoints/` and their manifests through `jobfs`
