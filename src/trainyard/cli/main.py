@@ -16,6 +16,7 @@ Command groups live in their own modules and are wired here:
 - storage (`cli/storage.py`): the disk job dirs take per team, against quotas and the reserve;
   checkpoints (`cli/checkpoints.py`): a job's checkpoints in each tier, keep marks;
 - image pull|ls|rm (`cli/images.py`): the nodes' image caches;
+- dataset add|ls|show|grant|checksum (`cli/dataset.py`): the dataset catalogue, and what the nodes' caches hold;
 - shell (`cli/shell.py`): a terminal in a running job's rank, through the API's WebSocket;
   alloc (salloc, `cli/alloc.py`) and srun --pty (`cli/srun_cmd.py`): an interactive allocation and its session;
   notebook (`cli/notebook.py`): JupyterLab in an allocation, on a local URL through a forwarded port;
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import typer
 
-from trainyard.cli import (acct, admin, audit, bench, chaos, checkpoints, images, jobs, model_export, models, plan, report, reservations, run,
+from trainyard.cli import (acct, admin, audit, bench, chaos, checkpoints, dataset, images, jobs, model_export, models, plan, report, reservations, run,
                            share, storage, tboard, tokens, up)
 from trainyard.cli import login as login_cmd
 from trainyard.cli import trace as trace_cmd
@@ -82,6 +83,7 @@ app.command("logout")(login_cmd.logout)
 app.command("whoami")(login_cmd.whoami)
 app.add_typer(reservations.app, name="reservation")
 app.add_typer(images.app, name="image")
+app.add_typer(dataset.app, name="dataset")
 app.command("acct")(acct.acct)
 app.command("report")(report.report)
 app.command("storage")(storage.storage)

@@ -14,14 +14,13 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from trainyard.services import jobs
+from trainyard.services import datasets, jobs
 from trainyard.services.auth import Principal
 from trainyard.services.checkpoint_plan import ARCHIVE, FAST, Checkpoint
-from trainyard.services.errors import Forbidden, NotFound
+from trainyard.services.errors import Forbidden, NotFound, ServiceError
 from trainyard.services.events import record
 from trainyard.spec.models import ConfigSpec
-from trainyard.staging.archive_io import Archive
-from trainyard.staging.types import ObjectStore
+from trainyard.staging.archive_io import Archive, ArchiveError
 from trainyard.store.models import CheckpointCopyRow, CheckpointKeepRow, JobRow
 
 
@@ -149,22 +148,18 @@ def plane_rules(spec: ConfigSpec, team: str, job_class: str) -> bool:
 
 
 def archive_for(spec: ConfigSpec) -> Archive | None:
-    """The configured archive tier, with its object store's settings and credentials (None: none)."""
+    """The configured archive tier, with its object store's settings and credentials (None: none).
+
+    Raises:
+        ArchiveError: the store's credentials file cannot be used (naming its field).
+    """
     a = spec.storage.archive
     if a is None:
         return None
     if not a.url.startswith("s3://"):
         return Archive(a.url)
-    found = [o for o in spec.storage.object_stores if a.url == o.url or a.url.startswith(o.url.rstrip("/") + "/")]
-    if not found:
-        return Archive(a.url)
-    o = max(found, key=lambda x: len(x.url))
-    key = secret = None
-    if o.credentials_file:
-        try:
-            with open(o.credentials_file, encoding="utf-8") as fh:  # plane's own: the configuration's secret
-                lines = [x.strip() for x in fh.read(64 << 10).splitlines() if x.strip()]
-            key, secret = (lines[0], lines[1]) if len(lines) >= 2 else (None, None)
-        except OSError:
-            key = secret = None
-    return Archive(a.url, ObjectStore(o.url, o.endpoint_url, o.region, key, secret))
+    try:
+        access = datasets.source_access(spec)
+    except ServiceError as e:
+        raise ArchiveError(f"storage.archive: {e}") from None
+    return Archive(a.url, access.store_for(a.url))

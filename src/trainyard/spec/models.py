@@ -9,6 +9,7 @@ the slotted dataclasses of `trainyard.sched.types`.
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 from types import GenericAlias, UnionType
 from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
@@ -905,7 +906,16 @@ def validate(model: type[BaseModel], data: Any, file: str | None = None, node: y
         loc = loc_prefix + tuple(err["loc"])
         field = ".".join(str(x) for x in loc) or None
         msg = err["msg"].removeprefix("Value error, ")
+        named = _NAMED.match(msg) if err["type"] == "value_error" else None
+        if named is not None and not loc and named.group(1).startswith(_NAMED_SECTIONS):
+            # a check across fields of issue 41's sections names the one it refuses ("storage.archive.url: …")
+            loc = tuple(int(x) if x.isdigit() else x for x in named.group(1).split("."))
+            field, msg = named.group(1), msg[named.end():]
         raise ConfigError(msg, file=file, line=_line_of(node, loc), field=field) from None
+
+
+_NAMED = re.compile(r"([a-z_]+(?:\.[A-Za-z0-9_]+)+): ")
+_NAMED_SECTIONS = ("storage.", "datasets.")
 
 
 def load_config(path: str | Path) -> ConfigSpec:

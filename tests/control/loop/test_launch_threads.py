@@ -102,7 +102,7 @@ def test_launches_inline_when_the_backend_does_not_wait():
     """The local and fake backends: the launch has happened when `start` returns."""
     seen = []
     inline = Launches(lambda spec, now: seen.append((spec, now)), background=False)
-    spec = SimpleNamespace(job_id=1, attempt=1, container=None)
+    spec = SimpleNamespace(job_id=1, attempt=1, container=None, datasets=())
     inline.start(spec, 1.0)  # type: ignore[arg-type]
     assert seen == [(spec, 1.0)] and inline.in_flight() == frozenset()
 
@@ -116,7 +116,7 @@ def test_a_launch_with_an_image_goes_to_a_thread_even_where_the_backend_does_not
         release.wait(10)
 
     inline = Launches(launch, background=False)
-    spec = SimpleNamespace(job_id=2, attempt=1, container=object())
+    spec = SimpleNamespace(job_id=2, attempt=1, container=object(), datasets=())
     inline.start(spec, 1.0)  # type: ignore[arg-type]
     assert started.wait(10) and inline.in_flight() == frozenset({(2, 1)})
     release.set()

@@ -37,6 +37,7 @@ from trainyard.backends.base import Backend, BackendError, NothingListens, Termi
 from trainyard.control.lifecycle import plane_files, store_audit
 from trainyard.control.reports import priority as engine_order
 from trainyard.control.lifecycle import notify
+from trainyard.control.lifecycle.dataset_admin import DatasetAdmin
 from trainyard.control.lifecycle.image_admin import ImageAdmin
 from trainyard.control.lifecycle.liveness import Liveness
 from trainyard.control.lifecycle.notify import Notifier
@@ -47,13 +48,14 @@ from trainyard.control.lifecycle.storage import StorageMeter
 from trainyard.control.lifecycle.supervise import Supervised
 from trainyard.control.lifecycle.telemetry import Telemetry
 from trainyard.images.types import EntryInfo
-from trainyard.services import images, notices
+from trainyard.services import dataset_nodes, images, notices
 from trainyard.services.config import ConfigCache, ConfigVersion
 from trainyard.services.errors import BadGateway, Conflict, NotFound
 from trainyard.services.events import record
 from trainyard.services.plane_facade import API_THREADS, REQUESTS_PER_THREAD
 from trainyard.services.priority_report import PriorityReport, ShareReport
 from trainyard.services.sessions import Sessions
+from trainyard.staging.types import DatasetEntry, DatasetRef
 from trainyard.spec.models import ConfigSpec
 from trainyard.store.db import Store
 from trainyard.states import JobState
@@ -122,6 +124,9 @@ class ControlPlane:
         self._detach = [notices.attach(st.session, self.notifier.put) for st in (self.store, self.loop_store)]
         # `yard image pull|ls|rm` (control/lifecycle/image_admin.py), outside the lock
         self.images = ImageAdmin(self.backend, lambda: images.registry_access(self._current_spec()))
+        # `yard dataset stage` (control/lifecycle/dataset_admin.py), outside the lock while the nodes copy
+        self.datasets = DatasetAdmin(self.backend, lambda: dataset_nodes.source_access(self._current_spec()),
+                                     self._record_datasets)
 
     def start(self) -> None:
         for note in self.notes:  # in the plane's log too, not only on `yard up`'s terminal
@@ -200,6 +205,13 @@ class ControlPlane:
     def storage_report(self, spec: ConfigSpec, jobs: int = 0) -> dict[str, Any]:
         return self.storage.report(spec, jobs)
 
+    def storage_dirs(self) -> list[dict[str, Any]]:
+        return [{"job_id": d.job_id, "team": d.team, "bytes": d.bytes, "apparent_bytes": d.apparent,
+                 "kinds": dict(d.kinds)} for d in self.storage.dirs()]
+
+    def storage_refresh(self) -> None:
+        self.storage.refresh()
+
     def health(self) -> tuple[bool, dict[str, Any]]:
         rep = self.liveness.report()
         return rep.ok, rep.to_dict()
@@ -222,6 +234,14 @@ class ControlPlane:
 
     def remove_image(self, target: str, nodes: list[str]) -> list[dict[str, Any]]:
         return self.images.remove(target, nodes)
+
+    def stage_dataset(self, ref: DatasetRef, nodes: list[str]) -> dict[str, Any]:
+        return self.datasets.stage(ref, nodes)
+
+    def _record_datasets(self, found: dict[str, list[DatasetEntry]]) -> None:
+        with self.transaction() as s:
+            for node, entries in found.items():
+                dataset_nodes.record_entries(s, node, entries, self.clock())
 
     def open_terminal(self, job_id: int, rank: int, argv: list[str], rows: int, cols: int, *,
                       session: bool = False) -> Terminal:

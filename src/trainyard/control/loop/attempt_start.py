@@ -23,7 +23,7 @@ from trainyard import jobfs
 from trainyard.backends.base import BackendError, Constraints, ContainerLaunch, LaunchSpec, Limits
 from trainyard.contracts import JobDir, JobInfo, JobVar
 from trainyard.control.jobfiles import claim, ownership
-from trainyard.control.loop import checkpoint_fetch, fingerprints, image_pull
+from trainyard.control.loop import checkpoint_fetch, data_staging, fingerprints, image_pull
 from trainyard.control.loop.context import LoopContext
 from trainyard.services import auth, owners, transitions
 from trainyard.services.errors import Forbidden
@@ -52,7 +52,8 @@ def start(ctx: LoopContext, s: Session, j: JobRow, idx: NodeIndex, placement: Pl
     (`idx.ranks`). `cluster`: the configuration's cluster name (SLURM_CLUSTER_NAME)."""
     rows = idx.to_rows(placement)
     container = ContainerOptions.from_record(j.container) if j.container else None
-    transitions.start_attempt(s, j, rows, now, configuring=image_pull.IMAGE_PULL if container else None)
+    configuring = image_pull.IMAGE_PULL if container else data_staging.DATA_STAGING if j.datasets else None
+    transitions.start_attempt(s, j, rows, now, configuring=configuring)
     jd = ctx.job_dir(j)
     env = dict(j.env)
     if ctx.api_url:
@@ -68,7 +69,8 @@ def start(ctx: LoopContext, s: Session, j: JobRow, idx: NodeIndex, placement: Pl
                       limits=Limits(j.mem_mib, j.mem_per_gpu_mib, j.cpus_per_task, j.pids_max), batch=not j.command,
                       stderr_apart=stderr_apart(j.output, j.error),
                       constraints=Constraints(j.constraint, j.gpu_model, tuple(j.exclude_nodes or ()), bool(j.exclusive)),
-                      container=ContainerLaunch(container, container.image, j.image_digest or "") if container else None)
+                      container=ContainerLaunch(container, container.image, j.image_digest or "") if container else None,
+                      datasets=data_staging.refs_of(j.datasets))
 
 
 def job_info(j: JobRow, placement: list[dict[str, Any]], cluster: str) -> JobInfo:
@@ -142,6 +144,11 @@ def launch(ctx: LoopContext, spec: LaunchSpec, now: float) -> None:
             spec = pulled
         elif not fingerprints.enforce(ctx, spec, cfg.spec.images.fingerprint):
             return
+        if spec.datasets:  # staged on every node next (CONFIGURING, DataStaging): the job's startup
+            staged = data_staging.prepare(ctx, spec)
+            if staged is None:
+                return
+            spec = staged
         if (fetched := checkpoint_fetch.prepare(ctx, spec, who)) is None:  # resume across tiers (issue 41)
             return
         spec = fetched

@@ -53,8 +53,7 @@ def prepare(ctx: LoopContext, spec: LaunchSpec, who: Identity) -> LaunchSpec | N
         newest_archived = copies.newest_archived(s, j.id)
         where = (newest_archived.step, newest_archived.location) if newest_archived is not None else None
     spec = replace(spec, env={**spec.env, JobVar.CHECKPOINT_RETENTION: PLANE_RETENTION})
-    archive = copies.archive_for(spec_cfg)
-    if where is None or archive is None:
+    if where is None:
         return spec
     jd = JobDir(spec.job_dir)
     tree = jobfs.Tree(jd.root)
@@ -66,6 +65,9 @@ def prepare(ctx: LoopContext, spec: LaunchSpec, who: Identity) -> LaunchSpec | N
         return None
     began = time.monotonic()
     try:
+        archive = copies.archive_for(spec_cfg)
+        if archive is None:
+            raise ArchiveError(f"step {step} is only in the archive, and storage.archive is no longer configured")
         n = archive.fetch_step(location, tree, "checkpoints", step, (who.owner.uid, who.group))
     except (ArchiveError, OSError) as e:
         tree.remove_tree(f"checkpoints/step-{step}")
