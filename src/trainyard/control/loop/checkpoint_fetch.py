@@ -61,13 +61,17 @@ def prepare(ctx: LoopContext, spec: LaunchSpec, who: Identity) -> LaunchSpec | N
     step, location = where
     if fast is not None and fast[0] >= step:
         return spec
+    try:
+        archive = copies.archive_for(spec_cfg)
+    except ArchiveError as e:
+        _failed(ctx, spec, step, e)
+        return None
+    if archive is None:  # no longer configured: the job resumes from what its job dir holds
+        return spec
     if not _configuring(ctx, spec, step):
         return None
     began = time.monotonic()
     try:
-        archive = copies.archive_for(spec_cfg)
-        if archive is None:
-            raise ArchiveError(f"step {step} is only in the archive, and storage.archive is no longer configured")
         n = archive.fetch_step(location, tree, "checkpoints", step, (who.owner.uid, who.group))
     except (ArchiveError, OSError) as e:
         tree.remove_tree(f"checkpoints/step-{step}")
