@@ -1,7 +1,7 @@
 """The checkpoint archive's I/O (staging/archive_io.py) against a real SeaweedFS S3 server and a
 path: a step archived byte for byte and verified, the marker last, removed marker first; fetched
 back into a job dir as a real account's files (useradd), every file checked; a corrupted archive
-copy refused; a manifest that names a path outside its step refused."""
+copy refused; a manifest that names a path outside its step refused; a fetch never writes through a link."""
 
 from __future__ import annotations
 
@@ -93,3 +93,26 @@ def test_the_throttle_holds_a_copy_to_its_rate(tmp_path):
     t = Throttle(8.0)  # 8 MB/s: 3 MiB take at least ~0.37 s
     Archive(str(tmp_path / "a")).put_step(tree, "checkpoints", m, str(tmp_path / "a" / "s1"), t)
     assert t.done == m.bytes
+
+
+def test_a_fetch_never_writes_through_a_link_the_owner_planted(tmp_path):
+    src = tmp_path / "job"
+    step_dir(src, 4, size=1000)
+    tree = Tree(src)
+    archive = Archive(str(tmp_path / "archive"))
+    where = archive.location(9, None, 4)
+    archive.put_step(tree, "checkpoints", read_manifest(tree, "checkpoints", 4), where, Throttle(0))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    dst = tmp_path / "again"
+    dst.mkdir()
+    (dst / "checkpoints").symlink_to(elsewhere)  # the job's checkpoints/ is a link
+    with pytest.raises(OSError):
+        archive.fetch_step(where, Tree(dst), "checkpoints", 4, None)
+    assert list(elsewhere.iterdir()) == []
+    (dst / "checkpoints").unlink()
+    (dst / "checkpoints").mkdir()
+    (dst / "checkpoints" / "step-4").symlink_to(elsewhere)  # the step itself is a link: replaced, not followed
+    archive.fetch_step(where, Tree(dst), "checkpoints", 4, None)
+    assert list(elsewhere.iterdir()) == [] and (dst / "checkpoints" / "step-4" / "COMMITTED").is_file()
+    assert not (dst / "checkpoints" / "step-4").is_symlink()
