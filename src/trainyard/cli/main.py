@@ -14,6 +14,7 @@ Command groups live in their own modules and are wired here:
 - accounting: acct (sacct, `cli/acct.py`), report (sreport, `cli/report.py`), share and prio (sshare,
   sprio, `cli/share.py`), audit (the audit trail as JSON lines, `cli/audit.py`);
 - storage (`cli/storage.py`): the disk job dirs take per team, against quotas and the reserve;
+  checkpoints (`cli/checkpoints.py`): a job's checkpoints in each tier, keep marks;
 - image pull|ls|rm (`cli/images.py`): the nodes' image caches;
 - dataset add|ls|show|grant|checksum|stage (`cli/dataset.py`, `cli/dataset_stage.py`): the dataset catalogue, what the nodes' caches hold, pre-staging;
 - shell (`cli/shell.py`): a terminal in a running job's rank, through the API's WebSocket;
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import typer
 
-from trainyard.cli import (acct, admin, audit, bench, chaos, dataset, images, jobs, model_export, models, plan, report, reservations, run,
+from trainyard.cli import (acct, admin, audit, bench, chaos, checkpoints, dataset, images, jobs, model_export, models, plan, report, reservations, run,
                            share, storage, tboard, tokens, up)
 from trainyard.cli import login as login_cmd
 from trainyard.cli import trace as trace_cmd
@@ -86,6 +87,7 @@ app.add_typer(dataset.app, name="dataset")
 app.command("acct")(acct.acct)
 app.command("report")(report.report)
 app.command("storage")(storage.storage)
+app.command("checkpoints")(checkpoints.checkpoints)
 app.command("share")(share.share)
 app.command("prio")(share.prio)
 app.command("audit")(audit.audit)

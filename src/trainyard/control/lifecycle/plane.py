@@ -42,6 +42,7 @@ from trainyard.control.lifecycle.image_admin import ImageAdmin
 from trainyard.control.lifecycle.liveness import Liveness
 from trainyard.control.lifecycle.notify import Notifier
 from trainyard.control.loop.orchestrator import ControlLoop, LoopParams
+from trainyard.control.lifecycle.checkpoint_tiers import CheckpointTiers
 from trainyard.control.lifecycle.retention import Retention
 from trainyard.control.lifecycle.storage import StorageMeter
 from trainyard.control.lifecycle.supervise import Supervised
@@ -113,6 +114,8 @@ class ControlPlane:
         self.liveness = Liveness(self.store, self.data_dir, self.loop, threads=lambda: self.threads)
         # finished jobs past the configured retention, purged in batches beside the loop
         self.retention = Retention(self.loop_store, self.configs, self.lock, self.data_dir, clock=clock)
+        # checkpoints kept where the lifecycle rules say: archived, verified, deleted (issue 41)
+        self.checkpoint_tiers = CheckpointTiers(self.loop_store, self.configs, self.lock, self.data_dir, clock=clock)
         # every node's GPUs sampled and kept per job (issue 39, `telemetry:`)
         self.telemetry = Telemetry(self.loop_store, self.configs, self.lock, self.backend, self.data_dir, clock=clock)
         self.loop.ctx.flush_telemetry = self.telemetry.flush_attempt  # an ended attempt's last readings, then its ledger
@@ -134,6 +137,7 @@ class ControlPlane:
         self.storage.start(self._thread_died)  # first: the loop's first pass holds what was over
         self.loop.start(on_thread_death=self._thread_died)
         self.retention.start(self._thread_died)
+        self.checkpoint_tiers.start(self._thread_died)
         self.telemetry.start(self._thread_died)
 
     def stop(self) -> None:
@@ -141,6 +145,7 @@ class ControlPlane:
         self.liveness.shutting_down = True
         self.loop.stop()
         self.retention.stop()
+        self.checkpoint_tiers.stop()
         self.telemetry.stop()
         self.storage.stop()
         self.notifier.stop()
@@ -166,7 +171,8 @@ class ControlPlane:
     @property
     def threads(self) -> list[Supervised]:
         """Every supervised background thread of the plane: what /healthz and the metrics watch."""
-        return [*self.loop.threads, *(t for t in (self.retention.thread, self.storage.thread, self.telemetry.thread) if t is not None)]
+        return [*self.loop.threads, *(t for t in (self.retention.thread, self.storage.thread, self.telemetry.thread,
+                                                         self.checkpoint_tiers.thread) if t is not None)]
 
     def _thread_died(self, name: str, error: BaseException) -> None:
         """A supervised thread died and is being restarted: an event says so (the metrics count it)."""

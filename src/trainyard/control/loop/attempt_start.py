@@ -23,7 +23,7 @@ from trainyard import jobfs
 from trainyard.backends.base import BackendError, Constraints, ContainerLaunch, LaunchSpec, Limits
 from trainyard.contracts import JobDir, JobInfo, JobVar
 from trainyard.control.jobfiles import claim, ownership
-from trainyard.control.loop import data_staging, fingerprints, image_pull
+from trainyard.control.loop import checkpoint_fetch, data_staging, fingerprints, image_pull
 from trainyard.control.loop.context import LoopContext
 from trainyard.services import auth, owners, transitions
 from trainyard.services.errors import Forbidden
@@ -149,6 +149,9 @@ def launch(ctx: LoopContext, spec: LaunchSpec, now: float) -> None:
             if staged is None:
                 return
             spec = staged
+        if (fetched := checkpoint_fetch.prepare(ctx, spec, who)) is None:  # resume across tiers (issue 41)
+            return
+        spec = fetched
         if output:
             link_outputs(output, spec, name, jd, array, user=user)
         if error and spec.stderr_apart:
