@@ -154,6 +154,9 @@ class LaunchSpec:
     # node gets in its environment, and a container gets bound read-only at the same path
     datasets: tuple[DatasetRef, ...] = ()
     dataset_paths: dict[str, dict[str, str]] = field(default_factory=dict)
+    # the loop's own: the launch may copy a checkpoint back from the archive first (the job has
+    # archived steps: `control/loop/checkpoint_fetch.py`), so it runs off the loop's thread
+    may_fetch: bool = False
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from trainyard.spec import bounds as B
 from trainyard.spec.parsing import parse_duration
 
-OptDuration = Annotated[float | None, BeforeValidator(parse_duration), Field(ge=0, le=B.MAX_DURATION_S)]
+# `null` is "unset": the bounds apply to a number only (as spec/models.py's OptDuration)
+OptDuration = Annotated[Annotated[float, Field(ge=0, le=B.MAX_DURATION_S)] | None, BeforeValidator(parse_duration)]
 
 
 class _Model(BaseModel):

@@ -38,7 +38,8 @@ from trainyard.spec.stragglers import StragglersSpec
 
 # Every duration is bounded (bounds: ten years): `inf` or a typo of many zeros is an error.
 Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0, le=B.MAX_DURATION_S)]
-OptDuration = Annotated[float | None, BeforeValidator(parse_duration), Field(ge=0, le=B.MAX_DURATION_S)]
+# `null` in YAML (None) is "unset": the bounds apply to a number only (a bound on None is pydantic's error).
+OptDuration = Annotated[Annotated[float, Field(ge=0, le=B.MAX_DURATION_S)] | None, BeforeValidator(parse_duration)]
 Name = Annotated[str, Field(min_length=1, max_length=B.MAX_NAME)]
 # A job's pids limit per node (cgroup pids.max; docs/control-plane.md "Containment"): unset, the
 # team's, else the class's, else DEFAULT_PIDS_MAX (`ConfigSpec.pids_max_for`).

@@ -25,7 +25,7 @@ from trainyard.contracts import JobDir, JobInfo, JobVar
 from trainyard.control.jobfiles import claim, ownership
 from trainyard.control.loop import checkpoint_fetch, data_staging, fingerprints, image_pull
 from trainyard.control.loop.context import LoopContext
-from trainyard.services import auth, owners, transitions
+from trainyard.services import auth, checkpoint_copies, owners, transitions
 from trainyard.services.errors import Forbidden
 from trainyard.services.jobs import LAUNCH_FAILED_HELD
 from trainyard.services.output_paths import relative_to_workdir
@@ -70,7 +70,8 @@ def start(ctx: LoopContext, s: Session, j: JobRow, idx: NodeIndex, placement: Pl
                       stderr_apart=stderr_apart(j.output, j.error),
                       constraints=Constraints(j.constraint, j.gpu_model, tuple(j.exclude_nodes or ()), bool(j.exclusive)),
                       container=ContainerLaunch(container, container.image, j.image_digest or "") if container else None,
-                      datasets=data_staging.refs_of(j.datasets))
+                      datasets=data_staging.refs_of(j.datasets),
+                      may_fetch=j.attempt > 1 and checkpoint_copies.newest_archived(s, j.id) is not None)
 
 
 def job_info(j: JobRow, placement: list[dict[str, Any]], cluster: str) -> JobInfo:

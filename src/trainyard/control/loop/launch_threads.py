@@ -51,8 +51,9 @@ class Launches:
     def start(self, spec: LaunchSpec, now: float) -> None:
         """Launch `spec`'s attempt: now (inline), or on the pool (returns at once). An attempt with
         an image or datasets always goes to the pool: its nodes pull (`image_pull.py`) or stage
-        (`data_staging.py`) first, for minutes maybe."""
-        if self._pool is None and spec.container is None and not spec.datasets:
+        (`data_staging.py`) first, for minutes maybe; so does one that may copy a checkpoint back
+        from the archive (`checkpoint_fetch.py`)."""
+        if self._pool is None and spec.container is None and not spec.datasets and not spec.may_fetch:
             self._launch(spec, now)
             return
         if self._pool is None:
