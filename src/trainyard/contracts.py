@@ -146,6 +146,12 @@ class JobVar:
     # a job's datasets (issue 41): TRAINYARD_DATASET_<NAME> is the staged copy on the rank's node
     # (`staging.types.dataset_var` makes the name)
     DATASET_PREFIX = "TRAINYARD_DATASET_"
+    # "plane": the plane's lifecycle rules keep this job's checkpoints (issue 41,
+    # control/lifecycle/checkpoint_tiers.py): the runtime deletes no committed step itself
+    CHECKPOINT_RETENTION = "TRAINYARD_CHECKPOINT_RETENTION"
+
+
+PLANE_RETENTION = "plane"  # the value of JobVar.CHECKPOINT_RETENTION that hands retention to the plane
 
 
 _KEY = re.compile(r"[0-9a-f]{1,32}")

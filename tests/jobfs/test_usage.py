@@ -126,3 +126,27 @@ def test_a_missing_top_or_one_that_is_not_a_directory_is_finished_not_whole(tmp_
     (tmp_path / "file").write_text("x")
     walk = jobfs.UsageWalk(jobfs.Tree(tmp_path), path)
     assert walk.run() and not walk.whole and walk.total == 0
+
+
+def test_apparent_bytes_are_du_sbx_and_split_by_top_level_directory(tmp_path):
+    top = tmp_path / "job"
+    (top / "checkpoints" / "step-1").mkdir(parents=True)
+    (top / "logs" / "deep" / "er").mkdir(parents=True)
+    (top / "metrics").mkdir()
+    (top / "checkpoints" / "step-1" / "w.pt").write_bytes(os.urandom(123_457))
+    os.link(top / "checkpoints" / "step-1" / "w.pt", top / "metrics" / "again.pt")  # once
+    (top / "logs" / "deep" / "er" / "rank-0.log").write_bytes(b"x" * 999)
+    (top / "logs" / "out").symlink_to("/etc/passwd")  # the link's own size, never its target's
+    (top / "sparse").write_bytes(b"")
+    os.truncate(top / "sparse", 10 << 20)  # apparent 10 MiB, allocated nearly nothing
+    (top / "script.sh").write_text("#!/bin/sh\n")
+    walk = jobfs.UsageWalk(jobfs.Tree(tmp_path), "job")
+    assert walk.run() and walk.whole
+    sbx = int(subprocess.run(["du", "-s", "-b", "-x", str(top)], capture_output=True, text=True,
+                             check=True).stdout.split()[0])
+    assert walk.apparent == sbx
+    assert sum(walk.by_top.values()) == walk.apparent
+    assert set(walk.by_top) == {"", "checkpoints", "logs", "metrics"}
+    assert walk.by_top[""] == os.lstat(top).st_size + (10 << 20) + len("#!/bin/sh\n")
+    assert walk.by_top["logs"] == int(subprocess.run(["du", "-s", "-b", str(top / "logs")], capture_output=True,
+                                                     text=True, check=True).stdout.split()[0])

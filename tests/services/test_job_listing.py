@@ -67,7 +67,7 @@ def test_listing_shape_and_privacy(cp):
                        "est_start", "attempt", "placement", "exit_code", "signal", "last_checkpoint", "progress", "retries",
                        "retry_after", "lost_gpu_s", "avoid_nodes", "dependency", "array_job_id", "array_task_id",
                        "constraint", "gpu_model", "nodelist_asked", "exclude_nodes", "exclusive", "ntasks", "command", "workdir", "env", "output", "error", "open_mode", "mail_type",
-                       "mail_user", "container", "image_digest", "interactive"] + ENGINE_EXTRAS
+                       "mail_user", "container", "image_digest", "interactive", "datasets"] + ENGINE_EXTRAS
     assert (j["class"], j["state"], j["reason"], j["held"], j["gpus"], j["gpu_mem_gb"], j["time_limit_s"]) == \
         ("batch", "PENDING", "JobHeldUser", True, 2, 8.0, 7200.0)
     assert (j["command"], j["env"], j["output"]) == (["python", "-c", "print(1)"], {"A": "b"}, "out-%j.log")

@@ -1,9 +1,11 @@
 """Retention (services/retention.py, control/lifecycle/retention.py): finished jobs past the configured time
-are purged in bounded batches with their attempts and events, audit events are kept, the
+are purged in bounded batches with their attempts and events (one `retention.deleted` event per
+job dir that goes), audit events are kept, the
 Prometheus counters do not move, and a directory-only horizon leaves the accounting whole."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -71,6 +73,13 @@ def test_old_finished_jobs_go_in_batches_and_the_counters_stay(purging):
     purges = p.admin.get("/api/v1/audit", params={"since": f"@{T0}", "until": f"@{NOW + 1}",
                                                   "kind": "retention.purged"}).json()["events"]
     assert sum(e["data"]["jobs"] for e in purges) == 3 and len(purges) == 2
+    deleted = p.admin.get("/api/v1/audit", params={"since": f"@{T0}", "until": f"@{NOW + 1}",
+                                                   "kind": "retention.deleted"}).json()["events"]
+    # one event per job dir that went, with its bytes (an empty dir: its own size) and the rule
+    assert sorted((e["job_id"], e["data"]["what"], e["data"]["rule"]) for e in deleted) == sorted(
+        (j, "job_dir", "retention.jobs") for j in gone)
+    assert all(e["data"]["bytes"] > 0 and e["data"]["complete"] for e in deleted)
+    assert [n for n in os.listdir(p.cp.data_dir / "jobs")] == [JobDir.of(p.cp.data_dir, h.late).root.name]
     assert p.cp.retention.run_once() == 0  # nothing more is due
 
 

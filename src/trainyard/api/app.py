@@ -18,7 +18,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from trainyard.api.admission import Admission, Counts
-from trainyard.api.routers import accounting, cluster, estimates, goodput, images, jobs, misc, nodes, ports, reservations, storage, teams, terminal, tokens, ui
+from trainyard.api.routers import accounting, checkpoints, cluster, dataset_nodes, datasets, estimates, goodput, images, jobs, misc, nodes, ports, reservations, storage, teams, terminal, tokens, ui
 from trainyard.api.routers import pilot as pilot_routes
 from trainyard.api.routers import login as login_routes
 from trainyard.api.routers import whatif as whatif_routes
@@ -104,7 +104,8 @@ def create_app(cp: Plane) -> FastAPI:
 
     for r in (jobs.router, nodes.router, teams.router, cluster.router, misc.router, tokens.router, accounting.router, goodput.router,
               estimates.router, reservations.router, storage.router, ui.router, login_routes.router, images.router, terminal.router,
-              ports.router, pilot_routes.router, whatif_routes.router, ui_config.router):
+              ports.router, pilot_routes.router, whatif_routes.router, ui_config.router, dataset_nodes.router, datasets.router,
+              checkpoints.router):
         app.include_router(r)
 
     @app.get("/", include_in_schema=False)

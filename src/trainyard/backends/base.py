@@ -46,7 +46,7 @@ Errors: `BackendError` is the only exception a backend raises on purpose; its me
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import Protocol
 
@@ -148,6 +148,15 @@ class LaunchSpec:
     stderr_apart: bool = False
     # the job's image (None: a bare job, run in the node's own environment)
     container: ContainerLaunch | None = None
+    # its datasets (issue 41), pinned at submit; the loop stages each on every node of the attempt
+    # (`control/loop/data_staging.py`) and fills `dataset_paths`: node -> {TRAINYARD_DATASET_<NAME>:
+    # the staged copy on that node}, which every rank (and task of a batch script's srun) on that
+    # node gets in its environment, and a container gets bound read-only at the same path
+    datasets: tuple[DatasetRef, ...] = ()
+    dataset_paths: dict[str, dict[str, str]] = field(default_factory=dict)
+    # the loop's own: the launch may copy a checkpoint back from the archive first (the job has
+    # archived steps: `control/loop/checkpoint_fetch.py`), so it runs off the loop's thread
+    may_fetch: bool = False
 
 
 @dataclass(frozen=True)

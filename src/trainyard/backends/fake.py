@@ -99,6 +99,7 @@ from trainyard.backends.contain import cpu_quota
 from trainyard.backends.launch_check import check_launch
 from trainyard.backends.rundir import terminal
 from trainyard.images.types import NOT_FOUND, CachedImage, EntryInfo, ImageConfig, ImagePullError, RegistryAccess
+from trainyard.staging.types import DISK_FULL, DatasetEntry, DatasetRef, DataStagingError, SourceAccess, StagedDataset
 from trainyard.contracts import (
     CHECKPOINT_MARKER,
     REQUEUE_EXIT,
@@ -237,6 +238,15 @@ class _Usage:
 ENVIRONMENT = {"python": "3.11.7", "torch": "2.13.0+cpu", "cuda": "none", "nccl": "none", "driver": "none"}
 
 
+@dataclass
+class _FakeDataset:
+    """A dataset in a fake node's cache: what was staged, its last use, the attempts pinning it."""
+
+    ref: DatasetRef
+    last_used: float
+    pins: set[tuple[int, int]] = field(default_factory=set)
+
+
 class FakeCluster:
     """The state behind one or more FakeBackends: nodes' states, attempts, the clock, the signals."""
 
@@ -258,6 +268,13 @@ class FakeCluster:
         self.pulls: list[tuple[str, str]] = []  # (node, ref) of every pull that fetched something
         # set: pulls wait until it is (a pull that takes a while, in fake time or not)
         self.pull_gate: threading.Event | None = None
+        # datasets: node -> checksum -> its entry; `stage_errors`: a dataset's label (name:version),
+        # checksum or node -> the error a staging of it (there) raises; `stagings`: (node, label) of
+        # every staging that copied something; `stage_gate`: stagings wait until it is set
+        self.datasets: dict[str, dict[str, _FakeDataset]] = {}
+        self.stage_errors: dict[str, DataStagingError] = {}
+        self.stagings: list[tuple[str, str]] = []
+        self.stage_gate: threading.Event | None = None
         # node -> its environment fingerprint (backends/environment.py); absent: ENVIRONMENT
         self.environments: dict[str, dict[str, str]] = {}
         self._next_pid = 100_000
@@ -492,7 +509,7 @@ class FakeBackend:
                 env = {**spec.env, **rank_env(gang, r.rank, job_id=spec.job_id, attempt=spec.attempt,
                                               checkpoint_dir=spec.checkpoint_dir, master_addr="127.0.0.1",
                                               master_port=port, workdir=spec.workdir, info=spec.job,
-                                              parts=EnvPart.ALL)}
+                                              parts=EnvPart.ALL), **spec.dataset_paths.get(r.node, {})}
                 rk = _Rank(r.rank, r.node, per_rank.get(r.rank, program), env, self.cluster.pid(), seen_at=now)
                 rk.step = resumed[0] if resumed else 0
                 lines = [f"=== trainyard: attempt {spec.attempt} started {stamp} on {r.node} gpus "
@@ -540,6 +557,9 @@ class FakeBackend:
         """End whatever is left of the attempt (SIGKILL) and forget it everywhere (logs stay)."""
         with self.cluster.lock:
             self._known.discard((job_id, attempt))
+            for entries in self.cluster.datasets.values():
+                for entry in entries.values():
+                    entry.pins.discard((job_id, attempt))
             att = self.cluster.attempts.pop((job_id, attempt), None)
             if att is not None:
                 now = self.clock()
@@ -689,6 +709,57 @@ class FakeBackend:
     def remove_image(self, node: str, digest: str) -> bool:
         with self.cluster.lock:
             return self.cluster.images.get(node, {}).pop(digest, None) is not None
+
+    # -- datasets: a cache per node in memory, nothing copied (scripted failures: `cluster.stage_errors`)
+
+    def stage_dataset(self, node: str, ref: DatasetRef, access: SourceAccess,
+                      job: tuple[int, int] | None = None) -> StagedDataset:
+        """`ref` in `node`'s cache: an entry at `/fake-datasets/<node>/<hex>`, at once (or once
+        `stage_gate` is set); least recently used unpinned entries evicted over
+        `access.cache_max_bytes`. Raises the `DataStagingError` scripted for the dataset's label,
+        checksum or node; DISK_FULL when it cannot fit; BackendError for an unknown node."""
+        gate = self.cluster.stage_gate
+        if gate is not None:
+            gate.wait(60)
+        with self.cluster.lock:
+            if node not in self._nodes:
+                raise BackendError(f"unknown node {node!r}")
+            errs = self.cluster.stage_errors
+            err = errs.get(ref.label) or errs.get(ref.checksum) or errs.get(node)
+            if err is not None:
+                raise err
+            cache = self.cluster.datasets.setdefault(node, {})
+            copied = ref.checksum not in cache
+            if copied:
+                cap = access.cache_max_bytes
+                for other in sorted(cache.values(), key=lambda e: e.last_used):
+                    if cap is None or sum(e.ref.bytes for e in cache.values()) + ref.bytes <= cap:
+                        break
+                    if not other.pins:
+                        del cache[other.ref.checksum]
+                if cap is not None and sum(e.ref.bytes for e in cache.values()) + ref.bytes > cap:
+                    raise DataStagingError(DISK_FULL, ref.label, f"node {node}'s dataset cache is full")
+                cache[ref.checksum] = _FakeDataset(ref, self.clock())
+                self.cluster.stagings.append((node, ref.label))
+            entry = cache[ref.checksum]
+            entry.last_used = self.clock()
+            if job is not None:
+                entry.pins.add(job)
+            return StagedDataset(node, ref.checksum, f"/fake-datasets/{node}/{ref.checksum[7:]}", ref.bytes, copied,
+                                 0.0)
+
+    def dataset_entries(self, node: str) -> list[DatasetEntry]:
+        with self.cluster.lock:
+            return [DatasetEntry(node, e.ref.name, e.ref.version, c, e.ref.bytes, e.last_used, bool(e.pins))
+                    for c, e in sorted(self.cluster.datasets.get(node, {}).items())]
+
+    def remove_dataset(self, node: str, checksum: str) -> bool:
+        with self.cluster.lock:
+            entry = self.cluster.datasets.get(node, {}).get(checksum)
+            if entry is None or entry.pins:
+                return False
+            del self.cluster.datasets[node][checksum]
+            return True
 
     def close(self) -> None:
         """Forget every attempt here; the cluster keeps them for the next backend."""

@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import typer
 
-from trainyard.cli import container_opts, event_format, image_view, queue_format, recorded
+from trainyard.cli import container_opts, dataset_opts, event_format, image_view, queue_format, recorded
 from trainyard.cli.client import Client
 from trainyard.cli.columns import terminal_width
 from trainyard.cli.common import EXIT_BAD_INPUT, fail
@@ -134,6 +134,10 @@ def job_request(
     recipe: Optional[str] = typer.Option(None, "--recipe", help="a training recipe (llama-pretrain, gemma-pretrain, "
                                          "sft, rl, or a YAML file) instead of a command"),
     sets: list[str] = typer.Option([], "--set", help="with --recipe: override a recipe field, KEY=VALUE (repeatable)"),
+    dataset: list[str] = typer.Option([], "--dataset", help="datasets of the catalogue (yard dataset ls), "
+                                      "NAME[:VERSION][,NAME[:VERSION]...], repeatable: each staged on every node of "
+                                      "the job before it starts, at $TRAINYARD_DATASET_<NAME> (no version: the newest "
+                                      "your team may use)"),
     c_image: Optional[str] = typer.Option(None, "--container-image", help="run in this image, as pyxis: "
                                           "[USER@][REGISTRY#]IMAGE[:TAG|@sha256:...] or REGISTRY/IMAGE[:TAG] "
                                           "(default: your team's image, if the cluster names one)"),
@@ -198,6 +202,7 @@ def job_request(
             mail_type = parse_mail_type(mail_type) or "NONE"
         if mail_user is not None:
             mail_user = check_mail_user(mail_user)
+        asked_datasets = dataset_opts.parse_all(dataset)
         container = container_opts.given(c_image, c_mounts, c_workdir, c_env, {
             "mount_home": c_home, "writable": c_writable, "entrypoint": c_entrypoint, "remap_root": c_remap_root})
     except SbatchError as e:  # --gres, read as its #SBATCH line would be
@@ -283,6 +288,10 @@ def job_request(
     for k in given:  # a field the command line gave is no longer the script's line
         if given[k] is not None:
             sbatch_lines.pop(k, None)
+    if asked_datasets:  # the command line's over the script's #SBATCH --dataset lines, as sbatch's rule
+        body["datasets"] = asked_datasets
+        for k in [k for k in sbatch_lines if k == "datasets" or k.startswith("datasets.")]:
+            sbatch_lines.pop(k)
     for k in container:
         sbatch_lines.pop(f"container.{k}", None)
     body["container"] = container_opts.merged(body.get("container") or {}, container)
@@ -453,6 +462,11 @@ def show(job_id: str = typer.Argument(..., help="job id, or ARRAY_TASK (42_3)"),
         typer.echo(f"{'image':>22}: {clean(image_view.image_line(j['container'], j.get('image_digest')))}")
         if image_view.options_line(j["container"]):
             typer.echo(f"{'container':>22}: {clean(image_view.options_line(j['container']))}")
+    for d in j.get("datasets") or ():  # pinned at submit (services/datasets.py): what every node stages
+        from trainyard.cli.storage import size as _size
+
+        typer.echo(f"{'dataset':>22}: {clean(d['name'])}:{clean(d['version'])} {clean(d['checksum'])} "
+                   f"{_size(d['bytes']) if d.get('bytes') else 'size unknown'} from {clean(d['source'])}")
     for k in ("submit_time", "begin_time", "eligible_time", "start_time", "end_time", "est_start"):
         typer.echo(f"{k:>22}: {'' if j[k] is None else time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(j[k]))}")
     typer.echo(f"{'limits':>22}: {limits_line(j)}")

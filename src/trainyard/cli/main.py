@@ -14,7 +14,9 @@ Command groups live in their own modules and are wired here:
 - accounting: acct (sacct, `cli/acct.py`), report (sreport, `cli/report.py`), share and prio (sshare,
   sprio, `cli/share.py`), audit (the audit trail as JSON lines, `cli/audit.py`);
 - storage (`cli/storage.py`): the disk job dirs take per team, against quotas and the reserve;
+  checkpoints (`cli/checkpoints.py`): a job's checkpoints in each tier, keep marks;
 - image pull|ls|rm (`cli/images.py`): the nodes' image caches;
+- dataset add|ls|show|grant|checksum|stage (`cli/dataset.py`, `cli/dataset_stage.py`): the dataset catalogue, what the nodes' caches hold, pre-staging;
 - shell (`cli/shell.py`): a terminal in a running job's rank, through the API's WebSocket;
   alloc (salloc, `cli/alloc.py`) and srun --pty (`cli/srun_cmd.py`): an interactive allocation and its session;
   notebook (`cli/notebook.py`): JupyterLab in an allocation, on a local URL through a forwarded port;
@@ -24,6 +26,8 @@ Command groups live in their own modules and are wired here:
   `cli/model_export.py`), models (the exported models and their lineage, `cli/models.py`).
 
 Bad arguments or input: one line `error: …` on stderr and exit code 2 (`cli/common.py`).
+
+Each command is one line of COMMANDS below; its module loads only when it runs (`cli/lazy.py`).
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ COMMANDS: dict[str, Lazy] = {
     "acct": Lazy("acct:acct"),
     "report": Lazy("report:report"),
     "storage": Lazy("storage:storage"),
+    "checkpoints": Lazy("checkpoints:checkpoints"),
     "share": Lazy("share:share"),
     "prio": Lazy("share:prio"),
     "audit": Lazy("audit:audit"),
@@ -81,6 +86,7 @@ COMMANDS: dict[str, Lazy] = {
     "login": Lazy("login:login_app"),  # login; logout and whoami above
     "reservation": Lazy("reservations:app"),
     "image": Lazy("images:app"),
+    "dataset": Lazy("dataset:app"),
 }
 
 app = typer.Typer(help="trainyard: a manager for GPU training clusters shared by several teams.",

@@ -9,8 +9,8 @@ field fails before anything is written to DIR.
 A recipe's `export: DIR` (relative to DIR) is checked here as well; the ranks export at the end.
 Running the same command again with the same DIR resumes from the newest complete checkpoint.
 SIGUSR1 or SIGTERM (and the first Ctrl-C) make every rank checkpoint and stop: exit 75.
-`--container-image` is checked as `yard submit`'s and refused for now, naming the way that works
-(`yard submit --recipe … --container-image …`): the ranks here are this machine's processes.
+`--container-image` and `--dataset` are checked as `yard submit`'s and refused for now, naming the way
+that works (`yard submit --recipe … --container-image …`): the ranks here are this machine's processes.
 """
 
 from __future__ import annotations
@@ -32,8 +32,20 @@ def run(
                                                       "(model.hidden_size=64); repeatable"),
     image: Optional[str] = typer.Option(None, "--container-image", help="as yard submit's (pyxis's): not yet on "
                                         "this machine without a plane; use yard submit --recipe"),
+    dataset: list[str] = typer.Option([], "--dataset", help="as yard submit's: the catalogue's datasets are staged "
+                                      "by a plane; here, point the recipe at the data (--set data.path=...)"),
 ) -> None:
     """Train a recipe locally with N processes; rerun with the same --out to resume."""
+    if dataset:
+        from trainyard.cli.dataset_opts import parse_all
+
+        try:
+            parse_all(dataset)
+        except ValueError as e:
+            fail(str(e))
+        fail("--dataset: yard run starts the ranks on this machine without a control plane, which stages the "
+             "catalogue's datasets; submit the recipe instead (yard submit --recipe RECIPE --dataset "
+             f"{','.join(dataset)}), or give the data's path (--set data.path=PATH)")
     if image is not None:
         from trainyard.cli.container_opts import value
 

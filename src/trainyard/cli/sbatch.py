@@ -13,7 +13,8 @@ control/lifecycle/notify.py), `--reservation` (an admin reservation,
 `cli/reservations.py`: checked at submission, honoured by the engine), `--requeue` (every job's default); placement (services/placement_ask.py):
 `-C/--constraint` (features: `&`, `|`, parentheses), the GPU model of `--gpus`/`--gpus-per-node`/
 `--gres=gpu:TYPE:N`, `-w/--nodelist` and `-x/--exclude` (hostlists), `--exclusive` (whole nodes),
-`-n/--ntasks`, `--gpus-per-task`, `--mem-per-cpu` (services/jobs.py), `--gres=none`. Refused with
+`-n/--ntasks`, `--gpus-per-task`, `--mem-per-cpu` (services/jobs.py), `--gres=none`; trainyard's
+`--dataset=NAME[:VERSION],…` (repeatable, cli/dataset_opts.py: the job's datasets). Refused with
 a reason (cli/refused.py): `--nice`, `--time-min`, `--no-requeue`. pyxis's `--container-image`,
 `--container-mounts`, `--container-workdir`, `--container-env` and their flags (cli/container_opts.py)
 give the job's image (a field `container`, each part's line kept as `container.<part>`). Accepted and
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from trainyard.spec import io_patterns
 from trainyard.cli.export import parse_export
 from trainyard.spec.mail_types import check_mail_user, parse_mail_type
-from trainyard.cli import container_opts, prefixes, recorded
+from trainyard.cli import container_opts, dataset_opts, prefixes, recorded
 from trainyard.spec import container_flags
 from trainyard.cli.refused import REFUSED, refusal
 from trainyard.contracts import expand_hostlist
@@ -79,6 +80,7 @@ _FIELDS = {
     "--reservation": "reservation",
     "--mem-per-cpu": "mem_per_cpu",
     "--gpus-per-task": "gpus_per_task",
+    "--dataset": "datasets",  # trainyard's (cli/dataset_opts.py): NAME[:VERSION],… ; repeatable
 }
 _FLAGS = {"-H": "hold", "--hold": "hold", "--exclusive": "exclusive"}
 IGNORED = {"--comment"}
@@ -160,6 +162,8 @@ def long_name(name: str, file: str, line: int) -> str:
 
 def _value(field_name: str, raw: str, file: str, line: int, option: str = "") -> object:
     try:
+        if field_name == "datasets":
+            return dataset_opts.parse(raw, option or "--dataset")
         if field_name in ("mem", "mem_per_gpu", "mem_per_cpu"):
             parse_mem_mib(raw)
             return raw.strip()
@@ -314,6 +318,13 @@ def parse_sbatch(text: str, file: str = "script") -> SbatchOptions:
                     out.fields["gpu_model"] = model
                     out.lines["gpu_model"] = no
             key = "gpus_per_node" if fname == "gres" else fname
+            if key == "datasets":  # repeatable: each line adds its datasets, each named by its line
+                have = out.fields.setdefault("datasets", [])
+                assert isinstance(have, list) and isinstance(v, list)
+                out.lines.update({f"datasets.{i}": no for i in range(len(have), len(have) + len(v))})
+                out.lines.setdefault("datasets", no)
+                have.extend(v)
+                continue
             out.fields[key] = v
             out.lines[key] = no
     return out

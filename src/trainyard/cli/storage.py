@@ -1,8 +1,11 @@
 """`yard storage`: the disk job dirs take, per team, against the quotas and the reserve (as `lfs
-quota` or `du` per project would say it; the plane measures, control/lifecycle/storage.py).
+quota` or `du` per project would say it; the plane measures, control/lifecycle/storage.py), each
+team's tiers and kinds, and what the lifecycle rules delete next (services/storage_view.py).
 
-    yard storage            per team: used, quota, use%, job dirs; the file systems and their reserve
+    yard storage            per team: used, quota, use%, job dirs; per tier and kind; the file
+                            systems and their reserve; the next deletions of the rules
     yard storage -j 10      and the ten biggest job dirs
+    yard storage --refresh  an admin's: every job dir measured now, whole, before the answer
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import time
 import typer
 
 from trainyard.cli.client import Client
-from trainyard.cli.render import ago, print_json, table
+from trainyard.cli.render import ago, clock, print_json, table
 from trainyard.cli.safe_text import clean
 
 JSON = typer.Option(False, "--json", help="print JSON instead of tables")
@@ -36,10 +39,16 @@ def _state(t: dict) -> str:
 
 
 def storage(jobs: int = typer.Option(0, "-j", "--jobs", min=0, max=1000, help="also list the N biggest job dirs"),
+            next_n: int = typer.Option(20, "-n", "--next", min=0, max=1000,
+                                       help="the N soonest deletions of the lifecycle rules (0: none)"),
+            refresh: bool = typer.Option(False, "--refresh", help="measure every job dir now, whole (admin)"),
             as_json: bool = JSON) -> None:
-    """Disk per team: what its job dirs hold (checkpoints, logs, metrics), its quota, and the free
-    space kept for the store and the plane."""
-    r = Client().get("/api/v1/storage", params={"jobs": jobs})
+    """Disk per team: what its job dirs hold (checkpoints, logs, metrics), its quota, its archive
+    and dataset-cache tiers, the free space kept for the store and the plane, and what the rules
+    delete next."""
+    params = {"jobs": jobs, "next": next_n}
+    r = Client().post("/api/v1/storage/refresh", params=params) if refresh else \
+        Client().get("/api/v1/storage", params=params)
     if as_json:
         print_json(r)
         return
@@ -57,7 +66,26 @@ def storage(jobs: int = typer.Option(0, "-j", "--jobs", min=0, max=1000, help="a
         inodes = f", {fs['inodes_free']} of {fs['inodes']} inodes free" if fs["inodes"] else ""
         typer.echo(f"{clean(fs['path'])}: {size(fs['free'])} free of {size(fs['size'])}{inodes}; reserve "
                    f"{size(fs['reserve'])}{low}")
+    typer.echo("")
+    table(["TEAM", "FAST", "CHECKPOINTS", "LOGS", "METRICS", "OTHER", "ARCHIVE", "DATASETS"],
+          [[clean(t["team"]) if t["team"] is not None else "(no job)", size(t["tiers"]["fast"]["apparent_bytes"]),
+            *(size(t["tiers"]["fast"]["kinds"].get(k, 0)) for k in ("checkpoints", "logs", "metrics", "other")),
+            size(t["tiers"]["archive"]["bytes"]), size(t["tiers"]["datasets"]["bytes"])] for t in r["teams"]],
+          title="per tier and kind (apparent sizes, as du -sb)")
+    if next_n:
+        _next(r)
     if jobs:
         table(["JOBID", "TEAM", "USER", "USED", "MEASURED"],
               [[j["job_id"], clean(j["team"]), clean(j["user"]), size(j["bytes"]) + ("" if j["complete"] else "+"),
                 ago(j["measured_at"], time.time())] for j in r["jobs"]])
+
+
+def _next(r: dict) -> None:
+    if not r["next"]:
+        typer.echo("the lifecycle rules delete nothing now or on a known date")
+        return
+    now = r["now"]
+    table(["WHEN", "JOBID", "TEAM", "WHAT", "SIZE", "RULE"],
+          [["now" if n["at"] <= now else clock(n["at"], now), n["job_id"], clean(n["team"]),
+            f"checkpoint {n['step']} ({'+'.join(n['tiers'])})" if n["what"] == "checkpoint" else n["what"],
+            size(n["bytes"]), clean(n["rule"])] for n in r["next"]], title="what the rules delete next")

@@ -13,6 +13,7 @@ from trainyard.jobfs.tree import _DIR, Tree
 USAGE_OPEN_DIRS = 32  # descriptors a `UsageWalk` run holds at most (and one for its top)
 USAGE_PENDING = 1 << 16  # subdirectory names a walk keeps waiting (then it walks them and scans on)
 USAGE_LINKS = 1 << 16  # files with several names a walk remembers (beyond: counted again, never less)
+USAGE_TOPS = 64  # top-level directories a walk keeps a figure of (`by_top`); beyond, theirs go under ""
 
 
 class UsageWalk:
@@ -32,6 +33,12 @@ class UsageWalk:
     counted (a directory changed meanwhile is counted as it reads then); past USAGE_LINKS files
     with several names, a further one is counted again (too much, never too little).
 
+    Beside the allocated bytes it counts the apparent ones (`apparent`: lstat's st_size of the top
+    and of every entry, a file with several names once: what `du -sbx` prints), and those per
+    top-level directory (`by_top`: name -> apparent bytes of it and all below; the top itself and
+    its files under "", so the figures add up to `apparent`), which the storage meter sorts into
+    kinds (checkpoints, logs, metrics, other).
+
     Between runs it keeps, per level of the way down, the directory's name, (st_dev, st_ino), how
     many entries of its scan were counted (a cut scan goes on after them) and its subdirectories
     still to walk; no descriptor. A level moved or swapped meanwhile is left out and `whole` says so.
@@ -42,7 +49,9 @@ class UsageWalk:
         self._start()
 
     def _start(self) -> None:
-        self.total = 0  # bytes counted so far
+        self.total = 0  # bytes counted so far (allocated blocks)
+        self.apparent = 0  # apparent bytes counted so far (st_size)
+        self.by_top: dict[str, int] = {}  # apparent bytes per top-level directory ("" the rest)
         self.entries = 0  # entries counted so far
         self.finished = False
         self.whole = True  # False: a part could not be walked (moved, swapped, not reachable)
@@ -63,6 +72,7 @@ class UsageWalk:
                 if self._levels is None or self._levels[0][1] != (st.st_dev, st.st_ino):
                     self._start()  # the first run, or the top was replaced: from the start
                     self._dev, self._levels = st.st_dev, [["", (st.st_dev, st.st_ino), 0, []]]
+                    self._add_apparent("", st.st_size)
                 fds: list[int | None] = [os.dup(top)] + [None] * (len(self._levels) - 1)
                 try:
                     self._reopen(fds)
@@ -140,9 +150,19 @@ class UsageWalk:
             if len(self._seen) < USAGE_LINKS:  # beyond: counted again (too much, never too little)
                 self._seen.add(key)
         self.total += st.st_blocks * 512
+        levels = self._levels
+        top = e.name if levels is not None and len(levels) == 1 and stat.S_ISDIR(st.st_mode) else \
+            levels[1][0] if levels is not None and len(levels) > 1 else ""
+        self._add_apparent(top, st.st_size)
         if stat.S_ISDIR(st.st_mode) and st.st_dev == self._dev:
             self._pending += 1
             level[3].append(e.name)
+
+    def _add_apparent(self, top: str, n: int) -> None:
+        self.apparent += n
+        if top not in self.by_top and len(self.by_top) > USAGE_TOPS:
+            top = ""
+        self.by_top[top] = self.by_top.get(top, 0) + n
 
     def _reopen(self, fds: list[int | None], via: int | None = None) -> None:
         """Open the levels whose descriptors are closed, down to the last: through `..` of `via`

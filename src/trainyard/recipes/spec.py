@@ -219,6 +219,8 @@ class RecipeSpec(_Section):
     steps: int = Field(1000, ge=1, le=10**9)
     checkpoint_every: int | None = Field(100, ge=1)  # steps; None: only on preemption and at the end
     keep_last: int = Field(3, ge=1)
+    # False: periodic saves block, at exact multiples of checkpoint_every (no early asynchronous start)
+    async_checkpoint: bool = True
     # the final checkpoint as a Hugging Face model dir (recipes/export.py); relative: to the run's dir
     export: str | None = Field(None, min_length=1, max_length=4096)
     # The training path (recipes/train.py, docs/recipes.md "On GPUs"): auto = what suits the device

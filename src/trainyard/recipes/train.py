@@ -203,6 +203,7 @@ class Trainer:
         self.run = yr.Run(ctx, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
                           sampler=self.sampler, extra={"data": self.data.fingerprint},
                           checkpoint_every=spec.checkpoint_every, keep_last=spec.keep_last,
+                          async_checkpoint=spec.async_checkpoint,
                           watchdog_s=spec.watchdog_s,
                           log_every=spec.log_every or (10 if self.device.type == "cuda" else 1))
         seq = getattr(self.data, "seq_len", None) or spec.data.seq_len

@@ -39,6 +39,11 @@ directory is trusted like the training code that wrote it.
 Retention (rank 0, after each commit): keep the newest `keep_last` and every step that is a
 multiple of `keep_every`; others are deleted marker first, so a half-deleted checkpoint is never
 mistaken for a complete one. Directories of interrupted saves older than the newest commit go too.
+Under the plane's lifecycle rules (`TRAINYARD_CHECKPOINT_RETENTION=plane`, issue 41) no committed
+step is deleted here: the plane archives and deletes them (control/lifecycle/checkpoint_tiers.py).
+
+The manifest carries `metrics`: the finite numbers of the last step logged before the save
+(`CheckpointManager.metrics`, which `runtime/run.py` keeps), so that `keep_best` can rank steps.
 
 Errors (one hierarchy):
 
@@ -77,7 +82,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse
 
-from trainyard.contracts import CHECKPOINT_MARKER, committed_steps
+from trainyard.contracts import CHECKPOINT_MARKER, PLANE_RETENTION, JobVar, committed_steps
 from trainyard.runtime import rng
 
 # DCP warns on every save/load without a process group even when asked for exactly that.
@@ -178,6 +183,7 @@ class _Pending:
     started: float
     done: threading.Event
     committed_before: int | None = None  # the last committed step when this save began
+    metrics: dict[str, float] | None = None  # the manifest's, as they were when the save began
     error: BaseException | None = None
     committed: bool = False
 
@@ -238,6 +244,9 @@ class CheckpointManager:
             self.stateful[name] = obj
         self.keep_last = keep_last
         self.keep_every = keep_every
+        # the plane's rules keep the committed steps (issue 41): none is deleted here
+        self.plane_retention = os.environ.get(JobVar.CHECKPOINT_RETENTION) == PLANE_RETENTION
+        self.metrics: dict[str, float] = {}  # written into each manifest (runtime/run.py keeps them)
         self.async_save = async_save
         self.reuse_staging = reuse_staging
         self._stager: DefaultStager | None = None
@@ -356,7 +365,7 @@ class CheckpointManager:
             except _FAILURES as e:  # noqa: BLE001 - DCP raises on every rank alike
                 self._discard(path)
                 raise CheckpointSaveError(_describe_save_failure(path, e, self.last_committed_step)) from e
-            self._commit(step, path, t0)
+            self._commit(step, path, t0, dict(self.metrics))
             self.last_saved_step = step
             self.last_blocking_s = time.perf_counter() - t0
             return
@@ -377,7 +386,7 @@ class CheckpointManager:
             raise CheckpointSaveError(_describe_save_failure(path, e, self.last_committed_step)) from e
         fut: Future[Any] = res.upload_completion if isinstance(res, AsyncSaveResponse) else res
         pending = _Pending(step=step, path=path, future=fut, started=t0, done=threading.Event(),
-                           committed_before=self.last_committed_step)
+                           committed_before=self.last_committed_step, metrics=dict(self.metrics))
         self._pending = pending
         self.last_saved_step = step
         fut.add_done_callback(functools.partial(self._finish_async, pending))
@@ -403,14 +412,14 @@ class CheckpointManager:
                 if self.rank == 0:
                     self._remove(p.path)
                 return
-            self._commit(p.step, p.path, p.started)
+            self._commit(p.step, p.path, p.started, p.metrics)
             p.committed = True
         except BaseException as e:  # noqa: BLE001 - recorded, raised in the training thread
             p.error = e
         finally:
             p.done.set()
 
-    def _commit(self, step: int, path: Path, t0: float) -> None:
+    def _commit(self, step: int, path: Path, t0: float, metrics: dict[str, float] | None = None) -> None:
         """Rank 0: write the marker (manifest) atomically, then apply retention."""
         if self.rank == 0:
             files = {e.name: e.stat().st_size for e in os.scandir(path)
@@ -423,6 +432,7 @@ class CheckpointManager:
                 "time": now,
                 "save_seconds": round(time.perf_counter() - t0, 3),
                 "files": files,
+                "metrics": metrics or {},
             }
             _fsync_dir(path)
             tmp = path / (CHECKPOINT_MARKER + ".tmp")
@@ -516,6 +526,8 @@ class CheckpointManager:
     # -- retention -------------------------------------------------------------------------------
 
     def _keep(self, steps: list[int]) -> set[int]:
+        if self.plane_retention:
+            return set(steps)
         keep = set(sorted(steps)[-self.keep_last:])
         if self.keep_every:
             keep |= {s for s in steps if s % self.keep_every == 0}

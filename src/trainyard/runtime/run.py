@@ -237,7 +237,9 @@ class Run:
         if write and self.optimizer is not None and "lr" not in values:
             lr = self.optimizer.param_groups[0].get("lr")
             values["lr"] = float(lr) if lr is not None else None
-        self.metrics.log_step(step, samples=samples, tokens=tokens, write=write, **values)
+        rec = self.metrics.log_step(step, samples=samples, tokens=tokens, write=write, **values)
+        if rec is not None:  # the latest values logged (tensors read once, by the logger): the next manifest's
+            self.checkpoints.metrics.update(manifest_metrics({k: rec[k] for k in values if k in rec}))
         if self.phases is not None:
             self.phases.step_ended(step, self.metrics.last_step_s)
         if self.watchdog is not None:
@@ -425,3 +427,15 @@ class Run:
             last_checkpoint_step=self.checkpoints.last_committed_step,
             last_checkpoint_time=self.checkpoints.last_committed_time,
             metrics={**{k: last[k] for k in keep if k in last}, **peak_memory()})
+
+
+def manifest_metrics(values: dict[str, Any]) -> dict[str, float]:
+    """The finite numbers among a step's metrics (a loss, a learning rate): what a checkpoint's
+    manifest carries for the plane's `keep_best` (issue 41)."""
+    out: dict[str, float] = {}
+    for k, v in values.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        if v == v and v not in (float("inf"), float("-inf")):
+            out[str(k)[:100]] = float(v)
+    return out

@@ -13,6 +13,10 @@ Rules, in the order they are applied:
 5. Constraints (`req.where`, `sched/constraints.py`): nodes of another GPU model, without the
    features asked for or excluded are never used (a rule, unlike `avoid`); nodes the job must
    include are taken first; an exclusive job takes only nodes nothing uses, and every GPU of them.
+6. Data (issue 41): among choices the rules above find equal (the same fit, the same topology),
+   nodes that hold more bytes of the job's datasets (`req.data_on`) come first, so that a job
+   finds its data staged. Only a tie-break: it never changes how many GPUs, blocks or racks a
+   placement takes, nor whether the job fits.
 
 `place` returns the placement, or None with the reason it failed (capacity, topology or memory).
 It never modifies the state; callers `allocate` what they decide to keep.
@@ -21,9 +25,18 @@ It never modifies the state; callers `allocate` what they decide to keep.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 
 from trainyard.sched.cluster import ClusterState, Placement
 from trainyard.sched.types import JobRequest, Reason
+
+
+def _held(state: ClusterState, req: JobRequest) -> dict[int, int]:
+    """Node index -> bytes of the job's datasets it holds (rule 6)."""
+    if not req.data_on:
+        return {}
+    by_name = dict(req.data_on)
+    return {i: by_name[n.name] for i, n in enumerate(state.nodes) if n.name in by_name}
 
 
 def place(state: ClusterState, req: JobRequest, n_nodes: int | None = None) -> tuple[Placement | None, Reason | None]:
@@ -67,9 +80,10 @@ def _place(state: ClusterState, req: JobRequest, n_nodes: int | None,
     if mem is None and state.free_gpus(pool) < need:
         return None, Reason.CAPACITY
 
+    held = _held(state, req)
     if n == 1:
         k = need
-        node = _best_single_node(state, pool, k, mem, avoid)
+        node = _best_single_node(state, pool, k, mem, avoid, held)
         if node is None:
             return None, _why_not(state, pool, need, mem)
         return _take(state, [(node, k)], mem), None
@@ -77,11 +91,11 @@ def _place(state: ClusterState, req: JobRequest, n_nodes: int | None,
     candidates = _usable_nodes(state, pool, mem, avoid)
     if gpn is not None:
         eligible = [(i, c) for i, c in candidates if c >= gpn]
-        chosen = _choose_gang(state, eligible, n, gpn)
+        chosen = _choose_gang(state, eligible, n, gpn, held)
         if chosen is None:
             return None, _why_not(state, pool, need, mem)
         return _take(state, [(i, gpn) for i in chosen], mem), None
-    chosen_counts = _choose_spread(state, candidates, n, need)
+    chosen_counts = _choose_spread(state, candidates, n, need, held)
     if chosen_counts is None:
         return None, _why_not(state, pool, need, mem)
     return _take(state, chosen_counts, mem), None
@@ -106,13 +120,14 @@ def _why_not(state: ClusterState, pool: str, need: int, mem: int | None) -> Reas
 
 
 def _best_single_node(state: ClusterState, pool: str, k: int, mem: int | None,
-                      avoid: frozenset[int] = frozenset()) -> int | None:
+                      avoid: frozenset[int] = frozenset(), held: Mapping[int, int] | None = None) -> int | None:
+    held = held or {}
     if mem is None:
         buckets = state.buckets[pool]
         for free in range(k, len(buckets)):
             b = buckets[free] - avoid if avoid else buckets[free]
             if b:
-                return min(b)
+                return min(b, key=lambda i: (-held.get(i, 0), i)) if held else min(b)
         return None
     best, best_key = None, None
     for i, node in enumerate(state.nodes):
@@ -121,7 +136,7 @@ def _best_single_node(state: ClusterState, pool: str, k: int, mem: int | None,
         c = state.usable_on_node(i, mem)
         if c >= k:
             # Tightest fit: fewest usable GPUs left over, then least free memory left over.
-            key = (c - k, sum(state.free_mib[i]), i)
+            key = (c - k, sum(state.free_mib[i]), -held.get(i, 0), i)
             if best_key is None or key < best_key:
                 best, best_key = i, key
     return best
@@ -153,52 +168,75 @@ def _domains(state: ClusterState, eligible: list[tuple[int, int]], label: str) -
     return groups
 
 
-def _choose_gang(state: ClusterState, eligible: list[tuple[int, int]], n: int, gpn: int) -> list[int] | None:
+def _choose_gang(state: ClusterState, eligible: list[tuple[int, int]], n: int, gpn: int,
+                 held: Mapping[int, int] | None = None) -> list[int] | None:
     """n nodes with >= gpn usable GPUs each, in as few blocks, then racks, as possible."""
     if len(eligible) < n:
         return None
+    held = held or {}
     blocks = _domains(state, eligible, "block")
     fitting = [(len(v), b) for b, v in blocks.items() if len(v) >= n]
     if fitting:
         _, b = min(fitting)
-        return _choose_in_block(state, blocks[b], n)
+        picked = _choose_in_block(state, blocks[b], n, held)
+        if held:  # rule 6: a block as tight, as few racks, more of the job's data
+            shape = (len(blocks[b]), _racks(state, picked))
+            for size, other in sorted(fitting):
+                if size == shape[0] and other != b and _data(held, blocks[other]) > _data(held, blocks[b]):
+                    alt = _choose_in_block(state, blocks[other], n, held)
+                    if _racks(state, alt) == shape[1] and _data(held, [(i, 0) for i in alt]) > \
+                            _data(held, [(i, 0) for i in picked]):
+                        b, picked = other, alt
+        return picked
     chosen: list[int] = []
     for _, b in sorted(((-len(v), b) for b, v in blocks.items())):
-        chosen.extend(_choose_in_block(state, blocks[b], min(n - len(chosen), len(blocks[b]))))
+        chosen.extend(_choose_in_block(state, blocks[b], min(n - len(chosen), len(blocks[b])), held))
         if len(chosen) == n:
             return chosen
     return None
 
 
-def _choose_in_block(state: ClusterState, members: list[tuple[int, int]], n: int) -> list[int]:
+def _racks(state: ClusterState, chosen: list[int]) -> int:
+    return len({(state.nodes[i].block, state.nodes[i].rack) for i in chosen})
+
+
+def _data(held: Mapping[int, int], members: list[tuple[int, int]]) -> int:
+    return sum(held.get(i, 0) for i, _ in members) if held else 0
+
+
+def _choose_in_block(state: ClusterState, members: list[tuple[int, int]], n: int,
+                     held: Mapping[int, int] | None = None) -> list[int]:
+    held = held or {}
     racks = _domains(state, members, "rack")
-    fitting = [(len(v), r) for r, v in racks.items() if len(v) >= n]
-    order = [min(fitting)[1]] if fitting else [r for _, r in sorted((-len(v), r) for r, v in racks.items())]
+    fitting = [(len(v), -_data(held, v), r) for r, v in racks.items() if len(v) >= n]
+    order = [min(fitting)[2]] if fitting else [r for _, r in sorted((-len(v), r) for r, v in racks.items())]
     chosen: list[int] = []
     for r in order:
-        # Tightest nodes first, so nodes with many free GPUs stay whole.
-        for i, _ in sorted(racks[r], key=lambda ic: (ic[1], ic[0])):
+        # Tightest nodes first, so nodes with many free GPUs stay whole; then those holding its data.
+        for i, _ in sorted(racks[r], key=lambda ic: (ic[1], -held.get(ic[0], 0), ic[0])):
             chosen.append(i)
             if len(chosen) == n:
                 return chosen
     return chosen
 
 
-def _choose_spread(state: ClusterState, candidates: list[tuple[int, int]], n: int, need: int) -> list[tuple[int, int]] | None:
+def _choose_spread(state: ClusterState, candidates: list[tuple[int, int]], n: int, need: int,
+                   held: Mapping[int, int] | None = None) -> list[tuple[int, int]] | None:
     """`need` GPUs on at most n nodes (the fewest the job could use), inside one block if possible."""
+    held = held or {}
     blocks = _domains(state, candidates, "block")
-    best: tuple[tuple[int, int, str], list[tuple[int, int]]] | None = None
+    best: tuple[tuple[int, int, int, str], list[tuple[int, int]]] | None = None
     for b, members in blocks.items():
-        top = sorted(members, key=lambda ic: (-ic[1], ic[0]))[:n]
+        top = _with_data(state, sorted(members, key=lambda ic: (-ic[1], ic[0]))[:n], members, held)
         total = sum(c for _, c in top)
         if total >= need:
-            key = (len(top), total - need, b)
+            key = (len(top), total - need, -_data(held, top), b)
             if best is None or key < best[0]:
                 best = (key, top)
     if best is not None:
         top = best[1]
     else:
-        top = sorted(candidates, key=lambda ic: (-ic[1], ic[0]))[:n]
+        top = _with_data(state, sorted(candidates, key=lambda ic: (-ic[1], ic[0]))[:n], candidates, held)
         if sum(c for _, c in top) < need:
             return None
     out, left = [], need
@@ -207,6 +245,27 @@ def _choose_spread(state: ClusterState, candidates: list[tuple[int, int]], n: in
         if take:
             out.append((i, take))
             left -= take
+    return out
+
+
+def _with_data(state: ClusterState, top: list[tuple[int, int]], members: list[tuple[int, int]],
+               held: Mapping[int, int]) -> list[tuple[int, int]]:
+    """`top` with each node swapped for one left out that has as many usable GPUs, sits in the
+    same block and rack, and holds more of the job's data (rule 6): the same shape, its data nearer."""
+    if not held:
+        return top
+    chosen = {i for i, _ in top}
+    spare = sorted((m for m in members if m[0] not in chosen), key=lambda ic: (-held.get(ic[0], 0), ic[0]))
+    out = []
+    for i, c in top:
+        where = (state.nodes[i].block, state.nodes[i].rack)
+        alt = next((m for m in spare if m[1] == c and (state.nodes[m[0]].block, state.nodes[m[0]].rack) == where
+                    and held.get(m[0], 0) > held.get(i, 0)), None)
+        if alt is None:
+            out.append((i, c))
+        else:
+            spare.remove(alt)
+            out.append(alt)
     return out
 
 
@@ -255,6 +314,7 @@ def _place_where(state: ClusterState, req: JobRequest, n_nodes: int | None,
         return None, Reason.CAPACITY
     must = set(required)
     rest = [(i, c) for i, c in sorted(cands.items()) if i not in must]
+    held = _held(state, req)
     counts: list[tuple[int, int]] = []
     if req.gpus_per_node is not None:
         gpn = req.gpus_per_node
@@ -265,7 +325,7 @@ def _place_where(state: ClusterState, req: JobRequest, n_nodes: int | None,
             return None, Reason.CAPACITY
         chosen = list(required)
         if n > len(required):
-            more = _choose_gang(state, [(i, c) for i, c in rest if c >= gpn], n - len(required), gpn)
+            more = _choose_gang(state, [(i, c) for i, c in rest if c >= gpn], n - len(required), gpn, held)
             if more is None:
                 return None, Reason.CAPACITY
             chosen += more
@@ -294,9 +354,9 @@ def _place_where(state: ClusterState, req: JobRequest, n_nodes: int | None,
                             break
             else:
                 top = max((c for _, c in rest), default=0)
-                spread = _choose_spread(state, rest, -(-left // top), left) if top else None
+                spread = _choose_spread(state, rest, -(-left // top), left, held) if top else None
                 if spread is None and rest:
-                    spread = _choose_spread(state, rest, len(rest), left)
+                    spread = _choose_spread(state, rest, len(rest), left, held)
                 if spread is not None:
                     counts += spread
                     left = 0

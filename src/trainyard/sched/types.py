@@ -112,6 +112,9 @@ class JobRequest:
     avoid: frozenset[str] = frozenset()  # node names to use only when nothing else fits (suspects)
     where: Where | None = None
     reservation: str | None = None  # the admin reservation it runs in (sbatch --reservation; sched/reservations.py)
+    # (node name, bytes of the job's datasets its cache holds), for the nodes holding any: a tie-break
+    # among equal placements (sched/placement.py, rule 6), never a rule
+    data_on: tuple[tuple[str, int], ...] = ()
     # What the cluster has learned the job will run (services/learned_runtimes.py; the simulator's
     # sim/estimates.py `learned`), at most its limit; read only by the start-time estimates
     # (sched/estimate.py), never by a decision: the limit stays what backfill and reservations trust.

@@ -13,7 +13,8 @@ The changes are events of these kinds (`AUDIT_KINDS`), each with `actor` and `ti
 - node state: `node.drain`, `node.up`, `node.down` (by an operator, or by the health checks:
   `actor` says which), `node.suspect`, `node.remediating`, `node.remediated`,
   `node.remediation_failed`;
-- `retention.purged`: what a purge removed.
+- `retention.purged`: what a purge removed; `retention.deleted`: one job's logs or job dir that a
+  lifecycle rule deleted (job, what, bytes, rule: services/retention.py).
 
 Retention never deletes these (services/retention.py): the audit trail outlives the jobs it
 names. Admins and operators read it; other roles are refused (it names every user and token).
@@ -39,7 +40,7 @@ AUDIT_KINDS: tuple[str, ...] = (
     "job.requeue_requested",
     "node.drain", "node.up", "node.down", "node.suspect", "node.remediating", "node.remediated",
     "node.remediation_failed",
-    "retention.purged",
+    "retention.purged", "retention.deleted",
 )
 
 

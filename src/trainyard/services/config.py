@@ -136,8 +136,9 @@ def apply(s: Session, text: str, by: Principal, message: str = "") -> int:
 
 def check(text: str) -> ConfigSpec:
     """`text` validated as `apply` validates it, nothing stored: the model, the accounts and groups
-    it names (`owners.check_config`), each registry's password file (readable now, not at a job's
-    first pull). A what-if (`services/whatif.py`) gives a proposal the very same errors.
+    it names (`owners.check_config`), each registry's password file and each object store's
+    credentials file (readable now, not at a job's first pull or staging). A what-if
+    (`services/whatif.py`) gives a proposal the very same errors.
 
     Raises:
         ServiceError: the first problem, naming its field.
@@ -148,6 +149,9 @@ def check(text: str) -> ConfigSpec:
     except ConfigError as e:
         raise ServiceError(str(e), field=e.field) from None
     images.registry_access(spec)
+    from trainyard.services.datasets import source_access  # (imported here: datasets reads this module's types)
+
+    source_access(spec)  # each object store's credentials file, readable now (as a registry's password file)
     return spec
 
 

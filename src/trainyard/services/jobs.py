@@ -26,7 +26,7 @@ from trainyard.spec import io_patterns, mail_types
 from trainyard.backends.base import Owner
 from trainyard.contracts import JobDir
 from trainyard.spec.parsing import parse_begin, parse_mem_mib
-from trainyard.services import allocations, arrays, dependencies, images, learned_runtimes, limits, notices, output_paths, owners, placement_ask, reservations, transitions
+from trainyard.services import allocations, arrays, datasets, dependencies, images, learned_runtimes, limits, notices, output_paths, owners, placement_ask, reservations, transitions
 from trainyard.services.auth import Principal
 from trainyard.services.config import ConfigVersion
 from trainyard.services.errors import Conflict, Forbidden, NotFound, ServiceError
@@ -135,6 +135,19 @@ class JobSubmit(BaseModel):
     container: images.ContainerSubmit | None = None
     # an interactive allocation (`yard alloc`, `srun --pty`, `yard notebook`: services/allocations.py)
     interactive: allocations.InteractiveAsk | None = None
+    # its datasets, each NAME[:VERSION] of the catalogue, pinned at submit (services/datasets.py)
+    datasets: list[StrictStr] | None = Field(None, max_length=datasets.MAX_PER_JOB,
+                                             description="NAME[:VERSION] of the dataset catalogue (no version: the "
+                                                         "newest the team may use), each at $TRAINYARD_DATASET_<NAME>")
+
+    @field_validator("datasets")
+    @classmethod
+    def _datasets(cls, v: list[str] | None) -> list[str] | None:
+        for i, a in enumerate(v or ()):
+            if not datasets.ASK_RE.match(a.strip()):
+                raise ValueError(f"datasets.{i}: {a!r} is not NAME[:VERSION] (a name [a-z][a-z0-9_-]*, a version "
+                                 "of letters, digits and ._-)")
+        return None if v is None else [a.strip() for a in v]
 
     @field_validator("signal")
     @classmethod
@@ -466,6 +479,7 @@ def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_d
     _check_against_config(sub, team, cls, shape, cfg)
     container = images.requested(cfg.spec, team, sub.container)
     images.check_allowed(cfg.spec, team, container)
+    pinned = datasets.pin(s, cfg.spec, sub.datasets, team)  # each resolved and pinned, or a 4xx naming it
     if container is not None and sub.command:
         sub = sub.model_copy(update={"command": images.recipe_in_image(list(sub.command))})
     mem_of_cpus = _mem_of_cpus(sub, shape, cfg)
@@ -506,7 +520,7 @@ def submit(s: Session, sub: JobSubmit, by: Principal, cfg: ConfigVersion, data_d
         stop_since=None, stop_stage=0, array_job_id=None, array_task_id=spec.indices[0] if spec else None,
         array_throttle=spec.throttle if spec else None, dir_key=JobDir.new_key(), ntasks=sub.ntasks, **where,
         container=container.to_record() if container is not None else None, image_digest=None,
-        interactive=allocations.record_of(sub.interactive),
+        interactive=allocations.record_of(sub.interactive), datasets=pinned,
     )
     for column in REQUEST_FIELDS:  # a field the engine takes as is: submitted under its own name
         if column not in values:
@@ -638,7 +652,7 @@ _SHOWN: tuple[tuple[str, str], ...] = (("id", "id"), ("name", "name"), ("user", 
           ("workdir", "workdir"), ("env", "env"), ("output", "output"), ("error", "error"),
           ("open_mode", "open_mode"), ("mail_type", "mail_type"), ("mail_user", "mail_user"),
           ("container", "container"), ("image_digest", "image_digest"),
-          ("interactive", "interactive"))
+          ("interactive", "interactive"), ("datasets", "datasets"))
 # a field the engine reads as is (marked `engine()` in store.models) is shown under its own name
 _SHOWN += tuple((c, c) for c in REQUEST_FIELDS if c not in {col for _, col in _SHOWN})
 _KEYS = tuple(k for k, _ in _SHOWN)

@@ -371,8 +371,12 @@ def _storage(cp: Plane, spec: Any) -> Iterator[Metric]:
                               labels=["team"])
     over = GaugeMetricFamily("trainyard_team_storage_over_quota", "1 while a team is over its storage quota (its new "
                              "attempts wait: StorageQuota).", labels=["team"])
+    kinds = GaugeMetricFamily("trainyard_team_storage_kind_bytes", "Apparent bytes of a team's job dirs per kind "
+                              "(checkpoints, logs, metrics, other; issue 41), as last measured.", labels=["team", "kind"])
     for row in rep["teams"]:
         team = row["team"] or ""
+        for kind, n in row.get("kinds", {}).items():
+            kinds.add_metric([team, kind], n)
         used.add_metric([team], row["bytes"])
         over.add_metric([team], 1.0 if row["over"] else 0.0)
         if row["quota_bytes"] is not None:
@@ -384,7 +388,7 @@ def _storage(cp: Plane, spec: Any) -> Iterator[Metric]:
     for fs in rep["file_systems"]:
         free.add_metric([fs["path"]], fs["free"])
         reserve.add_metric([fs["path"]], fs["reserve"])
-    yield from (used, quota, over, free, reserve)
+    yield from (used, quota, over, kinds, free, reserve)
 
 
 def _classes(cfg: ConfigVersion) -> Metric:

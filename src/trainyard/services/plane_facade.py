@@ -11,11 +11,13 @@ that a router never reaches into the plane's parts.
     transaction()                     the plane's lock held, one committed store transaction
     wake()                            the control loop looks again now, not at its next tick
     containment                       how jobs are contained (`yard nodes`' column)
-    job_disk(name), storage_report()  the storage meter's last figures (`control/lifecycle/storage.py`)
+    job_disk(name), storage_report(), storage_dirs(), storage_refresh()  the storage meter's figures (`control/lifecycle/storage.py`)
     shutting_down, health(), ready()  the self-checks of /healthz and /readyz (`control/lifecycle/liveness.py`)
     share(), priority()               `yard share` and `yard prio` (`control/reports/priority.py`)
     pull_image(), image_entries(),    `yard image pull|ls|rm` on the nodes' image caches, without the
     remove_image()                    plane's lock (`control/lifecycle/image_admin.py`)
+    stage_dataset()                   `yard dataset stage` on the nodes' dataset caches, without the
+                                      plane's lock while they copy (`control/lifecycle/dataset_admin.py`)
     open_terminal()                   a command on a new pseudo-terminal in a running rank
                                       (`yard shell`: services/terminals.py, api/terminal.py)
     open_port()                       a connection to a port inside a running rank
@@ -34,6 +36,7 @@ from sqlalchemy.orm import Session
 
 from trainyard.backends.base import Terminal, Tunnel
 from trainyard.images.types import EntryInfo
+from trainyard.staging.types import DatasetRef
 from trainyard.services.config import ConfigCache, ConfigVersion
 from trainyard.services.sessions import Sessions
 from trainyard.services.priority_report import PriorityReport, ShareReport
@@ -86,7 +89,13 @@ class Plane(Protocol):
         """Job dir `name` (under `jobs/`) as the storage meter last measured it, or None."""
 
     def storage_report(self, spec: ConfigSpec, jobs: int = 0) -> dict[str, Any]:
-        """What `GET /api/v1/storage` answers."""
+        """The meter's part of what `GET /api/v1/storage` answers (services/storage_view.py adds the tiers)."""
+
+    def storage_dirs(self) -> list[dict[str, Any]]:
+        """Every job dir as last measured: {job_id, team, bytes, apparent_bytes, kinds}."""
+
+    def storage_refresh(self) -> None:
+        """Measure every job dir now, whole (an admin's `yard storage --refresh`)."""
 
     def health(self) -> tuple[bool, dict[str, Any]]:
         """(all checks pass, what /healthz shows)."""
@@ -108,6 +117,11 @@ class Plane(Protocol):
 
     def remove_image(self, target: str, nodes: list[str]) -> list[dict[str, Any]]:
         """`target` (a digest, or an image) removed from `nodes`' caches: `[{node, name, digest, removed, why}]`."""
+
+    def stage_dataset(self, ref: DatasetRef, nodes: list[str]) -> dict[str, Any]:
+        """`ref` staged in `nodes`' dataset caches in parallel (`yard dataset stage`): `{dataset,
+        checksum, nodes: [{node, ok, copied, seconds, bytes, error, kind}]}`; the nodes' `node_datasets`
+        rows written after. May take minutes; holds no lock while the nodes copy."""
 
     def open_terminal(self, job_id: int, rank: int, argv: list[str], rows: int, cols: int, *,
                       session: bool = False) -> Terminal:

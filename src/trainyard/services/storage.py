@@ -26,6 +26,7 @@ from trainyard.store.models import EventRow, JobRow
 TEAM_OVER, TEAM_OK, JOB_OVER = "team.storage_quota", "team.storage_quota_cleared", "job.storage_quota"
 RESERVE_LOW, RESERVE_OK = "plane.disk_reserve", "plane.disk_reserve_cleared"
 ACTOR = "storage"
+KINDS = ("checkpoints", "logs", "metrics", "other")  # what a job dir holds, as `yard storage` sorts it
 STORAGE_QUOTA, DISK_RESERVE = "StorageQuota", "DiskReserve"  # a waiting job's reason, as `yard queue` shows it
 
 
@@ -105,14 +106,21 @@ def reserve_ok(s: Session, now: float) -> None:
 def report(spec: ConfigSpec, dirs: Iterable[Any], file_systems: list[dict[str, Any]], over: Iterable[str],
            reserve_crossed: bool, measured_at: float | None, sweep_s: float, jobs: int = 0) -> dict[str, Any]:
     """Per team (every configured one, and `team: null` for dirs no job owns), the file systems,
-    and the `jobs` biggest job dirs. `dirs`: `control.lifecycle.storage.DirUsage`s."""
+    and the `jobs` biggest job dirs. `dirs`: `control.lifecycle.storage_figures.DirUsage`s.
+    Each team's `bytes` are allocated blocks (`du -sx`, what the quota counts); `apparent_bytes` and
+    `kinds` (checkpoints, logs, metrics, other) are apparent sizes (`du -sbx`)."""
     dirs = list(dirs)
-    teams: dict[str | None, dict[str, Any]] = {
-        t.name: {"team": t.name, "bytes": 0, "quota_bytes": spec.storage.quota_bytes(t), "jobs": 0, "complete": True}
-        for t in spec.teams}
+    def blank(team: str | None, quota: int | None) -> dict[str, Any]:
+        return {"team": team, "bytes": 0, "quota_bytes": quota, "jobs": 0, "complete": True, "apparent_bytes": 0,
+                "kinds": dict.fromkeys(KINDS, 0)}
+
+    teams: dict[str | None, dict[str, Any]] = {t.name: blank(t.name, spec.storage.quota_bytes(t)) for t in spec.teams}
     for d in dirs:
-        row = teams.setdefault(d.team, {"team": d.team, "bytes": 0, "quota_bytes": None, "jobs": 0, "complete": True})
+        row = teams.setdefault(d.team, blank(d.team, None))
         row["bytes"] += d.bytes
+        row["apparent_bytes"] += d.apparent
+        for kind, n in d.kinds:
+            row["kinds"][kind] = row["kinds"].get(kind, 0) + n
         row["jobs"] += 1
         row["complete"] = row["complete"] and d.complete
     over = set(over)
@@ -125,5 +133,5 @@ def report(spec: ConfigSpec, dirs: Iterable[Any], file_systems: list[dict[str, A
         "teams": sorted(teams.values(), key=lambda r: (r["team"] is None, r["team"] or "")),
         "file_systems": file_systems,
         "jobs": [{"job_id": d.job_id, "team": d.team, "user": d.user, "bytes": d.bytes, "complete": d.complete,
-                  "measured_at": d.measured_at} for d in biggest],
+                  "measured_at": d.measured_at, "apparent_bytes": d.apparent, "kinds": dict(d.kinds)} for d in biggest],
     }

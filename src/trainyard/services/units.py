@@ -273,3 +273,11 @@ def remove_image(plane: Plane, by: Principal, target: str, node_list: str | None
         events.record(s, by.user, "image.removed", f"{target} removed from "
                       f"{', '.join(r['node'] for r in out if r['removed']) or 'no node'}", data={"entries": out})
     return {"removed": out}
+
+
+def checkpoint_keep(plane: Plane, job_id: int, step: int, by: Principal, undo: bool) -> dict[str, Any]:
+    """`POST /api/v1/jobs/{id}/checkpoints/{step}/keep`: the mark set (or removed), audited."""
+    from trainyard.services import checkpoint_copies
+
+    with plane.transaction() as s:
+        return checkpoint_copies.mark_keep(s, job_id, step, by, plane.clock(), undo=undo)

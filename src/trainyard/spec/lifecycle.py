@@ -18,7 +18,13 @@ Checkpoints (`services/checkpoint_plan.py` decides, the plane applies):
 - `keep_for` after the job ended, only the steps marked `keep` remain.
 Without an archive tier, what would be archived stays in the fast tier.
 
+Logs and job dirs (services/retention.py applies them, control/lifecycle/retention.py runs it):
+`logs` and `job_dirs` count from the job's end; where no layer sets `job_dirs`, `retention.job_dirs`
+does (the cluster-wide horizon it was before these rules). Each deletion is an audit event.
+
 Precedence, field by field: the team's value, else the class's, else the cluster's (as `pids_max`).
+A malformed rule is refused naming its field (`teams.0.storage.lifecycle.checkpoints.keep_last`;
+tests/spec/test_lifecycle.py). `yard storage` shows what the rules delete next (services/storage_view.py).
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from trainyard.spec import bounds as B
 from trainyard.spec.parsing import parse_duration
 
-OptDuration = Annotated[float | None, BeforeValidator(parse_duration), Field(ge=0, le=B.MAX_DURATION_S)]
+# `null` is "unset": the bounds apply to a number only (as spec/models.py's OptDuration)
+OptDuration = Annotated[Annotated[float, Field(ge=0, le=B.MAX_DURATION_S)] | None, BeforeValidator(parse_duration)]
 
 
 class _Model(BaseModel):

@@ -9,6 +9,7 @@ the slotted dataclasses of `trainyard.sched.types`.
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 from types import GenericAlias, UnionType
 from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
@@ -37,7 +38,8 @@ from trainyard.spec.stragglers import StragglersSpec
 
 # Every duration is bounded (bounds: ten years): `inf` or a typo of many zeros is an error.
 Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0, le=B.MAX_DURATION_S)]
-OptDuration = Annotated[float | None, BeforeValidator(parse_duration), Field(ge=0, le=B.MAX_DURATION_S)]
+# `null` in YAML (None) is "unset": the bounds apply to a number only (a bound on None is pydantic's error).
+OptDuration = Annotated[Annotated[float, Field(ge=0, le=B.MAX_DURATION_S)] | None, BeforeValidator(parse_duration)]
 Name = Annotated[str, Field(min_length=1, max_length=B.MAX_NAME)]
 # A job's pids limit per node (cgroup pids.max; docs/control-plane.md "Containment"): unset, the
 # team's, else the class's, else DEFAULT_PIDS_MAX (`ConfigSpec.pids_max_for`).
@@ -905,7 +907,16 @@ def validate(model: type[BaseModel], data: Any, file: str | None = None, node: y
         loc = loc_prefix + tuple(err["loc"])
         field = ".".join(str(x) for x in loc) or None
         msg = err["msg"].removeprefix("Value error, ")
+        named = _NAMED.match(msg) if err["type"] == "value_error" else None
+        if named is not None and not loc and named.group(1).startswith(_NAMED_SECTIONS):
+            # a check across fields of issue 41's sections names the one it refuses ("storage.archive.url: …")
+            loc = tuple(int(x) if x.isdigit() else x for x in named.group(1).split("."))
+            field, msg = named.group(1), msg[named.end():]
         raise ConfigError(msg, file=file, line=_line_of(node, loc), field=field) from None
+
+
+_NAMED = re.compile(r"([a-z_]+(?:\.[A-Za-z0-9_]+)+): ")
+_NAMED_SECTIONS = ("storage.", "datasets.")
 
 
 def load_config(path: str | Path) -> ConfigSpec:

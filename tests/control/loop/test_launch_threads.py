@@ -102,7 +102,7 @@ def test_launches_inline_when_the_backend_does_not_wait():
     """The local and fake backends: the launch has happened when `start` returns."""
     seen = []
     inline = Launches(lambda spec, now: seen.append((spec, now)), background=False)
-    spec = SimpleNamespace(job_id=1, attempt=1, container=None)
+    spec = SimpleNamespace(job_id=1, attempt=1, container=None, datasets=(), may_fetch=False)
     inline.start(spec, 1.0)  # type: ignore[arg-type]
     assert seen == [(spec, 1.0)] and inline.in_flight() == frozenset()
 
@@ -116,9 +116,27 @@ def test_a_launch_with_an_image_goes_to_a_thread_even_where_the_backend_does_not
         release.wait(10)
 
     inline = Launches(launch, background=False)
-    spec = SimpleNamespace(job_id=2, attempt=1, container=object())
+    spec = SimpleNamespace(job_id=2, attempt=1, container=object(), datasets=(), may_fetch=False)
     inline.start(spec, 1.0)  # type: ignore[arg-type]
     assert started.wait(10) and inline.in_flight() == frozenset({(2, 1)})
     release.set()
     inline.close(wait=True)
     assert inline.in_flight() == frozenset()
+
+
+@pytest.mark.parametrize("what", ["datasets", "may_fetch"])
+def test_a_launch_that_stages_data_or_fetches_a_checkpoint_goes_to_a_thread(what):
+    """Its nodes copy datasets, or a step comes back from the archive, first: never on the loop's thread."""
+    started, release = threading.Event(), threading.Event()
+
+    def launch(spec, now):
+        started.set()
+        release.wait(10)
+
+    inline = Launches(launch, background=False)
+    fields = {"datasets": (), "may_fetch": False} | ({"datasets": (object(),)} if what == "datasets" else {"may_fetch": True})
+    spec = SimpleNamespace(job_id=3, attempt=2, container=None, **fields)
+    inline.start(spec, 1.0)  # type: ignore[arg-type]
+    assert started.wait(10) and inline.in_flight() == frozenset({(3, 2)})
+    release.set()
+    inline.close(wait=True)

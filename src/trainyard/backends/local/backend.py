@@ -25,6 +25,11 @@ same cell, limits, private /tmp and logs (`local.container`: the node's cache an
 `image_entries` and `remove_image` are the node's `images.cache.NodeCache` (under
 `<data_dir>/images/<node>`); a launch whose node lacks the image fails naming both.
 
+Datasets. `stage_dataset`, `dataset_entries` and `remove_dataset` are the node's
+`staging.cache.NodeDatasetCache` (under `<data_dir>/datasets/<node>`: emulated nodes have caches of
+their own, as real ones would); each rank gets `LaunchSpec.dataset_paths` of its own node in its
+environment, a container binds them read-only, and `release` unpins the attempt's entries.
+
 Identity. With `LaunchSpec.owner` the runner (which stays the plane's user, root) starts the
 command as that account: setgroups(owner.groups), setgid, setuid, and HOME/USER/LOGNAME/SHELL of
 the account in the environment; the rank logs are chowned to the owner before the command writes
@@ -107,6 +112,9 @@ from trainyard.backends.rundir import terminal
 from trainyard.backends.rundir import port as rank_port
 from trainyard.backends.base import AttemptState, BackendError, GpuReading, LaunchSpec, NodeInfo, RankState, Terminal, Tunnel
 from trainyard.images.types import CachedImage, EntryInfo, RegistryAccess
+from trainyard.staging import cache as dataset_cache
+from trainyard.staging.cache import NodeDatasetCache
+from trainyard.staging.types import DatasetEntry, DatasetRef, SourceAccess, StagedDataset
 from trainyard.spec.image_ref import parse_image
 from trainyard.backends.launch_check import check_launch
 from trainyard.backends.contain import cpu_quota
@@ -126,6 +134,7 @@ from trainyard.ports import free_port
 RUNNER = Path(__file__).parents[1] / "rundir" / "rank_runner.py"
 log = logging.getLogger("trainyard.backend")
 EMULATED_MODEL = "emulated"
+DATASETS_DIR = "datasets"  # <data_dir>/datasets/<node>: each emulated node's dataset cache (`staging.cache`)
 
 
 @dataclass
@@ -190,6 +199,7 @@ class LocalBackend(WatchesExits):
         self._image_cap = image_cache_cap
         self._image_factory = image_caches
         self._image_caches: dict[str, container.NodeImages] = {}
+        self._dataset_caches: dict[str, NodeDatasetCache] = {}
         self._attempts: dict[tuple[int, int], _Attempt] = {}
         self._exit_watch: ExitWatch | None = None
         self._stuck: dict[tuple[int, int], _Attempt] = {}  # released, but processes would not die yet
@@ -371,6 +381,7 @@ class LocalBackend(WatchesExits):
             if att is not None:
                 self._abort(att)
             terminal.end_sessions(self._terminals.pop((job_id, attempt), []))
+        dataset_cache.unpin_everywhere(self._data_dir / DATASETS_DIR, job_id, attempt)  # evictable again
 
     # -- images (`backends.local.container`) -----------------------------------------------------
 
@@ -399,6 +410,31 @@ class LocalBackend(WatchesExits):
 
     def remove_image(self, node: str, digest: str) -> bool:
         return self._images(node).remove(digest)
+
+    # -- datasets (`staging.cache`) ------------------------------------------------------------------
+
+    def _datasets(self, node: str) -> NodeDatasetCache:
+        """The dataset cache of `node`: `<data_dir>/datasets/<node>`, one per emulated node (0711
+        from the top: a job reaches the entry its variable names, and lists nothing)."""
+        self._known_node(node)
+        with self._lock:
+            if node not in self._dataset_caches:
+                self._dataset_caches[node] = dataset_cache.node_cache(self._data_dir / DATASETS_DIR, node)
+            return self._dataset_caches[node]
+
+    def stage_dataset(self, node: str, ref: DatasetRef, access: SourceAccess,
+                      job: tuple[int, int] | None = None) -> StagedDataset:
+        """`ref` in `node`'s cache (copied unless there; no lock of the backend held: it may take
+        minutes), pinned for `job` until its release. Raises `staging.types.DataStagingError`."""
+        cache = self._datasets(node)
+        cache.cap_bytes = access.cache_max_bytes
+        return cache.stage(ref, access, job)
+
+    def dataset_entries(self, node: str) -> list[DatasetEntry]:
+        return self._datasets(node).entries()
+
+    def remove_dataset(self, node: str, checksum: str) -> bool:
+        return self._datasets(node).remove(checksum)
 
     def close(self) -> None:
         """Forget everything without touching the ranks: the next owner re-attaches from disk.
@@ -888,7 +924,8 @@ class LocalBackend(WatchesExits):
                                 self.job_python, self._node_list)
             path = spec.env.get("PATH", inherited.get("PATH", ""))
             env = {**inherited, "CUDA_DEVICE_ORDER": "PCI_BUS_ID", **spec.env,
-                   **batch.batch_env(gang, replace(spec, job=info), att.run_dir, self._master_addr, port, path)}
+                   **batch.batch_env(gang, replace(spec, job=info), att.run_dir, self._master_addr, port, path),
+                   **spec.dataset_paths.get(first, {})}
             gpus_of_first = tuple(g for r in on_first for g in r.gpus)
             devices_of_first = [d.path for r in on_first for d in self._rank_devices(r)]
             starts = [(RankPlacement(0, first, gpus_of_first), env, devices_of_first)]
@@ -900,6 +937,7 @@ class LocalBackend(WatchesExits):
                 env.update(rank_env(gang, rl.rank, job_id=spec.job_id, attempt=spec.attempt,
                                     checkpoint_dir=spec.checkpoint_dir, master_addr=self._master_addr,
                                     master_port=port, workdir=spec.workdir, info=info, parts=EnvPart.ALL))
+                env.update(spec.dataset_paths.get(rl.node, {}))  # the copies on its own node
                 starts.append((rl, env, [d.path for d in self._rank_devices(rl)]))
         for rl, env, devices_of_rank in starts:
             if spec.owner is not None:  # the account's own, over anything the submitter exported
@@ -910,7 +948,7 @@ class LocalBackend(WatchesExits):
                 own = self._rank_devices(rl) if not spec.batch else \
                     [d for r in spec.ranks if r.node == rl.node for d in self._rank_devices(r)]
                 container.write_bundle(plan["container"], spec, images[rl.node], env, plan.get("tmp") or {}, own,
-                                       prefix)
+                                       prefix, datasets=sorted(spec.dataset_paths.get(rl.node, {}).values()))
             gpus = ",".join(map(str, rl.gpus)) or "none"
             paths = [jd.rank_log(rl.rank)] + ([jd.rank_err(rl.rank)] if spec.stderr_apart else [])
             with ExitStack() as files:  # the owner's files in the plane's logs/: through no link, no FIFO

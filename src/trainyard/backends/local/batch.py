@@ -92,6 +92,7 @@ def prepare(run_dir: Path, spec: LaunchSpec, gang: Gang, master_addr: str, maste
         "command": " ".join(spec.command), "stdout": str(jd.rank_log(0)),
         "stderr": str(jd.rank_err(0) if spec.stderr_apart else jd.rank_log(0)),
         "cluster_nodes": [{"name": n.name, "gpus": n.gpus} for n in cluster_nodes or []],
+        "datasets": spec.dataset_paths,  # node -> {TRAINYARD_DATASET_<NAME>: its copy there}: srun's tasks get their node's
         # the job's image, which its steps run in (srun's --container-* are checked against it: step_container.py)
         "container": None if spec.container is None else
         {**spec.container.options.to_record(), "ref": spec.container.ref, "digest": spec.container.digest}})

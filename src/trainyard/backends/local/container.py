@@ -208,8 +208,10 @@ def driver_binds(lib_dirs: Sequence[str] = LIBRARY_DIRS, tools: Sequence[str] = 
 
 
 def write_bundle(plan: dict, spec: LaunchSpec, image: CachedImage, env: Mapping[str, str], tmp: dict,
-                 devices: Sequence[Device], path_prefix: str = "") -> None:
-    """config.json, passwd and group of the rank's bundle (0600, 0644, 0644; root's).
+                 devices: Sequence[Device], path_prefix: str = "", *, datasets: Sequence[str] = ()) -> None:
+    """config.json, passwd and group of the rank's bundle (0600, 0644, 0644; root's). `datasets`:
+    the staged copies on the rank's node (the plane's cache, `staging.cache`), bound read-only at the
+    same path, so that `$TRAINYARD_DATASET_<NAME>` names them inside too.
 
     Raises:
         OSError: a file cannot be written.
@@ -238,6 +240,7 @@ def write_bundle(plan: dict, spec: LaunchSpec, image: CachedImage, env: Mapping[
     binds += driver
     for b, (_, proto) in zip(plan["binds"], owner_sources(spec)):
         binds.append(oci_spec.Bind(b["stage"], proto.destination, proto.read_only, proto.flags))
+    binds += [oci_spec.Bind(p, p, read_only=True) for p in datasets]
     tmp_dir, shm = (os.path.join(tmp["root"], "tmp"), os.path.join(tmp["root"], "shm")) if tmp.get("mode") == "tmpfs" \
         else (tmp.get("path") or "", None)
     rc = oci_spec.RankContainer(
@@ -249,7 +252,8 @@ def write_bundle(plan: dict, spec: LaunchSpec, image: CachedImage, env: Mapping[
     config = oci_spec.config(rc)
     tree.write_bytes("config.json", json.dumps(config, indent=1).encode(), 0o600)
     if spec.container.options.remap_root:  # runc's init cannot make them: the runner does
-        kinds = {b.destination: os.path.isdir(src) for src, b in owner_sources(spec)} | {b.destination: False for b in driver}
+        kinds = {b.destination: os.path.isdir(src) for src, b in owner_sources(spec)} | {b.destination: False for b in driver} \
+            | {p: os.path.isdir(p) for p in datasets}
         targets = remap_targets(config["mounts"], kinds)
         tree.write_bytes("targets.json", json.dumps({"tmp": tmp_dir, "targets": targets}).encode(), 0o600)
 

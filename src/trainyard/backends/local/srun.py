@@ -302,6 +302,7 @@ def task_envs(batch: dict, nodes: Sequence[str], counts: Sequence[int], environ:
                                       checkpoint_dir=batch["checkpoint_dir"], master_addr=addr, master_port=port,
                                       workdir=batch.get("workdir", ""), info=job, parts=contracts.EnvPart.ALL))
         env.update(step)
+        env.update((batch.get("datasets") or {}).get(gang.slots[r].node) or {})  # its own node's staged copies
         if devices_of[r]:
             env[contracts.JobVar.GPU_DEVICES] = ",".join(devices_of[r] or ())
         out.append(env)

@@ -72,6 +72,9 @@ from trainyard.backends.base import GpuReading
 from trainyard.backends.slurm import pyxis
 from trainyard.images.types import UNSUPPORTED, CachedImage, EntryInfo, ImageConfig, ImagePullError, RegistryAccess
 from trainyard.contracts import NOTICE_SIGNAL, JobDir
+from trainyard.staging import cache as dataset_cache
+from trainyard.staging.cache import NodeDatasetCache
+from trainyard.staging.types import DatasetEntry, DatasetRef, SourceAccess, StagedDataset
 
 TASK = "backends/slurm/task.py"  # the rank wrapper, run from the attempt's copy (job_tools.copy_files)
 UNHEALTHY_FLAGS = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "POWER", "REBOOT", "MAINT", "UNKNOWN")
@@ -182,6 +185,7 @@ class SlurmBackend(WatchesExits):
         self._launching: set[tuple[int, int]] = set()  # launches under way (no lock held while they wait)
         self._node_cache: tuple[float, dict[str, dict[str, str]]] | None = None
         self._pyxis: bool | None = None  # asked once, at the first job with an image (`pyxis.has_pyxis`)
+        self._dataset_caches: dict[str, NodeDatasetCache] = {}
         self._discover()
 
     # -- Slurm commands --------------------------------------------------------------------------
@@ -262,6 +266,36 @@ class SlurmBackend(WatchesExits):
 
     def remove_image(self, node: str, digest: str) -> bool:
         return False
+
+    # -- datasets (`staging.cache`) ------------------------------------------------------------------
+    # The nodes of the Slurm clusters trainyard is tested on are this machine: each node's cache is
+    # a `NodeDatasetCache` under `<data_dir>/datasets/<node>`, staged by the plane itself. On a real
+    # cluster the copy must run on the node (an `srun -w NODE` of the staging), left for later.
+
+    def _datasets(self, node: str) -> NodeDatasetCache:
+        with self._lock:
+            cache = self._dataset_caches.get(node)
+            if cache is None:
+                try:
+                    cache = self._dataset_caches[node] = dataset_cache.node_cache(self._data_dir / "datasets", node)
+                except ValueError as e:
+                    raise BackendError(str(e)) from None
+            return cache
+
+    def stage_dataset(self, node: str, ref: DatasetRef, access: SourceAccess,
+                      job: tuple[int, int] | None = None) -> StagedDataset:
+        cache = self._datasets(node)
+        cache.cap_bytes = access.cache_max_bytes
+        return cache.stage(ref, access, job)
+
+    def dataset_entries(self, node: str) -> list[DatasetEntry]:
+        return self._datasets(node).entries()
+
+    def remove_dataset(self, node: str, checksum: str) -> bool:
+        return self._datasets(node).remove(checksum)
+
+    def _unpin_datasets(self, job_id: int, attempt: int) -> None:
+        dataset_cache.unpin_everywhere(self._data_dir / "datasets", job_id, attempt)
 
     def _running_rank(self, job_id: int, attempt: int, rank: int) -> tuple[_Attempt, str | None]:
         """The attempt of a rank that runs now, and its node (not down): what a terminal or a
@@ -654,6 +688,7 @@ class SlurmBackend(WatchesExits):
         its exit record is ending on its own: no scancel (two RPCs to a slurmctld that is busy
         finishing the job; sent for every ended attempt, they delayed the next notices by seconds)."""
         with self._lock:
+            self._unpin_datasets(job_id, attempt)
             att = self._attempts.pop((job_id, attempt), None)
             if att is None:
                 return

@@ -30,6 +30,7 @@ from trainyard.backends.base import LaunchSpec
 
 COMMAND_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 FROM_THE_PLANE = ("SLURM_CONF",)  # the only variable of the plane's own environment its commands get
+JOB_DATASETS_FILE = "job-datasets.json"
 JOB_ENV_FILE = "job-env.json"
 
 
@@ -57,3 +58,6 @@ def write_job_env(run_dir: Path, spec: LaunchSpec) -> None:
     who = (spec.owner.uid, spec.owner.gid) if spec.owner is not None else None
     jobfs.Tree(run_dir).create_file(JOB_ENV_FILE, json.dumps(job_env(spec)).encode(), 0o600, owner=who,
                                     exist_ok=False)
+    if spec.dataset_paths:  # node -> {TRAINYARD_DATASET_<NAME>: its copy there}: each task takes its node's (task.py)
+        jobfs.Tree(run_dir).create_file(JOB_DATASETS_FILE, json.dumps(spec.dataset_paths).encode(), 0o600,
+                                        owner=who, exist_ok=False)

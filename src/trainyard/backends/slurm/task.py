@@ -127,6 +127,14 @@ def read_job_env(run_dir: str) -> dict[str, str]:
         raise ValueError(f"cannot read the job's environment in {run_dir}: {e}") from None
     if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise ValueError(f"{run_dir}/job-env.json is not a mapping of strings")
+    try:  # the staged datasets' copies on this task's own node (`LaunchSpec.dataset_paths`)
+        with open(os.path.join(run_dir, "job-datasets.json")) as f:
+            mine = json.load(f).get(os.environ.get("SLURMD_NODENAME", ""), {})
+    except FileNotFoundError:
+        mine = {}
+    except (OSError, ValueError, AttributeError) as e:
+        raise ValueError(f"cannot read the job's datasets in {run_dir}: {e}") from None
+    env.update({str(k): str(v) for k, v in mine.items()})
     return env
 
 

@@ -37,22 +37,25 @@ from trainyard.backends.base import Backend, BackendError, NothingListens, Termi
 from trainyard.control.lifecycle import plane_files, store_audit
 from trainyard.control.reports import priority as engine_order
 from trainyard.control.lifecycle import notify
+from trainyard.control.lifecycle.dataset_admin import DatasetAdmin
 from trainyard.control.lifecycle.image_admin import ImageAdmin
 from trainyard.control.lifecycle.liveness import Liveness
 from trainyard.control.lifecycle.notify import Notifier
 from trainyard.control.loop.orchestrator import ControlLoop, LoopParams
+from trainyard.control.lifecycle.checkpoint_tiers import CheckpointTiers
 from trainyard.control.lifecycle.retention import Retention
 from trainyard.control.lifecycle.storage import StorageMeter
 from trainyard.control.lifecycle.supervise import Supervised
 from trainyard.control.lifecycle.telemetry import Telemetry
 from trainyard.images.types import EntryInfo
-from trainyard.services import images, notices
+from trainyard.services import dataset_nodes, datasets, images, notices
 from trainyard.services.config import ConfigCache, ConfigVersion
 from trainyard.services.errors import BadGateway, Conflict, NotFound
 from trainyard.services.events import record
 from trainyard.services.plane_facade import API_THREADS, REQUESTS_PER_THREAD
 from trainyard.services.priority_report import PriorityReport, ShareReport
 from trainyard.services.sessions import Sessions
+from trainyard.staging.types import DatasetEntry, DatasetRef
 from trainyard.spec.models import ConfigSpec
 from trainyard.store.db import Store
 from trainyard.states import JobState
@@ -111,6 +114,8 @@ class ControlPlane:
         self.liveness = Liveness(self.store, self.data_dir, self.loop, threads=lambda: self.threads)
         # finished jobs past the configured retention, purged in batches beside the loop
         self.retention = Retention(self.loop_store, self.configs, self.lock, self.data_dir, clock=clock)
+        # checkpoints kept where the lifecycle rules say: archived, verified, deleted (issue 41)
+        self.checkpoint_tiers = CheckpointTiers(self.loop_store, self.configs, self.lock, self.data_dir, clock=clock)
         # every node's GPUs sampled and kept per job (issue 39, `telemetry:`)
         self.telemetry = Telemetry(self.loop_store, self.configs, self.lock, self.backend, self.data_dir, clock=clock)
         self.loop.ctx.flush_telemetry = self.telemetry.flush_attempt  # an ended attempt's last readings, then its ledger
@@ -119,6 +124,9 @@ class ControlPlane:
         self._detach = [notices.attach(st.session, self.notifier.put) for st in (self.store, self.loop_store)]
         # `yard image pull|ls|rm` (control/lifecycle/image_admin.py), outside the lock
         self.images = ImageAdmin(self.backend, lambda: images.registry_access(self._current_spec()))
+        # `yard dataset stage` (control/lifecycle/dataset_admin.py), outside the lock while the nodes copy
+        self.datasets = DatasetAdmin(self.backend, lambda: datasets.source_access(self._current_spec()),
+                                     self._record_datasets)
 
     def start(self) -> None:
         for note in self.notes:  # in the plane's log too, not only on `yard up`'s terminal
@@ -129,6 +137,7 @@ class ControlPlane:
         self.storage.start(self._thread_died)  # first: the loop's first pass holds what was over
         self.loop.start(on_thread_death=self._thread_died)
         self.retention.start(self._thread_died)
+        self.checkpoint_tiers.start(self._thread_died)
         self.telemetry.start(self._thread_died)
 
     def stop(self) -> None:
@@ -136,6 +145,7 @@ class ControlPlane:
         self.liveness.shutting_down = True
         self.loop.stop()
         self.retention.stop()
+        self.checkpoint_tiers.stop()
         self.telemetry.stop()
         self.storage.stop()
         self.notifier.stop()
@@ -161,7 +171,8 @@ class ControlPlane:
     @property
     def threads(self) -> list[Supervised]:
         """Every supervised background thread of the plane: what /healthz and the metrics watch."""
-        return [*self.loop.threads, *(t for t in (self.retention.thread, self.storage.thread, self.telemetry.thread) if t is not None)]
+        return [*self.loop.threads, *(t for t in (self.retention.thread, self.storage.thread, self.telemetry.thread,
+                                                         self.checkpoint_tiers.thread) if t is not None)]
 
     def _thread_died(self, name: str, error: BaseException) -> None:
         """A supervised thread died and is being restarted: an event says so (the metrics count it)."""
@@ -194,6 +205,13 @@ class ControlPlane:
     def storage_report(self, spec: ConfigSpec, jobs: int = 0) -> dict[str, Any]:
         return self.storage.report(spec, jobs)
 
+    def storage_dirs(self) -> list[dict[str, Any]]:
+        return [{"job_id": d.job_id, "team": d.team, "bytes": d.bytes, "apparent_bytes": d.apparent,
+                 "kinds": dict(d.kinds)} for d in self.storage.dirs()]
+
+    def storage_refresh(self) -> None:
+        self.storage.refresh()
+
     def health(self) -> tuple[bool, dict[str, Any]]:
         rep = self.liveness.report()
         return rep.ok, rep.to_dict()
@@ -216,6 +234,14 @@ class ControlPlane:
 
     def remove_image(self, target: str, nodes: list[str]) -> list[dict[str, Any]]:
         return self.images.remove(target, nodes)
+
+    def stage_dataset(self, ref: DatasetRef, nodes: list[str]) -> dict[str, Any]:
+        return self.datasets.stage(ref, nodes)
+
+    def _record_datasets(self, found: dict[str, list[DatasetEntry]]) -> None:
+        with self.transaction() as s:
+            for node, entries in found.items():
+                dataset_nodes.record_entries(s, node, entries, self.clock())
 
     def open_terminal(self, job_id: int, rank: int, argv: list[str], rows: int, cols: int, *,
                       session: bool = False) -> Terminal:

@@ -33,6 +33,7 @@ from sqlalchemy import select
 
 from trainyard import jobfs
 from trainyard.contracts import JobDir
+from trainyard.control.lifecycle.storage_figures import DirUsage, FsUsage, fs_dict, kinds_of
 from trainyard.control.lifecycle.supervise import BackgroundWork
 from trainyard.disk import space
 from trainyard.services import storage as events
@@ -61,34 +62,6 @@ class Holds:
         return events.DISK_RESERVE if self.reserve else events.STORAGE_QUOTA if team in self.teams else None
 
 
-@dataclass(frozen=True)
-class DirUsage:
-    """One job dir as last measured; `team` None: no job of the store owns it."""
-
-    name: str
-    job_id: int | None
-    team: str | None
-    user: str | None
-    bytes: int
-    complete: bool  # False: the walk was cut, `bytes` is an estimate (at least what it counted)
-    measured_at: float
-
-
-@dataclass(frozen=True)
-class FsUsage:
-    path: str
-    size: int
-    free: int
-    reserve: int
-    inodes: int
-    inodes_free: int
-    inodes_reserve: int
-
-    @property
-    def low(self) -> bool:
-        return self.free < self.reserve or (self.inodes > 0 and self.inodes_free < self.inodes_reserve)
-
-
 class StorageMeter(BackgroundWork):
     thread_name = "trainyard-storage"
 
@@ -103,6 +76,7 @@ class StorageMeter(BackgroundWork):
         self.wake = wake or (lambda: None)
         self.walk_budget_s = walk_budget_s
         self._mu = threading.Lock()  # guards _dirs (the thread writes, the API reads)
+        self._sweeping = threading.RLock()  # one sweep or check at a time: the thread's or a refresh
         self._dirs: dict[str, DirUsage] = {}
         self._walks: dict[str, jobfs.UsageWalk] = {}  # walks cut at their budget, resumed next sweep
         self._holds = Holds()
@@ -148,8 +122,23 @@ class StorageMeter(BackgroundWork):
 
     # -- measuring ------------------------------------------------------------------------------
 
+    def refresh(self) -> None:
+        """Measure every job dir now, whole (no walk budget), and check: an admin's `yard storage
+        --refresh`, so what it shows is the disk as it is, to the byte."""
+        with self._sweeping:
+            self._walks.clear()
+            budget, self.walk_budget_s = self.walk_budget_s, float("inf")
+            try:
+                self.sweep()
+            finally:
+                self.walk_budget_s = budget
+
     def sweep(self) -> None:
         """Measure every job dir once (checking free space and quotas every CHECK_S meanwhile)."""
+        with self._sweeping:
+            self._sweep()
+
+    def _sweep(self) -> None:
         t0 = time.monotonic()
         self.check()
         tree = jobfs.Tree(self.jobs_root)
@@ -160,7 +149,7 @@ class StorageMeter(BackgroundWork):
             if self._stop.is_set():
                 return
             walk = self._walks.pop(name, None) or jobfs.UsageWalk(tree, name)
-            done = walk.run(deadline=time.monotonic() + self.walk_budget_s, max_entries=MAX_ENTRIES)
+            done = walk.run(deadline=time.monotonic() + min(self.walk_budget_s, 1e9), max_entries=MAX_ENTRIES)
             if done and not walk.whole and not tree.is_dir(name):
                 continue  # removed meanwhile (retention, an admin)
             if not done:
@@ -171,7 +160,8 @@ class StorageMeter(BackgroundWork):
                 used, complete = walk.total, done and walk.whole
                 if not complete and old is not None:
                     used = max(used, old.bytes)  # an estimate: never less than the last measure
-                self._dirs[name] = DirUsage(name, job_id, team, user, used, complete, self.clock())
+                self._dirs[name] = DirUsage(name, job_id, team, user, used, complete, self.clock(),
+                                            walk.apparent, kinds_of(walk.by_top))
             seen.add(name)
             if time.monotonic() - self._last_check >= CHECK_S:
                 self.check()
@@ -221,6 +211,10 @@ class StorageMeter(BackgroundWork):
 
     def check(self) -> None:
         """Free space and quotas against the configuration in force; events and a wake on a crossing."""
+        with self._sweeping:
+            self._check()
+
+    def _check(self) -> None:
         self._last_check = time.monotonic()
         now = self.clock()
         if self._over is None:
@@ -253,7 +247,7 @@ class StorageMeter(BackgroundWork):
                     events.warn_jobs(s, team, ids, used.get(team, 0), quotas[team] or 0, now)
                     self._warned.update(dict.fromkeys(ids, team))
                 if low and not self._low:
-                    events.reserve_crossed(s, [_fs_dict(f) for f in low], now)
+                    events.reserve_crossed(s, [fs_dict(f) for f in low], now)
                     log.warning("storage: under the disk reserve: %s", ", ".join(f.path for f in low))
                 elif self._low and not low:
                     events.reserve_ok(s, now)
@@ -264,6 +258,11 @@ class StorageMeter(BackgroundWork):
 
     # -- what the API shows ---------------------------------------------------------------------
 
+    def dirs(self) -> list[DirUsage]:
+        """Every job dir as last measured."""
+        with self._mu:
+            return list(self._dirs.values())
+
     def job(self, name: str) -> dict[str, Any] | None:
         """Job dir `name` (under `jobs/`) as last measured, or None."""
         d = self._dirs.get(name)
@@ -273,10 +272,5 @@ class StorageMeter(BackgroundWork):
         """What `GET /api/v1/storage` answers (`services.storage.report`)."""
         with self._mu:
             dirs = list(self._dirs.values())
-        return events.report(spec, dirs, [_fs_dict(f) for f in self._fs], self._holds.teams, self._holds.reserve,
+        return events.report(spec, dirs, [fs_dict(f) for f in self._fs], self._holds.teams, self._holds.reserve,
                              self.swept_at, self.sweep_s, jobs)
-
-
-def _fs_dict(f: FsUsage) -> dict[str, Any]:
-    return {"path": f.path, "size": f.size, "free": f.free, "reserve": f.reserve, "inodes": f.inodes,
-            "inodes_free": f.inodes_free, "inodes_reserve": f.inodes_reserve, "low": f.low}

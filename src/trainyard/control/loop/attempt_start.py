@@ -23,9 +23,9 @@ from trainyard import jobfs
 from trainyard.backends.base import BackendError, Constraints, ContainerLaunch, LaunchSpec, Limits
 from trainyard.contracts import JobDir, JobInfo, JobVar
 from trainyard.control.jobfiles import claim, ownership
-from trainyard.control.loop import fingerprints, image_pull
+from trainyard.control.loop import checkpoint_fetch, data_staging, fingerprints, image_pull
 from trainyard.control.loop.context import LoopContext
-from trainyard.services import auth, owners, transitions
+from trainyard.services import auth, checkpoint_copies, owners, transitions
 from trainyard.services.errors import Forbidden
 from trainyard.services.jobs import LAUNCH_FAILED_HELD
 from trainyard.services.output_paths import relative_to_workdir
@@ -52,7 +52,8 @@ def start(ctx: LoopContext, s: Session, j: JobRow, idx: NodeIndex, placement: Pl
     (`idx.ranks`). `cluster`: the configuration's cluster name (SLURM_CLUSTER_NAME)."""
     rows = idx.to_rows(placement)
     container = ContainerOptions.from_record(j.container) if j.container else None
-    transitions.start_attempt(s, j, rows, now, configuring=image_pull.IMAGE_PULL if container else None)
+    configuring = image_pull.IMAGE_PULL if container else data_staging.DATA_STAGING if j.datasets else None
+    transitions.start_attempt(s, j, rows, now, configuring=configuring)
     jd = ctx.job_dir(j)
     env = dict(j.env)
     if ctx.api_url:
@@ -68,7 +69,9 @@ def start(ctx: LoopContext, s: Session, j: JobRow, idx: NodeIndex, placement: Pl
                       limits=Limits(j.mem_mib, j.mem_per_gpu_mib, j.cpus_per_task, j.pids_max), batch=not j.command,
                       stderr_apart=stderr_apart(j.output, j.error),
                       constraints=Constraints(j.constraint, j.gpu_model, tuple(j.exclude_nodes or ()), bool(j.exclusive)),
-                      container=ContainerLaunch(container, container.image, j.image_digest or "") if container else None)
+                      container=ContainerLaunch(container, container.image, j.image_digest or "") if container else None,
+                      datasets=data_staging.refs_of(j.datasets),
+                      may_fetch=j.attempt > 1 and checkpoint_copies.newest_archived(s, j.id) is not None)
 
 
 def job_info(j: JobRow, placement: list[dict[str, Any]], cluster: str) -> JobInfo:
@@ -142,6 +145,14 @@ def launch(ctx: LoopContext, spec: LaunchSpec, now: float) -> None:
             spec = pulled
         elif not fingerprints.enforce(ctx, spec, cfg.spec.images.fingerprint):
             return
+        if spec.datasets:  # staged on every node next (CONFIGURING, DataStaging): the job's startup
+            staged = data_staging.prepare(ctx, spec)
+            if staged is None:
+                return
+            spec = staged
+        if (fetched := checkpoint_fetch.prepare(ctx, spec, who)) is None:  # resume across tiers (issue 41)
+            return
+        spec = fetched
         if output:
             link_outputs(output, spec, name, jd, array, user=user)
         if error and spec.stderr_apart:

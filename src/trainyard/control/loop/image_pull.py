@@ -37,6 +37,7 @@ from trainyard.services import images as image_rules
 from trainyard.services import transitions
 from trainyard.services.events import record
 from trainyard.spec.image_ref import ImageRef, parse_image
+from trainyard.staging.types import DATA_STAGING
 from trainyard.states import AttemptOutcome, JobState
 from trainyard.store.models import AttemptRow, JobRow
 
@@ -107,7 +108,9 @@ def _running(ctx: LoopContext, spec: LaunchSpec, digest: str, took: float, nodes
         j = s.get(JobRow, spec.job_id)
         if j is None or j.attempt != spec.attempt:
             return False
-        if j.state == JobState.CONFIGURING:
+        if j.state == JobState.CONFIGURING and spec.datasets:  # its data next: its time from now (data_staging.py)
+            j.reason, j.start_time = DATA_STAGING, now
+        elif j.state == JobState.CONFIGURING:
             j.state, j.reason, j.start_time = JobState.RUNNING, "None", now
         row = transitions.attempt_row(s, j)
         if row is not None:

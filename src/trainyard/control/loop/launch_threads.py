@@ -45,13 +45,15 @@ class Launches:
 
     @property
     def background(self) -> bool:
-        """Whether every launch goes to the pool (those with an image always do)."""
+        """Whether every launch goes to the pool (those with an image or datasets always do)."""
         return self._background
 
     def start(self, spec: LaunchSpec, now: float) -> None:
         """Launch `spec`'s attempt: now (inline), or on the pool (returns at once). An attempt with
-        an image always goes to the pool: its nodes pull first (`image_pull.py`), for minutes maybe."""
-        if self._pool is None and spec.container is None:
+        an image or datasets always goes to the pool: its nodes pull (`image_pull.py`) or stage
+        (`data_staging.py`) first, for minutes maybe; so does one that may copy a checkpoint back
+        from the archive (`checkpoint_fetch.py`)."""
+        if self._pool is None and spec.container is None and not spec.datasets and not spec.may_fetch:
             self._launch(spec, now)
             return
         if self._pool is None:

@@ -71,6 +71,7 @@ class Reconciler:
                     continue  # being launched (control/loop/launch_threads.py): the backend does not know it yet
                 if st is None:
                     self._never_launched(s, j, now)
+                    ended.append((j.id, j.attempt))  # released: what its start took (a dataset's pins) is freed
                 elif len(st.ranks) < (1 if not j.command else len(ranks_for(j.placement or [], j.tasks_per_node))):
                     # (a batch script is one rank to a backend that runs it as Slurm does: LaunchSpec.batch)
                     self._partial_launch(s, j, now)

@@ -29,7 +29,7 @@ from trainyard.control.loop.snapshot import NodeIndex, PendingCache, build_snaps
 from trainyard.control.loop.usage_cache import DecayedUsage
 from trainyard.sched.policy import Policy
 from trainyard.sched.types import BORROWING_LIMIT, COHORT_IN_USE, PendingInfo, Reason
-from trainyard.services import arrays, estimates, transitions
+from trainyard.services import arrays, dataset_nodes, estimates, transitions
 from trainyard.services.nodes import node_states
 from trainyard.states import ACTIVE_STATES, PENDING_STATES, JobState, StopKind
 from trainyard.store.models import ENGINE_COLUMNS, JobRow
@@ -92,9 +92,10 @@ class Scheduler:
             unchecked, checking = before_work.gate(self.health, cfg, states, unhealthy, running, pending, now)
             idx = NodeIndex.build(cfg, states, unhealthy + sorted(unchecked))
             usage = self._usage(s, now)
+            data_on = dataset_nodes.data_on(s)  # the tie-break: nodes that hold a job's datasets
         snap = build_snapshot(cfg, idx, running, pending, usage, now, self._pending_cache,
                               stopped_for=self._victims_in_play(running, pending),
-                              launching=facts.launching | self.launches.in_flight())
+                              launching=facts.launching | self.launches.in_flight(), data_on=data_on)
         result = (self.policy or cfg.policy).cycle(snap)
         by_id = {j.id: j for j in pending}
         launches: list[LaunchSpec] = []

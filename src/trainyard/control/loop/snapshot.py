@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import math
 from operator import itemgetter
-from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Iterable, Mapping, Sequence
 
 from trainyard.contracts import RankPlacement, ranks_of, slurm_node_order
 from trainyard.control.loop import suspects
@@ -155,11 +155,16 @@ class PendingCache:
 def build_snapshot(cfg: ConfigVersion, idx: NodeIndex, running_rows: Sequence[JobRow], pending_rows: Sequence[Any],
                    usage: dict[str, float], now: float, cache: PendingCache, explain: bool = True,
                    stopped_for: dict[int, int] | None = None,
-                   launching: frozenset[tuple[int, int]] = frozenset()) -> Snapshot:
-    """`launching`: (job, attempt) of the attempts still being launched (control/loop/launch_threads.py)."""
+                   launching: frozenset[tuple[int, int]] = frozenset(),
+                   data_on: Mapping[int, tuple[tuple[str, int], ...]] | None = None) -> Snapshot:
+    """`launching`: (job, attempt) of the attempts still being launched (control/loop/launch_threads.py).
+    `data_on`: job -> the nodes holding its datasets, with their bytes (`JobRequest.data_on`: a tie-break)."""
     teams, classes = cfg.sched
     running = [r for r in (running_of(j, idx, (j.id, j.attempt) in launching) for j in running_rows) if r is not None]
     cluster = ClusterState.build(idx.nodes, [r.placement for r in running])
     pending = cache(j for j in pending_rows if not j.held and j.job_class in classes and j.team in teams)
+    if data_on:
+        pending = [replace(p, req=replace(p.req, data_on=data_on[p.req.id])) if p.req.id in data_on else p
+                   for p in pending]
     return Snapshot(now=now, cluster=cluster, teams=teams, classes=classes, running=running, pending=pending,
                     usage=usage, explain=explain, stopped_for=stopped_for or {}, reservations=cfg.reservations)

@@ -40,6 +40,8 @@ CAUSES = ("completed", "cancelled", "timeout", "preempted", "requeued", "node_lo
           "user_error", "crash", "exit_code", "signal", "requeue_exit",
           # the image step (control/loop/image_pull.py): the user's image, or the registry's/node's fault
           "image_pull", "image_pull_registry",
+          # the data step (control/loop/data_staging.py): the user's dataset, or the source's/node's fault
+          "data_staging", "data_staging_source",
           "env_mismatch",  # a bare gang whose nodes' environments differ (control/loop/fingerprints.py)
           "idle")  # requeued by its class's idle policy (control/loop/idle.py); counted to end a cycle
 RETRYABLE = ("node_lost", "hung", "crash", "requeue_exit")
