@@ -87,3 +87,13 @@ def test_submit_refuses_a_dataset_path_the_job_does_not_ask_for(asked, ok, monke
         return
     assert r.exit_code == 2, r.output
     assert "data.path: $TRAINYARD_DATASET_CORPUS" in r.output and "--dataset corpus[:VERSION]" in r.output
+
+
+def test_yard_run_without_the_variable_names_data_path_and_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.delenv("TRAINYARD_DATASET_CORPUS", raising=False)
+    out = tmp_path / "run"
+    r = CliRunner().invoke(app, ["run", "llama-pretrain", "--out", str(out),
+                                 "--set", "data.path=$TRAINYARD_DATASET_CORPUS"])
+    assert r.exit_code == 2, r.output
+    assert "data.path: $TRAINYARD_DATASET_CORPUS: $TRAINYARD_DATASET_CORPUS is not set here" in r.output
+    assert not out.exists()

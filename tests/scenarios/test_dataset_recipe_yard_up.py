@@ -10,13 +10,15 @@ reading its own node's copy (recipes/data_sources.local_path).
 - the first job stages the corpus on both nodes and trains on it (its token cache records the
   variable, not a node's path; its recipe.yaml keeps the variable);
 - a second job on the same nodes stages nothing (the figures: staging time per node, the cached start);
+- a run requeued after a checkpoint resumes on the cached copies with the same token cache, and
+  its losses are the uninterrupted run's, step for step;
 - a node whose cache was emptied stages it again, the other finds it;
 - the object replaced in the store (the pinned checksum no longer matches) fails the attempt with
   cause DataStagingError, and no node's cache holds anything half-written.
 
 The jobs run as the plane's own account (root): a recipe needs torch, and this machine's interpreter
 is under a directory no other account may enter; a non-root owner reading a staged dataset is
-tests/scenarios/test_datasets_yard_up.py's. About 35 s (the server's start and three tiny trainings).
+tests/scenarios/test_datasets_yard_up.py's. About a minute (the server's start and five tiny trainings).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import pytest
 
 from tests.plane import TWO_TEAMS
 from tests.recipes.helpers import TINY_PRETRAIN
-from tests.yard_cluster import YardCluster
+from tests.yard_cluster import YardCluster, losses
 
 pytest.importorskip("trainyard.staging.source")
 seaweed_module = pytest.importorskip("tests.staging.seaweed")
@@ -40,8 +42,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("dataset-recipe-yard-up"
 
 CORPUS = "".join(json.dumps({"text": f"document {i}: " + "the quick brown fox jumps over the lazy dog " * 2}) + "\n"
                  for i in range(400)).encode()
-STEPS = 4
-SETS = [*TINY_PRETRAIN, f"steps={STEPS}", "checkpoint_every=2", "data.path=$TRAINYARD_DATASET_CORPUS"]
+STEPS = 30
+SETS = [*TINY_PRETRAIN, f"steps={STEPS}", "checkpoint_every=5", "data.path=$TRAINYARD_DATASET_CORPUS"]
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +88,12 @@ def _staged(c: YardCluster, job: int, label: str) -> dict[str, bool]:
     return {n: bool(v["copied"]) for n, v in per_node.items()}
 
 
+def _first_step_after_submit(c: YardCluster, job: int) -> float:
+    """Seconds from the job's submission to its first step's metrics line (rank 0's clock)."""
+    first = json.loads((c.job_dir(job) / "metrics" / "metrics.jsonl").read_text().splitlines()[0])
+    return float(first["time"]) - float(c.job(job)["submit_time"])
+
+
 def _cache(c: YardCluster, node: str) -> Path:
     return c.data_dir / "datasets" / node
 
@@ -118,13 +126,35 @@ def test_a_two_node_recipe_trains_on_the_dataset_staged_once_per_node(world):
     c.wait(first, "COMPLETED", timeout=240)
     assert _staged(c, first, "first job, cold") == {"node-0": True, "node-1": True}
     _trained(c, first)
+    world["reference"] = losses(c.job_dir(first))
+    assert sorted(world["reference"]) == list(range(1, STEPS + 1))
     second = _submit(c)
     c.wait(second, "COMPLETED", timeout=240)
     assert _staged(c, second, "second job, cached") == {"node-0": False, "node-1": False}
     _trained(c, second)
+    print(f"FIGURE submit to first step: {_first_step_after_submit(c, first):.2f}s staging on both nodes, "
+          f"{_first_step_after_submit(c, second):.2f}s cached (a 46 kB corpus: the ranks' start dominates)")
     keys = {json.loads(next((c.job_dir(j) / "checkpoints" / "tokens").glob("*.json")).read_text())["key"]
             for j in (first, second)}
     assert len(keys) == 1  # the token cache's key is the data's bytes, whichever node's copy was read
+
+
+def test_a_requeued_run_resumes_exactly_on_the_cached_copies(world):
+    """Requeued after a checkpoint, the run's second attempt stages nothing (both nodes have the
+    corpus), keeps its token cache (one key: the recipe's variable, not a node's path) and trains
+    the very steps an uninterrupted run trains."""
+    c: YardCluster = world["c"]
+    job = _submit(c)
+    c.wait_committed(job, 10, timeout=240)
+    c.yard("requeue", str(job))
+    j = c.wait(job, "COMPLETED", timeout=240)
+    assert [a["state"] for a in j["attempts"]] == ["REQUEUED", "COMPLETED"], j["attempts"]
+    staged = _events(c, job, "job.data_staged")
+    assert len(staged) == 2 and all(not v["corpus:v1"]["copied"] for e in staged for v in e["data"]["nodes"].values())
+    _trained(c, job)
+    got, want = losses(c.job_dir(job)), world["reference"]
+    assert sorted(got) == sorted(want)
+    assert all(abs(got[s] - want[s]) < 1e-5 for s in want), [(s, got[s], want[s]) for s in want if got[s] != want[s]]
 
 
 def test_an_emptied_node_stages_again(world):
