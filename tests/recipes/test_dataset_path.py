@@ -97,3 +97,11 @@ def test_yard_run_without_the_variable_names_data_path_and_writes_nothing(tmp_pa
     assert r.exit_code == 2, r.output
     assert "data.path: $TRAINYARD_DATASET_CORPUS: $TRAINYARD_DATASET_CORPUS is not set here" in r.output
     assert not out.exists()
+
+
+@pytest.mark.parametrize("path", ["$TRAINYARD_DATASET_corpus", "${TRAINYARD_DATASET_CORPUS", "$TRAINYARD_DATASET_X.jsonl"])
+def test_submit_refuses_a_malformed_dataset_variable(path, monkeypatch):
+    monkeypatch.setenv("YARD_URL", "http://127.0.0.1:9")
+    r = CliRunner().invoke(app, ["submit", "--recipe", "llama-pretrain", "-G", "1", "--dataset", "corpus:v1",
+                                 "--set", f"data.path={path}", "--json"])
+    assert r.exit_code == 2 and f"data.path: {path} does not name a dataset's variable" in r.output, r.output

@@ -40,7 +40,12 @@ def _check_recipe_dataset(path: str | None, asked: list[str]) -> None:
     from trainyard.recipes.data_sources import dataset_variable
     from trainyard.staging.types import dataset_var
 
+    from trainyard.recipes.spec import DATASET_PATH_PREFIXES
+
     var = dataset_variable(path) if path is not None else None
+    if var is None and path is not None and path.startswith(DATASET_PATH_PREFIXES):
+        fail(f"data.path: {path} does not name a dataset's variable: $TRAINYARD_DATASET_ and the name upper-cased, "
+             "'-' as '_' (e.g. $TRAINYARD_DATASET_MY_CORPUS for my-corpus), alone or followed by /PATH")
     if var is None or var in {dataset_var(a.split(":", 1)[0]) for a in asked}:
         return
     name = var.removeprefix("TRAINYARD_DATASET_").lower().replace("_", "-")
