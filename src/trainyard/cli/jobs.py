@@ -34,6 +34,26 @@ JSON = typer.Option(False, "--json", help="print JSON instead of a table")
 SCRIPT_SUFFIXES = (".sh", ".sbatch", ".slurm", ".bash")
 
 
+def _check_recipe_dataset(path: str | None, asked: list[str]) -> None:
+    """A recipe's `data.path: $TRAINYARD_DATASET_<NAME>` is the copy of a dataset the job must ask
+    for (`--dataset`): the ranks find nothing there otherwise. Exit 2 naming data.path when it does not."""
+    from trainyard.recipes.data_sources import dataset_variable
+    from trainyard.staging.types import dataset_var
+
+    from trainyard.recipes.spec import DATASET_PATH_PREFIXES
+
+    var = dataset_variable(path) if path is not None else None
+    if var is None and path is not None and path.startswith(DATASET_PATH_PREFIXES):
+        fail(f"data.path: {path} does not name a dataset's variable: $TRAINYARD_DATASET_ and the name upper-cased, "
+             "'-' as '_' (e.g. $TRAINYARD_DATASET_MY_CORPUS for my-corpus), alone or followed by /PATH")
+    if var is None or var in {dataset_var(a.split(":", 1)[0]) for a in asked}:
+        return
+    name = var.removeprefix("TRAINYARD_DATASET_").lower().replace("_", "-")
+    given = f" (it asks for {', '.join(asked)})" if asked else ""
+    fail(f"data.path: {path} is the copy of a catalogue dataset, but the job asks for none named by ${var}{given}; "
+         f"add --dataset {name}[:VERSION]")
+
+
 def _looks_like_script(args: list[str]) -> bool:
     if len(args) != 1:
         return False
@@ -228,6 +248,7 @@ def job_request(
                 spec.check_world_size(gpus_n if gpus_n is not None else spec.gpus)
         except RecipeError as e:
             fail(str(e))
+        _check_recipe_dataset(spec.data.path, asked_datasets)
         # in an image (the job's, or its team's default) the plane runs it with the image's python3
         # (services/images.py `recipe_in_image`)
         body["command"] = [sys.executable, "-m", "trainyard.recipes", ref] + [x for s in sets for x in ("--set", s)]

@@ -18,6 +18,15 @@ Why one module: pretraining reads the `text` field, SFT the `messages`, RL the `
 `answer`; they all need the same list of files, the same order, the same fingerprint and the
 same error for a file that cannot be read. Errors are `RecipeError(…, "data.path")` naming the
 file (and line or row).
+
+A dataset of the catalogue (issue 41): `data.path: $TRAINYARD_DATASET_CORPUS` (or
+`${TRAINYARD_DATASET_CORPUS}/train`) is the copy the plane staged on the rank's own node, expanded
+here when the files are read (`local_path`), never in the recipe: the run's recipe.yaml keeps the
+variable, so an attempt on other nodes (another cache, another path) resumes the same run, and the
+token cache's key (`data_digest`: paths relative to the data's root and their bytes) is the same on
+every node. Only the `TRAINYARD_DATASET_` variables are expanded. A one-object dataset is staged as a
+file named `data`, without a suffix: a file with none of `SUFFIXES` is read by its first bytes
+(`PAR1`: parquet; `{`: JSON lines; else text), which is what `sniff` decides.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +45,9 @@ from trainyard.recipes.spec import RecipeError
 SUFFIXES = (".jsonl", ".txt", ".parquet")
 DATASET_MARKERS = (("state.json", "dataset_info.json"), ("dataset_dict.json",))
 PARQUET_BATCH = 1024  # rows per read of a parquet file
+# `$TRAINYARD_DATASET_X` or `${TRAINYARD_DATASET_X}` heading a data.path, alone or before `/…`
+_DATASET_VAR = re.compile(r"^\$(?:\{(TRAINYARD_DATASET_[A-Z0-9_]+)\}|(TRAINYARD_DATASET_[A-Z0-9_]+))(?=/|$)")
+SNIFF_BYTES = 4096  # read of a suffixless file's head to tell its format
 
 
 @dataclass(frozen=True)
@@ -56,15 +69,59 @@ def _describe_formats() -> str:
     return f"{', '.join(SUFFIXES)} files or a datasets save_to_disk directory"
 
 
+def dataset_variable(path: str | Path) -> str | None:
+    """The `TRAINYARD_DATASET_<NAME>` variable a data.path starts with (a catalogue dataset), else None."""
+    m = _DATASET_VAR.match(str(path))
+    return None if m is None else m.group(1) or m.group(2)
+
+
+def local_path(path: str | Path, environ: dict[str, str] | None = None) -> Path:
+    """`path` on this machine: a leading `$TRAINYARD_DATASET_<NAME>` replaced by its value (the
+    dataset's copy on this node), `~` expanded.
+
+    Raises:
+        RecipeError (data.path): the variable is not set (the job did not ask for the dataset).
+    """
+    var = dataset_variable(path)
+    if var is None:
+        return Path(path).expanduser()
+    env = os.environ if environ is None else environ
+    value = env.get(var)
+    if not value:
+        name = var.removeprefix("TRAINYARD_DATASET_").lower().replace("_", "-")
+        raise RecipeError(f"{path}: ${var} is not set here: it is the copy of a catalogue dataset that the plane "
+                          f"stages for a job that asks for it (yard submit --dataset {name}[:VERSION])", "data.path")
+    return Path(value + _DATASET_VAR.sub("", str(path)))
+
+
+def sniff(f: Path) -> str:
+    """A suffixless file's format as its suffix: `.parquet` (starts with PAR1), `.jsonl` (its first
+    non-blank byte is `{`) or `.txt`."""
+    try:
+        with open(f, "rb") as fh:
+            head = fh.read(SNIFF_BYTES)
+    except OSError as e:
+        raise RecipeError(f"{f}: {e.strerror or e}", "data.path") from None
+    if head.startswith(b"PAR1"):
+        return ".parquet"
+    return ".jsonl" if head.lstrip()[:1] == b"{" else ".txt"
+
+
+def file_format(f: Path) -> str:
+    """A source file's format as a suffix: its own, else what `sniff` reads."""
+    return f.suffix if f.suffix in SUFFIXES else sniff(f)
+
+
 def data_files(path: str | Path) -> list[Path]:
-    """The data's sources in their fixed order (files, or saved-dataset directories).
+    """The data's sources in their fixed order (files, or saved-dataset directories). `path` may
+    start with a dataset's variable (`local_path`).
 
     Raises:
         RecipeError (data.path): a missing path, an unsupported file, a directory without data.
     """
-    p = Path(path).expanduser()
+    p = local_path(path)
     if p.is_file():
-        if p.suffix not in SUFFIXES:
+        if p.suffix not in SUFFIXES and (p.suffix or dataset_variable(path) is None):
             raise RecipeError(f"{p}: not a supported format ({_describe_formats()})", "data.path")
         return [p.resolve()]
     if not p.is_dir():
@@ -92,12 +149,12 @@ def records(sources: list[Path]) -> Iterator[Record]:
     for src in sources:
         if src.is_dir():
             yield from _dataset_records(src)
-        elif src.suffix == ".txt":
+        elif file_format(src) == ".txt":
             try:
                 yield Record(str(src), text=src.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError) as e:
                 raise RecipeError(f"{src}: not readable as UTF-8 text ({e})", "data.path") from None
-        elif src.suffix == ".parquet":
+        elif file_format(src) == ".parquet":
             yield from _parquet_records(src)
         else:
             yield from _jsonl_records(src)
@@ -171,8 +228,9 @@ def _dataset_records(d: Path) -> Iterator[Record]:
 
 def data_digest(sources: list[Path], root: str | Path) -> str:
     """sha256 of the data: each source file's path relative to `root` and its bytes (a saved
-    dataset: every file under it, in sorted order)."""
-    base = Path(root).expanduser().resolve()
+    dataset: every file under it, in sorted order). `root` may start with a dataset's variable: the
+    paths are relative to its copy on this node, so the digest is the same on every node."""
+    base = local_path(root).resolve()
     base = base if base.is_dir() and not is_saved_dataset(base) else base.parent
     h = hashlib.sha256()
     for src in sources:
@@ -186,5 +244,5 @@ def data_digest(sources: list[Path], root: str | Path) -> str:
     return h.hexdigest()
 
 
-__all__ = ["DATASET_MARKERS", "PARQUET_BATCH", "Record", "SUFFIXES", "data_digest", "data_files", "is_saved_dataset",
-           "records"]
+__all__ = ["DATASET_MARKERS", "PARQUET_BATCH", "Record", "SUFFIXES", "data_digest", "data_files", "dataset_variable",
+           "file_format", "is_saved_dataset", "local_path", "records", "sniff"]

@@ -101,13 +101,20 @@ def _first_task() -> list[Task]:
     return ["add"]
 
 
+# a data.path that names a catalogue dataset (staging/types.dataset_var; recipes/data_sources.local_path)
+DATASET_PATH_PREFIXES = ("$TRAINYARD_DATASET_", "${TRAINYARD_DATASET_")
+
+
 class DataSpec(_Section):
     """Offline data. `python-stdlib`: the source text of this Python's standard library, as bytes,
     cut into windows of `seq_len` + 1 tokens (pretraining). `tasks`: generated prompt/response
     pairs with exact answers (instruction tuning, RL with a verifiable reward). `path`: the
     user's own files (`recipes/data_sources.py`), which replace `source`: documents for
     pretraining (`recipes/user_data.py`), chat `messages` for SFT and `prompt`/`answer` records
-    for RL (`recipes/chat_data.py`).
+    for RL (`recipes/chat_data.py`). `path` may start with a catalogue dataset's variable
+    (`$TRAINYARD_DATASET_CORPUS`, `${TRAINYARD_DATASET_CORPUS}/train`): the copy staged on each
+    rank's node for a job submitted with `--dataset corpus[:VERSION]`, expanded only where the files
+    are read (`data_sources.local_path`), so the recipe (and the run's recipe.yaml) keeps the variable.
 
     `field` defaults per kind: a recipe that does not set it reads `text` (pretrain), `messages`
     (sft) or `prompt` (rl) (`RecipeSpec` fills it in, so the run's recipe.yaml records it).
@@ -436,9 +443,12 @@ def absolute_paths(spec: RecipeSpec) -> list[str]:
     """`--set` items that make the recipe's local paths absolute — `init_from`, `model.from`,
     `data.path`, a `FILE.py:NAME` reward function — so that ranks started in another directory
     (the job's workdir, another node) read the same files. Empty when they already are. `export`
-    stays as given: relative to the run's directory by design."""
+    stays as given: relative to the run's directory by design, as does a `data.path` that starts with
+    a dataset's variable (`$TRAINYARD_DATASET_<NAME>`)."""
     out = []
     for key, value in (("init_from", spec.init_from), ("model.from", spec.model.from_), ("data.path", spec.data.path)):
+        if key == "data.path" and value is not None and value.startswith(DATASET_PATH_PREFIXES):
+            continue  # a catalogue dataset: each rank's node has its own copy (recipes/data_sources.local_path)
         if value is not None and str(Path(value).expanduser().resolve()) != value:
             out.append(f"{key}={Path(value).expanduser().resolve()}")
     fn = spec.rl.reward_function
@@ -468,5 +478,5 @@ def load_recipe(ref: str, sets: list[str] | tuple[str, ...] = ()) -> RecipeSpec:
     return build(data, sets, source=str(path))
 
 
-__all__ = ["absolute_paths", "DEFAULT_FIELD", "RecipeError", "RecipeSpec", "ModelSpec", "DataSpec", "BatchSpec", "OptimSpec",
+__all__ = ["absolute_paths", "DATASET_PATH_PREFIXES", "DEFAULT_FIELD", "RecipeError", "RecipeSpec", "ModelSpec", "DataSpec", "BatchSpec", "OptimSpec",
            "RLSpec", "TOKENIZER_SIZE", "build", "configs_dir", "load_recipe", "parse_set", "recipe_path", "shipped"]
