@@ -16,11 +16,13 @@ import json
 import shutil
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
 from tests.plane import TWO_TEAMS
 from tests.recipes.helpers import TINY_PRETRAIN
+from tests.services.test_retention_rules import apparent
 from tests.staging.seaweed import seaweed_server
 from tests.yard_cluster import YardCluster, losses
 
@@ -54,6 +56,8 @@ storage:
 
 
 class Cluster(YardCluster):
+    archive_files: Callable[[], dict[str, int]]  # every file of the archive tier (path) or object (s3): its bytes
+
     def submit(self, *args: str) -> int:
         if not args:
             args = ("--recipe", "llama-pretrain", "-G", "2", "-A", "vision", *(x for s in SETS for x in ("--set", s)))
@@ -86,6 +90,8 @@ def cluster(request, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(f"tiers-{request.param}")
     if request.param == "path":
         c = Cluster(tmp, "local", config_file=config(tmp, str(tmp / "archive")))
+        c.archive_files = lambda: {str(f.relative_to(tmp / "archive")): f.stat().st_size
+                                   for f in (tmp / "archive").rglob("*") if f.is_file()}
         try:
             yield c
         finally:
@@ -98,6 +104,9 @@ def cluster(request, tmp_path_factory):
         stores = (f"  object_stores:\n    - {{url: \"s3://{s3.bucket}\", endpoint_url: \"{s3.endpoint_url}\", "
                   f"credentials_file: {cred}}}\n")
         c = Cluster(tmp, "local", config_file=config(tmp, s3.url("ckpt"), stores))
+        fs = s3._filesystem()
+        c.archive_files = lambda: {k: int(v["size"]) for k, v in fs.find(f"{s3.bucket}/ckpt", detail=True).items()
+                                   if v.get("type") != "directory"}
         try:
             yield c
         finally:
@@ -161,3 +170,21 @@ def test_a_resume_after_the_fast_tier_was_deleted_fetches_from_the_archive(clust
     assert [e["data"]["step"] for e in fetched] == [max(archived)] and fetched[0]["data"]["seconds"] >= 0
     same(cluster, job, reference)  # steps 101.. run again from the archived step, bit for bit
 
+
+
+def test_yard_storage_and_the_disk_agree_to_the_byte_after_the_rules_ran(cluster, reference):
+    """Last of the module: every job has ended and the rules have run. `yard storage --refresh`
+    gives the fast tier what a walk of the job dirs gives (`du -sbx` summed), and the archive tier
+    what the archive holds (its files, or its objects, byte for byte); the vision team's jobs are
+    all there is."""
+    listing = cluster.http.get("/api/v1/jobs", params={"limit": 1000}).json()
+    ids = [j["id"] for j in (listing["jobs"] if isinstance(listing, dict) else listing)]
+    assert ids and all(cluster.job(i)["state"] == "COMPLETED" for i in ids)
+    for i in ids:  # the rules have settled for every job
+        cluster.settle(i)
+    rep = json.loads(cluster.yard("storage", "--refresh", "--json").stdout)
+    [vision] = [t for t in rep["teams"] if t["team"] == "vision"]
+    jobs = cluster.job_dir(ids[0]).parent
+    assert vision["tiers"]["fast"]["apparent_bytes"] == sum(apparent(d) for d in jobs.iterdir() if d.is_dir())
+    archived = cluster.archive_files()
+    assert archived and vision["tiers"]["archive"]["bytes"] == sum(archived.values()), (vision["tiers"], archived)
