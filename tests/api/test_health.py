@@ -37,7 +37,8 @@ def test_healthy_plane_is_200_with_every_check_and_the_loop_passes(plane):
     assert code == 200 and body["ok"] is True
     assert set(body["checks"]) == {"loop", "store", "disk", "threads"}
     assert all(c["ok"] for c in body["checks"].values())
-    assert body["checks"]["threads"]["detail"].startswith("5 running")  # loop, health checks, retention, storage, telemetry
+    # loop, health checks, retention, storage, telemetry, checkpoint tiers
+    assert body["checks"]["threads"]["detail"].startswith("6 running")
     assert body["loop"]["passes"]["count"] >= 1 and "p99_ms" in body["loop"]["passes"]
     assert plane.http.get("/readyz").json() == {"ready": True, "detail": "ready"}
 

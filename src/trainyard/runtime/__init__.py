@@ -11,7 +11,8 @@
         loss = train_step(sampler.indices())
         run.log(loss=loss)
 
-Parts, one job each: `env` (the job environment), `init` (process set-up), `checkpoint`
+Parts, one job each: `env` (the job environment), `startup` (process set-up: `init`; not a module
+named `init`, which importing it would make `yr.init` instead of the function), `checkpoint`
 (DCP checkpoints, atomic commit, retention, validation), `preemption` (notice → agreement),
 `sampler` (data order independent of world size), `metrics` (metrics.jsonl, TensorBoard),
 `progress` (reports to the control plane), `watchdog` (hang → exit 86), `rng` (generator
@@ -33,8 +34,8 @@ from trainyard.contracts import REQUEUE_EXIT, WATCHDOG_EXIT
 # (seconds of CPU per rank) because it imported this package.
 _WHERE = {
     "CheckpointError": "checkpoint", "CheckpointManager": "checkpoint", "CheckpointSaveError": "checkpoint",
-    "NoValidCheckpointError": "checkpoint", "JobEnv": "env", "JobEnvError": "env", "Context": "init",
-    "init": "init", "runtime_groups": "init", "seed_everything": "init", "set_deterministic": "init",
+    "NoValidCheckpointError": "checkpoint", "JobEnv": "env", "JobEnvError": "env", "Context": "startup",
+    "init": "startup", "runtime_groups": "startup", "seed_everything": "startup", "set_deterministic": "startup",
     "MetricsLogger": "metrics", "read_metrics": "metrics", "PhaseClock": "phases",
     "PreemptionHandler": "preemption", "ProgressReporter": "progress", "Run": "run",
     "ResumableSampler": "sampler", "Watchdog": "watchdog",
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
         NoValidCheckpointError,
     )
     from trainyard.runtime.env import JobEnv, JobEnvError
-    from trainyard.runtime.init import Context, init, runtime_groups, seed_everything, set_deterministic
+    from trainyard.runtime.startup import Context, init, runtime_groups, seed_everything, set_deterministic
     from trainyard.runtime.metrics import MetricsLogger, read_metrics
     from trainyard.runtime.phases import PhaseClock
     from trainyard.runtime.preemption import PreemptionHandler

@@ -725,6 +725,6 @@ class CheckpointManager:
                 _warn(f"checkpoint step-{step} was written by {saved_world} ranks, this run has {self.world_size}: "
                       "model, optimizer and data position are restored exactly; random generators are re-seeded "
                       "per rank (dropout masks differ from an uninterrupted run)")
-            from trainyard.runtime.init import seed_everything
+            from trainyard.runtime.startup import seed_everything
             seed_everything(rng.derived_seed(self.seed, self.rank, step))
         return None

@@ -46,7 +46,7 @@ from trainyard.contracts import PHASES_EVERY_S, REQUEUE_EXIT
 from trainyard.runtime import comm_timing, phases
 from trainyard.runtime.cadence import CheckpointCadence
 from trainyard.runtime.checkpoint import CheckpointManager, CheckpointSaveError
-from trainyard.runtime.init import Context, init
+from trainyard.runtime.startup import Context, init
 from trainyard.runtime.metrics import MetricsLogger, peak_memory
 from trainyard.runtime.preemption import PreemptionHandler
 from trainyard.runtime.progress import ProgressReporter

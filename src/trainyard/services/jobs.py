@@ -331,7 +331,9 @@ def _mem_limit(v: int | str | None) -> int | None:
     return (parse_mem_mib(v) or None) if v is not None else None
 
 
-WORKDIR_CHECK_S = 2.0  # a working directory on a hung mount holds a submit this long at most
+# A working directory on a hung mount holds a submit this long at most. 2 s refused a valid submit
+# on a plane host at load 12 (the forked child had not answered yet): a fork of a large plane is slow there.
+WORKDIR_CHECK_S = 5.0
 
 def _check_workdir(workdir: str, owner: Owner) -> None:
     """The working directory exists and the account the job runs as may enter it: asked of the

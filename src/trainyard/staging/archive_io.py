@@ -159,7 +159,8 @@ class Archive:
 
     def put_step(self, tree: Tree, checkpoints: str, m: Manifest, location: str, throttle: Throttle) -> int:
         """Copy the manifest's files of `checkpoints/step-N` to `location`, then SHA256SUMS, then the
-        marker; read every file back and compare its hash. Returns the bytes copied.
+        marker; read every file back and compare its hash. Returns the bytes the archive now holds
+        for the step (the files, SHA256SUMS and the marker: what `yard storage` counts for the tier).
 
         Raises:
             ArchiveError: a file refused, not its manifest's size, or the copy read back differs.
@@ -176,14 +177,15 @@ class Archive:
                     sums[name] = _copy_exact(fh, out, size, src, throttle)
             except OSError as e:
                 raise ArchiveError(f"{src}: {e}") from None
-        self._write(f"{base}/{SUMS}", json.dumps(sums, sort_keys=True).encode())
+        sums_blob = json.dumps(sums, sort_keys=True).encode()
+        self._write(f"{base}/{SUMS}", sums_blob)
         for name, want in sums.items():
             got = self._hash_of(f"{base}/{name}", m.files[name])
             if got != want:
                 raise ArchiveError(f"{location}/{name}: the archive copy reads back as sha256 {got[:16]}…, "
                                    f"the fast tier's was {want[:16]}…")
         self._write(f"{base}/{CHECKPOINT_MARKER}", m.raw)
-        return m.bytes
+        return m.bytes + len(sums_blob) + len(m.raw)
 
     def _write(self, path: str, data: bytes) -> None:
         with self.fs.open(path, "wb") as out:
