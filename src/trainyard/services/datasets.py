@@ -31,9 +31,7 @@ dataset's size is not known until a node stages it: pinned as 0.
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +44,7 @@ from trainyard.services.auth import Principal
 from trainyard.services.errors import Conflict, Forbidden, NotFound, ServiceError, Unprocessable
 from trainyard.services.events import record
 from trainyard.services.plane_facade import Plane
+from trainyard.services.secret_files import read_secret_file
 from trainyard.spec.datasets import SOURCE_RE
 from trainyard.spec.models import ConfigSpec
 from trainyard.staging.checksum import summary_of_source
@@ -240,22 +239,7 @@ def _credentials(path: str, where: str) -> tuple[str, str]:
     Raises:
         ServiceError: naming `where`.
     """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)  # plane's own: a secret
-    except OSError as e:
-        why = "is a symbolic link" if e.errno == 40 else (e.strerror or str(e)).lower()
-        raise ServiceError(f"{where}: {path} {why}", field=where) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ServiceError(f"{where}: {path} is not a regular file", field=where)
-        if st.st_mode & 0o077 or st.st_uid != os.geteuid():
-            raise ServiceError(f"{where}: {path} may be read by others than the control plane's account (owner uid "
-                               f"{st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}); chown it to the plane and chmod 600",
-                               field=where)
-        data = os.read(fd, MAX_CREDENTIALS_BYTES + 1)
-    finally:
-        os.close(fd)
+    data = read_secret_file(path, where, MAX_CREDENTIALS_BYTES)
     lines = [x.strip() for x in data.decode("utf-8", "replace").splitlines() if x.strip()]
     if len(data) > MAX_CREDENTIALS_BYTES or len(lines) != 2:
         raise ServiceError(f"{where}: {path} must hold two lines, the access key id and the secret", field=where)

@@ -14,12 +14,11 @@ when the configuration is applied, never a job that fails later on every node.
 
 from __future__ import annotations
 
-import os
-import stat
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from trainyard.images.types import Credentials, RegistryAccess
 from trainyard.services.errors import Forbidden, ServiceError
+from trainyard.services.secret_files import read_secret_file
 from trainyard.spec import container_flags
 from trainyard.spec.container import ContainerOptions
 from trainyard.spec.container_mounts import parse_mounts
@@ -60,24 +59,8 @@ def read_secret(path: str, where: str) -> str:
     Raises:
         ServiceError: field `where`; the message says what is wrong with the file.
     """
-    try:
-        # the configuration's secret, an admin's file: no link followed, regular, 0600 (checked below)
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)  # plane's own: a secret
-    except OSError as e:
-        why = "is a symbolic link" if e.errno == 40 else (e.strerror or str(e)).lower()
-        raise ServiceError(f"{where}: {path} {why}; the registry's password goes in a regular file only root reads",
-                           field=where) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ServiceError(f"{where}: {path} is not a regular file", field=where)
-        if st.st_mode & 0o077 or st.st_uid != os.geteuid():
-            raise ServiceError(f"{where}: {path} may be read by others than the control plane's account "
-                               f"(owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}); chown it to the plane "
-                               "and chmod 600", field=where)
-        data = os.read(fd, MAX_SECRET_BYTES + 1)
-    finally:
-        os.close(fd)
+    data = read_secret_file(path, where, MAX_SECRET_BYTES,
+                            "; the registry's password goes in a regular file only root reads")
     if len(data) > MAX_SECRET_BYTES:
         raise ServiceError(f"{where}: {path} is over {MAX_SECRET_BYTES} bytes; it should hold one password",
                            field=where)

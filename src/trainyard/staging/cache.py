@@ -36,6 +36,7 @@ import os
 import re
 import shutil
 import stat
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -355,29 +356,55 @@ class NodeDatasetCache:
                 os.chmod(d, mode)
 
 
-def node_cache(top: str | Path, node: str) -> NodeDatasetCache:
-    """The cache of `node` under `top` (every node's caches: `<top>/<node>`, `top` made 0711)."""
-    if not node or "/" in node or node in (".", ".."):
-        raise ValueError(f"not a node name: {node!r}")
-    top = Path(top)
-    top.mkdir(mode=0o711, exist_ok=True)
-    os.chmod(top, 0o711)  # made by an older plane with another mode
-    return NodeDatasetCache(top / node, None, node)
+class NodeCaches:
+    """Every node's cache under one directory, `<top>/<node>/` (`top` 0711: a job reaches the entry
+    its variable names and lists nothing), as a backend holds them: made on first use, one per node,
+    each staging with the cap its access carries. The local backend's emulated nodes and the Slurm
+    backend's nodes on this machine share this class."""
 
+    def __init__(self, top: str | Path) -> None:
+        self.top = Path(top)
+        self._caches: dict[str, NodeDatasetCache] = {}
+        self._lock = threading.Lock()
 
-def unpin_everywhere(top: str | Path, job_id: int, attempt: int) -> None:
-    """The attempt's pins gone from every node's cache under `top` (its release)."""
-    top = Path(top)
-    if not top.is_dir():
-        return
-    for node in os.listdir(top):
-        pins = top / node / "pins"
-        if pins.is_dir() and not pins.is_symlink():
-            for hexa in os.listdir(pins):
-                try:
-                    os.unlink(pins / hexa / f"{job_id}.{attempt}")
-                except (FileNotFoundError, NotADirectoryError):
-                    pass
+    def of(self, node: str) -> NodeDatasetCache:
+        """`node`'s cache. Raises ValueError for a name that is not one (a path, `.`, `..`)."""
+        with self._lock:
+            cache = self._caches.get(node)
+            if cache is None:
+                if not node or "/" in node or node in (".", ".."):
+                    raise ValueError(f"not a node name: {node!r}")
+                self.top.mkdir(mode=0o711, exist_ok=True)
+                os.chmod(self.top, 0o711)  # made by an older plane with another mode
+                cache = self._caches[node] = NodeDatasetCache(self.top / node, None, node)
+            return cache
+
+    def stage(self, node: str, ref: DatasetRef, access: SourceAccess,
+              job: tuple[int, int] | None = None) -> StagedDataset:
+        """`ref` in `node`'s cache (copied unless there: minutes maybe, no lock of the caller held),
+        pinned for `job` until `unpin`. Raises `DataStagingError`."""
+        cache = self.of(node)
+        cache.cap_bytes = access.cache_max_bytes
+        return cache.stage(ref, access, job)
+
+    def entries(self, node: str) -> list[DatasetEntry]:
+        return self.of(node).entries()
+
+    def remove(self, node: str, checksum: str) -> bool:
+        return self.of(node).remove(checksum)
+
+    def unpin(self, job_id: int, attempt: int) -> None:
+        """The attempt's pins gone from every node's cache (its release): evictable again."""
+        if not self.top.is_dir():
+            return
+        for node in os.listdir(self.top):
+            pins = self.top / node / "pins"
+            if pins.is_dir() and not pins.is_symlink():
+                for hexa in os.listdir(pins):
+                    try:
+                        os.unlink(pins / hexa / f"{job_id}.{attempt}")
+                    except (FileNotFoundError, NotADirectoryError):
+                        pass
 
 
 def _read_only(path: Path) -> int:

@@ -112,8 +112,7 @@ from trainyard.backends.rundir import terminal
 from trainyard.backends.rundir import port as rank_port
 from trainyard.backends.base import AttemptState, BackendError, GpuReading, LaunchSpec, NodeInfo, RankState, Terminal, Tunnel
 from trainyard.images.types import CachedImage, EntryInfo, RegistryAccess
-from trainyard.staging import cache as dataset_cache
-from trainyard.staging.cache import NodeDatasetCache
+from trainyard.staging.cache import NodeCaches
 from trainyard.staging.types import DatasetEntry, DatasetRef, SourceAccess, StagedDataset
 from trainyard.spec.image_ref import parse_image
 from trainyard.backends.launch_check import check_launch
@@ -199,7 +198,7 @@ class LocalBackend(WatchesExits):
         self._image_cap = image_cache_cap
         self._image_factory = image_caches
         self._image_caches: dict[str, container.NodeImages] = {}
-        self._dataset_caches: dict[str, NodeDatasetCache] = {}
+        self._dataset_caches = NodeCaches(self._data_dir / DATASETS_DIR)
         self._attempts: dict[tuple[int, int], _Attempt] = {}
         self._exit_watch: ExitWatch | None = None
         self._stuck: dict[tuple[int, int], _Attempt] = {}  # released, but processes would not die yet
@@ -381,7 +380,7 @@ class LocalBackend(WatchesExits):
             if att is not None:
                 self._abort(att)
             terminal.end_sessions(self._terminals.pop((job_id, attempt), []))
-        dataset_cache.unpin_everywhere(self._data_dir / DATASETS_DIR, job_id, attempt)  # evictable again
+        self._dataset_caches.unpin(job_id, attempt)  # evictable again
 
     # -- images (`backends.local.container`) -----------------------------------------------------
 
@@ -413,28 +412,22 @@ class LocalBackend(WatchesExits):
 
     # -- datasets (`staging.cache`) ------------------------------------------------------------------
 
-    def _datasets(self, node: str) -> NodeDatasetCache:
-        """The dataset cache of `node`: `<data_dir>/datasets/<node>`, one per emulated node (0711
-        from the top: a job reaches the entry its variable names, and lists nothing)."""
-        self._known_node(node)
-        with self._lock:
-            if node not in self._dataset_caches:
-                self._dataset_caches[node] = dataset_cache.node_cache(self._data_dir / DATASETS_DIR, node)
-            return self._dataset_caches[node]
+    # One cache per emulated node, `<data_dir>/datasets/<node>` (`staging.cache.NodeCaches`).
 
     def stage_dataset(self, node: str, ref: DatasetRef, access: SourceAccess,
                       job: tuple[int, int] | None = None) -> StagedDataset:
         """`ref` in `node`'s cache (copied unless there; no lock of the backend held: it may take
         minutes), pinned for `job` until its release. Raises `staging.types.DataStagingError`."""
-        cache = self._datasets(node)
-        cache.cap_bytes = access.cache_max_bytes
-        return cache.stage(ref, access, job)
+        self._known_node(node)
+        return self._dataset_caches.stage(node, ref, access, job)
 
     def dataset_entries(self, node: str) -> list[DatasetEntry]:
-        return self._datasets(node).entries()
+        self._known_node(node)
+        return self._dataset_caches.entries(node)
 
     def remove_dataset(self, node: str, checksum: str) -> bool:
-        return self._datasets(node).remove(checksum)
+        self._known_node(node)
+        return self._dataset_caches.remove(node, checksum)
 
     def close(self) -> None:
         """Forget everything without touching the ranks: the next owner re-attaches from disk.

@@ -72,8 +72,7 @@ from trainyard.backends.base import GpuReading
 from trainyard.backends.slurm import pyxis
 from trainyard.images.types import UNSUPPORTED, CachedImage, EntryInfo, ImageConfig, ImagePullError, RegistryAccess
 from trainyard.contracts import NOTICE_SIGNAL, JobDir
-from trainyard.staging import cache as dataset_cache
-from trainyard.staging.cache import NodeDatasetCache
+from trainyard.staging.cache import NodeCaches
 from trainyard.staging.types import DatasetEntry, DatasetRef, SourceAccess, StagedDataset
 
 TASK = "backends/slurm/task.py"  # the rank wrapper, run from the attempt's copy (job_tools.copy_files)
@@ -185,7 +184,7 @@ class SlurmBackend(WatchesExits):
         self._launching: set[tuple[int, int]] = set()  # launches under way (no lock held while they wait)
         self._node_cache: tuple[float, dict[str, dict[str, str]]] | None = None
         self._pyxis: bool | None = None  # asked once, at the first job with an image (`pyxis.has_pyxis`)
-        self._dataset_caches: dict[str, NodeDatasetCache] = {}
+        self._dataset_caches = NodeCaches(self._data_dir / "datasets")
         self._discover()
 
     # -- Slurm commands --------------------------------------------------------------------------
@@ -268,34 +267,31 @@ class SlurmBackend(WatchesExits):
         return False
 
     # -- datasets (`staging.cache`) ------------------------------------------------------------------
-    # The nodes of the Slurm clusters trainyard is tested on are this machine: each node's cache is
-    # a `NodeDatasetCache` under `<data_dir>/datasets/<node>`, staged by the plane itself. On a real
-    # cluster the copy must run on the node (an `srun -w NODE` of the staging), left for later.
-
-    def _datasets(self, node: str) -> NodeDatasetCache:
-        with self._lock:
-            cache = self._dataset_caches.get(node)
-            if cache is None:
-                try:
-                    cache = self._dataset_caches[node] = dataset_cache.node_cache(self._data_dir / "datasets", node)
-                except ValueError as e:
-                    raise BackendError(str(e)) from None
-            return cache
+    # The nodes of the Slurm clusters trainyard is tested on are this machine: each node's cache is a
+    # `NodeDatasetCache` under `<data_dir>/datasets/<node>` (`NodeCaches`), staged by the plane itself.
+    # On a real cluster the copy must run on the node (an `srun -w NODE` of the staging), left for later.
 
     def stage_dataset(self, node: str, ref: DatasetRef, access: SourceAccess,
                       job: tuple[int, int] | None = None) -> StagedDataset:
-        cache = self._datasets(node)
-        cache.cap_bytes = access.cache_max_bytes
-        return cache.stage(ref, access, job)
+        try:
+            return self._dataset_caches.stage(node, ref, access, job)
+        except ValueError as e:  # not a node name
+            raise BackendError(str(e)) from None
 
     def dataset_entries(self, node: str) -> list[DatasetEntry]:
-        return self._datasets(node).entries()
+        try:
+            return self._dataset_caches.entries(node)
+        except ValueError as e:
+            raise BackendError(str(e)) from None
 
     def remove_dataset(self, node: str, checksum: str) -> bool:
-        return self._datasets(node).remove(checksum)
+        try:
+            return self._dataset_caches.remove(node, checksum)
+        except ValueError as e:
+            raise BackendError(str(e)) from None
 
     def _unpin_datasets(self, job_id: int, attempt: int) -> None:
-        dataset_cache.unpin_everywhere(self._data_dir / "datasets", job_id, attempt)
+        self._dataset_caches.unpin(job_id, attempt)
 
     def _running_rank(self, job_id: int, attempt: int, rank: int) -> tuple[_Attempt, str | None]:
         """The attempt of a rank that runs now, and its node (not down): what a terminal or a

@@ -20,8 +20,8 @@ the placement, so the goodput ledger puts the staging in the attempt's `startup`
 A staging that fails ends the attempt with the cause `DataStagingError`: the user's kinds (checksum
 mismatch, not found, forbidden) fail the job; the source's or the node's (unreachable, disk full)
 put it back in the queue after a pause not counted against its retries, and fail it after
-`SOURCE_FAULTS_MAX` such attempts in a row, so that an outage does not spin it for ever (as
-ImagePull's registry faults are ended: `image_pull.py`).
+`start_failure.OUTSIDE_FAULTS_MAX` such attempts in a row, so that an outage does not spin it for
+ever (one rule with ImagePull's: `start_failure.py`).
 """
 
 from __future__ import annotations
@@ -31,12 +31,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
-
 from trainyard.backends.base import BackendError, LaunchSpec
+from trainyard.control.loop import start_failure
 from trainyard.control.loop.context import LoopContext
-from trainyard.services import dataset_nodes, datasets, transitions
+from trainyard.services import dataset_nodes, datasets
 from trainyard.services.errors import ServiceError
 from trainyard.services.events import record
 from trainyard.staging.types import (
@@ -48,15 +46,14 @@ from trainyard.staging.types import (
     StagedDataset,
     dataset_var,
 )
-from trainyard.states import AttemptOutcome, JobState
-from trainyard.store.models import AttemptRow, JobRow
+from trainyard.states import JobState
+from trainyard.store.models import JobRow
 
 log = logging.getLogger("trainyard.loop")
 
-SOURCE_FAULTS_MAX = 5  # source- or node-side failures in a row before the job fails
-RETRY_PAUSE_S = (30.0, 60.0, 120.0, 300.0, 600.0)  # after the 1st, 2nd, ... such failure
 MAX_THREADS = 32
 CAUSE_USER, CAUSE_SOURCE = "data_staging", "data_staging_source"
+STEP = start_failure.Step(STAGING_ERROR, CAUSE_USER, CAUSE_SOURCE, "the source's or the node's")
 
 __all__ = ["DATA_STAGING", "prepare"]
 
@@ -149,40 +146,8 @@ def _running(ctx: LoopContext, spec: LaunchSpec, staged: dict[tuple[str, str], S
 
 
 def _failed(ctx: LoopContext, spec: LaunchSpec, e: DataStagingError, node: str) -> None:
-    now = ctx.clock()
-    where = f" on {node}" if node else ""
-    why = f"{STAGING_ERROR}: {e}{where}"[:200]
-    log.warning("job %s attempt %s: %s", spec.job_id, spec.attempt, why)
-    with ctx.lock, ctx.store.session.begin() as s:
-        j = s.get(JobRow, spec.job_id)
-        if j is None or j.attempt != spec.attempt or j.state not in (JobState.CONFIGURING, JobState.COMPLETING):
-            return
-        data = {"kind": e.kind, "source_fault": e.source_fault, "node": node, "attempt": spec.attempt,
-                "dataset": e.dataset}
-        n = _source_faults(s, j) + 1 if e.source_fault else 0  # this one counted
-        if not e.source_fault or n >= SOURCE_FAULTS_MAX or j.stop_kind is not None:
-            transitions.end_attempt(s, j, AttemptOutcome.FAILED, why, now, cause=CAUSE_USER)
-            transitions.finish(j, JobState.FAILED, why, now)
-            record(s, "scheduler", "job.failed", f"attempt {spec.attempt}: {why}", job_id=j.id, at=now, data=data)
-            return
-        transitions.end_attempt(s, j, AttemptOutcome.REQUEUED, why, now, cause=CAUSE_SOURCE)
-        transitions.back_to_queue(j, now, STAGING_ERROR)
-        j.retry_after = now + RETRY_PAUSE_S[min(n, len(RETRY_PAUSE_S)) - 1]
-        record(s, "scheduler", "job.requeued",
-               f"attempt {spec.attempt}: {why}; the source's or the node's fault ({n} in a row): "
-               f"back in the queue in {j.retry_after - now:.0f}s, not counted against its retries",
-               job_id=j.id, at=now, data=data)
-
-
-def _source_faults(s: Session, j: JobRow) -> int:
-    """The job's source-side staging failures in a row just before this attempt."""
-    n = 0
-    for row in s.scalars(select(AttemptRow).where(AttemptRow.job_id == j.id, AttemptRow.attempt < j.attempt)
-                         .order_by(AttemptRow.attempt.desc())):
-        if row.cause != CAUSE_SOURCE:
-            break
-        n += 1
-    return n
+    start_failure.failed(ctx, spec, STEP, str(e), node, e.source_fault,
+                         {"kind": e.kind, "source_fault": e.source_fault, "dataset": e.dataset})
 
 
 def refs_of(records: list[dict] | None) -> tuple[DatasetRef, ...]:

@@ -15,8 +15,8 @@ start, as Slurm resets a job's start after its nodes are configured). On a launc
 A pull that fails ends the attempt with a cause of its own, `ImagePullError`: the user's (no such
 image, an image the cache refuses) fails the job; the registry's or the node's (registry down,
 credentials refused, disk full) puts it back in the queue after a pause, not counted against its
-retries, and holds it after `REGISTRY_FAULTS_MAX` such attempts in a row so that an outage does not
-spin it for ever.
+retries, and fails it after `start_failure.OUTSIDE_FAULTS_MAX` such attempts in a row so that an
+outage does not spin it for ever (`start_failure.py`, the same rule as a dataset's staging).
 """
 
 from __future__ import annotations
@@ -26,11 +26,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
-
 from trainyard.backends.base import ContainerLaunch, LaunchSpec
 from trainyard.contracts import JobVar
+from trainyard.control.loop import start_failure
 from trainyard.control.loop.context import LoopContext
 from trainyard.images.types import ImagePullError, RegistryAccess
 from trainyard.services import images as image_rules
@@ -38,15 +36,15 @@ from trainyard.services import transitions
 from trainyard.services.events import record
 from trainyard.spec.image_ref import ImageRef, parse_image
 from trainyard.staging.types import DATA_STAGING
-from trainyard.states import AttemptOutcome, JobState
-from trainyard.store.models import AttemptRow, JobRow
+from trainyard.states import JobState
+from trainyard.store.models import JobRow
 
 log = logging.getLogger("trainyard.loop")
 
 IMAGE_PULL = "ImagePull"  # the reason a CONFIGURING job shows
 PULL_ERROR = "ImagePullError"
-REGISTRY_FAULTS_MAX = 5  # registry-side failures in a row before the job is held
-RETRY_PAUSE_S = (30.0, 60.0, 120.0, 300.0, 600.0)  # after the 1st, 2nd, ... registry-side failure
+# the user's and the outside's causes (`start_failure.py`: the rule after a failed pull)
+STEP = start_failure.Step(PULL_ERROR, "image_pull", "image_pull_registry", "the registry's or the node's")
 
 
 def prepare(ctx: LoopContext, spec: LaunchSpec) -> LaunchSpec | None:
@@ -123,37 +121,5 @@ def _running(ctx: LoopContext, spec: LaunchSpec, digest: str, took: float, nodes
 
 
 def _failed(ctx: LoopContext, spec: LaunchSpec, e: ImagePullError, node: str) -> None:
-    now = ctx.clock()
-    where = f" on {node}" if node else ""
-    why = f"{PULL_ERROR}: {e}{where}"[:200]
-    log.warning("job %s attempt %s: %s", spec.job_id, spec.attempt, why)
-    with ctx.lock, ctx.store.session.begin() as s:
-        j = s.get(JobRow, spec.job_id)
-        if j is None or j.attempt != spec.attempt or j.state not in (JobState.CONFIGURING, JobState.COMPLETING):
-            return
-        data = {"kind": e.kind, "registry_fault": e.registry_fault, "node": node, "attempt": spec.attempt}
-        n = _registry_faults(s, j) + 1 if e.registry_fault else 0  # this one counted
-        if not e.registry_fault or n >= REGISTRY_FAULTS_MAX or j.stop_kind is not None:
-            transitions.end_attempt(s, j, AttemptOutcome.FAILED, why, now, cause="image_pull")
-            transitions.finish(j, JobState.FAILED, why, now)
-            record(s, "scheduler", "job.failed", f"attempt {spec.attempt}: {why}", job_id=j.id, at=now, data=data)
-            return
-        transitions.end_attempt(s, j, AttemptOutcome.REQUEUED, why, now, cause="image_pull_registry")
-        transitions.back_to_queue(j, now, PULL_ERROR)
-        j.retry_after = now + RETRY_PAUSE_S[min(n, len(RETRY_PAUSE_S)) - 1]
-        record(s, "scheduler", "job.requeued",
-               f"attempt {spec.attempt}: {why}; the registry's or the node's fault ({n} in a row): "
-               f"back in the queue in {j.retry_after - now:.0f}s, not counted against its retries",
-               job_id=j.id, at=now, data=data)
-
-
-def _registry_faults(s: Session, j: JobRow) -> int:
-    """The job's registry-side pull failures in a row just before this attempt (the earlier
-    attempts' causes, newest first)."""
-    n = 0
-    for row in s.scalars(select(AttemptRow).where(AttemptRow.job_id == j.id, AttemptRow.attempt < j.attempt)
-                         .order_by(AttemptRow.attempt.desc())):
-        if row.cause != "image_pull_registry":
-            break
-        n += 1
-    return n
+    start_failure.failed(ctx, spec, STEP, str(e), node, e.registry_fault,
+                         {"kind": e.kind, "registry_fault": e.registry_fault})
