@@ -13,6 +13,10 @@ import pytest
 from tests.plane import TWO_TEAMS, Plane
 from tests.staging.seaweed import SeaweedS3, seaweed  # noqa: F401  (fixture)
 
+# One plane and one SeaweedFS for the module, whose tests build on each other in order (v1.1 is added
+# before the listing and the pinning look for it; the test that stops SeaweedFS is last): one worker.
+pytestmark = pytest.mark.xdist_group("api-datasets")
+
 CONFIGURED = "sha256:" + "ab" * 32
 
 

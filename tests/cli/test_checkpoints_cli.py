@@ -11,6 +11,7 @@ import subprocess
 import time
 
 from tests.plane import TWO_TEAMS, YARD, YardServer
+from trainyard.cli.storage import size
 
 CONFIG = TWO_TEAMS.read_text() + """
 storage:
@@ -55,7 +56,9 @@ def test_listing_keep_and_bad_input(tmp_path):
         assert sorted(p.name for p in (jd / "checkpoints").iterdir()) == ["step-5", "step-6"]
         out = yard("checkpoints", str(job)).stdout
         row = next(line.split() for line in out.splitlines() if line.split()[:1] == ["3"])
-        assert row[1] == "archive" and row[2] == "1000B" and "loss=3.5" in out, out
+        # the archive tier's size is what it holds for the step: the 1000-byte file, SHA256SUMS and the marker
+        held = sum(f.stat().st_size for f in (tmp_path / "archive").rglob("*") if f.is_file() and "step-3" in f.parts)
+        assert row[1] == "archive" and row[2] == size(held) and held > 1000 and "loss=3.5" in out, out
         assert "kept" in yard("checkpoints", "keep", str(job), "6").stdout
         assert "keep" in next(line for line in yard("checkpoints", str(job)).stdout.splitlines()
                               if line.split()[:1] == ["6"])
