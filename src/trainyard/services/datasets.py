@@ -83,10 +83,8 @@ class Entry:
         return team is not None and (team == self.team or team in self.grants)
 
     def ref(self) -> DatasetRef:
-        """What a job pins (`staging.types.DatasetRef`)."""
-        r = self.reader
-        reader = Reader(int(r["uid"]), int(r["gid"]), tuple(int(g) for g in r.get("groups") or ())) if r else None
-        return DatasetRef(self.name, self.version, self.source, self.checksum, self.bytes or 0, reader)
+        """What a job pins (`staging.types.DatasetRef`): its pinned record (`pinned`) read back."""
+        return refs_of([pinned(self)])[0]
 
 
 def version_key(version: str) -> tuple[tuple[int, int | str], ...]:
