@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from trainyard.services import datasets, jobs
@@ -65,12 +65,6 @@ def drop(s: Session, job_id: int, step: int, tier: str) -> CheckpointCopyRow | N
     if row is not None:
         s.delete(row)
     return row
-
-
-def forget_job(s: Session, job_id: int) -> None:
-    """Every copy and mark of a job (its directory and archive are gone)."""
-    s.execute(delete(CheckpointCopyRow).where(CheckpointCopyRow.job_id == job_id))
-    s.execute(delete(CheckpointKeepRow).where(CheckpointKeepRow.job_id == job_id))
 
 
 def newest_archived(s: Session, job_id: int) -> CheckpointCopyRow | None:
