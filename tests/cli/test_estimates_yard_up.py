@@ -37,7 +37,7 @@ def cluster(tmp_path_factory) -> Iterator[YardCluster]:
         # that limit and start far earlier (the limit, not the run time, is all the plane knows).
         c.head = c.submit("-G", "8", "-A", "vision", "-J", "head", "-q", "interactive", "-t", "1", *sleeper(8))
         # (through the API: four `yard submit` processes take seconds on a loaded machine)
-        c.behind = [api_submit(c, gpus=4, team=team, name=f"behind{i}", job_class=cls, time="1",
+        c.behind = [api_submit(c, gpus=4, team=team, name=f"behind{i}", job_class=cls, time="1m",
                                command=sleeper(1)[1:])
                     for i, (team, cls) in enumerate((("vision", "training"), ("nlp", "training"),
                                                      ("nlp", "batch"), ("vision", "batch")))]

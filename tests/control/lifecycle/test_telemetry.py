@@ -111,6 +111,21 @@ def test_an_ended_attempts_readings_not_yet_flushed_are_written_for_its_ledger(p
     assert t.flush(2010.0, 2000) == 1 and len(rows(plane, b)) == 1
 
 
+def test_a_reading_speaks_for_the_time_since_the_previous_round_not_the_attempts_start(plane, tmp_path):
+    # Placed at 1990, the attempt staged its data and launched; the agent's first reading of it comes
+    # at the round of 2003 and speaks for 2002-2003 only: the period (and so a bare job's `startup`
+    # in its ledger) does not claim the staging as GPU activity (a CI run had startup 0 this way).
+    a, _ = running_attempt(plane, [{"node": "node-0", "gpus": [0], "mem_mib": 0}], started_at=1990.0)
+    t, be = sampler(plane, tmp_path)
+    for now in (2000.0, 2001.0, 2002.0):
+        assert t.sample(now) == 0  # no reading of it yet (the emulation's first sight gives none)
+    be.set_gpu_readings([GpuReading("node-0", 0, 90.0, 10.0, None, None, "emulated")])
+    t.sample(2003.0)
+    t.flush(2010.0, 2000)
+    (r,) = rows(plane, a)
+    assert (r.time, r.period_s, r.util) == (2010.0, 8.0, 90.0)
+
+
 def test_a_jobs_rows_stay_bounded_and_thinning_keeps_time_and_the_mean(plane, tmp_path):
     jid, _ = running_attempt(plane, [{"node": "node-1", "gpus": [2, 3], "mem_mib": 0}])
     t, be = sampler(plane, tmp_path)

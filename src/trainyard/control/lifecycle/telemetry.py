@@ -73,6 +73,7 @@ class Telemetry(BackgroundWork):
         self._periods: dict[tuple[int, int, str, int], telemetry.Period] = {}
         self._mu = threading.Lock()  # `_periods`: this thread adds, the loop's reconcile step takes an attempt's
         self._since: float | None = None  # the start of the period being gathered
+        self._round: float | None = None  # the previous round's time: what a reading speaks for begins there
         self.samples = self.rows = 0  # readings joined to a job; rows written
 
     def spec(self) -> TelemetrySpec:
@@ -101,15 +102,22 @@ class Telemetry(BackgroundWork):
             for part in r.placement:
                 for g in part.get("gpus") or ():
                     holders.setdefault((str(part["node"]), int(g)), []).append(r)
+        # A reading speaks for the time since the previous round (the emulation's rate is taken
+        # between two rounds; NVML's rate is of its last second), never for the time before: an
+        # attempt's first period begins there, not at its start, or its data staging and launch
+        # would read as GPU activity in a bare job's ledger (its `startup` would be 0).
+        since_round = max(self._since, self._round if self._round is not None else self._since)
+        self._round = now
         joined = 0
         for rd in readings:
             for r in holders.get((rd.node, rd.gpu), ()):
                 key = (r.job_id, r.attempt, rd.node, rd.gpu)
+                begins = max(since_round, r.started_at)
                 with self._mu:
                     p = self._periods.get(key)
                     if p is None:
                         p = self._periods[key] = telemetry.Period(r.job_id, r.attempt, rd.node, rd.gpu,
-                                                                  max(self._since, r.started_at), now, rd.source)
+                                                                  begins, now, rd.source)
                     p.add(rd.util, rd.mem_mib, rd.power_w, rd.temp_c, now)
                 joined += 1
         self.samples += joined
