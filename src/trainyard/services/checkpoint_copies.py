@@ -67,6 +67,22 @@ def drop(s: Session, job_id: int, step: int, tier: str) -> CheckpointCopyRow | N
     return row
 
 
+def purged_jobs(s: Session, limit: int = 100) -> list[int]:
+    """Jobs with copies on record whose job row is gone (`retention.jobs` purged it): what of them
+    the archive still holds is deleted by the tiers thread, their records with it."""
+    gone = select(CheckpointCopyRow.job_id).where(~CheckpointCopyRow.job_id.in_(select(JobRow.id)))
+    marked = select(CheckpointKeepRow.job_id).where(~CheckpointKeepRow.job_id.in_(select(JobRow.id)))
+    return sorted(set(s.scalars(gone.distinct().limit(limit))) | set(s.scalars(marked.distinct().limit(limit))))
+
+
+def forget_job(s: Session, job_id: int) -> None:
+    """Forget every copy and keep mark of a purged job (its archive copies removed first)."""
+    for row in copies(s, job_id):
+        s.delete(row)
+    for mark in s.scalars(select(CheckpointKeepRow).where(CheckpointKeepRow.job_id == job_id)):
+        s.delete(mark)
+
+
 def newest_archived(s: Session, job_id: int) -> CheckpointCopyRow | None:
     """The archive copy of the job's newest archived step."""
     return s.scalars(select(CheckpointCopyRow).where(CheckpointCopyRow.job_id == job_id,

@@ -152,6 +152,10 @@ class Archive:
         job = f"job-{job_id}" + (f"-{dir_key}" if dir_key else "")
         return f"{self.url.rstrip('/')}/{job}/step-{step}"
 
+    def holds(self, location: str) -> bool:
+        """Whether `location` (a copy's recorded URL) lies in this archive."""
+        return location.startswith(self.url.rstrip("/") + "/")
+
     def _path(self, location: str) -> str:
         return location[len("s3://"):] if location.startswith("s3://") else location
 

@@ -195,3 +195,48 @@ def test_without_rules_the_plane_only_records(tmp_path):
         assert listing[0]["metrics"] == {"loss": 1.0} and listing[0]["bytes"] == 3150
     finally:
         p.cp.stop()
+
+
+def test_a_purged_jobs_archive_copies_and_marks_go_with_it(plane, tmp_path):
+    from trainyard.services import retention
+    from trainyard.spec.models import RetentionSpec
+    from trainyard.store.models import CheckpointKeepRow
+
+    jid, jd = job_with_dir(plane)
+    for n in range(1, 11):
+        commit(jd, n)
+    end(plane, jid)
+    plane.cp.checkpoint_tiers.run_once()
+    assert plane.admin.post(f"/api/v1/jobs/{jid}/checkpoints/10/keep").status_code == 200
+    archived = next((tmp_path / "archive").iterdir()) / "step-5"
+    assert (archived / "COMMITTED").is_file()
+    with plane.cp.lock, plane.cp.store.session.begin() as s:  # retention.jobs: 1 s after its end
+        out = retention.purge_jobs(s, plane.cp.data_dir, RetentionSpec(jobs=1), time.time())
+    retention.remove(out.dirs)
+    assert out.jobs == 1 and rows(plane, jid) == {"fast": {9, 10}, "archive": {5}}  # not yet: the thread's
+    plane.cp.checkpoint_tiers.run_once()
+    assert not archived.exists() and rows(plane, jid) == {"fast": set(), "archive": set()}
+    with plane.cp.store.session() as s:
+        assert s.query(CheckpointKeepRow).filter_by(job_id=jid).count() == 0  # the mark went with its job
+    [gone] = [e for e in events(plane, "checkpoint.deleted") if e.data["rule"] == "retention.jobs"]
+    assert (gone.job_id, gone.data["step"], gone.data["tier"]) == (jid, 5, "archive")
+    assert gone.data["bytes"] > 3150  # the step's files, its SHA256SUMS and marker: what the archive held
+
+
+def test_a_purged_jobs_copy_outside_the_configured_archive_is_kept_not_forgotten(plane, tmp_path):
+    from trainyard.services import retention
+    from trainyard.spec.models import RetentionSpec
+
+    jid, jd = job_with_dir(plane)
+    for n in range(1, 11):
+        commit(jd, n)
+    end(plane, jid)
+    plane.cp.checkpoint_tiers.run_once()
+    cfg = tmp_path / "moved.yaml"  # the archive moved elsewhere since step 5 was copied
+    cfg.write_text(config(tmp_path / "archive2"))
+    assert plane.admin.post("/api/v1/cluster/config", json={"text": identity_config_text(cfg)}).status_code in (200, 201)
+    with plane.cp.lock, plane.cp.store.session.begin() as s:
+        retention.purge_jobs(s, plane.cp.data_dir, RetentionSpec(jobs=1), time.time())
+    plane.cp.checkpoint_tiers.run_once()
+    assert rows(plane, jid)["archive"] == {5}
+    assert (next((tmp_path / "archive").iterdir()) / "step-5" / "COMMITTED").is_file()
