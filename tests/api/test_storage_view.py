@@ -74,6 +74,11 @@ def test_tiers_kinds_and_the_next_deletions(plane):
     assert vision["tiers"]["archive"] == {"bytes": 5000, "checkpoints": 1}
     assert nlp["tiers"]["archive"] == {"bytes": 77, "checkpoints": 1}
     assert nlp["tiers"]["datasets"] == {"bytes": 8192, "copies": 2} and vision["tiers"]["datasets"]["bytes"] == 0
+    gauges = dict(line.rsplit(" ", 1) for line in p.admin.get("/metrics").text.splitlines()
+                  if line.startswith(("trainyard_team_archive_bytes", "trainyard_team_dataset_cache_bytes")))
+    assert {k: float(v) for k, v in gauges.items()} == {  # the same figures, for Prometheus
+        'trainyard_team_archive_bytes{team="vision"}': 5000.0, 'trainyard_team_archive_bytes{team="nlp"}': 77.0,
+        'trainyard_team_dataset_cache_bytes{team="nlp"}': 8192.0}
 
     nxt = rep["next"]
     ckpt = sorted(n["step"] for n in nxt if n["what"] == "checkpoint")

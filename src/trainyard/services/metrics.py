@@ -16,7 +16,9 @@ What is exported:
 - disk per team (control/lifecycle/storage.py): `trainyard_team_storage_bytes{team}`,
   `trainyard_team_storage_quota_bytes{team}` (where set), `trainyard_team_storage_over_quota{team}`,
   `trainyard_storage_free_bytes{path}` and `trainyard_storage_reserve_bytes{path}` (the data dir's
-  file system, and `jobs/`'s when it is another);
+  file system, and `jobs/`'s when it is another); beyond the job dirs (issue 41),
+  `trainyard_team_archive_bytes{team}` (its checkpoints in the archive tier) and
+  `trainyard_team_dataset_cache_bytes{team}` (its datasets' copies in the node caches);
 - usage: `trainyard_gpu_seconds_total{team,user,class}` (GPU-seconds allocated to attempts,
   running ones up to the scrape: what `yard acct` and `yard report` count in GPU-hours,
   services/accounting.py; in seconds because Prometheus names base units, and `promtool check
@@ -71,6 +73,7 @@ from trainyard.services.config import ConfigVersion
 from trainyard.sim.result import LATE_AFTER_S
 from trainyard.states import PENDING_STATES
 from trainyard.services.nodes import list_nodes
+from trainyard.services import storage_view
 from trainyard.store.models import AttemptRow, EstimateOutcomeRow, JobRow, UsageCarryRow
 
 if TYPE_CHECKING:
@@ -277,6 +280,7 @@ class PlaneCollector(Collector):
                 samples[key] = samples.get(key, 0.0) + v
             yield from families(samples)
             yield from self._jobs(s)
+            yield from _tiers(s, cfg.spec)
             spec = cfg.spec
         yield from _storage(cp, spec)
         yield from _plane_itself(cp)
@@ -389,6 +393,22 @@ def _storage(cp: Plane, spec: Any) -> Iterator[Metric]:
         free.add_metric([fs["path"]], fs["free"])
         reserve.add_metric([fs["path"]], fs["reserve"])
     yield from (used, quota, over, kinds, free, reserve)
+
+
+def _tiers(s: Session, spec: Any) -> Iterator[Metric]:
+    """The archive tier and the node dataset caches per team, from their records (`yard storage`'s
+    figures: services/storage_view.tiers): what a team holds beyond its job dirs' quota."""
+    archive, cached = storage_view.tiers(s, spec)
+    arch = GaugeMetricFamily("trainyard_team_archive_bytes", "Bytes the archive tier holds of a team's jobs' "
+                             "checkpoints (verified copies, with their sums and markers; issue 41).", labels=["team"])
+    cache = GaugeMetricFamily("trainyard_team_dataset_cache_bytes", "Bytes of a team's datasets staged in the nodes' "
+                              "caches, every node's copy counted (team=\"\": a dataset in no catalogue).",
+                              labels=["team"])
+    for team, row in sorted(archive.items()):
+        arch.add_metric([team], row["bytes"])
+    for team, row in sorted(cached.items()):
+        cache.add_metric([team], row["bytes"])
+    yield from (arch, cache)
 
 
 def _classes(cfg: ConfigVersion) -> Metric:
