@@ -23,6 +23,7 @@ import pytest
 
 from tests.plane import TWO_TEAMS
 from tests.yard_cluster import YardCluster
+from trainyard.staging.cache import NodeDatasetCache
 
 pytest.importorskip("trainyard.staging.source")  # the catalogue's copier (staging/source.py)
 seaweed_module = pytest.importorskip("tests.staging.seaweed")  # the catalogue's S3 server fixture
@@ -97,7 +98,7 @@ def test_staged_from_the_object_store_once_per_node(world):
 def test_an_unreachable_store_requeues_then_the_job_completes(world):
     c: YardCluster = world["c"]
     s3 = world["s3"]
-    gone = c.data_dir / "datasets" / "node-1" / world["pinned"][0]["checksum"][7:]  # node-1 must copy again
+    gone = NodeDatasetCache(c.data_dir / "datasets" / "node-1").path_of(world["pinned"][0]["checksum"]).parent  # copy again
     for top, _, _ in os.walk(gone):
         os.chmod(top, 0o755)
     shutil.rmtree(gone)

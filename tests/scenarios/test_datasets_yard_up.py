@@ -34,6 +34,7 @@ import httpx
 from tests.accounts import ROOT_ONLY, accounts, shared_dir
 from tests.yard_cluster import YardCluster
 from trainyard.cli.dataset_stage import stage
+from trainyard.staging.cache import NodeDatasetCache
 
 pytest.importorskip("trainyard.staging.source")  # the catalogue's copier (staging/source.py)
 pytestmark = [pytest.mark.slow, ROOT_ONLY, pytest.mark.xdist_group("datasets-yard-up")]
@@ -132,7 +133,6 @@ def _lines(c: YardCluster, job: int) -> list[list[str]]:
 
 def test_staged_once_per_node_then_cached_then_again_where_emptied(world):
     c: YardCluster = world["c"]
-    hexa = world["sums"]["corpus"][7:]
     first = _run(world, "corpus")
     seen = c.wait(first, lambda j: j["state"] in ("CONFIGURING", "RUNNING", "COMPLETED"), timeout=60)
     j = c.wait(first, "COMPLETED", timeout=120)
@@ -141,7 +141,7 @@ def test_staged_once_per_node_then_cached_then_again_where_emptied(world):
     lines = _lines(c, first)
     assert len(lines) == 8  # every rank read the whole file on its own node, and could not write it
     for node, path, n, writable, uid in lines:
-        assert path == str(c.data_dir / "datasets" / node / hexa / "data") and n == "1000" and writable == "read-only"
+        assert path == str(NodeDatasetCache(c.data_dir / "datasets" / node).path_of(world["sums"]["corpus"])) and n == "1000" and writable == "read-only"
         assert uid == str(world["uid"])  # the owner's rank, not root's
     assert {ln[0] for ln in lines} == {"node-0", "node-1"}
     print(f"FIGURE first staging: {ev['data']['seconds']:.3f}s; per node "
@@ -153,7 +153,7 @@ def test_staged_once_per_node_then_cached_then_again_where_emptied(world):
     assert not any(v["corpus:v1"]["copied"] for v in ev["data"]["nodes"].values())
     print(f"FIGURE cached start: {ev['data']['seconds']:.3f}s")
 
-    gone = c.data_dir / "datasets" / "node-1" / hexa  # node-1's cache emptied by hand
+    gone = NodeDatasetCache(c.data_dir / "datasets" / "node-1").path_of(world["sums"]["corpus"]).parent  # emptied by hand
     for top, dirs, _ in os.walk(gone):
         os.chmod(top, 0o755)
     import shutil
@@ -173,10 +173,9 @@ def test_a_source_that_changed_fails_the_job_and_leaves_nothing(world):
     job = _run(world, "changed")
     j = c.wait(job, "FAILED", timeout=120)
     assert j["reason"].startswith("DataStagingError: changed:v1:"), j["reason"]
-    hexa = world["sums"]["changed"][7:]
     for node in ("node-0", "node-1"):
         root = c.data_dir / "datasets" / node
-        assert not (root / hexa).exists()
+        assert not NodeDatasetCache(root).has(world["sums"]["changed"])
         assert not [n for n in os.listdir(root) if n.startswith((".tmp.", ".gone."))]
 
 

@@ -69,8 +69,8 @@ def test_a_mismatch_keeps_nothing(tmp_path):
         cache.stage(ref, ACCESS, job=(1, 1))
     assert e.value.kind == CHECKSUM_MISMATCH and "corpus:v1" in str(e.value)
     assert cache.entries() == [] and not cache.has(ref.checksum)
-    assert [n for n in os.listdir(cache.root) if n not in ("lock", "locks", "pins")] == []
-    assert os.listdir(cache.root / "pins" / ref.checksum[7:]) == []  # the failed attempt's pin is gone
+    assert [n for n in os.listdir(cache.root) if n not in ("key", "lock", "locks", "pins")] == []
+    assert os.listdir(cache.root / "pins" / cache.entry_of(ref.checksum)) == []  # the failed attempt's pin is gone
 
 
 def test_a_missing_source_is_the_fetchs_error(tmp_path):
@@ -130,7 +130,7 @@ def test_least_recently_used_unpinned_entries_make_room(tmp_path):
     a, b, c = (_file(tmp_path, n, 100) for n in "abc")
     cache.stage(ref_of(a, "a"), ACCESS, job=(7, 1))  # pinned: a running attempt uses it
     cache.stage(ref_of(b, "b"), ACCESS)
-    os.utime(cache.root / ref_of(a).checksum[7:] / "meta.json", (1, 1))  # a is the oldest, but pinned
+    os.utime(cache.path_of(ref_of(a).checksum).parent / "meta.json", (1, 1))  # a is the oldest, but pinned
     cache.stage(ref_of(c, "c"), ACCESS)
     assert sorted(e.name for e in cache.entries()) == ["a", "c"]
     assert {e.name: e.in_use for e in cache.entries()} == {"a": True, "c": False}
@@ -164,6 +164,42 @@ def test_a_link_in_the_caches_place_is_refused(tmp_path):
     (tmp_path / "cache").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(DataStagingError):
         NodeDatasetCache(tmp_path / "cache", None, "n1", fetch=Copier(), digest=digest)
+
+
+def test_knowing_a_checksum_is_not_knowing_where_its_copy_lies(tmp_path):
+    # Another team's job on the node may know or guess a dataset's checksum; the root lists
+    # nothing (0711) and the entry's name is keyed by the cache's own secret, so it cannot reach it.
+    cache, _ = _cache(tmp_path)
+    src = _file(tmp_path, "corpus.jsonl", 100)
+    got = cache.stage(ref_of(src), ACCESS)
+    hexa = ref_of(src).checksum[7:]
+    assert not (cache.root / hexa).exists() and hexa not in got.path
+    key = os.lstat(cache.root / "key")
+    assert stat.S_ISREG(key.st_mode) and stat.S_IMODE(key.st_mode) == 0o600 and key.st_size == 32
+    assert stat.S_IMODE(os.lstat(cache.root).st_mode) == 0o711
+    other = NodeDatasetCache(tmp_path / "other", None, "n2", fetch=Copier(), digest=digest)
+    assert other.entry_of(ref_of(src).checksum) != cache.entry_of(ref_of(src).checksum)  # a key per cache
+    again = NodeDatasetCache(cache.root, None, "n1", fetch=Copier(), digest=digest)  # the plane restarted
+    assert again.has(ref_of(src).checksum) and str(again.path_of(ref_of(src).checksum)) == got.path
+
+
+@pytest.mark.parametrize("plant", ["link", "fifo", "short", "open"])
+def test_a_key_that_is_not_the_caches_own_secret_is_refused(tmp_path, plant):
+    root = tmp_path / "cache"
+    root.mkdir(mode=0o711)
+    if plant == "link":  # a link to a file whose bytes somebody else knows
+        (tmp_path / "known").write_bytes(b"k" * 32)
+        (root / "key").symlink_to(tmp_path / "known")
+    elif plant == "fifo":  # would hang a plain open()
+        os.mkfifo(root / "key", 0o600)
+    elif plant == "short":
+        (root / "key").write_bytes(b"k")
+        os.chmod(root / "key", 0o600)
+    else:  # readable by others
+        (root / "key").write_bytes(b"k" * 32)
+        os.chmod(root / "key", 0o644)
+    with pytest.raises(DataStagingError, match="key"):
+        NodeDatasetCache(root, None, "n1", fetch=Copier(), digest=digest)
 
 
 def test_a_dataset_of_unknown_size_still_brings_the_cache_under_its_cap(tmp_path):

@@ -2,6 +2,7 @@
 by one rename, evicted least recently used over a size cap when no running attempt uses it.
 
     <root>/                  0711, the plane's: a job reaches an entry it was given, lists none
+      key                    0600, the plane's: 32 random bytes that name the entries
       lock                   the writers' flock: the room a new entry needs is decided under it
       <hex>/                 an entry (0555): `data` (the dataset: a file 0444, or a tree of 0555
                              directories and 0444 files) and `meta.json` (name, version, checksum,
@@ -10,6 +11,12 @@ by one rename, evicted least recently used over a size cap when no running attem
       locks/<hex>.lock       one per entry: concurrent stagings of one dataset on a node copy once
       pins/<hex>/<job>.<attempt>   an attempt that uses the entry (`stage(..., job=)`), removed by
                              `unpin` (the backend's `release`): a pinned entry is never evicted
+
+An entry's name `<hex>` is HMAC-SHA256(key, the checksum's hex), not the checksum: the root lists
+nothing, and the name cannot be computed from the checksum, so a local account (another team's
+job on the node) that knows or guesses a dataset's checksum still cannot reach its copy. Only the
+attempts the plane gives the path (`$TRAINYARD_DATASET_<NAME>`) know it. The entry's checksum is in
+its `meta.json`.
 
 `stage` finds an entry without a lock (its directory exists: whole, since it appeared by rename);
 else it takes the entry's lock, looks again (a second staging of the same dataset waits for the
@@ -30,6 +37,8 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
+import hmac
 import importlib
 import json
 import os
@@ -64,6 +73,8 @@ _GONE = re.compile(r"^\.gone\.")
 _PIN = re.compile(r"^(\d+)\.(\d+)$")
 META = "meta.json"
 DATA = "data"
+KEY = "key"
+KEY_BYTES = 32
 
 
 def hex_of(checksum: str) -> str:
@@ -109,12 +120,17 @@ class NodeDatasetCache:
 
     # -- reading: no lock ------------------------------------------------------------------------
 
+    def entry_of(self, checksum: str) -> str:
+        """The name of the checksum's entry under the root (the module docstring: keyed, so that
+        knowing a checksum is not knowing where its copy lies)."""
+        return hmac.new(self._key, hex_of(checksum).encode(), hashlib.sha256).hexdigest()
+
     def path_of(self, checksum: str) -> Path:
         """Where the entry's dataset lies (what `$TRAINYARD_DATASET_<NAME>` names)."""
-        return self.root / hex_of(checksum) / DATA
+        return self.root / self.entry_of(checksum) / DATA
 
     def has(self, checksum: str) -> bool:
-        return (self.root / hex_of(checksum) / META).is_file()
+        return (self.root / self.entry_of(checksum) / META).is_file()
 
     def entries(self) -> list[DatasetEntry]:
         out = []
@@ -138,7 +154,7 @@ class NodeDatasetCache:
                 running attempt uses).
         """
         began = time.monotonic()
-        hexa = hex_of(ref.checksum)
+        hexa = self.entry_of(ref.checksum)
         if job is not None:
             self._pin(hexa, job)
         try:
@@ -158,7 +174,7 @@ class NodeDatasetCache:
 
     def remove(self, checksum: str) -> bool:
         """Remove the entry; False when it is absent or pinned by a running attempt."""
-        hexa = hex_of(checksum)
+        hexa = self.entry_of(checksum)
         with self._locked():
             return self._remove(hexa)
 
@@ -354,6 +370,39 @@ class NodeDatasetCache:
                 raise DataStagingError(FORBIDDEN, str(d), "the dataset cache's directory is a link or not the plane's own")
             if stat.S_IMODE(info.st_mode) != mode:
                 os.chmod(d, mode)
+        self._key = self._read_key()
+
+    def _read_key(self) -> bytes:
+        """The cache's naming key, made once: written whole aside, then linked into place (two
+        processes making it at once agree on the one linked first)."""
+        path = self.root / KEY
+        if not os.path.lexists(path):
+            tmp = self.root / f".key.{os.getpid()}.{threading.get_ident()}"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(os.urandom(KEY_BYTES))
+                    f.flush()
+                    os.fsync(f.fileno())
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    pass
+            finally:
+                os.unlink(tmp)
+        bad = DataStagingError(FORBIDDEN, str(path), f"the dataset cache's key is not a 0600 file of the plane's of "
+                               f"{KEY_BYTES} bytes")
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError as e:  # a link in its place (ELOOP), or gone
+            raise bad from e
+        with os.fdopen(fd, "rb") as f:
+            info = os.fstat(f.fileno())
+            key = f.read(KEY_BYTES + 1) if stat.S_ISREG(info.st_mode) else b""
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or stat.S_IMODE(info.st_mode) & 0o077 \
+                or len(key) != KEY_BYTES:
+            raise bad
+        return key
 
 
 class NodeCaches:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from trainyard.staging.cache import NodeDatasetCache
 from trainyard.staging.types import DatasetRef, SourceAccess, dataset_var
 
 from tests.backends.helpers import make_spec, wait_done
@@ -45,7 +46,7 @@ def _staged(backend, ref: DatasetRef, job: tuple[int, int]) -> dict[str, dict[st
 def test_each_node_has_its_own_cache_and_each_rank_its_own_nodes_copy(backend, tmp_path):
     ref = _ref(tmp_path)
     paths = _staged(backend, ref, (1, 1))
-    assert paths["node0"][VAR] == str(tmp_path / "datasets" / "node0" / ref.checksum[7:] / "data")
+    assert paths["node0"][VAR] == str(NodeDatasetCache(tmp_path / "datasets" / "node0").path_of(ref.checksum))
     assert paths["node0"][VAR] != paths["node1"][VAR]
     spec = replace(make_spec(tmp_path, 1, [PY, "-c", SHOW], ranks=TWO_NODES), datasets=(ref,), dataset_paths=paths)
     backend.launch(spec)
