@@ -17,9 +17,7 @@ checkpoints (active, waiting to resume, recently ended, or with copies on record
    job, step, tier, bytes, rule).
 
 3. for each job whose records `retention.jobs` purged, it removes what the archive still holds of
-   it (an audit event per step, rule `retention.jobs`) and forgets its copies and keep marks: a
-   keep mark keeps a step as long as its job's records are kept, not past them. Its job dir went
-   with the purge (`retention.deleted`).
+   it and forgets its records (control/lifecycle/purged_copies.py).
 
 What a running job needs is never touched: only committed steps older than the newest `keep_last`
 move; the newest committed step is never removed while the job may run again; and while an
@@ -44,6 +42,7 @@ from sqlalchemy.orm import Session
 
 from trainyard import jobfs
 from trainyard.contracts import CHECKPOINT_MARKER, JobDir
+from trainyard.control.lifecycle import purged_copies
 from trainyard.control.lifecycle.supervise import BackgroundWork
 from trainyard.jobfs.records import commit_time, committed_steps
 from trainyard.services import checkpoint_copies as copies
@@ -133,44 +132,9 @@ class CheckpointTiers(BackgroundWork):
                 self.tend(v, spec, archive)
             except (OSError, ArchiveError) as e:
                 log.warning("checkpoint tiers: job %s: %s", v.id, e)
-        self.forget_purged(archive)
+        _, steps = purged_copies.forget(self.store, self.lock, archive, self.clock, self._stop.is_set)
+        self.deleted += steps
         return len(views)
-
-    def forget_purged(self, archive: Archive | None) -> int:
-        """Step 3 of the module docstring; returns how many purged jobs were forgotten. A copy in
-        an archive other than the configured one (its URL changed) stays, and so do its job's
-        records, until an archive that holds it is configured again: it is never forgotten unseen."""
-        with self.store.session() as s:
-            purged = copies.purged_jobs(s)
-        done = 0
-        for jid in purged:
-            if self._stop.is_set():
-                break
-            with self.store.session() as s:
-                held = [(r.step, r.location, r.bytes) for r in copies.copies(s, jid) if r.tier == cplan.ARCHIVE]
-            if any(archive is None or not archive.holds(where) for _, where, _ in held):
-                log.warning("checkpoint tiers: purged job %s has archive copies outside the configured archive; "
-                            "kept", jid)
-                continue
-            try:
-                for step, where, nbytes in held:
-                    assert archive is not None
-                    archive.remove(where)
-                    with self.lock, self.store.session.begin() as s:
-                        copies.drop(s, jid, step, cplan.ARCHIVE)
-                        record(s, ACTOR, "checkpoint.deleted",
-                               f"step {step}: {nbytes} bytes deleted from the archive (retention.jobs: the job's "
-                               "records were purged)", job_id=jid, at=self.clock(),
-                               data={"step": step, "tier": cplan.ARCHIVE, "bytes": nbytes,
-                                     "rule": "retention.jobs", "location": where})
-                    self.deleted += 1
-            except (OSError, ArchiveError) as e:
-                log.warning("checkpoint tiers: purged job %s: %s", jid, e)
-                continue
-            with self.lock, self.store.session.begin() as s:
-                copies.forget_job(s, jid)
-            done += 1
-        return done
 
     def _candidates(self, s: Session, since: float) -> list[JobView]:
         with_copies = select(CheckpointCopyRow.job_id).distinct()
