@@ -99,7 +99,7 @@ def _cache(c: YardCluster, node: str) -> Path:
 
 
 def _entries(c: YardCluster) -> dict[str, list[str]]:
-    return {n: sorted(p.name for p in _cache(c, n).iterdir() if p.name not in ("lock", "locks", "pins"))
+    return {n: sorted(p.name for p in _cache(c, n).iterdir() if p.name not in ("key", "lock", "locks", "pins"))
             for n in c.nodes if _cache(c, n).is_dir()}
 
 

@@ -117,3 +117,18 @@ def test_a_fetch_never_writes_through_a_link_the_owner_planted(tmp_path):
     archive.fetch_step(where, Tree(dst), "checkpoints", 4, None)
     assert list(elsewhere.iterdir()) == [] and (dst / "checkpoints" / "step-4" / "COMMITTED").is_file()
     assert not (dst / "checkpoints" / "step-4").is_symlink()
+
+
+def test_s3_clients_share_one_botocore_session_and_the_archive_keeps_its_client(seaweed, tmp_path):  # noqa: F811
+    # A new botocore session parses its S3 models again (megabytes of JSON in one hold of the GIL):
+    # done once per tiers round it starved a loaded plane's API for seconds (a 10 s GET timed out).
+    from trainyard.staging import objects
+
+    a, b = Archive(seaweed.url("ckpt"), seaweed.object_store()), Archive(seaweed.url("other"), seaweed.object_store())
+    assert a.fs is not b.fs and a.fs.session is b.fs.session is objects.session()
+    files = step_dir(tmp_path / "job", 3, size=1000)
+    tree = Tree(tmp_path / "job")
+    where = a.location(1, "k", 3)
+    assert a.put_step(tree, "checkpoints", read_manifest(tree, "checkpoints", 3), where, Throttle(0)) > sum(
+        len(v) for v in files.values())  # each client its own credentials: the shared session holds none
+    assert a.committed(where) and not b.committed(b.location(1, "k", 3))

@@ -34,12 +34,14 @@ from typing import Any, BinaryIO
 
 from trainyard.contracts import CHECKPOINT_MARKER
 from trainyard.jobfs import Tree
+from trainyard.staging import objects
 from trainyard.staging.types import ObjectStore
 
 CHUNK = 4 << 20
 SUMS = "SHA256SUMS"
 MAX_FILES = 100_000  # files one step's manifest may list
 MANIFEST_MAX = 4 << 20  # a manifest bigger than this is not one of the runtime's
+ARCHIVE_TIMEOUT_S = 120.0  # an object store's connect and each read wait at most this (then s3fs retries, then it fails)
 
 
 class ArchiveError(Exception):
@@ -138,8 +140,8 @@ class Archive:
             import fsspec  # type: ignore[import-untyped]  # the archive's only user of fsspec: loaded when an archive is configured
 
             if self.url.startswith("s3://"):
-                opts = self.store.fsspec_options() if self.store is not None else {"anon": True}
-                self._fs = fsspec.filesystem("s3", skip_instance_cache=True, **opts)
+                opts: dict[str, object] = self.store.fsspec_options() if self.store is not None else {"anon": True}
+                self._fs = objects.filesystem(opts, ARCHIVE_TIMEOUT_S)
             else:
                 self._fs = fsspec.filesystem("file")
         return self._fs

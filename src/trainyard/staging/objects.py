@@ -12,11 +12,15 @@ Time: one request waits at most `timeout_s` to connect and `timeout_s` for each 
 `connect_timeout`/`read_timeout`), so a stalled server fails the read rather than holding it;
 s3fs retries what it deems transient first. Each call makes its own filesystem object
 (`skip_instance_cache`, no listings cache): a dataset's listing is never stale, and a credential
-changed in the configuration applies at the next read.
+changed in the configuration applies at the next read. They share one botocore session per
+process (`session`): a new session parses botocore's S3 models again (megabytes of JSON, in one
+hold of the GIL), which on a loaded plane starved its API for seconds each time; the credentials
+are each client's own, never the session's.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
@@ -42,14 +46,29 @@ def is_url(source: str) -> bool:
     return source.startswith(PREFIX)
 
 
+_session_lock = threading.Lock()
+_session: Any = None
+
+
+def session() -> Any:
+    """The process's one botocore (aiobotocore) session: its models are parsed once."""
+    global _session
+    with _session_lock:
+        if _session is None:
+            import aiobotocore.session  # type: ignore[import-untyped]  # with s3fs: loaded when a store is used
+
+            _session = aiobotocore.session.AioSession()
+        return _session
+
+
 def filesystem(options: dict[str, object], timeout_s: float) -> Any:
-    """An s3fs filesystem with a store's options (`ObjectStore.fsspec_options()`)."""
+    """An s3fs filesystem with a store's options (`ObjectStore.fsspec_options()`), on the shared session."""
     import fsspec  # type: ignore[import-untyped]
 
     config = {"connect_timeout": min(timeout_s, 60.0), "read_timeout": timeout_s,
               "retries": {"max_attempts": 3, "mode": "standard"}}
     return fsspec.filesystem("s3", skip_instance_cache=True, use_listings_cache=False, config_kwargs=config,
-                             **options)
+                             session=session(), **options)
 
 
 def _path(url: str) -> str:

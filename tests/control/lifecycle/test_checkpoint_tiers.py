@@ -240,3 +240,16 @@ def test_a_purged_jobs_copy_outside_the_configured_archive_is_kept_not_forgotten
     plane.cp.checkpoint_tiers.run_once()
     assert rows(plane, jid)["archive"] == {5}
     assert (next((tmp_path / "archive").iterdir()) / "step-5" / "COMMITTED").is_file()
+
+
+def test_the_thread_keeps_its_archive_client_while_the_configuration_names_the_same_archive(plane, tmp_path):
+    t = plane.cp.checkpoint_tiers
+    t.run_once()
+    first = t._current_archive
+    t.run_once()
+    assert first is not None and t._current_archive is first  # one client over rounds, not one per round
+    cfg = tmp_path / "moved.yaml"
+    cfg.write_text(config(tmp_path / "archive2"))
+    assert plane.admin.post("/api/v1/cluster/config", json={"text": identity_config_text(cfg)}).status_code in (200, 201)
+    t.run_once()
+    assert t._current_archive is not first and t._current_archive.url == str(tmp_path / "archive2")

@@ -86,6 +86,7 @@ class CheckpointTiers(BackgroundWork):
         self.store, self.configs, self.lock, self.data_dir, self.clock = store, configs, lock, data_dir, clock
         self._woken = threading.Event()
         self._since: float | None = None
+        self._current_archive: Archive | None = None
         self.archived = self.deleted = 0
         self.archived_bytes = 0
 
@@ -121,7 +122,7 @@ class CheckpointTiers(BackgroundWork):
             views = self._candidates(s, since)
         self._since = now - 5.0
         try:
-            archive = copies.archive_for(spec)
+            archive = self._same_archive(copies.archive_for(spec))
         except ArchiveError as e:  # the fast tiers are still recorded; nothing moves or goes
             log.warning("checkpoint tiers: %s", e)
             return len(views)
@@ -135,6 +136,15 @@ class CheckpointTiers(BackgroundWork):
         _, steps = purged_copies.forget(self.store, self.lock, archive, self.clock, self._stop.is_set)
         self.deleted += steps
         return len(views)
+
+    def _same_archive(self, archive: Archive | None) -> Archive | None:
+        """The previous round's archive while the configuration names the same one (its client,
+        connections and all, kept), else this one."""
+        prev = self._current_archive
+        if archive is not None and prev is not None and (prev.url, prev.store) == (archive.url, archive.store):
+            return prev
+        self._current_archive = archive
+        return archive
 
     def _candidates(self, s: Session, since: float) -> list[JobView]:
         with_copies = select(CheckpointCopyRow.job_id).distinct()
