@@ -13,8 +13,9 @@
           max_requeues: 1       # idle requeues in a row before the next idle stretch cancels it
 
 The loop's step (control/loop/idle.py) judges every running job of such a class: once per idle
-stretch a warning (event `job.idle_warning`, an IDLE_WARNING message), then at `after` the event
-`job.idle` and an IDLE message, and the action: `notify` nothing more; `requeue` back to the queue
+stretch a warning (event `job.idle_warning`, an IDLE_WARNING message), then at `after` (at least
+`warning` after the warning: a pass that came late on a loaded plane warns first and acts later)
+the event `job.idle` and an IDLE message, and the action: `notify` nothing more; `requeue` back to the queue
 (checkpoint notice first, as a preemption; reason `Idle`); `cancel` CANCELLED, reason `Idle`. An
 interactive allocation (`yard alloc`) ends TIMEOUT, reason `IdleTimeout`, under `requeue` or
 `cancel`: its session is over, and there is nothing to requeue.

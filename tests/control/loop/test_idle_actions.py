@@ -110,6 +110,25 @@ def test_requeue_warns_then_requeues_with_reason_idle_and_the_next_idle_stretch_
     assert [(a.state, a.reason) for a in attempts(fp, j["id"])] == [("REQUEUED", "Idle"), ("CANCELLED", "Idle")]
 
 
+def test_a_late_pass_warns_first_and_acts_a_warning_later_never_unannounced(fp):
+    # The loop's passes came late (a loaded plane): the first pass after the warning was due finds
+    # the job already past `after`. It is warned then, and requeued `warning` later, not at once.
+    j = running(fp, "training", SAVES)
+    started = fp.clock()
+    fp.run(AFTER - WARNING - 10)
+    assert kinds(fp, j["id"]) == []
+    fp.clock.advance(40)  # no pass for 40 s: now past `after`
+    fp.step()
+    assert kinds(fp, j["id"]) == ["job.idle_warning"] and fp.job(j["id"])["state"] == "RUNNING"
+    warned = idle_events(fp, j["id"])[0]["time"]
+    fp.run(WARNING - 2)
+    assert kinds(fp, j["id"]) == ["job.idle_warning"] and fp.job(j["id"])["state"] == "RUNNING"
+    fp.until(lambda: "job.idle" in kinds(fp, j["id"]), within=10)
+    idle = idle_events(fp, j["id"])[1]
+    assert WARNING <= idle["time"] - warned <= WARNING + 1
+    assert idle["data"]["idle_since"] == pytest.approx(started, abs=1) and idle["data"]["done"] == "requeue"
+
+
 def test_an_idle_requeue_throws_away_only_the_work_before_it_went_idle(fp):
     # a job that keeps no checkpoint and dies of the notice: its lost work is counted up to when it
     # went idle (here: its start), not to its end, so its idle stretch stays idle in the ledger

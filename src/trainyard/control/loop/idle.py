@@ -83,12 +83,14 @@ class IdleJobs:
             return  # nothing says it is idle: not judged (idle_usage.py)
         typed = sessions.last_input(r.id) if sessions is not None else None
         since = max(r.started or 0.0, tr.seen, typed or 0.0, tr.busy_at or 0.0)
-        if now - since >= pol.after:
-            if tr.acted != since:
-                tr.acted = since
-                done = idle_actions.act(self.ctx, r.id, r.attempt, pol, now, since)
-                if done not in (None, "notify"):
-                    self._tracks.pop(r.id, None)  # being stopped: no longer judged
-        elif pol.warning > 0 and now - since >= pol.after - pol.warning and tr.warned != since:
-            tr.warned = since
+        idle_for = now - since
+        if pol.warning > 0 and idle_for >= pol.after - pol.warning and tr.warned != since:
+            # on time, or at a late pass (a loaded plane) that finds it already due: the action
+            # then waits its `warning` after this, so no action ever comes unannounced
+            tr.warned, tr.warned_at = since, now
             idle_actions.warn(self.ctx, sessions, r.id, r.attempt, pol, now, since)
+        elif idle_for >= pol.after and tr.acted != since and (pol.warning <= 0 or now - tr.warned_at >= pol.warning):
+            tr.acted = since
+            done = idle_actions.act(self.ctx, r.id, r.attempt, pol, now, since)
+            if done not in (None, "notify"):
+                self._tracks.pop(r.id, None)  # being stopped: no longer judged

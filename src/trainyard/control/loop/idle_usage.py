@@ -35,6 +35,7 @@ class Track:
     busy_at: float | None = None  # the last sample its CPU or GPU was at or above the threshold
     measured: bool = False  # a CPU rate or a GPU reading was had: the backend can tell
     warned: float | None = None  # the `idle since` of the stretch already warned about
+    warned_at: float = 0.0  # when that warning went out
     acted: float | None = None  # the `idle since` of the stretch already acted on (notify)
 
 
