@@ -12,12 +12,15 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.plane import TWO_TEAMS, Plane, identity_config_text
 from trainyard.contracts import JobDir
-from trainyard.store.models import AttemptRow, CheckpointCopyRow, EventRow, JobRow
+from trainyard.services import retention
+from trainyard.spec.models import RetentionSpec
+from trainyard.store.models import AttemptRow, CheckpointCopyRow, CheckpointKeepRow, EventRow, JobRow
 
 
 def config(archive: Path, rules: str = "{keep_last: 2, keep_every: 5}") -> str:
@@ -197,21 +200,28 @@ def test_without_rules_the_plane_only_records(tmp_path):
         p.cp.stop()
 
 
-def test_a_purged_jobs_archive_copies_and_marks_go_with_it(plane, tmp_path):
-    from trainyard.services import retention
-    from trainyard.spec.models import RetentionSpec
-    from trainyard.store.models import CheckpointKeepRow
-
-    jid, jd = job_with_dir(plane)
+def ended_with_step_5_archived(p: Plane) -> int:
+    """A finished job whose 10 steps the rules have tended: 9 and 10 fast, 5 archived."""
+    jid, jd = job_with_dir(p)
     for n in range(1, 11):
         commit(jd, n)
-    end(plane, jid)
-    plane.cp.checkpoint_tiers.run_once()
+    end(p, jid)
+    p.cp.checkpoint_tiers.run_once()
+    return jid
+
+
+def purge(p: Plane) -> Any:
+    """`retention.jobs: 1s` once: the real purge of the finished jobs' records."""
+    with p.cp.lock, p.cp.store.session.begin() as s:
+        return retention.purge_jobs(s, p.cp.data_dir, RetentionSpec(jobs=1), time.time())
+
+
+def test_a_purged_jobs_archive_copies_and_marks_go_with_it(plane, tmp_path):
+    jid = ended_with_step_5_archived(plane)
     assert plane.admin.post(f"/api/v1/jobs/{jid}/checkpoints/10/keep").status_code == 200
     archived = next((tmp_path / "archive").iterdir()) / "step-5"
     assert (archived / "COMMITTED").is_file()
-    with plane.cp.lock, plane.cp.store.session.begin() as s:  # retention.jobs: 1 s after its end
-        out = retention.purge_jobs(s, plane.cp.data_dir, RetentionSpec(jobs=1), time.time())
+    out = purge(plane)
     retention.remove(out.dirs)
     assert out.jobs == 1 and rows(plane, jid) == {"fast": {9, 10}, "archive": {5}}  # not yet: the thread's
     plane.cp.checkpoint_tiers.run_once()
@@ -224,19 +234,11 @@ def test_a_purged_jobs_archive_copies_and_marks_go_with_it(plane, tmp_path):
 
 
 def test_a_purged_jobs_copy_outside_the_configured_archive_is_kept_not_forgotten(plane, tmp_path):
-    from trainyard.services import retention
-    from trainyard.spec.models import RetentionSpec
-
-    jid, jd = job_with_dir(plane)
-    for n in range(1, 11):
-        commit(jd, n)
-    end(plane, jid)
-    plane.cp.checkpoint_tiers.run_once()
+    jid = ended_with_step_5_archived(plane)
     cfg = tmp_path / "moved.yaml"  # the archive moved elsewhere since step 5 was copied
     cfg.write_text(config(tmp_path / "archive2"))
     assert plane.admin.post("/api/v1/cluster/config", json={"text": identity_config_text(cfg)}).status_code in (200, 201)
-    with plane.cp.lock, plane.cp.store.session.begin() as s:
-        retention.purge_jobs(s, plane.cp.data_dir, RetentionSpec(jobs=1), time.time())
+    purge(plane)
     plane.cp.checkpoint_tiers.run_once()
     assert rows(plane, jid)["archive"] == {5}
     assert (next((tmp_path / "archive").iterdir()) / "step-5" / "COMMITTED").is_file()
