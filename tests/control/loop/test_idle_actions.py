@@ -121,6 +121,7 @@ def test_a_late_pass_warns_first_and_acts_a_warning_later_never_unannounced(fp):
     fp.step()
     assert kinds(fp, j["id"]) == ["job.idle_warning"] and fp.job(j["id"])["state"] == "RUNNING"
     warned = idle_events(fp, j["id"])[0]["time"]
+    assert idle_events(fp, j["id"])[0]["data"]["action_at"] == pytest.approx(warned + WARNING)  # not a time past
     fp.run(WARNING - 2)
     assert kinds(fp, j["id"]) == ["job.idle_warning"] and fp.job(j["id"])["state"] == "RUNNING"
     fp.until(lambda: "job.idle" in kinds(fp, j["id"]), within=10)

@@ -97,8 +97,9 @@ def _running(s: Session, job_id: int, attempt: int) -> JobRow | None:
 
 def warn(ctx: LoopContext, sessions: Sessions | None, job_id: int, attempt: int, pol: IdlePolicy,
          now: float, since: float) -> None:
-    """The warning, `pol.warning` before the action (module docstring)."""
-    at = since + pol.after
+    """The warning, `pol.warning` before the action (module docstring): at `after`, or, given by a
+    late pass, `warning` from now (control/loop/idle.py acts no sooner)."""
+    at = max(since + pol.after, now + pol.warning)
     with ctx.store.session() as s:
         j = _running(s, job_id, attempt)
         if j is None:
