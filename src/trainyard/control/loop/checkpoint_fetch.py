@@ -11,7 +11,8 @@ CONFIGURING with reason `CheckpointFetch` while the step is copied back into the
 `checkpoints/` as the owner's files, through no link (`staging/archive_io.py`: every file's sha256
 checked, the marker last); then the ranks start and the runtime loads it as usual. An event says
 what was fetched and how long it took. A fetch that fails puts the job back in the queue after a
-pause (the archive's fault, not the job's: not counted against its retries).
+pause (the archive's fault, not the job's: not counted against its retries), as `start_failure.py`
+says for every step before the ranks: the pause grows, and 5 failures in a row fail the job.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import replace
 from trainyard import jobfs
 from trainyard.backends.base import LaunchSpec
 from trainyard.contracts import PLANE_RETENTION, JobDir, JobVar
+from trainyard.control.loop import start_failure
 from trainyard.control.loop.context import LoopContext
 from trainyard.jobfs.records import newest_checkpoint
 from trainyard.services import checkpoint_copies as copies
@@ -30,14 +32,14 @@ from trainyard.services import transitions
 from trainyard.services.events import record
 from trainyard.services.owners import Identity
 from trainyard.staging.archive_io import ArchiveError
-from trainyard.states import AttemptOutcome, JobState
+from trainyard.states import JobState
 from trainyard.store.models import JobRow
 
 log = logging.getLogger("trainyard.loop")
 
 CHECKPOINT_FETCH = "CheckpointFetch"  # the reason a CONFIGURING job shows while a step comes back
 FETCH_ERROR = "CheckpointFetchError"
-RETRY_PAUSE_S = 60.0
+STEP = start_failure.Step(FETCH_ERROR, "checkpoint_fetch", "checkpoint_fetch", "the archive's")
 
 
 def prepare(ctx: LoopContext, spec: LaunchSpec, who: Identity) -> LaunchSpec | None:
@@ -107,16 +109,7 @@ def _configuring(ctx: LoopContext, spec: LaunchSpec, step: int) -> bool:
 
 
 def _failed(ctx: LoopContext, spec: LaunchSpec, step: int, e: Exception) -> None:
-    now = ctx.clock()
-    why = f"{FETCH_ERROR}: step {step}: {e}"[:200]
-    log.warning("job %s attempt %s: %s", spec.job_id, spec.attempt, why)
-    with ctx.lock, ctx.store.session.begin() as s:
-        j = s.get(JobRow, spec.job_id)
-        if j is None or j.attempt != spec.attempt or j.state not in (JobState.CONFIGURING, JobState.RUNNING):
-            return
-        transitions.end_attempt(s, j, AttemptOutcome.REQUEUED, why, now, cause="checkpoint_fetch")
-        transitions.back_to_queue(j, now, FETCH_ERROR)
-        j.retry_after = now + RETRY_PAUSE_S
-        record(s, "scheduler", "job.requeued",
-               f"attempt {spec.attempt}: {why}; back in the queue in {RETRY_PAUSE_S:.0f}s, not counted against its "
-               "retries", job_id=j.id, at=now, data={"step": step, "attempt": spec.attempt})
+    """A fetch that failed is the archive's fault: the one rule of a failed start step
+    (`start_failure.py`: back in the queue after a growing pause, failed after 5 in a row)."""
+    if _configuring(ctx, spec, step):  # (a configuration error comes before the fetch began)
+        start_failure.failed(ctx, spec, STEP, f"step {step}: {e}", "", True, {"step": step})
