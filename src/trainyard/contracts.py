@@ -117,7 +117,9 @@ LEDGER_BUCKETS = ("startup", "compute", "data_wait", "checkpoint_stall", "comm_w
 #    "ended": unix time the run finished (null while it runs),
 #    "recent": [[step, step seconds, comm seconds], …] the newest PHASES_RECENT steps, oldest first}
 PHASES_DIR = "phases"  # under the job dir's metrics/
-PHASES_EVERY_S = 2.0
+# 1 s: the straggler detector's lag is the window's fill plus this plus its own read period (half
+# this); at 2 s a rank slowed to 0.2 s a step was flagged up to 29 steps after (CI, stop 48)
+PHASES_EVERY_S = 1.0
 PHASES_RECENT = 32
 PHASES_MAX_BYTES = 64 * 1024  # what the plane reads of one file at most
 

@@ -219,6 +219,19 @@ def test_the_slow_rank_has_the_most_own_work_and_the_fast_one_waits_in_the_all_r
     assert sum(w > 0.05 for w in waits) >= len(waits) - 1, waits
 
 
+def test_a_wait_in_ddps_buffer_broadcast_before_the_forward_is_comm_too(tmp_path):
+    """Rank 1 slow before its forward, the model with a buffer: rank 0 waits in DDP's broadcast of
+    the buffers at the next forward, not in the all-reduce; its own work stays small."""
+    ranks = Ranks(tmp_path, 2, ["--steps", "8", "--slow-rank", "1", "--slow-s", "0.1", "--slow-before-forward",
+                                "--buffer"], script=SCRIPT)
+    assert ranks.wait(90) == [0, 0], ranks.log(0)[-2000:] + ranks.log(1)[-2000:]
+    r0, r1 = (phase_file(tmp_path / "metrics", rank) for rank in (0, 1))
+    own = [{step: step_s - comm for step, step_s, comm in r["recent"][2:]} for r in (r0, r1)]  # after DDP's set-up
+    slow = [s for s in own[1] if own[1][s] > 0.08]
+    assert len(slow) >= 4, own
+    assert all(own[0][s] < 0.05 for s in slow), own  # rank 0's wait for it is all in collectives
+
+
 def test_the_timed_hook_is_ddps_own_all_reduce(slow_rank, tmp_path):
     """The same training with phase timing off (DDP's built-in all-reduce) ends bit for bit the same."""
     ranks = Ranks(tmp_path, 2, ["--steps", "8"], script=SCRIPT, env={"TRAINYARD_PHASES": "0"})

@@ -80,7 +80,7 @@ def newest_step(c: YardCluster, job: int, rank: int) -> int:
 
 def step_at(c: YardCluster, job: int, t: float) -> int:
     """The gang's step at time `t`: the newest step rank 0's metrics.jsonl says ended by then (the
-    ranks of a synchronous gang step together; the phase files are rewritten only every 2 s)."""
+    ranks of a synchronous gang step together; the phase files are rewritten only every 1 s)."""
     done = 0
     for line in (c.job_dir(job) / "metrics" / "metrics.jsonl").read_text().splitlines():
         try:

@@ -313,11 +313,15 @@ class Trainer:
         return self.on_rank0(decide)
 
     def global_sum(self, *values: float | torch.Tensor) -> torch.Tensor:
-        """Element-wise sum over ranks (float64, on this rank's device)."""
+        """Element-wise sum over ranks (float64, on this rank's device). Timed as the step's comm:
+        a rank ahead of the others waits here, and the straggler detector tells a slow rank from
+        the ones that wait for it by their time outside collectives."""
         t = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=self.device).detach().reshape(())
                          for v in values])
         if self.ctx.distributed:
-            dist.all_reduce(t)
+            run = getattr(self, "run", None)
+            with run.phase("comm") if run is not None else nullcontext():
+                dist.all_reduce(t)
         return t
 
     def autocast(self) -> Any:

@@ -16,6 +16,14 @@ current stream at the launch, one in the callback, which CUDA orders after the a
 reads their elapsed time at a later step end, once they have completed (`event.query()`: no wait).
 A failure of that bookkeeping turns the timing off with one warning; the all-reduce is unchanged.
 
+DDP also communicates before each forward: it broadcasts the module's buffers from rank 0 (any
+buffer: BatchNorm's statistics, a rotary embedding's `inv_freq`), and after its first step the
+rebuilt bucket order. A rank ahead of the others waits there — measured, a 2-rank Llama with one
+rank's CPU capped 16-fold had its fast rank's wait split between that broadcast and the gradient
+all-reduce, so its own work looked 2-4 times larger than it was. `time_pre_forward` times that
+span too: a forward pre-hook on the DDP module notes the clock, one on the wrapped module (which
+DDP calls after its pre-forward work) records the interval; on CUDA as a pair of events.
+
 Only DDP is hooked, and only when it has no hook yet (one's own hook, a compression hook, DDP's
 mixed precision: those are kept, and their collectives are measured only where marked with
 `run.phase("comm")`). FSDP's and other collectives likewise: mark them.
@@ -143,4 +151,44 @@ def hook_ddp(model: Any, record: Callable[[float, float], None], *, rank: int = 
         print(f"trainyard.runtime: rank {rank}: cannot time DDP's all-reduces ({e}); comm is measured "
               f"only where marked with run.phase('comm')", file=sys.stderr, flush=True)
         return None
+    time_pre_forward(model, state)
     return state
+
+
+def time_pre_forward(model: Any, state: HookState) -> None:
+    """Time DDP's work before each forward (its buffer broadcast) as comm: from the DDP module's
+    forward pre-hook to the wrapped module's. The wrapped module called on its own (no DDP call
+    open) records nothing."""
+    opened: list[Any] = []  # the DDP call's start: a clock reading or a CUDA event
+
+    def ddp_called(_module: Any, _args: Any) -> None:
+        opened.clear()
+        if state.broken:
+            return
+        if not model.device_ids:  # CPU (gloo): the broadcast blocks the caller
+            opened.append(_clock())
+            return
+        try:
+            start = torch.cuda.Event(enable_timing=True)
+            start.record()
+            opened.append(start)
+        except RuntimeError as e:
+            state.fail(e)
+
+    def module_called(_module: Any, _args: Any) -> None:
+        if not opened:
+            return
+        start = opened.pop()
+        if isinstance(start, float):
+            state.record(start, _clock())
+            return
+        if len(state.cuda_pending) < MAX_PENDING:
+            try:
+                end = torch.cuda.Event(enable_timing=True)
+                end.record()
+                state.cuda_pending.append((start, end))
+            except RuntimeError as e:
+                state.fail(e)
+
+    model.register_forward_pre_hook(ddp_called)
+    model.module.register_forward_pre_hook(module_called)

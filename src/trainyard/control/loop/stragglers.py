@@ -10,8 +10,9 @@ the job wrote) and both medians; once per rank and attempt, or again after a
 
 The flags are events, so the store keeps them across a restart of the plane: a job first seen
 by this process has its flagged ranks read back from its events, not flagged twice. The files
-are read at most every `contracts.PHASES_EVERY_S`, the period the runtime rewrites them at (the
-running jobs as plain rows of five columns); the suspects' follow-up runs every pass.
+are read at most every half `contracts.PHASES_EVERY_S` (the period the runtime rewrites them at):
+a rewritten file is seen at most half a period late, and at the default 1 s tick that is every
+pass (the running jobs as plain rows of five columns); the suspects' follow-up runs every pass.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from trainyard.store.models import EventRow, JobRow
 
 ACTOR = "stragglers"
 FLAG, RECOVERED = "job.straggler", "job.straggler_recovered"
+READ_EVERY_S = PHASES_EVERY_S / 2
 
 
 @dataclass
@@ -47,7 +49,7 @@ class Stragglers:
         self._read_at = float("-inf")  # the last pass that read the files
 
     def run(self, now: float) -> None:
-        if now - self._read_at < PHASES_EVERY_S:  # nothing new in the files yet
+        if now - self._read_at < READ_EVERY_S:  # nothing new in the files yet
             self.suspects.run(now, [])
             return
         self._read_at = now
