@@ -12,7 +12,7 @@ changes within seconds, and two neighbouring steps see the most similar load):
   `run.step_done(loss=…)` ends each step (metrics line, agreement…);
 - `on`: `Run(phase_timing=True)`: the timed `next()`, the DDP communication hook in place of
   DDP's built-in all-reduce, the phase accounting at each step end, the file handed to its writer
-  thread every 2 s; `off`: `Run(phase_timing=False)`: `run.data` returns the generator itself, DDP
+  thread every 1 s; `off`: `Run(phase_timing=False)`: `run.data` returns the generator itself, DDP
   keeps its built-in hook, no file.
 The figure: `ratio`, the median over rounds of (on block / off block of the same round) — paired,
 so that a change of machine load between rounds cancels out — with its distribution-free 95%
@@ -21,7 +21,8 @@ shared machine paired blocks differ by more than the microseconds measured, the 
 are also timed alone, in a loop of 20,000, on rank 0 (`parts_us`): a timed `next()` beyond a
 plain one, `step_ended` (with a recent-steps window and a comm interval, as under DDP), the
 hook's Python work per bucket beyond DDP's (launch and completion callback, on a 1-rank gloo
-group); their sum per step as a fraction of the off step is `parts_fraction_of_step`.
+group), the two forward pre-hooks that time DDP's buffer broadcast (per forward, on a model with a
+buffer); their sum per step as a fraction of the off step is `parts_fraction_of_step`.
 `--control` runs both copies without phase timing: the two copies' own difference (memory
 placement, order), to judge the `ratio` against.
 Ranks are launched here, one process each, with the job-environment variables, OMP_NUM_THREADS=1.
@@ -71,27 +72,40 @@ def parts_us(tmp: str, n: int = 20_000) -> dict[str, float]:
     return {"timed_next": round(timed_next * 1e6, 3), "step_ended": round(step_end * 1e6, 3)}
 
 
-def hook_us(n: int = 1000) -> float:
-    """The timed hook's cost per bucket beyond DDP's built-in all-reduce: two one-bucket models, one
-    hooked, their backwards alternated and timed one by one, median against median (collective:
-    every rank runs it)."""
+def hook_us(n: int = 1000) -> tuple[float, float]:
+    """The timed hook's cost per bucket beyond DDP's built-in all-reduce, and the pre-forward
+    hooks' per forward: two one-bucket models with a buffer, one hooked, their forwards and
+    backwards alternated and timed one by one, median against median (collective: every rank
+    runs it)."""
     import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from trainyard.runtime.comm_timing import hook_ddp
 
-    plain, hooked = DDP(torch.nn.Linear(8, 8)), DDP(torch.nn.Linear(8, 8))
+    def net() -> torch.nn.Module:
+        m = torch.nn.Linear(8, 8)
+        m.register_buffer("scale", torch.ones(8))  # DDP broadcasts it before every forward
+        return DDP(m)
+
+    plain, hooked = net(), net()
     hook_ddp(hooked, lambda a, b: None)
     x = torch.randn(2, 8)
-    times: dict[bool, list[float]] = {False: [], True: []}
+    back: dict[bool, list[float]] = {False: [], True: []}
+    fwd: dict[bool, list[float]] = {False: [], True: []}
     for i in range(n + 50):
         for on, m in ((False, plain), (True, hooked)) if i % 2 else ((True, hooked), (False, plain)):
-            loss = m(x).sum()
             t = time.perf_counter()
+            loss = m(x).sum()
+            t1 = time.perf_counter()
             loss.backward()
             if i >= 50:
-                times[on].append(time.perf_counter() - t)
-    return round(max(0.0, statistics.median(times[True]) - statistics.median(times[False])) * 1e6, 3)
+                fwd[on].append(t1 - t)
+                back[on].append(time.perf_counter() - t1)
+
+    def extra(times: dict[bool, list[float]]) -> float:
+        return round(max(0.0, statistics.median(times[True]) - statistics.median(times[False])) * 1e6, 3)
+
+    return extra(back), extra(fwd)
 
 
 def rank_main(a: argparse.Namespace) -> None:
@@ -155,9 +169,9 @@ def rank_main(a: argparse.Namespace) -> None:
                  if ctx.distributed else 0)
     for run, *_ in runs.values():
         run.finish(close_process_group=False)
-    hook = hook_us() if ctx.distributed else 0.0
+    hook, pre_forward = hook_us() if ctx.distributed else (0.0, 0.0)
     if ctx.rank == 0:
-        parts = {**parts_us(a.dir), "hook_per_bucket": hook}
+        parts = {**parts_us(a.dir), "hook_per_bucket": hook, "pre_forward": pre_forward}
         m_on, m_off = statistics.median(on_s), statistics.median(off_s)
         ratios = sorted(x / y for x, y in zip(on_s, off_s))
         paired = statistics.median(ratios)
@@ -165,7 +179,8 @@ def rank_main(a: argparse.Namespace) -> None:
         k = int(0.98 * len(ratios) ** 0.5)
         mid = len(ratios) // 2
         ci95 = [round(ratios[max(0, mid - k)], 4), round(ratios[min(len(ratios) - 1, mid + k)], 4)]
-        per_step_us = parts["timed_next"] + parts["step_ended"] + max(1, n_buckets) * parts["hook_per_bucket"]
+        per_step_us = (parts["timed_next"] + parts["step_ended"] + max(1, n_buckets) * parts["hook_per_bucket"]
+                       + parts["pre_forward"])
         print(json.dumps({
             "bench": "phase_overhead" + (" (control: both off)" if a.control else ""),
             "ranks": ctx.world_size,
