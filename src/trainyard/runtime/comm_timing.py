@@ -74,6 +74,30 @@ class HookState:
         del pending[:done]
         return union_s(spans, float("-inf"), float("inf"))
 
+    def cuda_start(self) -> Any:
+        """A CUDA event recorded on the current stream now: the start of a timed span (None once
+        the timing broke)."""
+        if self.broken:
+            return None
+        try:
+            start = torch.cuda.Event(enable_timing=True)
+            start.record()
+            return start
+        except RuntimeError as e:
+            self.fail(e)
+            return None
+
+    def cuda_end(self, start: Any) -> None:
+        """The span from `start` (a `cuda_start`) to now, kept for a later step end's `cuda_seconds`."""
+        if start is None or self.broken or len(self.cuda_pending) >= MAX_PENDING:
+            return
+        try:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self.cuda_pending.append((start, end))
+        except RuntimeError as e:
+            self.fail(e)
+
     def fail(self, e: BaseException) -> None:
         if not self.broken:
             self.broken = True
@@ -105,23 +129,12 @@ def _first(f: torch.futures.Future[Any]) -> torch.Tensor:
 
 
 def _timed_cuda(state: HookState, buf: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
-    start: Any = None
-    try:
-        start = torch.cuda.Event(enable_timing=True)
-        start.record()
-    except RuntimeError as e:
-        state.fail(e)
+    start = state.cuda_start()
     fut = state.group.allreduce([buf]).get_future()
 
     def done(f: torch.futures.Future[Any]) -> torch.Tensor:
         value = f.value()[0]
-        if start is not None and not state.broken and len(state.cuda_pending) < MAX_PENDING:
-            try:
-                end = torch.cuda.Event(enable_timing=True)
-                end.record()
-                state.cuda_pending.append((start, end))
-            except RuntimeError as e:
-                state.fail(e)
+        state.cuda_end(start)
         return value
 
     return fut.then(done)
@@ -165,15 +178,7 @@ def time_pre_forward(model: Any, state: HookState) -> None:
         opened.clear()
         if state.broken:
             return
-        if not model.device_ids:  # CPU (gloo): the broadcast blocks the caller
-            opened.append(_clock())
-            return
-        try:
-            start = torch.cuda.Event(enable_timing=True)
-            start.record()
-            opened.append(start)
-        except RuntimeError as e:
-            state.fail(e)
+        opened.append(state.cuda_start() if model.device_ids else _clock())  # CPU (gloo): the broadcast blocks
 
     def module_called(_module: Any, _args: Any) -> None:
         if not opened:
@@ -181,14 +186,8 @@ def time_pre_forward(model: Any, state: HookState) -> None:
         start = opened.pop()
         if isinstance(start, float):
             state.record(start, _clock())
-            return
-        if len(state.cuda_pending) < MAX_PENDING:
-            try:
-                end = torch.cuda.Event(enable_timing=True)
-                end.record()
-                state.cuda_pending.append((start, end))
-            except RuntimeError as e:
-                state.fail(e)
+        else:
+            state.cuda_end(start)
 
     model.register_forward_pre_hook(ddp_called)
     model.module.register_forward_pre_hook(module_called)
